@@ -1,0 +1,1 @@
+//! sluice control plane.

@@ -1,0 +1,1 @@
+//! The safe layer over DPDK.

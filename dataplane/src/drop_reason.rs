@@ -1,0 +1,83 @@
+//! Why a packet was dropped. Every dropped packet is counted under exactly
+//! one reason, exported as `sluice_dropped_packets_total{reason="…"}`.
+
+macro_rules! drop_reasons {
+    ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*) => {
+        /// A named reason for dropping a packet (a `Copy` value: no
+        /// allocation on the packet path).
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum DropReason {
+            $($(#[doc = $doc])* $variant,)*
+        }
+
+        impl DropReason {
+            /// Every reason, in counter-index order.
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$variant,)*];
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// The metric label: stable, snake_case.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(DropReason::$variant => $name,)*
+                }
+            }
+
+            #[inline]
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// Frame shorter than its Ethernet (+VLAN) header.
+    TruncatedEthernet => "truncated_ethernet",
+    /// Ethertype neither IPv4, IPv6 nor anything the exception path takes.
+    UnknownEthertype => "unknown_ethertype",
+    /// IPv4 header too short, bad version/IHL, or total length beyond the frame.
+    BadIpv4Header => "bad_ipv4_header",
+    /// IPv6 header too short or payload length beyond the frame.
+    BadIpv6Header => "bad_ipv6_header",
+    /// IPv6 extension-header chain malformed or longer than the walk allows.
+    BadIpv6ExtensionHeader => "bad_ipv6_extension_header",
+    /// TCP/UDP header truncated or malformed (e.g. TCP data offset < 5).
+    BadL4Header => "bad_l4_header",
+    /// Destination is neither a VIP nor the appliance (FR-3).
+    NotForUs => "not_for_us",
+    /// Destination is a VIP but no forwarding rule matches (FR-3).
+    NoRule => "no_rule",
+    /// The service has no eligible backend (empty table, EL-4).
+    NoBackend => "no_backend",
+    /// The chosen backend's next-hop MAC is not resolved yet.
+    NextHopUnresolved => "next_hop_unresolved",
+    /// The encapsulation cannot carry this packet (e.g. address families).
+    EncapUnsupported => "encap_unsupported",
+    /// Not enough headroom in the buffer to prepend the outer headers.
+    NoHeadroom => "no_headroom",
+    /// Encapsulated packet exceeds the egress MTU and may not be fragmented.
+    MtuExceeded => "mtu_exceeded",
+    /// Addressed to the appliance but no exception path is configured.
+    NoExceptionPath => "no_exception_path",
+    /// The egress TX queue was full.
+    TxQueueFull => "tx_queue_full",
+    /// The packet arrived while the worker was shutting down.
+    Shutdown => "shutdown",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_indices_dense() {
+        let mut names: Vec<_> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), DropReason::COUNT);
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i);
+        }
+    }
+}

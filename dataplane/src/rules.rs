@@ -1,0 +1,133 @@
+//! Forwarding rules: (VIP, protocol, port range) → service (FR-1…FR-3).
+
+use std::net::IpAddr;
+
+use crate::snapshot::{PortRange, RuleProtocol, ServiceId};
+
+/// One forwarding rule as the dataplane matches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardingRule {
+    pub name: String,
+    pub vip: IpAddr,
+    pub protocol: RuleProtocol,
+    pub ports: PortRange,
+    pub service: ServiceId,
+}
+
+/// Why a packet matched no rule.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RuleMiss {
+    /// The destination is not a VIP: the packet is not load-balanced (FR-3).
+    NotVip,
+    /// The destination is a VIP but no rule claims (protocol, port) (FR-3).
+    NoRule,
+}
+
+/// All forwarding rules, grouped by VIP for lookup.
+///
+/// The number of VIPs per appliance is small (tens to hundreds), so a sorted
+/// vector searched by binary search beats a hash map here and keeps the
+/// structure trivially immutable.
+#[derive(Clone, Debug, Default)]
+pub struct RuleTable {
+    /// Sorted by VIP; each VIP's rules in config order.
+    vips: Vec<(IpAddr, Vec<ForwardingRule>)>,
+}
+
+impl RuleTable {
+    /// Builds the table. Overlap checking (FR-2) is the config validator's
+    /// job; if overlapping rules get here, the first in config order wins.
+    pub fn new(rules: Vec<ForwardingRule>) -> Self {
+        let mut vips: Vec<(IpAddr, Vec<ForwardingRule>)> = Vec::new();
+        for rule in rules {
+            match vips.iter_mut().find(|(vip, _)| *vip == rule.vip) {
+                Some((_, list)) => list.push(rule),
+                None => vips.push((rule.vip, vec![rule])),
+            }
+        }
+        vips.sort_by(|a, b| a.0.cmp(&b.0));
+        Self { vips }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.vips.is_empty()
+    }
+
+    pub fn rules(&self) -> impl Iterator<Item = &ForwardingRule> {
+        self.vips.iter().flat_map(|(_, r)| r.iter())
+    }
+
+    pub fn is_vip(&self, addr: IpAddr) -> bool {
+        self.vips.binary_search_by(|(v, _)| v.cmp(&addr)).is_ok()
+    }
+
+    /// The rule for a packet to `dst` with IP protocol number `ip_proto` and
+    /// destination port `dst_port` (None: the packet has no ports).
+    #[inline]
+    pub fn lookup(
+        &self,
+        dst: IpAddr,
+        ip_proto: u8,
+        dst_port: Option<u16>,
+    ) -> Result<&ForwardingRule, RuleMiss> {
+        let idx = self
+            .vips
+            .binary_search_by(|(v, _)| v.cmp(&dst))
+            .map_err(|_| RuleMiss::NotVip)?;
+        let rules = &self.vips[idx].1;
+        rules
+            .iter()
+            .find(|r| {
+                let proto_ok = match r.protocol {
+                    RuleProtocol::Tcp => ip_proto == 6,
+                    RuleProtocol::Udp => ip_proto == 17,
+                    RuleProtocol::L3Default => true,
+                };
+                proto_ok && r.ports.matches(dst_port)
+            })
+            .ok_or(RuleMiss::NoRule)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(vip: &str, protocol: RuleProtocol, ports: PortRange, svc: u16) -> ForwardingRule {
+        ForwardingRule {
+            name: format!("r{svc}"),
+            vip: vip.parse().unwrap(),
+            protocol,
+            ports,
+            service: ServiceId(svc),
+        }
+    }
+
+    /// FR-1, FR-2, FR-3, FR-4: protocol and port matching, several rules per
+    /// VIP, misses named, portless packets only match ALL.
+    #[test]
+    fn fr_1_to_4_rule_lookup() {
+        let t = RuleTable::new(vec![
+            rule("203.0.113.10", RuleProtocol::Tcp, PortRange { first: 80, last: 80 }, 0),
+            rule("203.0.113.10", RuleProtocol::Udp, PortRange::ALL, 1),
+            rule("2001:db8::10", RuleProtocol::L3Default, PortRange::ALL, 2),
+            rule("203.0.113.11", RuleProtocol::Tcp, PortRange { first: 8000, last: 8080 }, 3),
+        ]);
+        let v4: IpAddr = "203.0.113.10".parse().unwrap();
+        assert_eq!(t.lookup(v4, 6, Some(80)).unwrap().service, ServiceId(0));
+        assert_eq!(t.lookup(v4, 6, Some(81)), Err(RuleMiss::NoRule));
+        assert_eq!(t.lookup(v4, 17, Some(53)).unwrap().service, ServiceId(1));
+        assert_eq!(t.lookup(v4, 17, None).unwrap().service, ServiceId(1));
+        assert_eq!(t.lookup(v4, 6, None), Err(RuleMiss::NoRule));
+        assert_eq!(t.lookup(v4, 50, None), Err(RuleMiss::NoRule));
+        let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        assert_eq!(t.lookup(v6, 50, None).unwrap().service, ServiceId(2));
+        let r: IpAddr = "203.0.113.11".parse().unwrap();
+        assert_eq!(t.lookup(r, 6, Some(8000)).unwrap().service, ServiceId(3));
+        assert_eq!(t.lookup(r, 6, Some(8080)).unwrap().service, ServiceId(3));
+        assert_eq!(t.lookup(r, 6, Some(8081)), Err(RuleMiss::NoRule));
+        let other: IpAddr = "198.51.100.1".parse().unwrap();
+        assert_eq!(t.lookup(other, 6, Some(80)), Err(RuleMiss::NotVip));
+        assert!(t.is_vip(v6) && !t.is_vip(other));
+    }
+}

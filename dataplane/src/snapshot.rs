@@ -1,0 +1,291 @@
+//! The immutable forwarding state the workers read (MG-5, AP-2).
+//!
+//! The control plane builds a complete [`ForwardingState`] off the hot path
+//! and publishes it atomically (see [`SnapshotCell`]); a worker loads the
+//! current one at most once per burst and never sees a mix of two.
+//!
+//! Backends are named by stable [`BackendId`]s that survive snapshots, so a
+//! conntrack entry can hold an id and look the backend's current health,
+//! weight, draining deadline and pool up in whatever snapshot is current
+//! (CT-7, CT-8, CT-10, CT-11). Nothing in a snapshot points into another.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::rules::RuleTable;
+
+/// A backend's stable identity: assigned by the control plane, never reused
+/// while any snapshot or conntrack entry may still name it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct BackendId(pub u32);
+
+/// Index of a service in [`ForwardingState::services`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ServiceId(pub u16);
+
+/// IP protocols a forwarding rule can name (FR-1).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RuleProtocol {
+    Tcp,
+    Udp,
+    /// Every IP protocol (TCP, UDP, ESP, GRE, ICMP, ICMPv6, …).
+    L3Default,
+}
+
+/// An inclusive destination-port range; `ALL` is `0..=65535` and is the only
+/// range that matches packets without ports (non-first fragments, ESP, …: FR-4).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    pub const ALL: PortRange = PortRange { first: 0, last: u16::MAX };
+
+    pub fn is_all(&self) -> bool {
+        *self == Self::ALL
+    }
+
+    /// Whether a packet with destination port `port` (None: no ports) matches.
+    pub fn matches(&self, port: Option<u16>) -> bool {
+        match port {
+            Some(p) => self.first <= p && p <= self.last,
+            None => self.is_all(),
+        }
+    }
+
+    pub fn overlaps(&self, other: &PortRange) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+}
+
+/// Session affinity: which fields feed the hash (SPEC §2).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum SessionAffinity {
+    /// Hashes like `ClientIpPortProto` (HA-1).
+    #[default]
+    None,
+    ClientIpPortProto,
+    ClientIpProto,
+    ClientIp,
+}
+
+/// Connection tracking mode (SPEC §3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum TrackingMode {
+    #[default]
+    PerConnection,
+    PerSession,
+}
+
+/// `connection_persistence_on_unhealthy_backends` (CT-8).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum PersistenceOnUnhealthy {
+    #[default]
+    DefaultForProtocol,
+    NeverPersist,
+    AlwaysPersist,
+}
+
+/// How a packet is delivered to its backend (AP-3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Encapsulation {
+    /// Layer-2 DSR: rewrite the Ethernet header, backend on the same segment.
+    L2,
+    /// GRE (RFC 2784) in an outer IP header from the appliance to the backend.
+    Gre,
+    /// IP-in-IP (IPv4/IPv6 in IPv4/IPv6).
+    Ipip,
+    /// Generic UDP Encapsulation to `port`; source port from the flow hash.
+    Gue { port: u16 },
+}
+
+/// Whether a backend belongs to the primary or the failover pool (FO-1).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Pool {
+    #[default]
+    Primary,
+    Failover,
+}
+
+/// Coarse time used by the dataplane: milliseconds since the process's clock
+/// origin. One clock read per burst (CT-5).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Millis(pub u64);
+
+/// Connection tracking settings of a service (SPEC §3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ConnectionTracking {
+    pub mode: TrackingMode,
+    pub persistence: PersistenceOnUnhealthy,
+    /// CT-5, default 60 s.
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for ConnectionTracking {
+    fn default() -> Self {
+        Self {
+            mode: TrackingMode::default(),
+            persistence: PersistenceOnUnhealthy::default(),
+            idle_timeout_ms: 60_000,
+        }
+    }
+}
+
+/// A complete Maglev lookup table: `slots[hash % slots.len()]` is the owner.
+/// Empty when the eligible set is empty (new flows are dropped: EL-4).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MaglevTable {
+    pub slots: Box<[BackendId]>,
+}
+
+impl MaglevTable {
+    #[inline]
+    pub fn lookup(&self, hash: u64) -> Option<BackendId> {
+        let n = self.slots.len() as u64;
+        if n == 0 {
+            return None;
+        }
+        self.slots.get((hash % n) as usize).copied()
+    }
+}
+
+/// A backend service as the dataplane needs it.
+#[derive(Clone, Debug)]
+pub struct ServiceState {
+    pub name: String,
+    pub encapsulation: Encapsulation,
+    pub affinity: SessionAffinity,
+    pub tracking: ConnectionTracking,
+    /// CT-10: how long entries on a removed backend keep working.
+    pub draining_timeout_ms: u64,
+    /// CT-11: when false, a pool flip invalidates every entry of the service.
+    pub drain_on_failover: bool,
+    /// Incremented by the control plane at every primary↔failover flip.
+    pub pool_epoch: u32,
+    /// `tables[0]`: clients in no zone (or zonal affinity off);
+    /// `tables[1 + z]`: clients in zone `z` of [`ForwardingState::zones`].
+    pub tables: Vec<MaglevTable>,
+    /// The service's current backends, including draining ones.
+    pub backends: Vec<BackendId>,
+}
+
+impl ServiceState {
+    /// The table for a client in `zone` (None: no zone / affinity off).
+    #[inline]
+    pub fn table_for(&self, zone: Option<u16>) -> Option<&MaglevTable> {
+        match zone {
+            Some(z) => self
+                .tables
+                .get(1 + usize::from(z))
+                .or_else(|| self.tables.first()),
+            None => self.tables.first(),
+        }
+    }
+}
+
+/// Where to send packets for a backend: egress port and next-hop MAC.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Egress {
+    pub port: u16,
+    /// None while the next hop is unresolved (packets dropped, counted).
+    pub next_hop_mac: Option<[u8; 6]>,
+}
+
+/// One backend of one service, keyed by its stable id.
+#[derive(Clone, Debug)]
+pub struct BackendState {
+    pub id: BackendId,
+    pub service: ServiceId,
+    pub address: IpAddr,
+    pub healthy: bool,
+    /// 0–1000 (HC-7); 1 when unweighted.
+    pub weight: u16,
+    pub pool: Pool,
+    /// CT-10: Some(deadline) once removed from the config; entries keep
+    /// working until the deadline, new connections never come here.
+    pub draining_until: Option<Millis>,
+    pub egress: Egress,
+}
+
+/// A dataplane port as the encapsulator needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortState {
+    pub name: String,
+    pub mac: [u8; 6],
+    pub ipv4: Option<Ipv4Addr>,
+    pub ipv6: Option<Ipv6Addr>,
+    pub mtu: u16,
+}
+
+/// Client subnets of one zone (SPEC §6), for the per-zone table variants.
+#[derive(Clone, Debug, Default)]
+pub struct ZoneMap {
+    pub zones: Vec<Zone>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Zone {
+    pub name: String,
+    pub subnets: Vec<(IpAddr, u8)>,
+}
+
+/// Everything a worker needs to forward, immutable once published.
+#[derive(Clone, Debug, Default)]
+pub struct ForwardingState {
+    /// Increments with every publish; exported as a metric.
+    pub generation: u64,
+    pub rules: RuleTable,
+    /// Indexed by [`ServiceId`].
+    pub services: Vec<ServiceState>,
+    /// Indexed by `BackendId.0`; `None` for ids no longer in use.
+    pub backends: Vec<Option<BackendState>>,
+    /// Indexed by DPDK port index, in config order.
+    pub ports: Vec<PortState>,
+    pub zones: ZoneMap,
+}
+
+impl ForwardingState {
+    #[inline]
+    pub fn backend(&self, id: BackendId) -> Option<&BackendState> {
+        self.backends.get(id.0 as usize).and_then(Option::as_ref)
+    }
+
+    #[inline]
+    pub fn service(&self, id: ServiceId) -> Option<&ServiceState> {
+        self.services.get(usize::from(id.0))
+    }
+}
+
+/// The atomically swapped pointer to the current snapshot (MG-5).
+///
+/// Readers (`load`) never block and never free a snapshot: the control
+/// plane keeps the previous one alive in [`SnapshotCell::publish`]'s return
+/// value and drops it on its own thread.
+#[derive(Debug)]
+pub struct SnapshotCell {
+    current: ArcSwap<ForwardingState>,
+}
+
+impl SnapshotCell {
+    pub fn new(initial: ForwardingState) -> Self {
+        Self {
+            current: ArcSwap::from_pointee(initial),
+        }
+    }
+
+    /// The current snapshot. Workers call this once per burst.
+    #[inline]
+    pub fn load(&self) -> Arc<ForwardingState> {
+        self.current.load_full()
+    }
+
+    /// Publishes `next`; returns the previous snapshot so the caller (the
+    /// control thread) is where it is freed.
+    pub fn publish(&self, next: ForwardingState) -> Arc<ForwardingState> {
+        self.current.swap(Arc::new(next))
+    }
+}

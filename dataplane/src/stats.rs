@@ -1,0 +1,118 @@
+//! Per-worker counters: one writer (the worker), any number of readers (the
+//! metrics scrape), no locked read-modify-write on the packet path.
+//!
+//! A [`Counter`] is an `AtomicU64` updated with a relaxed load + store: only
+//! its owning worker writes it, so the pair cannot lose an update, and it
+//! compiles to a plain `add` on x86. Readers may see a value one burst old.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+use crate::drop_reason::DropReason;
+
+/// Maximum number of dataplane ports.
+pub const MAX_PORTS: usize = 8;
+
+/// A single-writer monotonically increasing counter.
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`. Must only be called by the counter's owning thread.
+    #[inline(always)]
+    pub fn add(&self, n: u64) {
+        self.0
+            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A single-writer gauge (last value wins).
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    #[inline(always)]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct PortCounters {
+    pub rx_packets: Counter,
+    pub rx_bytes: Counter,
+    pub tx_packets: Counter,
+    pub tx_bytes: Counter,
+}
+
+/// Everything one worker counts. Allocated once at start; the metrics thread
+/// holds an `Arc` to every worker's block and sums them at scrape time.
+#[derive(Debug)]
+pub struct WorkerStats {
+    pub ports: [PortCounters; MAX_PORTS],
+    pub drops: [Counter; DropReason::COUNT],
+    /// Packets handed to the exception path (AP-4).
+    pub punted: Counter,
+    /// Indexed by `BackendId.0`; ids beyond the end are not counted per backend.
+    pub backend_packets: Box<[Counter]>,
+    /// Generation of the snapshot the worker last loaded.
+    pub snapshot_generation: Gauge,
+    /// Number of poll-loop iterations (bursts attempted).
+    pub polls: Counter,
+}
+
+impl WorkerStats {
+    pub fn new(max_backends: usize) -> CachePadded<Self> {
+        CachePadded::new(Self {
+            ports: Default::default(),
+            drops: Default::default(),
+            punted: Counter::default(),
+            backend_packets: (0..max_backends).map(|_| Counter::default()).collect(),
+            snapshot_generation: Gauge::default(),
+            polls: Counter::default(),
+        })
+    }
+
+    #[inline(always)]
+    pub fn drop(&self, reason: DropReason, n: u64) {
+        self.drops[reason.index()].add(n);
+    }
+
+    #[inline(always)]
+    pub fn backend(&self, id: crate::BackendId, n: u64) {
+        if let Some(c) = self.backend_packets.get(id.0 as usize) {
+            c.add(n);
+        }
+    }
+
+    pub fn total_drops(&self) -> u64 {
+        self.drops.iter().map(Counter::get).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_add_and_sum() {
+        let s = WorkerStats::new(4);
+        s.drop(DropReason::NoRule, 2);
+        s.drop(DropReason::NotForUs, 3);
+        s.backend(crate::BackendId(3), 5);
+        s.backend(crate::BackendId(9), 5); // out of range: ignored, no panic
+        assert_eq!(s.total_drops(), 5);
+        assert_eq!(s.backend_packets[3].get(), 5);
+    }
+}

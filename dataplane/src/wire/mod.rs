@@ -1,0 +1,1 @@
+//! Zero-copy, bounds-checked protocol views.

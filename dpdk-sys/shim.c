@@ -1,0 +1,3 @@
+#include <rte_errno.h>
+
+int sluice_rte_errno(void) { return rte_errno; }
