@@ -1,1 +1,104 @@
-fn main() {}
+//! `sluice`: the load balancer appliance's command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+mod run;
+
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about = "Kernel-bypass L4 load balancer on DPDK")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the appliance.
+    Run {
+        /// Configuration file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Stop once no packet has arrived for this many milliseconds
+        /// (replaying a pcap, tests, benchmarks).
+        #[arg(long, value_name = "MS")]
+        exit_on_idle: Option<u64>,
+        /// Stop after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        duration: Option<f64>,
+        /// On exit, write the final metrics (Prometheus text) to this file,
+        /// or `-` for standard output.
+        #[arg(long, value_name = "FILE")]
+        metrics_dump: Option<PathBuf>,
+        /// Do not serve /metrics over HTTP.
+        #[arg(long)]
+        no_metrics_server: bool,
+    },
+    /// Validate configuration files; print every error; exit 2 on any.
+    CheckConfig {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { files } => check_config(&files),
+        Command::Run {
+            config,
+            exit_on_idle,
+            duration,
+            metrics_dump,
+            no_metrics_server,
+        } => {
+            let cfg = match controlplane::config::load_file(&config) {
+                Ok(cfg) => cfg,
+                Err(diags) => {
+                    eprint!("{diags}");
+                    eprintln!(
+                        "sluice: {} error(s) in {}; nothing started",
+                        diags.len(),
+                        config.display()
+                    );
+                    return ExitCode::from(2);
+                }
+            };
+            let opts = run::RunOptions {
+                exit_on_idle: exit_on_idle.map(Duration::from_millis),
+                duration: duration.map(Duration::from_secs_f64),
+                metrics_dump,
+                metrics_server: !no_metrics_server,
+            };
+            match run::run(cfg, opts) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("sluice: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn check_config(files: &[PathBuf]) -> ExitCode {
+    let mut failed = false;
+    for f in files {
+        match controlplane::config::load_file(f) {
+            Ok(_) => println!("{}: ok", f.display()),
+            Err(diags) => {
+                failed = true;
+                eprint!("{diags}");
+                eprintln!("{}: {} error(s)", f.display(), diags.len());
+            }
+        }
+    }
+    if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

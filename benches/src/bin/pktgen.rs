@@ -1,0 +1,35 @@
+//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn]`: writes one 64-byte TCP
+//! packet per distinct flow, for the throughput harness and the demo.
+
+use std::io::BufWriter;
+use std::net::Ipv4Addr;
+
+fn main() -> std::io::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn]";
+    let positional: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
+    let syn = args.iter().any(|a| a == "--syn");
+    let (Some(flows), Some(out)) = (positional.first(), positional.get(1)) else {
+        eprintln!("{usage}");
+        std::process::exit(2);
+    };
+    let flows: u32 = flows.parse().map_err(std::io::Error::other)?;
+    let vip: Ipv4Addr = positional
+        .get(2)
+        .map_or(Ok(Ipv4Addr::new(203, 0, 113, 10)), |s| s.parse())
+        .map_err(std::io::Error::other)?;
+    let mac = positional.get(3).map_or([2, 0, 0, 0, 0, 1], |s| {
+        let mut m = [0u8; 6];
+        for (b, part) in m.iter_mut().zip(s.split(':')) {
+            *b = u8::from_str_radix(part, 16).unwrap_or(0);
+        }
+        m
+    });
+    let file = BufWriter::new(std::fs::File::create(out)?);
+    sluice_benches::write_pcap(
+        file,
+        (0..flows).map(|i| sluice_benches::tcp_flow_frame(i, vip, mac, syn)),
+    )?;
+    eprintln!("pktgen: wrote {flows} flows to {out}");
+    Ok(())
+}

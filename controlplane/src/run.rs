@@ -1,0 +1,224 @@
+//! `sluice run`: EAL, mempool, ports, workers, metrics, and an orderly stop.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use controlplane::config::Config;
+use controlplane::metrics::{self, MetricsSources};
+use controlplane::publish::{build_forwarding_state, BackendIds};
+use dataplane::dpdk::{Eal, Mempool, Port, PortConfig};
+use dataplane::snapshot::SnapshotCell;
+use dataplane::stats::WorkerStats;
+use dataplane::worker::Worker;
+
+/// Upper bound on backend ids counted per backend in each worker's stats.
+const MAX_BACKEND_COUNTERS: usize = 1 << 16;
+
+pub struct RunOptions {
+    pub exit_on_idle: Option<Duration>,
+    pub duration: Option<Duration>,
+    pub metrics_dump: Option<PathBuf>,
+    pub metrics_server: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("DPDK: {0}")]
+    Dpdk(#[from] dataplane::dpdk::DpdkError),
+    #[error("{0}")]
+    Setup(String),
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// EAL arguments: the configured ones, plus what the ports and workers need
+/// unless the operator already said it (devices, lcores, a private runtime
+/// directory so several instances and tests can run side by side).
+pub fn eal_args(cfg: &Config) -> Vec<String> {
+    let mut args = cfg.dataplane.eal_args.clone();
+    let has = |flags: &[&str]| {
+        args.iter()
+            .any(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}="))))
+    };
+    if !has(&["-l", "--lcores", "-c"]) {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Main lcore on CPU 0, worker i on CPU i (wrapping on small machines:
+        // two pollers on one CPU work, just slower).
+        let map: Vec<String> = (0..=usize::from(cfg.dataplane.workers))
+            .map(|l| format!("{l}@{}", l % cpus))
+            .collect();
+        args.push(format!("--lcores={}", map.join(",")));
+    }
+    if !has(&["--file-prefix", "--in-memory"]) {
+        args.push(format!("--file-prefix=sluice-{}", std::process::id()));
+    }
+    for port in &cfg.dataplane.ports {
+        if port.device.starts_with("net_") {
+            args.push(format!("--vdev={}", port.device));
+        } else {
+            args.push("-a".into());
+            args.push(port.device.clone());
+        }
+    }
+    args
+}
+
+pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&term))?;
+    }
+
+    let args = eal_args(&cfg);
+    let eal = Eal::init(&args)?;
+    let workers = usize::from(cfg.dataplane.workers);
+    let lcores = eal.worker_lcores();
+    if lcores.len() < workers {
+        return Err(RunError::Setup(format!(
+            "the configuration asks for {workers} worker(s) but EAL started {} worker lcore(s); \
+             give one more lcore than workers in dataplane.eal_args (-l/--lcores) or drop them \
+             to let sluice choose",
+            lcores.len()
+        )));
+    }
+    let nports = cfg.dataplane.ports.len();
+    // Enough for every RX and TX ring plus per-lcore caches and bursts in flight.
+    let mbufs = (nports as u32 * workers as u32 * (1024 + 1024) + 4096).next_power_of_two() - 1;
+    let pool = Mempool::new("sluice_mbufs", mbufs, 256, dpdk_sys_default_buf_size())?;
+
+    let mut ports = Vec::with_capacity(nports);
+    for p in &cfg.dataplane.ports {
+        let pc = PortConfig {
+            rx_queues: workers as u16,
+            tx_queues: workers as u16,
+            mtu: Some(p.mtu),
+            ..PortConfig::default()
+        };
+        let port = Port::start(&p.device, &pc, &pool)
+            .map_err(|e| RunError::Setup(format!("port {:?} ({}): {e}", p.name, p.device)))?;
+        ports.push(port);
+    }
+    let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
+
+    let mut ids = BackendIds::default();
+    let state = build_forwarding_state(&cfg, &port_macs, &mut ids, 1);
+    let snapshots = Arc::new(SnapshotCell::new(state));
+    let stats: Vec<_> = (0..workers)
+        .map(|_| Arc::new(WorkerStats::new(MAX_BACKEND_COUNTERS)))
+        .collect();
+    let sources = Arc::new(MetricsSources {
+        workers: stats.clone(),
+        snapshot: Arc::clone(&snapshots),
+        port_names: cfg.dataplane.ports.iter().map(|p| p.name.clone()).collect(),
+    });
+    if opts.metrics_server {
+        metrics::serve(cfg.metrics.listen, Arc::clone(&sources))?;
+        eprintln!("sluice: metrics on http://{}/metrics", cfg.metrics.listen);
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clock = eal.tsc_clock();
+    let mut launched = Vec::with_capacity(workers);
+    for (w, &lcore) in lcores.iter().take(workers).enumerate() {
+        let q = w as u16;
+        let worker = Worker {
+            index: w,
+            rx: ports.iter().filter_map(|p| p.rx_queue(q)).collect(),
+            tx: ports.iter().filter_map(|p| p.tx_queue(q)).collect(),
+            stats: Arc::clone(&stats[w]),
+            snapshots: Arc::clone(&snapshots),
+            stop: Arc::clone(&stop),
+            clock,
+        };
+        eal.launch(lcore, move || worker.run())?;
+        launched.push(lcore);
+    }
+    eprintln!(
+        "sluice: {} worker(s) on lcores {:?}, {} port(s): {}",
+        workers,
+        launched,
+        nports,
+        cfg.dataplane
+            .ports
+            .iter()
+            .zip(&ports)
+            .map(|(p, port)| format!("{}={}(dpdk {})", p.name, port.name(), port.id()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    supervise(&opts, &term, &stats);
+
+    stop.store(true, Ordering::Relaxed);
+    for &lcore in &launched {
+        eal.wait(lcore);
+    }
+    // Closing the ports flushes drivers (net_pcap writes its TX file here).
+    drop(ports);
+    if let Some(path) = &opts.metrics_dump {
+        let text = metrics::render(&sources);
+        if path.as_os_str() == "-" {
+            print!("{text}");
+        } else {
+            std::fs::write(path, text)?;
+        }
+    }
+    drop(sources);
+    drop(pool);
+    drop(eal);
+    remove_runtime_dir(&args);
+    Ok(())
+}
+
+/// Waits on the main lcore until a signal, the duration, or idleness says stop.
+fn supervise(
+    opts: &RunOptions,
+    term: &AtomicBool,
+    stats: &[Arc<crossbeam_utils::CachePadded<WorkerStats>>],
+) {
+    let started = Instant::now();
+    let rx_total = || -> u64 {
+        stats
+            .iter()
+            .flat_map(|s| s.ports.iter())
+            .map(|p| p.rx_packets.get())
+            .sum()
+    };
+    let mut last_rx = rx_total();
+    let mut last_change = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        if term.load(Ordering::Relaxed) {
+            eprintln!("sluice: signal received, stopping");
+            return;
+        }
+        if opts.duration.is_some_and(|d| started.elapsed() >= d) {
+            return;
+        }
+        if let Some(idle) = opts.exit_on_idle {
+            let rx = rx_total();
+            if rx != last_rx {
+                last_rx = rx;
+                last_change = Instant::now();
+            } else if last_change.elapsed() >= idle {
+                return;
+            }
+        }
+    }
+}
+
+/// Mbuf data room: DPDK's default (2048 + headroom), enough for a 1500-byte
+/// MTU plus any encapsulation in one segment.
+fn dpdk_sys_default_buf_size() -> u16 {
+    2048 + 128
+}
+
+/// EAL leaves its runtime directory behind; remove ours if we made it.
+fn remove_runtime_dir(args: &[String]) {
+    let own = format!("--file-prefix=sluice-{}", std::process::id());
+    if args.iter().any(|a| *a == own) {
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/sluice-{}", std::process::id()));
+    }
+}

@@ -1,0 +1,42 @@
+use std::ffi::CStr;
+
+/// A failed DPDK call: which call, and DPDK's errno text.
+#[derive(Debug, thiserror::Error)]
+#[error("{call}: {message} (errno {errno})")]
+pub struct DpdkError {
+    pub call: String,
+    pub errno: i32,
+    pub message: String,
+}
+
+impl DpdkError {
+    /// Builds an error from a negative return code (`-errno`) or, when `rc`
+    /// is not negative, from `rte_errno`.
+    pub(crate) fn from_rc(call: impl Into<String>, rc: i32) -> Self {
+        let errno = if rc < 0 {
+            -rc
+        } else {
+            // SAFETY: reads the calling thread's rte_errno; no preconditions.
+            unsafe { dpdk_sys::sluice_rte_errno() }
+        };
+        // SAFETY: rte_strerror returns a pointer to a static or thread-local
+        // NUL-terminated string, valid at least until the next call on this
+        // thread; we copy it out at once.
+        let message = unsafe { CStr::from_ptr(dpdk_sys::rte_strerror(errno)) }
+            .to_string_lossy()
+            .into_owned();
+        Self {
+            call: call.into(),
+            errno,
+            message,
+        }
+    }
+
+    pub(crate) fn msg(call: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            call: call.into(),
+            errno: 0,
+            message: message.into(),
+        }
+    }
+}

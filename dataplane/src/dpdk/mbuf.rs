@@ -1,0 +1,145 @@
+use std::ptr::NonNull;
+
+use crate::packet::PacketBuf;
+
+/// An owned, single-segment packet buffer. Freed on drop; ownership passes
+/// to the driver on transmit ([`Mbuf::into_raw`]).
+#[derive(Debug)]
+pub struct Mbuf {
+    ptr: NonNull<dpdk_sys::rte_mbuf>,
+}
+
+// SAFETY: an mbuf is owned by exactly one `Mbuf`; moving it between threads
+// moves that ownership (DPDK's rings do the same). rte_pktmbuf_free may be
+// called from any lcore or thread.
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    /// # Safety
+    /// `ptr` must be a valid mbuf that the caller owns and gives to us.
+    pub(crate) unsafe fn from_raw(ptr: NonNull<dpdk_sys::rte_mbuf>) -> Self {
+        Self { ptr }
+    }
+
+    /// Gives up ownership (the driver frees it after transmission).
+    pub(crate) fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
+        let p = self.ptr.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+
+    #[inline]
+    fn raw(&self) -> &dpdk_sys::rte_mbuf {
+        // SAFETY: we own a valid mbuf for our whole lifetime.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// Packet length (all segments).
+    #[inline]
+    pub fn pkt_len(&self) -> u32 {
+        self.raw().pkt_len
+    }
+
+    /// Whether the mbuf is a single segment (the only kind we process).
+    #[inline]
+    pub fn is_contiguous(&self) -> bool {
+        self.raw().nb_segs == 1
+    }
+
+    /// The RSS hash the NIC computed, if any.
+    #[inline]
+    pub fn rss_hash(&self) -> u32 {
+        // SAFETY: reading the `hash.rss` union member is always defined
+        // (plain u32 bits); it is only meaningful when the NIC set it.
+        unsafe { self.raw().__bindgen_anon_2.hash.rss }
+    }
+
+    /// Replaces the contents with `bytes` (used to build test and bench
+    /// traffic). Returns false if the buffer is too small.
+    pub fn set_data(&mut self, bytes: &[u8]) -> bool {
+        let m = self.raw();
+        let room = usize::from(m.buf_len).saturating_sub(usize::from(m.data_off));
+        if bytes.len() > room || m.nb_segs != 1 {
+            return false;
+        }
+        // SAFETY: single segment, and buf_addr + data_off .. + bytes.len()
+        // lies inside the buffer (checked against buf_len above).
+        unsafe {
+            let m = self.ptr.as_mut();
+            let dst = m.buf_addr.cast::<u8>().add(usize::from(m.data_off));
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
+            m.data_len = bytes.len() as u16;
+            m.pkt_len = bytes.len() as u32;
+        }
+        true
+    }
+}
+
+impl PacketBuf for Mbuf {
+    #[inline]
+    fn data(&self) -> &[u8] {
+        let m = self.raw();
+        // SAFETY: for the first segment, buf_addr + data_off .. + data_len is
+        // initialised packet data inside the buffer we own; the slice borrows
+        // self, so the mbuf cannot be freed or changed meanwhile. We only
+        // expose the first segment (multi-segment packets are dropped by the
+        // worker before the pipeline sees them).
+        unsafe {
+            std::slice::from_raw_parts(
+                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
+                usize::from(m.data_len),
+            )
+        }
+    }
+
+    #[inline]
+    fn data_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `data`, with exclusive access through &mut self.
+        unsafe {
+            let m = self.ptr.as_mut();
+            std::slice::from_raw_parts_mut(
+                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
+                usize::from(m.data_len),
+            )
+        }
+    }
+
+    #[inline]
+    fn prepend(&mut self, n: usize) -> bool {
+        let Ok(n) = u16::try_from(n) else {
+            return false;
+        };
+        // SAFETY: rte_pktmbuf_prepend checks the headroom and returns NULL
+        // (changing nothing) when it is too small; we own the mbuf.
+        !unsafe { dpdk_sys::rte_pktmbuf_prepend(self.ptr.as_ptr(), n) }.is_null()
+    }
+
+    #[inline]
+    fn trim_front(&mut self, n: usize) -> bool {
+        let Ok(n) = u16::try_from(n) else {
+            return false;
+        };
+        // SAFETY: rte_pktmbuf_adj checks n against data_len and returns NULL
+        // (changing nothing) when it is too large; we own the mbuf.
+        !unsafe { dpdk_sys::rte_pktmbuf_adj(self.ptr.as_ptr(), n) }.is_null()
+    }
+
+    #[inline]
+    fn truncate(&mut self, len: usize) {
+        let cur = self.data().len();
+        if len < cur {
+            // SAFETY: trimming fewer bytes than the segment holds is valid;
+            // rte_pktmbuf_trim checks it anyway. We own the mbuf.
+            unsafe {
+                dpdk_sys::rte_pktmbuf_trim(self.ptr.as_ptr(), (cur - len) as u16);
+            }
+        }
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf and nobody else references it.
+        unsafe { dpdk_sys::rte_pktmbuf_free(self.ptr.as_ptr()) }
+    }
+}

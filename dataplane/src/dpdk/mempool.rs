@@ -1,0 +1,61 @@
+use std::ffi::CString;
+use std::ptr::NonNull;
+
+use super::{DpdkError, Mbuf};
+
+/// A packet-buffer mempool (`rte_pktmbuf_pool_create`).
+#[derive(Debug)]
+pub struct Mempool {
+    ptr: NonNull<dpdk_sys::rte_mempool>,
+}
+
+// SAFETY: rte_mempool is designed for concurrent use from many lcores
+// (lock-free ring + per-lcore caches); the pointer stays valid until Drop.
+unsafe impl Send for Mempool {}
+// SAFETY: as above; get/put are thread-safe.
+unsafe impl Sync for Mempool {}
+
+impl Mempool {
+    /// Creates a pool of `n` mbufs with `data_room` bytes each (headroom
+    /// included) and a per-lcore cache of `cache` mbufs.
+    pub fn new(name: &str, n: u32, cache: u32, data_room: u16) -> Result<Self, DpdkError> {
+        let cname = CString::new(name)
+            .map_err(|_| DpdkError::msg("rte_pktmbuf_pool_create", "name contains NUL"))?;
+        // SAFETY: EAL is initialised (a Mempool can only be made after
+        // Eal::init in our start-up order); name is a valid C string copied
+        // by DPDK; SOCKET_ID_ANY = -1.
+        let ptr = unsafe {
+            dpdk_sys::rte_pktmbuf_pool_create(cname.as_ptr(), n, cache, 0, data_room, -1)
+        };
+        NonNull::new(ptr)
+            .map(|ptr| Self { ptr })
+            .ok_or_else(|| DpdkError::from_rc(format!("rte_pktmbuf_pool_create({name})"), 0))
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {
+        self.ptr.as_ptr()
+    }
+
+    /// Allocates one mbuf (None when the pool is empty).
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: the pool pointer is valid for self's lifetime.
+        let m = unsafe { dpdk_sys::rte_pktmbuf_alloc(self.ptr.as_ptr()) };
+        // SAFETY: a non-null result is a freshly allocated mbuf we now own.
+        NonNull::new(m).map(|m| unsafe { Mbuf::from_raw(m) })
+    }
+
+    /// Mbufs currently available in the pool (ring + caches).
+    pub fn available(&self) -> u32 {
+        // SAFETY: the pool pointer is valid; the call only reads counters.
+        unsafe { dpdk_sys::rte_mempool_avail_count(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for Mempool {
+    fn drop(&mut self) {
+        // SAFETY: every mbuf from this pool is owned by an `Mbuf` or a port
+        // ring; ports are stopped and closed before the pool is dropped
+        // (start-up order in the runtime), so nothing uses the pool any more.
+        unsafe { dpdk_sys::rte_mempool_free(self.ptr.as_ptr()) }
+    }
+}

@@ -1,0 +1,344 @@
+//! Ethernet ports: configuration, queues, link state, statistics.
+
+use std::ffi::CString;
+
+use super::burst::{MbufBurst, MAX_BURST};
+use super::{DpdkError, Mbuf, Mempool};
+
+// RSS hash-function bits from rte_ethdev.h (RTE_BIT64 macros, which bindgen
+// cannot evaluate).
+const RSS_IPV4: u64 = 1 << 2;
+const RSS_FRAG_IPV4: u64 = 1 << 3;
+const RSS_NONFRAG_IPV4_TCP: u64 = 1 << 4;
+const RSS_NONFRAG_IPV4_UDP: u64 = 1 << 5;
+const RSS_NONFRAG_IPV4_OTHER: u64 = 1 << 7;
+const RSS_IPV6: u64 = 1 << 8;
+const RSS_FRAG_IPV6: u64 = 1 << 9;
+const RSS_NONFRAG_IPV6_TCP: u64 = 1 << 10;
+const RSS_NONFRAG_IPV6_UDP: u64 = 1 << 11;
+const RSS_NONFRAG_IPV6_OTHER: u64 = 1 << 13;
+
+/// How a port is set up.
+#[derive(Clone, Debug)]
+pub struct PortConfig {
+    pub rx_queues: u16,
+    pub tx_queues: u16,
+    pub rx_descriptors: u16,
+    pub tx_descriptors: u16,
+    /// Spread flows over RX queues by RSS when there is more than one.
+    /// `l4` false hashes on addresses only, so every packet of a 2/3-tuple
+    /// tracking key (and every fragment) lands on one queue.
+    pub rss_l4: bool,
+    pub mtu: Option<u16>,
+    pub promiscuous: bool,
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        Self {
+            rx_queues: 1,
+            tx_queues: 1,
+            rx_descriptors: 1024,
+            tx_descriptors: 1024,
+            rss_l4: false,
+            mtu: None,
+            promiscuous: true,
+        }
+    }
+}
+
+/// Link state as DPDK reports it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LinkStatus {
+    pub up: bool,
+    pub speed_mbps: u32,
+    pub full_duplex: bool,
+}
+
+/// Hardware/driver counters of a port (`rte_eth_stats`).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortHwStats {
+    pub ipackets: u64,
+    pub opackets: u64,
+    pub ibytes: u64,
+    pub obytes: u64,
+    /// Dropped by the NIC because no RX descriptor was free.
+    pub imissed: u64,
+    pub ierrors: u64,
+    pub oerrors: u64,
+    pub rx_nombuf: u64,
+}
+
+/// A configured and started port. Stopped and closed on drop (which flushes
+/// drivers such as net_pcap's TX file).
+#[derive(Debug)]
+pub struct Port {
+    id: u16,
+    name: String,
+    rx_queues: u16,
+    tx_queues: u16,
+}
+
+impl Port {
+    /// Finds the port DPDK created for `device` (the text before the first
+    /// comma of a vdev string, or a PCI address).
+    pub fn id_by_name(device: &str) -> Result<u16, DpdkError> {
+        let name = device.split(',').next().unwrap_or(device);
+        let cname = CString::new(name).map_err(|_| DpdkError::msg("port name", "contains NUL"))?;
+        let mut id: u16 = 0;
+        // SAFETY: cname is a valid C string; id is a valid out-pointer.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+        if rc != 0 {
+            return Err(DpdkError::msg(
+                format!("rte_eth_dev_get_port_by_name({name})"),
+                "no such port: is the device in the EAL arguments (vdev or PCI allow-list)?",
+            ));
+        }
+        Ok(id)
+    }
+
+    /// Configures the port, sets up its queues with buffers from `pool`,
+    /// and starts it.
+    pub fn start(device: &str, cfg: &PortConfig, pool: &Mempool) -> Result<Port, DpdkError> {
+        let id = Self::id_by_name(device)?;
+        let name = device.split(',').next().unwrap_or(device).to_string();
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: id is a valid port; info is a valid out-struct.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id, &mut info) };
+        if rc != 0 {
+            return Err(DpdkError::from_rc(format!("rte_eth_dev_info_get({name})"), rc));
+        }
+        if cfg.rx_queues > info.max_rx_queues || cfg.tx_queues > info.max_tx_queues {
+            return Err(DpdkError::msg(
+                format!("configure {name}"),
+                format!(
+                    "{} RX / {} TX queues requested, the device supports {} / {} \
+                     (net_pcap: one queue per rx_pcap/tx_pcap pair; net_af_packet: qpairs=N)",
+                    cfg.rx_queues, cfg.tx_queues, info.max_rx_queues, info.max_tx_queues
+                ),
+            ));
+        }
+        let mut conf = dpdk_sys::rte_eth_conf::default();
+        if cfg.rx_queues > 1 {
+            let wanted = if cfg.rss_l4 {
+                RSS_IPV4
+                    | RSS_FRAG_IPV4
+                    | RSS_NONFRAG_IPV4_TCP
+                    | RSS_NONFRAG_IPV4_UDP
+                    | RSS_NONFRAG_IPV4_OTHER
+                    | RSS_IPV6
+                    | RSS_FRAG_IPV6
+                    | RSS_NONFRAG_IPV6_TCP
+                    | RSS_NONFRAG_IPV6_UDP
+                    | RSS_NONFRAG_IPV6_OTHER
+            } else {
+                RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6
+            };
+            conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = wanted & info.flow_type_rss_offloads;
+        }
+        // SAFETY: port id valid, conf fully initialised (zeroed + fields set).
+        let rc = unsafe { dpdk_sys::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf) };
+        if rc != 0 {
+            return Err(DpdkError::from_rc(format!("rte_eth_dev_configure({name})"), rc));
+        }
+        // SAFETY: port id valid.
+        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
+        let socket = if socket < 0 { 0 } else { socket as u32 };
+        for q in 0..cfg.rx_queues {
+            // SAFETY: port configured with rx_queues queues; NULL rx_conf
+            // means driver defaults; pool outlives the port (runtime order).
+            let rc = unsafe {
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    cfg.rx_descriptors,
+                    socket,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
+            };
+            if rc != 0 {
+                return Err(DpdkError::from_rc(format!("rte_eth_rx_queue_setup({name}, {q})"), rc));
+            }
+        }
+        for q in 0..cfg.tx_queues {
+            // SAFETY: as above for TX; NULL tx_conf means driver defaults.
+            let rc = unsafe {
+                dpdk_sys::rte_eth_tx_queue_setup(id, q, cfg.tx_descriptors, socket, std::ptr::null())
+            };
+            if rc != 0 {
+                return Err(DpdkError::from_rc(format!("rte_eth_tx_queue_setup({name}, {q})"), rc));
+            }
+        }
+        if let Some(mtu) = cfg.mtu {
+            // SAFETY: port id valid. Virtual devices may not support it: the
+            // MTU the pipeline enforces comes from the config anyway.
+            let _ = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
+        }
+        // SAFETY: port configured and queues set up.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+        if rc != 0 {
+            return Err(DpdkError::from_rc(format!("rte_eth_dev_start({name})"), rc));
+        }
+        if cfg.promiscuous {
+            // SAFETY: port started. Failure (unsupported) is harmless: the
+            // port then only receives frames to its own MAC and broadcast.
+            let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
+        }
+        Ok(Port {
+            id,
+            name,
+            rx_queues: cfg.rx_queues,
+            tx_queues: cfg.tx_queues,
+        })
+    }
+
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        let mut addr = dpdk_sys::rte_ether_addr::default();
+        // SAFETY: port id valid; addr is a valid out-struct.
+        unsafe { dpdk_sys::rte_eth_macaddr_get(self.id, &mut addr) };
+        addr.addr_bytes
+    }
+
+    pub fn link(&self) -> LinkStatus {
+        let mut link = dpdk_sys::rte_eth_link::default();
+        // SAFETY: port id valid; link is a valid out-struct.
+        unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id, &mut link) };
+        LinkStatus {
+            up: link.link_status() != 0,
+            speed_mbps: link.link_speed,
+            full_duplex: link.link_duplex() != 0,
+        }
+    }
+
+    pub fn hw_stats(&self) -> PortHwStats {
+        Self::hw_stats_of(self.id)
+    }
+
+    /// Counters of port `id` (usable from the metrics thread, which does not
+    /// own the `Port`). Reading stats is thread-safe in DPDK.
+    pub fn hw_stats_of(id: u16) -> PortHwStats {
+        let mut s = dpdk_sys::rte_eth_stats::default();
+        // SAFETY: s is a valid out-struct; an invalid id returns an error
+        // and leaves it zeroed.
+        unsafe { dpdk_sys::rte_eth_stats_get(id, &mut s) };
+        PortHwStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        }
+    }
+
+    /// The RX queue handle for `queue`; hand each to exactly one worker.
+    pub fn rx_queue(&self, queue: u16) -> Option<RxQueue> {
+        (queue < self.rx_queues).then_some(RxQueue {
+            port: self.id,
+            queue,
+        })
+    }
+
+    pub fn tx_queue(&self, queue: u16) -> Option<TxQueue> {
+        (queue < self.tx_queues).then_some(TxQueue {
+            port: self.id,
+            queue,
+        })
+    }
+}
+
+impl Drop for Port {
+    fn drop(&mut self) {
+        // SAFETY: workers using this port's queues have been joined before
+        // the runtime drops the Port; stop + close release the queues and
+        // flush drivers (net_pcap writes its TX file on close).
+        unsafe {
+            dpdk_sys::rte_eth_dev_stop(self.id);
+            dpdk_sys::rte_eth_dev_close(self.id);
+        }
+    }
+}
+
+/// One RX queue of one port. Not `Clone`: exactly one owner polls it.
+#[derive(Debug)]
+pub struct RxQueue {
+    port: u16,
+    queue: u16,
+}
+
+/// One TX queue of one port. Not `Clone`: exactly one owner sends on it.
+#[derive(Debug)]
+pub struct TxQueue {
+    port: u16,
+    queue: u16,
+}
+
+impl RxQueue {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Receives up to `MAX_BURST - burst.len()` packets into `burst`.
+    #[inline]
+    pub fn rx_burst(&mut self, burst: &mut MbufBurst) -> usize {
+        let room = MAX_BURST - burst.len();
+        if room == 0 {
+            return 0;
+        }
+        let mut raw = [std::ptr::null_mut::<dpdk_sys::rte_mbuf>(); MAX_BURST];
+        // SAFETY: this RxQueue is the only user of (port, queue) (not Clone,
+        // one per worker); raw has room for `room` pointers.
+        let n = unsafe {
+            dpdk_sys::rte_eth_rx_burst(self.port, self.queue, raw.as_mut_ptr(), room as u16)
+        };
+        let n = usize::from(n).min(room);
+        for &p in &raw[..n] {
+            if let Some(nn) = std::ptr::NonNull::new(p) {
+                // SAFETY: the driver hands us ownership of each received mbuf.
+                let m = unsafe { Mbuf::from_raw(nn) };
+                // Cannot fail: we asked for at most `room` packets.
+                let _ = burst.push(m);
+            }
+        }
+        n
+    }
+}
+
+impl TxQueue {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Transmits the burst. Packets the driver did not take stay in `burst`
+    /// (the caller counts and frees them). Returns how many were sent.
+    #[inline]
+    pub fn tx_burst(&mut self, burst: &mut MbufBurst) -> usize {
+        let mut raw = [std::ptr::null_mut::<dpdk_sys::rte_mbuf>(); MAX_BURST];
+        let n = burst.take_raw(&mut raw);
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: this TxQueue is the only user of (port, queue); raw[..n]
+        // are valid mbufs whose ownership passes to the driver for the ones
+        // it accepts (the first `sent`).
+        let sent = usize::from(unsafe {
+            dpdk_sys::rte_eth_tx_burst(self.port, self.queue, raw.as_mut_ptr(), n as u16)
+        })
+        .min(n);
+        // SAFETY: the driver did not take raw[sent..n]; we still own them.
+        unsafe { burst.restore_raw(&raw[sent..n]) };
+        sent
+    }
+}
