@@ -1,1 +1,217 @@
-//! TODO(encap)
+//! Delivery to the backend (AP-3): layer-2 DSR, or GRE / IP-in-IP / GUE in
+//! an outer IPv4 header. The inner IP packet is never modified (DSR: the
+//! backend sees the client's source and the VIP as destination).
+//!
+//! Outer IPv6 is not implemented yet: a backend with an IPv6 address, or an
+//! egress port without IPv4, yields `EncapUnsupported`. An outer packet
+//! larger than the egress MTU is dropped with `MtuExceeded` (ICMP
+//! fragmentation-needed / packet-too-big generation is a later step).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use crate::drop_reason::DropReason;
+use crate::packet::PacketBuf;
+use crate::snapshot::{BackendState, Encapsulation, PortState};
+use crate::wire::ethernet::{self, EthernetRepr, MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::wire::gre::{self, GreRepr};
+use crate::wire::gue::{self, GueRepr};
+use crate::wire::ipv4::{self, Ipv4Repr};
+use crate::wire::proto::{GRE, IPV4_IN_IP, IPV6_IN_IP, UDP};
+use crate::wire::udp::{self, UdpRepr};
+use crate::wire::IpInfo;
+
+/// TTL of outer headers: the tunnel spans at most a few routed hops.
+pub const OUTER_TTL: u8 = 64;
+
+/// Lowest GUE source port: the IANA dynamic range 49152–65535, whose 2^14
+/// values are indexed by 14 bits of the flow hash.
+pub const GUE_SRC_PORT_BASE: u16 = 49152;
+
+/// The GUE source port of a flow: the flow hash's bits 32–45, so one flow
+/// keeps one port (no reordering) while flows spread over receive queues.
+pub fn gue_src_port(flow_hash: u64) -> u16 {
+    GUE_SRC_PORT_BASE | (((flow_hash >> 32) as u16) & 0x3fff)
+}
+
+/// The tunnel header after the outer IPv4 header.
+#[derive(Copy, Clone, Debug)]
+enum Tunnel {
+    Gre,
+    Ipip,
+    Gue { src_port: u16, dst_port: u16 },
+}
+
+impl Tunnel {
+    fn header_len(self) -> usize {
+        match self {
+            Tunnel::Gre => gre::HEADER_LEN,
+            Tunnel::Ipip => 0,
+            Tunnel::Gue { .. } => udp::HEADER_LEN + gue::HEADER_LEN,
+        }
+    }
+
+    fn outer_protocol(self, inner_v6: bool) -> u8 {
+        match self {
+            Tunnel::Gre => GRE,
+            Tunnel::Gue { .. } => UDP,
+            Tunnel::Ipip if inner_v6 => IPV6_IN_IP,
+            Tunnel::Ipip => IPV4_IN_IP,
+        }
+    }
+}
+
+/// Rewrites the parsed frame `ip` in `pkt` for delivery to `backend` out of
+/// `port` with `encap`. `flow_hash` feeds GUE's source port.
+///
+/// The packet is left untouched when an error is returned before any
+/// header is written (all of them except, in theory, a buffer that shrank
+/// between parse and encap).
+pub fn encapsulate<P: PacketBuf>(
+    pkt: &mut P,
+    ip: &IpInfo,
+    encap: Encapsulation,
+    backend: &BackendState,
+    port: &PortState,
+    flow_hash: u64,
+) -> Result<(), DropReason> {
+    let next_hop = backend
+        .egress
+        .next_hop_mac
+        .ok_or(DropReason::NextHopUnresolved)?;
+    let tunnel = match encap {
+        Encapsulation::L2 => None,
+        Encapsulation::Gre => Some(Tunnel::Gre),
+        Encapsulation::Ipip => Some(Tunnel::Ipip),
+        Encapsulation::Gue { port } => Some(Tunnel::Gue {
+            src_port: gue_src_port(flow_hash),
+            dst_port: port,
+        }),
+    };
+    let Some(tunnel) = tunnel else {
+        return l2_dsr(pkt, ip, next_hop, port);
+    };
+    let (IpAddr::V4(outer_dst), Some(outer_src)) = (backend.address, port.ipv4) else {
+        return Err(DropReason::EncapUnsupported);
+    };
+    let inner_v6 = ip.ethertype == ETHERTYPE_IPV6;
+    let tunnel_len = tunnel.header_len();
+    let outer_ip_len = ipv4::HEADER_LEN + tunnel_len + ip.ip_len;
+    if outer_ip_len > usize::from(port.mtu) {
+        return Err(DropReason::MtuExceeded);
+    }
+    let headers = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tunnel_len;
+    replace_l2(pkt, ip, headers)?;
+    let buf = pkt.data_mut();
+    let (eth, rest) = buf
+        .split_first_chunk_mut::<{ ethernet::HEADER_LEN }>()
+        .ok_or(DropReason::NoHeadroom)?;
+    EthernetRepr {
+        dst: next_hop,
+        src: port.mac,
+        ethertype: ETHERTYPE_IPV4,
+    }
+    .emit(eth);
+    let (outer, rest) = rest
+        .split_first_chunk_mut::<{ ipv4::HEADER_LEN }>()
+        .ok_or(DropReason::NoHeadroom)?;
+    emit_outer_ipv4(outer, outer_src, outer_dst, tunnel, ip, inner_v6)?;
+    match tunnel {
+        Tunnel::Gre => {
+            let (h, _) = rest
+                .split_first_chunk_mut::<{ gre::HEADER_LEN }>()
+                .ok_or(DropReason::NoHeadroom)?;
+            GreRepr {
+                protocol_type: ip.ethertype,
+            }
+            .emit(h);
+        }
+        Tunnel::Ipip => {}
+        Tunnel::Gue { src_port, dst_port } => {
+            let (u, rest) = rest
+                .split_first_chunk_mut::<{ udp::HEADER_LEN }>()
+                .ok_or(DropReason::NoHeadroom)?;
+            UdpRepr {
+                src_port,
+                dst_port,
+                payload_len: gue::HEADER_LEN + ip.ip_len,
+                checksum: 0,
+            }
+            .emit(u)
+            .map_err(|_| DropReason::MtuExceeded)?;
+            let (g, _) = rest
+                .split_first_chunk_mut::<{ gue::HEADER_LEN }>()
+                .ok_or(DropReason::NoHeadroom)?;
+            let protocol = if inner_v6 { IPV6_IN_IP } else { IPV4_IN_IP };
+            GueRepr { protocol }.emit(g);
+        }
+    }
+    Ok(())
+}
+
+fn emit_outer_ipv4(
+    hdr: &mut [u8; ipv4::HEADER_LEN],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    tunnel: Tunnel,
+    ip: &IpInfo,
+    inner_v6: bool,
+) -> Result<(), DropReason> {
+    Ipv4Repr {
+        src,
+        dst,
+        protocol: tunnel.outer_protocol(inner_v6),
+        ttl: OUTER_TTL,
+        // ID 0 is allowed with DF (RFC 6864); without DF a tunnel packet
+        // this size is below the MTU and will not be fragmented by us.
+        ident: 0,
+        // Copying DF keeps path-MTU discovery working end to end; IPv6 is
+        // never fragmented in flight, so its tunnel must not be either.
+        dont_frag: ip.dont_fragment || inner_v6,
+        payload_len: tunnel.header_len() + ip.ip_len,
+    }
+    .emit(hdr)
+    .map_err(|_| DropReason::MtuExceeded)
+}
+
+/// Layer-2 DSR: a plain Ethernet header to the backend's next hop, VLAN
+/// tags of the client side removed, the IP packet byte for byte.
+fn l2_dsr<P: PacketBuf>(
+    pkt: &mut P,
+    ip: &IpInfo,
+    next_hop: MacAddr,
+    port: &PortState,
+) -> Result<(), DropReason> {
+    if ip.ip_len > usize::from(port.mtu) {
+        return Err(DropReason::MtuExceeded);
+    }
+    replace_l2(pkt, ip, ethernet::HEADER_LEN)?;
+    let (eth, _) = pkt
+        .data_mut()
+        .split_first_chunk_mut::<{ ethernet::HEADER_LEN }>()
+        .ok_or(DropReason::NoHeadroom)?;
+    EthernetRepr {
+        dst: next_hop,
+        src: port.mac,
+        ethertype: ip.ethertype,
+    }
+    .emit(eth);
+    Ok(())
+}
+
+/// Cuts Ethernet padding after the IP packet (inside a tunnel it would
+/// become garbage after the inner packet) and makes the bytes before the IP
+/// header exactly `headers` long, in a single prepend or trim so that a
+/// failure leaves the front of the packet as it was.
+fn replace_l2<P: PacketBuf>(pkt: &mut P, ip: &IpInfo, headers: usize) -> Result<(), DropReason> {
+    pkt.truncate(ip.l3_offset + ip.ip_len);
+    let ok = if headers >= ip.l3_offset {
+        pkt.prepend(headers - ip.l3_offset)
+    } else {
+        pkt.trim_front(ip.l3_offset - headers)
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(DropReason::NoHeadroom)
+    }
+}

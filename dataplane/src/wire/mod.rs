@@ -1,1 +1,69 @@
-//! Zero-copy, bounds-checked protocol views.
+//! Zero-copy, bounds-checked protocol views and emitters, one file per
+//! protocol (smoltcp style).
+//!
+//! Every view is built by a `new_checked` constructor that validates the
+//! buffer once; its header is then held as a fixed-size array reference, so
+//! accessors read constant offsets the compiler proves in bounds and cannot
+//! panic. Emitters write into fixed-size header arrays for the same reason.
+//! Nothing here allocates.
+
+pub mod checksum;
+pub mod ethernet;
+pub mod gre;
+pub mod gue;
+pub mod ipv4;
+pub mod ipv6;
+pub mod ipv6_ext;
+pub mod parse;
+pub mod tcp;
+pub mod udp;
+
+pub use parse::{parse, Fragment, IpInfo, ParseError, Parsed, Ports};
+
+/// IANA protocol numbers the dataplane cares about.
+pub mod proto {
+    pub const HOP_BY_HOP: u8 = 0;
+    pub const ICMP: u8 = 1;
+    pub const IPV4_IN_IP: u8 = 4;
+    pub const TCP: u8 = 6;
+    pub const UDP: u8 = 17;
+    pub const IPV6_IN_IP: u8 = 41;
+    pub const IPV6_ROUTING: u8 = 43;
+    pub const IPV6_FRAGMENT: u8 = 44;
+    pub const GRE: u8 = 47;
+    pub const ESP: u8 = 50;
+    pub const AH: u8 = 51;
+    pub const ICMPV6: u8 = 58;
+    pub const IPV6_NO_NEXT: u8 = 59;
+    pub const IPV6_DEST_OPTS: u8 = 60;
+}
+
+/// Why a view could not be built over a buffer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The buffer ends before the header (or the length it announces) does.
+    Truncated,
+    /// A field holds a value the protocol forbids (version, IHL, offset…).
+    Malformed,
+    /// An IPv6 extension-header chain is longer than the walk allows.
+    TooManyHeaders,
+}
+
+/// Copies `N` bytes at constant offset `AT` out of a fixed-size header.
+///
+/// The inline const assertion turns an out-of-range field into a compile
+/// error, so the slice below can never panic at run time.
+#[inline(always)]
+pub(crate) fn field<const AT: usize, const N: usize, const L: usize>(h: &[u8; L]) -> [u8; N] {
+    const { assert!(AT + N <= L) };
+    let mut out = [0u8; N];
+    out.copy_from_slice(&h[AT..AT + N]);
+    out
+}
+
+/// Writes `N` bytes at constant offset `AT` into a fixed-size header.
+#[inline(always)]
+pub(crate) fn put<const AT: usize, const N: usize, const L: usize>(h: &mut [u8; L], v: [u8; N]) {
+    const { assert!(AT + N <= L) };
+    h[AT..AT + N].copy_from_slice(&v);
+}

@@ -1,0 +1,204 @@
+//! A bounded walk over IPv6 extension headers (RFC 8200 §4) to the upper
+//! layer: hop-by-hop, routing, fragment, destination options and AH.
+//!
+//! Anything else (ESP included: its contents are opaque) ends the walk and
+//! is reported as the upper-layer protocol.
+
+use super::proto::{AH, HOP_BY_HOP, IPV6_DEST_OPTS, IPV6_FRAGMENT, IPV6_ROUTING};
+use super::Error;
+
+/// Longest chain the walk follows. Legitimate packets carry two or three;
+/// the bound keeps the per-packet cost fixed against crafted chains.
+pub const MAX_EXT_HEADERS: usize = 8;
+
+pub const FRAGMENT_HEADER_LEN: usize = 8;
+
+/// The contents of a Fragment header.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Ipv6FragInfo {
+    /// In 8-byte units.
+    pub offset: u16,
+    pub more: bool,
+    pub ident: u32,
+}
+
+/// Where the walk ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Ipv6Upper {
+    /// Upper-layer protocol (after a non-first fragment: the fragment
+    /// header's next-header value, whose data is not in this packet).
+    pub protocol: u8,
+    /// Offset of the upper-layer header from the start of the IPv6 payload.
+    pub offset: usize,
+    /// Present whenever a Fragment header was seen (HA-2: atomic and first
+    /// fragments included).
+    pub fragment: Option<Ipv6FragInfo>,
+}
+
+fn is_extension(nh: u8) -> bool {
+    matches!(nh, HOP_BY_HOP | IPV6_ROUTING | IPV6_FRAGMENT | IPV6_DEST_OPTS | AH)
+}
+
+/// Walks the chain starting with `first` (the fixed header's next header)
+/// over `payload` (the IPv6 payload).
+///
+/// Rejects hop-by-hop anywhere but first (RFC 8200 §4.3), a second
+/// Fragment header, headers that run past the payload, and chains longer
+/// than [`MAX_EXT_HEADERS`]. Stops after a non-first fragment's header,
+/// since what follows is the middle of the original datagram.
+pub fn walk(first: u8, payload: &[u8]) -> Result<Ipv6Upper, Error> {
+    let mut nh = first;
+    let mut offset = 0usize;
+    let mut fragment = None;
+    for count in 0..=MAX_EXT_HEADERS {
+        if !is_extension(nh) {
+            return Ok(Ipv6Upper {
+                protocol: nh,
+                offset,
+                fragment,
+            });
+        }
+        if count == MAX_EXT_HEADERS {
+            return Err(Error::TooManyHeaders);
+        }
+        if nh == HOP_BY_HOP && count != 0 {
+            return Err(Error::Malformed);
+        }
+        let rest = payload.get(offset..).ok_or(Error::Truncated)?;
+        if nh == IPV6_FRAGMENT {
+            let h = rest
+                .first_chunk::<FRAGMENT_HEADER_LEN>()
+                .ok_or(Error::Truncated)?;
+            if fragment.is_some() {
+                return Err(Error::Malformed);
+            }
+            let info = Ipv6FragInfo {
+                offset: u16::from_be_bytes([h[2], h[3]]) >> 3,
+                more: h[3] & 1 != 0,
+                ident: u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+            };
+            fragment = Some(info);
+            nh = h[0];
+            offset += FRAGMENT_HEADER_LEN;
+            if info.offset != 0 {
+                return Ok(Ipv6Upper {
+                    protocol: nh,
+                    offset,
+                    fragment,
+                });
+            }
+            continue;
+        }
+        let h = rest.first_chunk::<2>().ok_or(Error::Truncated)?;
+        let len = if nh == AH {
+            (usize::from(h[1]) + 2) * 4
+        } else {
+            (usize::from(h[1]) + 1) * 8
+        };
+        if rest.len() < len {
+            return Err(Error::Truncated);
+        }
+        nh = h[0];
+        offset += len;
+    }
+    // The loop returns on its last iteration; kept total without a panic.
+    Err(Error::TooManyHeaders)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::proto::{TCP, UDP};
+    use super::*;
+
+    /// An extension header of kind `kind` followed by `next`, 8 bytes long.
+    fn ext(kind: u8, next: u8) -> Vec<u8> {
+        match kind {
+            AH => vec![next, 0, 0, 0, 0, 0, 0, 0], // (0 + 2) * 4 = 8
+            IPV6_FRAGMENT => vec![next, 0, 0, 0, 0, 0, 0, 1],
+            _ => vec![next, 0, 1, 4, 0, 0, 0, 0],
+        }
+    }
+
+    fn chain(kinds: &[u8], upper: u8) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, k) in kinds.iter().enumerate() {
+            let next = kinds.get(i + 1).copied().unwrap_or(upper);
+            out.extend(ext(*k, next));
+        }
+        out.extend_from_slice(&[0xab; 8]);
+        out
+    }
+
+    #[test]
+    fn no_extension_headers() {
+        let u = walk(TCP, &[0; 20]).unwrap();
+        assert_eq!(u, Ipv6Upper { protocol: TCP, offset: 0, fragment: None });
+    }
+
+    #[test]
+    fn every_kind_is_skipped() {
+        let kinds = [HOP_BY_HOP, IPV6_DEST_OPTS, IPV6_ROUTING, AH, IPV6_DEST_OPTS];
+        let p = chain(&kinds, UDP);
+        let u = walk(HOP_BY_HOP, &p).unwrap();
+        assert_eq!((u.protocol, u.offset, u.fragment), (UDP, 40, None));
+    }
+
+    #[test]
+    fn longer_headers_use_their_length_fields() {
+        // Routing header with Hdr Ext Len 1 = 16 bytes, AH with 4 = 24 bytes.
+        let mut p = vec![AH, 1];
+        p.extend_from_slice(&[0; 14]);
+        p.extend_from_slice(&[TCP, 4]);
+        p.extend_from_slice(&[0; 22]);
+        let u = walk(IPV6_ROUTING, &p).unwrap();
+        assert_eq!((u.protocol, u.offset), (TCP, 40));
+    }
+
+    /// HA-2: a Fragment header is reported even at offset 0 (first or atomic
+    /// fragment), and the walk continues to the upper layer.
+    #[test]
+    fn ha_2_first_fragment_walks_on() {
+        let p = chain(&[IPV6_DEST_OPTS, IPV6_FRAGMENT], TCP);
+        let u = walk(IPV6_DEST_OPTS, &p).unwrap();
+        assert_eq!((u.protocol, u.offset), (TCP, 16));
+        let f = u.fragment.unwrap();
+        assert_eq!((f.offset, f.more, f.ident), (0, false, 1));
+    }
+
+    #[test]
+    fn ha_2_non_first_fragment_stops_at_its_header() {
+        // offset 185 (×8), M set; the bytes after it are not a header.
+        let mut p = vec![UDP, 0, 0x05, 0xc9, 0, 0, 0, 9];
+        p.extend_from_slice(&[0xff; 16]);
+        let u = walk(IPV6_FRAGMENT, &p).unwrap();
+        assert_eq!((u.protocol, u.offset), (UDP, 8));
+        assert_eq!(u.fragment, Some(Ipv6FragInfo { offset: 185, more: true, ident: 9 }));
+    }
+
+    #[test]
+    fn chain_limit() {
+        let ok = chain(&[IPV6_DEST_OPTS; MAX_EXT_HEADERS], TCP);
+        assert_eq!(walk(IPV6_DEST_OPTS, &ok).unwrap().offset, 8 * MAX_EXT_HEADERS);
+        let too_long = chain(&[IPV6_DEST_OPTS; MAX_EXT_HEADERS + 1], TCP);
+        assert_eq!(walk(IPV6_DEST_OPTS, &too_long), Err(Error::TooManyHeaders));
+    }
+
+    #[test]
+    fn misplaced_hop_by_hop_and_double_fragment_are_malformed() {
+        let p = chain(&[IPV6_DEST_OPTS, HOP_BY_HOP], TCP);
+        assert_eq!(walk(IPV6_DEST_OPTS, &p), Err(Error::Malformed));
+        let p = chain(&[IPV6_FRAGMENT, IPV6_FRAGMENT], TCP);
+        assert_eq!(walk(IPV6_FRAGMENT, &p), Err(Error::Malformed));
+    }
+
+    #[test]
+    fn truncation_at_every_boundary() {
+        let kinds = [HOP_BY_HOP, IPV6_FRAGMENT, AH, IPV6_ROUTING];
+        let p = chain(&kinds, TCP);
+        let headers_end = 8 * kinds.len();
+        for cut in 0..headers_end {
+            assert_eq!(walk(HOP_BY_HOP, &p[..cut]), Err(Error::Truncated), "{cut}");
+        }
+        assert!(walk(HOP_BY_HOP, &p[..headers_end]).is_ok());
+    }
+}
