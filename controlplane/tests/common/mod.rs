@@ -1,0 +1,118 @@
+//! Helpers for tests that run the real `sluice` binary on DPDK.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use etherparse::PacketBuilder;
+use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
+
+pub fn sluice_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sluice")
+}
+
+pub fn mac_str(m: &[u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// A fresh directory under the target dir (kept after the test for
+/// inspection; overwritten by the next run).
+pub fn tempdir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn tcp_frame(dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, seq: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
+        .ipv4(src, dst, 64)
+        .tcp(sport, dport, seq, 65535)
+        .ack(1)
+        .write(&mut out, b"hello")
+        .unwrap();
+    out
+}
+
+pub fn udp_frame(dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
+        .ipv4(src, dst, 64)
+        .udp(sport, dport)
+        .write(&mut out, payload)
+        .unwrap();
+    out
+}
+
+/// Inserts an 802.1Q tag after the MAC addresses.
+pub fn vlan_tagged(frame: Vec<u8>, vid: u16) -> Vec<u8> {
+    let mut out = frame[..12].to_vec();
+    out.extend_from_slice(&[0x81, 0x00]);
+    out.extend_from_slice(&vid.to_be_bytes());
+    out.extend_from_slice(&frame[12..]);
+    out
+}
+
+pub fn arp_request(sender: [u8; 4], target: [u8; 4]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0xee, 0x01]);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0x00, 6, 4, 0, 1]);
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0xee, 0x01]);
+    f.extend_from_slice(&sender);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target);
+    f.resize(60, 0);
+    f
+}
+
+pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = PcapWriter::new(file).unwrap();
+    for (i, f) in frames.iter().enumerate() {
+        let ts = std::time::Duration::from_micros(i as u64);
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)).unwrap();
+    }
+}
+
+pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
+    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    let mut r = PcapReader::new(file).unwrap();
+    let mut out = Vec::new();
+    while let Some(p) = r.next_packet() {
+        out.push(p.unwrap().data.into_owned());
+    }
+    out
+}
+
+/// Runs `sluice run` until its input has been idle, returns the metrics dump.
+pub fn run_sluice(cfg: &Path, dir: &Path) -> String {
+    let dump = dir.join("metrics.txt");
+    let out = Command::new(sluice_bin())
+        .args(["run", "--no-metrics-server", "--exit-on-idle", "400", "--config"])
+        .arg(cfg)
+        .arg("--metrics-dump")
+        .arg(&dump)
+        .output()
+        .expect("spawn sluice");
+    assert!(
+        out.status.success(),
+        "sluice failed: {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&dump).unwrap()
+}
+
+/// Prometheus text → {"name{labels}": value}.
+pub fn parse_metrics(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse::<f64>().ok()? as u64))
+        })
+        .collect()
+}
