@@ -40,7 +40,7 @@ kill -INT $tp 2>/dev/null || true
 wait $tp 2>/dev/null || true
 rm -rf /var/run/dpdk/bench-tp-$$
 # Port 1's Tx-pps samples, skipping the warm-up ones; the median.
-testpmd_pps=$(awk '/Statistics for port 1/ {p=1} /Statistics for port 0/ {p=0}
+testpmd_pps=$(awk '/statistics for port 1 / {p=1} /statistics for port 0 / {p=0}
                    p && /Tx-pps:/ {print $2}' "$work/testpmd.log" \
               | tail -n +$((WARMUP + 1)) | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
 

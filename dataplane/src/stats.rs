@@ -85,7 +85,7 @@ impl WorkerStats {
     }
 
     #[inline(always)]
-    pub fn drop(&self, reason: DropReason, n: u64) {
+    pub fn count_drop(&self, reason: DropReason, n: u64) {
         self.drops[reason.index()].add(n);
     }
 
@@ -108,8 +108,8 @@ mod tests {
     #[test]
     fn counters_add_and_sum() {
         let s = WorkerStats::new(4);
-        s.drop(DropReason::NoRule, 2);
-        s.drop(DropReason::NotForUs, 3);
+        s.count_drop(DropReason::NoRule, 2);
+        s.count_drop(DropReason::NotForUs, 3);
         s.backend(crate::BackendId(3), 5);
         s.backend(crate::BackendId(9), 5); // out of range: ignored, no panic
         assert_eq!(s.total_drops(), 5);

@@ -11,7 +11,6 @@ use crossbeam_utils::CachePadded;
 
 use crate::dpdk::{MbufBurst, RxQueue, TscClock, TxQueue};
 use crate::drop_reason::DropReason;
-use crate::packet::PacketBuf;
 use crate::pipeline::{self, PipelineCtx, Verdict};
 use crate::snapshot::{Millis, SnapshotCell};
 use crate::stats::WorkerStats;
@@ -72,7 +71,7 @@ impl Worker {
                 for mut m in rx_burst.drain() {
                     pc.rx_bytes.add(u64::from(m.pkt_len()));
                     if !m.is_contiguous() {
-                        stats.drop(DropReason::MultiSegment, 1);
+                        stats.count_drop(DropReason::MultiSegment, 1);
                         continue;
                     }
                     match pipeline::process(&mut m, port_idx as u16, &state, &mut ctx) {
@@ -82,19 +81,19 @@ impl Worker {
                                 tx_bursts.get_mut(usize::from(port)),
                                 tx.get_mut(usize::from(port)),
                             ) else {
-                                stats.drop(DropReason::TxQueueFull, 1);
+                                stats.count_drop(DropReason::TxQueueFull, 1);
                                 continue;
                             };
                             if let Err(m) = burst.push(m) {
                                 flush(txq, burst, &stats, usize::from(port));
                                 if burst.push(m).is_err() {
-                                    stats.drop(DropReason::TxQueueFull, 1);
+                                    stats.count_drop(DropReason::TxQueueFull, 1);
                                 }
                             }
                         }
                         // The exception path arrives with its own issue.
-                        Verdict::Punt => stats.drop(DropReason::NoExceptionPath, 1),
-                        Verdict::Drop(reason) => stats.drop(reason, 1),
+                        Verdict::Punt => stats.count_drop(DropReason::NoExceptionPath, 1),
+                        Verdict::Drop(reason) => stats.count_drop(reason, 1),
                     }
                 }
             }
@@ -122,6 +121,6 @@ fn flush(txq: &mut TxQueue, burst: &mut MbufBurst, stats: &WorkerStats, port_idx
         pc.tx_bytes.add(bytes - unsent_bytes);
     }
     if unsent > 0 {
-        stats.drop(DropReason::TxQueueFull, unsent as u64);
+        stats.count_drop(DropReason::TxQueueFull, unsent as u64);
     }
 }
