@@ -1,0 +1,310 @@
+//! The validated configuration: plain typed values, every default filled in,
+//! every reference checked. The rest of the control plane uses only these
+//! types; nothing here can be invalid.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+pub use dataplane::snapshot::{
+    Encapsulation, PersistenceOnUnhealthy, Pool, PortRange, RuleProtocol, SessionAffinity,
+    TrackingMode,
+};
+
+/// An address with a prefix length: a subnet (`10.1.0.0/16`) or an
+/// interface address (`192.0.2.1/24`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    fn mask_bits(&self) -> (u128, u128) {
+        match self.addr {
+            IpAddr::V4(a) => {
+                let bits = u128::from(u32::from(a));
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    (u32::MAX << (32 - u32::from(self.prefix))) as u128
+                };
+                (bits, mask)
+            }
+            IpAddr::V6(a) => {
+                let bits = u128::from(a);
+                let mask = if self.prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(self.prefix))
+                };
+                (bits, mask)
+            }
+        }
+    }
+
+    /// Whether `ip` lies in this subnet (same family only).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let same_family = matches!(
+            (self.addr, ip),
+            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_))
+        );
+        if !same_family {
+            return false;
+        }
+        let (net, mask) = self.mask_bits();
+        let other = Cidr {
+            addr: ip,
+            prefix: 0,
+        }
+        .mask_bits()
+        .0;
+        net & mask == other & mask
+    }
+
+    pub fn overlaps(&self, other: &Cidr) -> bool {
+        if self.prefix <= other.prefix {
+            self.contains(other.addr)
+        } else {
+            other.contains(self.addr)
+        }
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// The whole appliance configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub dataplane: DataplaneConfig,
+    pub metrics: MetricsConfig,
+    pub zones: Vec<ZoneConfig>,
+    pub health_checks: Vec<HealthCheckConfig>,
+    pub backend_services: Vec<BackendServiceConfig>,
+    pub forwarding_rules: Vec<ForwardingRuleConfig>,
+}
+
+impl Config {
+    pub fn service(&self, name: &str) -> Option<&BackendServiceConfig> {
+        self.backend_services.iter().find(|s| s.name == name)
+    }
+
+    pub fn health_check(&self, name: &str) -> Option<&HealthCheckConfig> {
+        self.health_checks.iter().find(|h| h.name == name)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DataplaneConfig {
+    /// Passed to `rte_eal_init` after the program name, verbatim.
+    pub eal_args: Vec<String>,
+    /// Number of packet worker lcores (≥ 1).
+    pub workers: u16,
+    /// Packets per RX/TX burst (1–512, default 32).
+    pub burst_size: u16,
+    /// In config order; the index is the DPDK port index the dataplane uses.
+    pub ports: Vec<PortConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PortConfig {
+    pub name: String,
+    /// A DPDK vdev string (`net_pcap0,rx_pcap=…`) or a PCI address.
+    pub device: String,
+    /// Overrides the port's own MAC address when set.
+    pub mac: Option<[u8; 6]>,
+    /// The appliance's IPv4 address on this port, with its subnet.
+    pub ipv4: Option<Cidr>,
+    /// The appliance's IPv6 address on this port, with its subnet.
+    pub ipv6: Option<Cidr>,
+    pub mtu: u16,
+}
+
+impl PortConfig {
+    /// Whether `ip` is on this port's directly attached subnet.
+    pub fn on_link(&self, ip: IpAddr) -> bool {
+        self.ipv4
+            .iter()
+            .chain(self.ipv6.iter())
+            .any(|c| c.contains(ip))
+    }
+
+    /// The port's address of `ip`'s family, if it has one.
+    pub fn address_for(&self, ip: IpAddr) -> Option<IpAddr> {
+        match ip {
+            IpAddr::V4(_) => self.ipv4.map(|c| c.addr),
+            IpAddr::V6(_) => self.ipv6.map(|c| c.addr),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct MetricsConfig {
+    /// Default `127.0.0.1:9100`.
+    pub listen: SocketAddr,
+}
+
+#[derive(Clone, Debug)]
+pub struct ZoneConfig {
+    pub name: String,
+    pub client_subnets: Vec<Cidr>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HealthCheckKind {
+    /// HC-1: half-open TCP probe.
+    Tcp,
+    /// HC-2: `GET request_path` with `Host: host` (or `<ip>:<port>`).
+    Http {
+        request_path: String,
+        host: Option<String>,
+        response_codes: Vec<u16>,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct HealthCheckConfig {
+    pub name: String,
+    pub kind: HealthCheckKind,
+    pub port: u16,
+    /// HC-3 defaults: 5 s, 5 s, 2, 3.
+    pub check_interval: Duration,
+    pub timeout: Duration,
+    pub healthy_threshold: u32,
+    pub unhealthy_threshold: u32,
+}
+
+impl HealthCheckConfig {
+    pub fn is_http(&self) -> bool {
+        matches!(self.kind, HealthCheckKind::Http { .. })
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum LocalityLbPolicy {
+    #[default]
+    Maglev,
+    /// HC-7: weights from the `X-Load-Balancing-Endpoint-Weight` header.
+    WeightedMaglev,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct ConnectionTrackingConfig {
+    pub tracking_mode: TrackingMode,
+    pub persistence: PersistenceOnUnhealthy,
+    /// CT-5, default 60 s.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ConnectionTrackingConfig {
+    fn default() -> Self {
+        Self {
+            tracking_mode: TrackingMode::PerConnection,
+            persistence: PersistenceOnUnhealthy::DefaultForProtocol,
+            idle_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// FO-1, FO-2, EL-3…EL-6, CT-11.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct FailoverPolicyConfig {
+    pub failover_ratio: f64,
+    pub drop_traffic_if_unhealthy: bool,
+    pub connection_drain_on_failover: bool,
+}
+
+impl Default for FailoverPolicyConfig {
+    fn default() -> Self {
+        Self {
+            failover_ratio: 0.0,
+            drop_traffic_if_unhealthy: false,
+            connection_drain_on_failover: true,
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub enum Spillover {
+    #[default]
+    ZonalAffinityDisabled,
+    ZonalAffinityStayWithinZone,
+    ZonalAffinitySpillCrossZone,
+}
+
+/// ZA-1.
+#[derive(Copy, Clone, Debug, PartialEq, Default)]
+pub struct ZonalAffinityConfig {
+    pub spillover: Spillover,
+    pub spillover_ratio: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendConfig {
+    pub address: IpAddr,
+    /// Next-hop MAC for this backend (None: unresolved, packets dropped as
+    /// `next_hop_unresolved` until neighbour resolution exists).
+    pub mac: Option<[u8; 6]>,
+    /// Index into [`Config::zones`].
+    pub zone: Option<usize>,
+    pub pool: Pool,
+    /// 0–1000, default 1 (MG-3).
+    pub weight: u16,
+}
+
+#[derive(Clone, Debug)]
+pub struct BackendServiceConfig {
+    pub name: String,
+    pub encapsulation: Encapsulation,
+    /// A prime, 251 ≤ M ≤ 655373, default 65537 (MG-1).
+    pub maglev_table_size: u32,
+    pub session_affinity: SessionAffinity,
+    /// Index into [`Config::health_checks`].
+    pub health_check: Option<usize>,
+    pub locality_lb_policy: LocalityLbPolicy,
+    /// CT-10, default 0.
+    pub connection_draining_timeout: Duration,
+    pub connection_tracking: ConnectionTrackingConfig,
+    /// `Some` when the section is present or any backend is a failover
+    /// backend: its presence switches eligibility from EL-1/2 to EL-3…6.
+    pub failover_policy: Option<FailoverPolicyConfig>,
+    pub zonal_affinity: ZonalAffinityConfig,
+    pub backends: Vec<BackendConfig>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForwardingRuleConfig {
+    pub name: String,
+    pub vip: IpAddr,
+    pub protocol: RuleProtocol,
+    pub ports: PortRange,
+    /// Index into [`Config::backend_services`].
+    pub backend_service: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(s: &str, p: u8) -> Cidr {
+        Cidr {
+            addr: s.parse().unwrap(),
+            prefix: p,
+        }
+    }
+
+    #[test]
+    fn cidr_contains_and_overlaps() {
+        assert!(c("10.1.0.0", 16).contains("10.1.200.3".parse().unwrap()));
+        assert!(!c("10.1.0.0", 16).contains("10.2.0.1".parse().unwrap()));
+        assert!(!c("10.1.0.0", 16).contains("::1".parse().unwrap()));
+        assert!(c("0.0.0.0", 0).contains("8.8.8.8".parse().unwrap()));
+        assert!(c("2001:db8::", 32).contains("2001:db8:1::5".parse().unwrap()));
+        assert!(c("10.0.0.0", 8).overlaps(&c("10.1.0.0", 16)));
+        assert!(c("10.1.0.0", 16).overlaps(&c("10.0.0.0", 8)));
+        assert!(!c("10.1.0.0", 16).overlaps(&c("10.2.0.0", 16)));
+    }
+}

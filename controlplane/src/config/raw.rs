@@ -1,0 +1,163 @@
+//! The TOML file as written: every value keeps its source span so semantic
+//! errors can point at it. Values are kept as strings / integers here and
+//! parsed in `validate`, where a bad value becomes a diagnostic with a hint
+//! instead of an opaque serde error that stops at the first problem.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+type S<T> = Spanned<T>;
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub dataplane: S<RawDataplane>,
+    pub metrics: Option<RawMetrics>,
+    #[serde(default)]
+    pub zone: Vec<RawZone>,
+    #[serde(default)]
+    pub health_check: Vec<RawHealthCheck>,
+    #[serde(default)]
+    pub backend_service: Vec<RawService>,
+    #[serde(default)]
+    pub forwarding_rule: Vec<RawRule>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDataplane {
+    #[serde(default)]
+    pub eal_args: Vec<String>,
+    pub workers: Option<S<i64>>,
+    pub burst_size: Option<S<i64>>,
+    #[serde(default)]
+    pub port: Vec<S<RawPort>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPort {
+    pub name: S<String>,
+    pub device: S<String>,
+    pub mac: Option<S<String>>,
+    pub address: Option<S<String>>,
+    pub address6: Option<S<String>>,
+    pub mtu: Option<S<i64>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    pub listen: Option<S<String>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawZone {
+    pub name: S<String>,
+    #[serde(default)]
+    pub client_subnets: Vec<S<String>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHealthCheck {
+    pub name: S<String>,
+    #[serde(rename = "type")]
+    pub kind: S<String>,
+    pub port: Option<S<i64>>,
+    pub request_path: Option<S<String>>,
+    pub host: Option<S<String>>,
+    pub response_codes: Option<S<Vec<S<i64>>>>,
+    pub check_interval: Option<S<String>>,
+    pub timeout: Option<S<String>>,
+    pub healthy_threshold: Option<S<i64>>,
+    pub unhealthy_threshold: Option<S<i64>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawService {
+    pub name: S<String>,
+    pub encapsulation: Option<S<String>>,
+    pub gue_port: Option<S<i64>>,
+    pub maglev_table_size: Option<S<i64>>,
+    pub session_affinity: Option<S<String>>,
+    pub health_check: Option<S<String>>,
+    pub locality_lb_policy: Option<S<String>>,
+    pub connection_draining_timeout: Option<S<String>>,
+    pub connection_tracking: Option<RawTracking>,
+    pub failover_policy: Option<RawFailover>,
+    pub zonal_affinity: Option<RawZonal>,
+    #[serde(default)]
+    pub backend: Vec<S<RawBackend>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTracking {
+    pub tracking_mode: Option<S<String>>,
+    pub connection_persistence_on_unhealthy_backends: Option<S<String>>,
+    pub idle_timeout: Option<S<String>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFailover {
+    pub failover_ratio: Option<S<Number>>,
+    pub drop_traffic_if_unhealthy: Option<bool>,
+    pub connection_drain_on_failover: Option<bool>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawZonal {
+    pub spillover: Option<S<String>>,
+    pub spillover_ratio: Option<S<Number>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBackend {
+    pub address: S<String>,
+    pub mac: Option<S<String>>,
+    pub zone: Option<S<String>>,
+    pub failover: Option<bool>,
+    pub weight: Option<S<i64>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
+    pub name: S<String>,
+    pub vip: S<String>,
+    pub protocol: Option<S<String>>,
+    pub ports: Option<S<PortsValue>>,
+    pub backend_service: S<String>,
+}
+
+/// Ratios may be written `0` or `0.0`: operators should not have to know
+/// TOML's integer/float distinction.
+#[derive(Deserialize, Debug, Clone, Copy)]
+#[serde(untagged)]
+pub(crate) enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+impl Number {
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Number::Int(i) => i as f64,
+            Number::Float(f) => f,
+        }
+    }
+}
+
+/// `ports = 80` is as natural as `ports = "80"`; accept both.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+pub(crate) enum PortsValue {
+    Int(i64),
+    Text(String),
+}

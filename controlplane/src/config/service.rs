@@ -1,0 +1,427 @@
+//! Validation of `[[backend_service]]` tables and their backends.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::model::*;
+use super::raw::*;
+use super::validate::{
+    tunnel_source_exists, Ctx, DEFAULT_GUE_PORT, DEFAULT_TABLE, MAX_TABLE, MIN_TABLE,
+};
+use super::values;
+
+pub(crate) fn services_section(
+    cx: &mut Ctx<'_>,
+    services: &[RawService],
+    zones: &[RawZone],
+    raw_hcs: &[RawHealthCheck],
+    hcs: &[HealthCheckConfig],
+    ports: &[PortConfig],
+) -> Vec<BackendServiceConfig> {
+    cx.unique(services.iter().map(|s| &s.name), "backend_service");
+    services
+        .iter()
+        .map(|s| service(cx, s, zones, raw_hcs, hcs, ports))
+        .collect()
+}
+
+fn service(
+    cx: &mut Ctx<'_>,
+    s: &RawService,
+    zones: &[RawZone],
+    raw_hcs: &[RawHealthCheck],
+    hcs: &[HealthCheckConfig],
+    ports: &[PortConfig],
+) -> BackendServiceConfig {
+    cx.name(&s.name, "backend_service");
+    let at = format!("backend_service {:?}", s.name.get_ref());
+    let encapsulation = encapsulation(cx, s, &at);
+    let maglev_table_size = table_size(cx, &s.maglev_table_size, &at);
+    let session_affinity = s
+        .session_affinity
+        .as_ref()
+        .and_then(|v| {
+            cx.parse(v, &format!("{at}.session_affinity"), |t| {
+                values::choice(
+                    t,
+                    &[
+                        ("NONE", SessionAffinity::None),
+                        ("CLIENT_IP_PORT_PROTO", SessionAffinity::ClientIpPortProto),
+                        ("CLIENT_IP_PROTO", SessionAffinity::ClientIpProto),
+                        ("CLIENT_IP", SessionAffinity::ClientIp),
+                    ],
+                )
+            })
+        })
+        .unwrap_or_default();
+    let health_check = s.health_check.as_ref().and_then(|h| {
+        let found = raw_hcs.iter().position(|r| r.name.get_ref() == h.get_ref());
+        if found.is_none() {
+            let known: Vec<String> = raw_hcs
+                .iter()
+                .map(|r| format!("{:?}", r.name.get_ref()))
+                .collect();
+            cx.err(
+                h.span(),
+                &format!("{at}.health_check"),
+                (
+                    format!("no health_check named {:?}", h.get_ref()),
+                    if known.is_empty() {
+                        "define it in a [[health_check]] table, or remove the reference".into()
+                    } else {
+                        format!("use one of {}, or define it", known.join(", "))
+                    },
+                ),
+            );
+        }
+        found
+    });
+    let locality_lb_policy = locality(cx, s, health_check.and_then(|i| hcs.get(i)), &at);
+    let connection_draining_timeout = cx.duration(
+        &s.connection_draining_timeout,
+        Duration::ZERO,
+        &format!("{at}.connection_draining_timeout"),
+    );
+    let connection_tracking = tracking(cx, s.connection_tracking.as_ref(), &at);
+    let zonal_affinity = zonal(cx, s.zonal_affinity.as_ref(), &at);
+    let backends = backends(cx, s, &at, encapsulation, zones, ports);
+    let failover_policy = match &s.failover_policy {
+        Some(f) => Some(FailoverPolicyConfig {
+            failover_ratio: cx.ratio(
+                &f.failover_ratio,
+                &format!("{at}.failover_policy.failover_ratio"),
+            ),
+            drop_traffic_if_unhealthy: f.drop_traffic_if_unhealthy.unwrap_or(false),
+            connection_drain_on_failover: f.connection_drain_on_failover.unwrap_or(true),
+        }),
+        None if backends.iter().any(|b| b.pool == Pool::Failover) => {
+            Some(FailoverPolicyConfig::default())
+        }
+        None => None,
+    };
+    BackendServiceConfig {
+        name: s.name.get_ref().clone(),
+        encapsulation,
+        maglev_table_size,
+        session_affinity,
+        health_check,
+        locality_lb_policy,
+        connection_draining_timeout,
+        connection_tracking,
+        failover_policy,
+        zonal_affinity,
+        backends,
+    }
+}
+
+fn encapsulation(cx: &mut Ctx<'_>, s: &RawService, at: &str) -> Encapsulation {
+    #[derive(Copy, Clone, PartialEq)]
+    enum E {
+        L2,
+        Gre,
+        Ipip,
+        Gue,
+    }
+    let e = s
+        .encapsulation
+        .as_ref()
+        .and_then(|v| {
+            cx.parse(v, &format!("{at}.encapsulation"), |t| {
+                values::choice(
+                    t,
+                    &[
+                        ("l2", E::L2),
+                        ("gre", E::Gre),
+                        ("ipip", E::Ipip),
+                        ("gue", E::Gue),
+                    ],
+                )
+            })
+        })
+        .unwrap_or(E::L2);
+    if e != E::Gue {
+        if let Some(p) = &s.gue_port {
+            cx.err(
+                p.span(),
+                &format!("{at}.gue_port"),
+                (
+                    "gue_port applies only to encapsulation = \"gue\"".into(),
+                    "remove gue_port, or set encapsulation = \"gue\"".into(),
+                ),
+            );
+        }
+    }
+    match e {
+        E::L2 => Encapsulation::L2,
+        E::Gre => Encapsulation::Gre,
+        E::Ipip => Encapsulation::Ipip,
+        E::Gue => Encapsulation::Gue {
+            port: cx.int(
+                &s.gue_port,
+                DEFAULT_GUE_PORT,
+                (1, 65535),
+                &format!("{at}.gue_port"),
+                "gue_port",
+            ),
+        },
+    }
+}
+
+fn table_size(cx: &mut Ctx<'_>, v: &Option<Spanned<i64>>, at: &str) -> u32 {
+    let path = format!("{at}.maglev_table_size");
+    let size: u32 = cx.int(
+        v,
+        DEFAULT_TABLE,
+        (i64::from(MIN_TABLE), i64::from(MAX_TABLE)),
+        &path,
+        "maglev_table_size",
+    );
+    if let Some(v) = v.as_ref().filter(|_| !values::is_prime(size)) {
+        let (below, above) = values::primes_near(size);
+        let near: Vec<String> = [below, above]
+            .iter()
+            .flatten()
+            .map(u32::to_string)
+            .collect();
+        cx.err(
+            v.span(),
+            &path,
+            (
+                format!("maglev_table_size {size} is not prime (MG-1)"),
+                format!(
+                    "use a prime such as {} (65537 by default, 655373 for many backends)",
+                    near.join(" or ")
+                ),
+            ),
+        );
+        return DEFAULT_TABLE;
+    }
+    size
+}
+
+fn locality(
+    cx: &mut Ctx<'_>,
+    s: &RawService,
+    hc: Option<&HealthCheckConfig>,
+    at: &str,
+) -> LocalityLbPolicy {
+    let Some(v) = &s.locality_lb_policy else {
+        return LocalityLbPolicy::Maglev;
+    };
+    let path = format!("{at}.locality_lb_policy");
+    let policy = cx
+        .parse(v, &path, |t| {
+            values::choice(
+                t,
+                &[
+                    ("MAGLEV", LocalityLbPolicy::Maglev),
+                    ("WEIGHTED_MAGLEV", LocalityLbPolicy::WeightedMaglev),
+                ],
+            )
+        })
+        .unwrap_or_default();
+    let hc_missing = s.health_check.is_none();
+    if policy == LocalityLbPolicy::WeightedMaglev
+        && (hc_missing || hc.is_some_and(|h| !h.is_http()))
+    {
+        cx.err(
+            v.span(),
+            &path,
+            (
+                "WEIGHTED_MAGLEV needs an HTTP health check to learn weights (HC-7)".into(),
+                "set health_check to a health_check with type = \"HTTP\", or use MAGLEV".into(),
+            ),
+        );
+    }
+    policy
+}
+
+fn tracking(cx: &mut Ctx<'_>, t: Option<&RawTracking>, at: &str) -> ConnectionTrackingConfig {
+    let mut out = ConnectionTrackingConfig::default();
+    let Some(t) = t else { return out };
+    let at = format!("{at}.connection_tracking");
+    if let Some(v) = &t.tracking_mode {
+        out.tracking_mode = cx
+            .parse(v, &format!("{at}.tracking_mode"), |s| {
+                values::choice(
+                    s,
+                    &[
+                        ("PER_CONNECTION", TrackingMode::PerConnection),
+                        ("PER_SESSION", TrackingMode::PerSession),
+                    ],
+                )
+            })
+            .unwrap_or_default();
+    }
+    if let Some(v) = &t.connection_persistence_on_unhealthy_backends {
+        let path = format!("{at}.connection_persistence_on_unhealthy_backends");
+        out.persistence = cx
+            .parse(v, &path, |s| {
+                values::choice(
+                    s,
+                    &[
+                        (
+                            "DEFAULT_FOR_PROTOCOL",
+                            PersistenceOnUnhealthy::DefaultForProtocol,
+                        ),
+                        ("NEVER_PERSIST", PersistenceOnUnhealthy::NeverPersist),
+                        ("ALWAYS_PERSIST", PersistenceOnUnhealthy::AlwaysPersist),
+                    ],
+                )
+            })
+            .unwrap_or_default();
+        if out.persistence == PersistenceOnUnhealthy::AlwaysPersist
+            && out.tracking_mode == TrackingMode::PerSession
+        {
+            cx.err(
+                v.span(),
+                &path,
+                (
+                    "ALWAYS_PERSIST cannot be combined with tracking_mode = \"PER_SESSION\" (CT-8)".into(),
+                    "use DEFAULT_FOR_PROTOCOL or NEVER_PERSIST, or tracking_mode = \"PER_CONNECTION\"".into(),
+                ),
+            );
+        }
+    }
+    out.idle_timeout = cx.duration(
+        &t.idle_timeout,
+        out.idle_timeout,
+        &format!("{at}.idle_timeout"),
+    );
+    if let Some(v) = t
+        .idle_timeout
+        .as_ref()
+        .filter(|_| out.idle_timeout.is_zero())
+    {
+        cx.err(
+            v.span(),
+            &format!("{at}.idle_timeout"),
+            (
+                "idle_timeout must be positive (CT-5)".into(),
+                "use e.g. \"60s\" (the default)".into(),
+            ),
+        );
+    }
+    out
+}
+
+fn zonal(cx: &mut Ctx<'_>, z: Option<&RawZonal>, at: &str) -> ZonalAffinityConfig {
+    let mut out = ZonalAffinityConfig::default();
+    let Some(z) = z else { return out };
+    if let Some(v) = &z.spillover {
+        out.spillover = cx
+            .parse(v, &format!("{at}.zonal_affinity.spillover"), |s| {
+                values::choice(
+                    s,
+                    &[
+                        ("ZONAL_AFFINITY_DISABLED", Spillover::ZonalAffinityDisabled),
+                        (
+                            "ZONAL_AFFINITY_STAY_WITHIN_ZONE",
+                            Spillover::ZonalAffinityStayWithinZone,
+                        ),
+                        (
+                            "ZONAL_AFFINITY_SPILL_CROSS_ZONE",
+                            Spillover::ZonalAffinitySpillCrossZone,
+                        ),
+                    ],
+                )
+            })
+            .unwrap_or_default();
+    }
+    out.spillover_ratio = cx.ratio(
+        &z.spillover_ratio,
+        &format!("{at}.zonal_affinity.spillover_ratio"),
+    );
+    out
+}
+
+fn backends(
+    cx: &mut Ctx<'_>,
+    s: &RawService,
+    at: &str,
+    encap: Encapsulation,
+    zones: &[RawZone],
+    ports: &[PortConfig],
+) -> Vec<BackendConfig> {
+    let mut seen: HashMap<std::net::IpAddr, usize> = HashMap::new();
+    let mut out = Vec::new();
+    for (i, b) in s.backend.iter().enumerate() {
+        let b = b.get_ref();
+        let bat = format!("{at} backend[{i}]");
+        let address = cx.parse(&b.address, &format!("{bat}.address"), values::ip);
+        let mac = b
+            .mac
+            .as_ref()
+            .and_then(|m| cx.parse(m, &format!("{bat}.mac"), values::mac));
+        let zone = b.zone.as_ref().and_then(|z| {
+            let found = zones.iter().position(|r| r.name.get_ref() == z.get_ref());
+            if found.is_none() {
+                let known: Vec<String> = zones
+                    .iter()
+                    .map(|r| format!("{:?}", r.name.get_ref()))
+                    .collect();
+                cx.err(
+                    z.span(),
+                    &format!("{bat}.zone"),
+                    (
+                        format!("no zone named {:?}", z.get_ref()),
+                        if known.is_empty() {
+                            "define it in a [[zone]] table, or remove the reference".into()
+                        } else {
+                            format!("use one of {}, or define it", known.join(", "))
+                        },
+                    ),
+                );
+            }
+            found
+        });
+        let weight = cx.int(
+            &b.weight,
+            1u16,
+            (0, 1000),
+            &format!("{bat}.weight"),
+            "weight",
+        );
+        let Some(address) = address else { continue };
+        if let Some(first) = seen.insert(address, i) {
+            cx.err(
+                b.address.span(),
+                &format!("{bat}.address"),
+                (
+                    format!("backend {address} is listed twice (also backend[{first}])"),
+                    "list each backend address once per service".into(),
+                ),
+            );
+        }
+        if encap != Encapsulation::L2 && !tunnel_source_exists(ports, address) {
+            let fam = if address.is_ipv4() { "IPv4" } else { "IPv6" };
+            let field = if address.is_ipv4() {
+                "address"
+            } else {
+                "address6"
+            };
+            cx.err(
+                b.address.span(),
+                &format!("{bat}.address"),
+                (
+                    format!("no dataplane port has an {fam} address to use as the tunnel source for {address}"),
+                    format!("set `{field}` on a [[dataplane.port]], or use encapsulation = \"l2\""),
+                ),
+            );
+        }
+        out.push(BackendConfig {
+            address,
+            mac,
+            zone,
+            pool: if b.failover.unwrap_or(false) {
+                Pool::Failover
+            } else {
+                Pool::Primary
+            },
+            weight,
+        });
+    }
+    out
+}

@@ -1,0 +1,270 @@
+//! Broken configurations: every error names file:line:col, the field path,
+//! what is wrong and a hint (AP-5).
+
+use controlplane::config;
+
+const BASE: &str = r#"
+[dataplane]
+eal_args = ["--no-huge"]
+
+[[dataplane.port]]
+name = "uplink"
+device = "net_null0"
+address = "192.0.2.1/24"
+
+[[zone]]
+name = "zone-a"
+client_subnets = ["10.1.0.0/16"]
+
+[[health_check]]
+name = "tcp-80"
+type = "TCP"
+port = 80
+
+[[backend_service]]
+name = "web"
+health_check = "tcp-80"
+backend = [
+  { address = "192.0.2.10", mac = "02:00:00:00:00:10", zone = "zone-a" },
+  { address = "192.0.2.11", mac = "02:00:00:00:00:11" },
+]
+
+[[forwarding_rule]]
+name = "web-vip"
+vip = "203.0.113.10"
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+"#;
+
+/// 1-based number of the first line containing `needle`.
+fn line_of(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{needle:?} not in text"))
+        + 1
+}
+
+fn errors(text: &str) -> (usize, String) {
+    match config::load_str(text, "test.toml") {
+        Ok(_) => panic!("config unexpectedly valid:\n{text}"),
+        Err(d) => (d.len(), d.to_string()),
+    }
+}
+
+struct Case {
+    name: &'static str,
+    text: String,
+    /// The error's line is the one containing this text.
+    at_line_with: &'static str,
+    path: &'static str,
+    message: &'static str,
+    hint: &'static str,
+}
+
+fn replace(from: &str, to: &str) -> String {
+    assert!(BASE.contains(from), "{from:?}");
+    BASE.replacen(from, to, 1)
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "unknown field",
+            text: replace("port = 80\n", "port = 80\nintervall = \"5s\"\n"),
+            at_line_with: "intervall",
+            path: "health_check[0].intervall",
+            message: "unknown field `intervall`",
+            hint: "fix its spelling",
+        },
+        Case {
+            name: "bad IP",
+            text: replace("192.0.2.11\"", "192.0.2.300\""),
+            at_line_with: "192.0.2.300",
+            path: "backend_service \"web\" backend[1].address",
+            message: "invalid IP address \"192.0.2.300\"",
+            hint: "hint: write an IPv4 address",
+        },
+        Case {
+            name: "FR-2 overlapping rules name both",
+            text: format!(
+                "{BASE}\n[[forwarding_rule]]\nname = \"web-all\"\nvip = \"203.0.113.10\"\nprotocol = \"L3_DEFAULT\"\nports = \"ALL\"\nbackend_service = \"web\"\n"
+            ),
+            at_line_with: "ports = \"ALL\"",
+            path: "forwarding_rule \"web-all\"",
+            message: "forwarding_rule \"web-all\" overlaps forwarding_rule \"web-vip\" (line 28)",
+            hint: "disjoint port ranges",
+        },
+        Case {
+            name: "CT-8 ALWAYS_PERSIST with PER_SESSION",
+            text: replace(
+                "health_check = \"tcp-80\"\n",
+                "health_check = \"tcp-80\"\nconnection_tracking = { tracking_mode = \"PER_SESSION\", connection_persistence_on_unhealthy_backends = \"ALWAYS_PERSIST\" }\n",
+            ),
+            at_line_with: "ALWAYS_PERSIST",
+            path: "backend_service \"web\".connection_tracking.connection_persistence_on_unhealthy_backends",
+            message: "ALWAYS_PERSIST cannot be combined",
+            hint: "NEVER_PERSIST",
+        },
+        Case {
+            name: "MG-1 non-prime table",
+            text: replace("name = \"web\"\n", "name = \"web\"\nmaglev_table_size = 65536\n"),
+            at_line_with: "65536",
+            path: "backend_service \"web\".maglev_table_size",
+            message: "65536 is not prime",
+            hint: "65521 or 65537",
+        },
+        Case {
+            name: "dangling service reference",
+            text: replace("backend_service = \"web\"", "backend_service = \"wbe\""),
+            at_line_with: "\"wbe\"",
+            path: "forwarding_rule \"web-vip\".backend_service",
+            message: "no backend_service named \"wbe\"",
+            hint: "use one of \"web\"",
+        },
+        Case {
+            name: "dangling zone reference",
+            text: replace("zone = \"zone-a\"", "zone = \"zone-z\""),
+            at_line_with: "zone-z",
+            path: "backend_service \"web\" backend[0].zone",
+            message: "no zone named \"zone-z\"",
+            hint: "\"zone-a\"",
+        },
+        Case {
+            name: "HC-7 weighted needs HTTP check",
+            text: replace("name = \"web\"\n", "name = \"web\"\nlocality_lb_policy = \"WEIGHTED_MAGLEV\"\n"),
+            at_line_with: "WEIGHTED_MAGLEV",
+            path: "backend_service \"web\".locality_lb_policy",
+            message: "HC-7",
+            hint: "type = \"HTTP\"",
+        },
+        Case {
+            name: "syntax error",
+            text: replace("name = \"web\"\n", "name = \"web\n"),
+            at_line_with: "name = \"web",
+            path: "backend_service[0].name",
+            message: "invalid basic string",
+            hint: "TOML syntax",
+        },
+        Case {
+            name: "wrong type",
+            text: replace("port = 80", "port = \"80\""),
+            at_line_with: "port = \"80\"",
+            path: "health_check[0].port",
+            message: "invalid type",
+            hint: "type the field expects",
+        },
+        Case {
+            name: "gre needs a port address of the backend's family",
+            text: replace("name = \"web\"\n", "name = \"web\"\nencapsulation = \"gre\"\n")
+                .replace("192.0.2.11\"", "2001:db8::11\""),
+            at_line_with: "2001:db8::11",
+            path: "backend_service \"web\" backend[1].address",
+            message: "no dataplane port has an IPv6 address",
+            hint: "address6",
+        },
+        Case {
+            name: "ratio out of range",
+            text: replace(
+                "health_check = \"tcp-80\"\n",
+                "health_check = \"tcp-80\"\nfailover_policy = { failover_ratio = 1.5 }\n",
+            ),
+            at_line_with: "failover_ratio",
+            path: "backend_service \"web\".failover_policy.failover_ratio",
+            message: "outside [0.0, 1.0]",
+            hint: "between 0.0 and 1.0",
+        },
+        Case {
+            name: "bad enum value suggests the spelling",
+            text: replace("type = \"TCP\"", "type = \"tcp\""),
+            at_line_with: "type = \"tcp\"",
+            path: "health_check \"tcp-80\".type",
+            message: "unknown value \"tcp\"",
+            hint: "did you mean \"TCP\"",
+        },
+    ]
+}
+
+#[test]
+fn ap_5_broken_configs_report_line_path_and_hint() {
+    for c in cases() {
+        let (_, out) = errors(&c.text);
+        let line = line_of(&c.text, c.at_line_with);
+        let first = out.lines().next().unwrap();
+        let ctx = format!("case {:?}:\n{out}", c.name);
+        assert!(
+            first.starts_with(&format!("test.toml:{line}:")),
+            "wrong line (want {line}) in {ctx}"
+        );
+        assert!(
+            first.contains(&format!(": error: {}: ", c.path)),
+            "wrong path in {ctx}"
+        );
+        assert!(first.contains(c.message), "wrong message in {ctx}");
+        let hint = out.lines().nth(1).unwrap();
+        assert!(
+            hint.starts_with("  hint: ") && hint.contains(c.hint.trim_start_matches("hint: ")),
+            "wrong hint in {ctx}"
+        );
+    }
+}
+
+#[test]
+fn multiple_errors_all_reported_in_one_run() {
+    let text = replace("192.0.2.11\"", "192.0.2.300\"")
+        .replace("mac = \"02:00:00:00:00:10\"", "mac = \"02:00:00:00:10\"")
+        .replace("backend_service = \"web\"", "backend_service = \"nope\"")
+        .replace(
+            "name = \"web\"\n",
+            "name = \"web\"\nmaglev_table_size = 1000\n",
+        );
+    let (n, out) = errors(&text);
+    assert_eq!(n, 4, "{out}");
+    assert_eq!(out.matches(": error: ").count(), 4, "{out}");
+    assert_eq!(out.matches("\n  hint: ").count(), 4, "{out}");
+    // Reported top to bottom.
+    let lines: Vec<usize> = out
+        .lines()
+        .filter(|l| l.starts_with("test.toml:"))
+        .map(|l| l.split(':').nth(1).unwrap().parse().unwrap())
+        .collect();
+    let mut sorted = lines.clone();
+    sorted.sort_unstable();
+    assert_eq!(lines, sorted);
+}
+
+#[test]
+fn duplicate_names_and_missing_ports() {
+    let text = format!("{BASE}\n[[zone]]\nname = \"zone-a\"\n");
+    let (_, out) = errors(&text);
+    assert!(
+        out.contains("duplicate zone name \"zone-a\" (first defined on line 11)"),
+        "{out}"
+    );
+
+    let text = BASE.replace("[[dataplane.port]]\nname = \"uplink\"\ndevice = \"net_null0\"\naddress = \"192.0.2.1/24\"\n", "");
+    let (_, out) = errors(&text);
+    assert!(
+        out.contains("dataplane.port: 0 ports configured; 1 to 8"),
+        "{out}"
+    );
+}
+
+#[test]
+fn service_without_backends_is_allowed() {
+    let text = BASE.replace(
+        "backend = [\n  { address = \"192.0.2.10\", mac = \"02:00:00:00:00:10\", zone = \"zone-a\" },\n  { address = \"192.0.2.11\", mac = \"02:00:00:00:00:11\" },\n]\n",
+        "",
+    );
+    let cfg = config::load_str(&text, "t").unwrap();
+    assert!(cfg.backend_services[0].backends.is_empty());
+}
+
+#[test]
+fn unreadable_file_is_a_diagnostic() {
+    let d = config::load_file(std::path::Path::new("/nonexistent/sluice.toml")).unwrap_err();
+    assert_eq!(d.len(), 1);
+    assert!(d
+        .to_string()
+        .starts_with("/nonexistent/sluice.toml: error: cannot read"));
+}
