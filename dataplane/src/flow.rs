@@ -49,7 +49,12 @@ pub struct FlowKey {
 ///
 /// `has_ports` means the packet is TCP or UDP and carries its ports;
 /// `fragmented` is HA-2's definition (first fragment included).
-pub fn tuple_kind(affinity: SessionAffinity, proto: u8, has_ports: bool, fragmented: bool) -> TupleKind {
+pub fn tuple_kind(
+    affinity: SessionAffinity,
+    proto: u8,
+    has_ports: bool,
+    fragmented: bool,
+) -> TupleKind {
     match affinity {
         SessionAffinity::ClientIp => TupleKind::Two,
         SessionAffinity::ClientIpProto => TupleKind::Three,
@@ -94,7 +99,13 @@ impl FlowKey {
 
     /// The key of `kind` for the packet's fields; a 5-tuple request without
     /// ports degrades to the 3-tuple.
-    pub fn of_kind(kind: TupleKind, src: IpAddr, dst: IpAddr, proto: u8, ports: Option<Ports>) -> Self {
+    pub fn of_kind(
+        kind: TupleKind,
+        src: IpAddr,
+        dst: IpAddr,
+        proto: u8,
+        ports: Option<Ports>,
+    ) -> Self {
         match (kind, ports) {
             (TupleKind::Two, _) => Self::two_tuple(src, dst),
             (TupleKind::Five, Some(p)) => Self::five_tuple(src, dst, proto, p),

@@ -48,7 +48,12 @@ fn info(frame: &[u8]) -> IpInfo {
 }
 
 /// Runs the encapsulator on `frame`; returns the result and output bytes.
-fn run(frame: &[u8], encap: Encapsulation, b: &BackendState, p: &PortState) -> (Result<(), DropReason>, Vec<u8>) {
+fn run(
+    frame: &[u8],
+    encap: Encapsulation,
+    b: &BackendState,
+    p: &PortState,
+) -> (Result<(), DropReason>, Vec<u8>) {
     let i = info(frame);
     let mut pkt = VecPacket::new(frame);
     let r = encapsulate(&mut pkt, &i, encap, b, p, HASH);
@@ -56,11 +61,22 @@ fn run(frame: &[u8], encap: Encapsulation, b: &BackendState, p: &PortState) -> (
 }
 
 fn inner_v4(flags: u16) -> Vec<u8> {
-    ipv4(v4("198.51.100.7"), v4("203.0.113.10"), TCP, flags, &tcp(40000, 80, SYN, b"payload"))
+    ipv4(
+        v4("198.51.100.7"),
+        v4("203.0.113.10"),
+        TCP,
+        flags,
+        &tcp(40000, 80, SYN, b"payload"),
+    )
 }
 
 fn inner_v6() -> Vec<u8> {
-    ipv6(v6("2001:db8::7"), v6("2001:db8::10"), UDP, &udp(40000, 53, b"q"))
+    ipv6(
+        v6("2001:db8::7"),
+        v6("2001:db8::10"),
+        UDP,
+        &udp(40000, 53, b"q"),
+    )
 }
 
 fn l2_header(ethertype: u16) -> Vec<u8> {
@@ -93,10 +109,19 @@ fn ap_3_l2_dsr_exact_bytes() {
         frame.extend_from_slice(&[0; 6]); // padding
         let (r, out) = run(&frame, Encapsulation::L2, &b, &port(1500));
         assert_eq!(r, Ok(()));
-        assert_eq!(out, [l2_header(ETH_IPV4), ip4.clone()].concat(), "{tpids:?}");
+        assert_eq!(
+            out,
+            [l2_header(ETH_IPV4), ip4.clone()].concat(),
+            "{tpids:?}"
+        );
     }
     let ip6 = inner_v6();
-    let (r, out) = run(&eth(&[VLAN], ETH_IPV6, &ip6), Encapsulation::L2, &b, &port(1500));
+    let (r, out) = run(
+        &eth(&[VLAN], ETH_IPV6, &ip6),
+        Encapsulation::L2,
+        &b,
+        &port(1500),
+    );
     assert_eq!(r, Ok(()));
     assert_eq!(out, [l2_header(ETH_IPV6), ip6].concat());
 }
@@ -108,7 +133,12 @@ fn ap_3_gre_inner_ipv4_exact_bytes() {
     let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
     for (flags, df) in [(DF, true), (0, false)] {
         let ip4 = inner_v4(flags);
-        let (r, out) = run(&eth(&[VLAN], ETH_IPV4, &ip4), Encapsulation::Gre, &b, &port(1500));
+        let (r, out) = run(
+            &eth(&[VLAN], ETH_IPV4, &ip4),
+            Encapsulation::Gre,
+            &b,
+            &port(1500),
+        );
         assert_eq!(r, Ok(()));
         let outer = outer_v4(47, df, 4 + ip4.len());
         let want = [l2_header(ETH_IPV4), outer, vec![0, 0, 0x08, 0x00], ip4].concat();
@@ -122,9 +152,20 @@ fn ap_3_gre_inner_ipv4_exact_bytes() {
 fn ap_3_gre_inner_ipv6_exact_bytes() {
     let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
     let ip6 = inner_v6();
-    let (r, out) = run(&eth(&[], ETH_IPV6, &ip6), Encapsulation::Gre, &b, &port(1500));
+    let (r, out) = run(
+        &eth(&[], ETH_IPV6, &ip6),
+        Encapsulation::Gre,
+        &b,
+        &port(1500),
+    );
     assert_eq!(r, Ok(()));
-    let want = [l2_header(ETH_IPV4), outer_v4(47, true, 4 + ip6.len()), vec![0, 0, 0x86, 0xdd], ip6].concat();
+    let want = [
+        l2_header(ETH_IPV4),
+        outer_v4(47, true, 4 + ip6.len()),
+        vec![0, 0, 0x86, 0xdd],
+        ip6,
+    ]
+    .concat();
     assert_eq!(out, want);
 }
 
@@ -133,13 +174,29 @@ fn ap_3_gre_inner_ipv6_exact_bytes() {
 fn ap_3_ipip_exact_bytes() {
     let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
     let ip4 = inner_v4(DF);
-    let (r, out) = run(&eth(&[], ETH_IPV4, &ip4), Encapsulation::Ipip, &b, &port(1500));
+    let (r, out) = run(
+        &eth(&[], ETH_IPV4, &ip4),
+        Encapsulation::Ipip,
+        &b,
+        &port(1500),
+    );
     assert_eq!(r, Ok(()));
-    assert_eq!(out, [l2_header(ETH_IPV4), outer_v4(4, true, ip4.len()), ip4].concat());
+    assert_eq!(
+        out,
+        [l2_header(ETH_IPV4), outer_v4(4, true, ip4.len()), ip4].concat()
+    );
     let ip6 = inner_v6();
-    let (r, out) = run(&eth(&[], ETH_IPV6, &ip6), Encapsulation::Ipip, &b, &port(1500));
+    let (r, out) = run(
+        &eth(&[], ETH_IPV6, &ip6),
+        Encapsulation::Ipip,
+        &b,
+        &port(1500),
+    );
     assert_eq!(r, Ok(()));
-    assert_eq!(out, [l2_header(ETH_IPV4), outer_v4(41, true, ip6.len()), ip6].concat());
+    assert_eq!(
+        out,
+        [l2_header(ETH_IPV4), outer_v4(41, true, ip6.len()), ip6].concat()
+    );
 }
 
 /// AP-3 GUE: UDP to the service port from a flow-hash port in 49152–65535,
@@ -148,7 +205,12 @@ fn ap_3_ipip_exact_bytes() {
 fn ap_3_gue_exact_bytes() {
     let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
     let ip4 = inner_v4(0);
-    let (r, out) = run(&eth(&[], ETH_IPV4, &ip4), Encapsulation::Gue { port: 6080 }, &b, &port(1500));
+    let (r, out) = run(
+        &eth(&[], ETH_IPV4, &ip4),
+        Encapsulation::Gue { port: 6080 },
+        &b,
+        &port(1500),
+    );
     assert_eq!(r, Ok(()));
     let sport = gue_src_port(HASH);
     let udp_len = (8 + 4 + ip4.len()) as u16;
@@ -156,10 +218,22 @@ fn ap_3_gue_exact_bytes() {
     udp_hdr.extend_from_slice(&6080u16.to_be_bytes());
     udp_hdr.extend_from_slice(&udp_len.to_be_bytes());
     udp_hdr.extend_from_slice(&[0, 0]);
-    let want = [l2_header(ETH_IPV4), outer_v4(UDP, false, usize::from(udp_len)), udp_hdr, vec![0, 4, 0, 0], ip4].concat();
+    let want = [
+        l2_header(ETH_IPV4),
+        outer_v4(UDP, false, usize::from(udp_len)),
+        udp_hdr,
+        vec![0, 4, 0, 0],
+        ip4,
+    ]
+    .concat();
     assert_eq!(out, want);
     let ip6 = inner_v6();
-    let (_, out) = run(&eth(&[], ETH_IPV6, &ip6), Encapsulation::Gue { port: 6080 }, &b, &port(1500));
+    let (_, out) = run(
+        &eth(&[], ETH_IPV6, &ip6),
+        Encapsulation::Gue { port: 6080 },
+        &b,
+        &port(1500),
+    );
     assert_eq!(&out[42..46], &[0, 41, 0, 0]);
 }
 
@@ -179,7 +253,10 @@ fn unresolved_next_hop_is_named() {
     let frame = eth(&[], ETH_IPV4, &inner_v4(DF));
     for e in [Encapsulation::L2, Encapsulation::Gre] {
         let (r, out) = run(&frame, e, &b, &port(1500));
-        assert_eq!((r, out), (Err(DropReason::NextHopUnresolved), frame.clone()));
+        assert_eq!(
+            (r, out),
+            (Err(DropReason::NextHopUnresolved), frame.clone())
+        );
     }
 }
 
@@ -189,12 +266,25 @@ fn unresolved_next_hop_is_named() {
 fn fr_5_unsupported_families_are_named() {
     let frame = eth(&[], ETH_IPV4, &inner_v4(DF));
     let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
-    for e in [Encapsulation::Gre, Encapsulation::Ipip, Encapsulation::Gue { port: 1 }] {
-        assert_eq!(run(&frame, e, &b6, &port(1500)).0, Err(DropReason::EncapUnsupported));
+    for e in [
+        Encapsulation::Gre,
+        Encapsulation::Ipip,
+        Encapsulation::Gue { port: 1 },
+    ] {
+        assert_eq!(
+            run(&frame, e, &b6, &port(1500)).0,
+            Err(DropReason::EncapUnsupported)
+        );
     }
     let b4 = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
-    let no_v4 = PortState { ipv4: None, ..port(1500) };
-    assert_eq!(run(&frame, Encapsulation::Gre, &b4, &no_v4).0, Err(DropReason::EncapUnsupported));
+    let no_v4 = PortState {
+        ipv4: None,
+        ..port(1500)
+    };
+    assert_eq!(
+        run(&frame, Encapsulation::Gre, &b4, &no_v4).0,
+        Err(DropReason::EncapUnsupported)
+    );
     // L2 DSR carries any family.
     assert_eq!(run(&frame, Encapsulation::L2, &b6, &port(1500)).0, Ok(()));
 }
@@ -206,12 +296,18 @@ fn ap_3_mtu_boundary() {
     let ip4 = inner_v4(DF);
     let frame = eth(&[], ETH_IPV4, &ip4);
     let gre_len = (20 + 4 + ip4.len()) as u16;
-    assert_eq!(run(&frame, Encapsulation::Gre, &b, &port(gre_len)).0, Ok(()));
+    assert_eq!(
+        run(&frame, Encapsulation::Gre, &b, &port(gre_len)).0,
+        Ok(())
+    );
     let (r, out) = run(&frame, Encapsulation::Gre, &b, &port(gre_len - 1));
     assert_eq!((r, out), (Err(DropReason::MtuExceeded), frame.clone()));
     let l2_len = ip4.len() as u16;
     assert_eq!(run(&frame, Encapsulation::L2, &b, &port(l2_len)).0, Ok(()));
-    assert_eq!(run(&frame, Encapsulation::L2, &b, &port(l2_len - 1)).0, Err(DropReason::MtuExceeded));
+    assert_eq!(
+        run(&frame, Encapsulation::L2, &b, &port(l2_len - 1)).0,
+        Err(DropReason::MtuExceeded)
+    );
 }
 
 #[test]
@@ -224,8 +320,14 @@ fn no_headroom_leaves_the_packet_alone() {
     assert_eq!((r, pkt.data()), (Err(DropReason::NoHeadroom), &frame[..]));
     // 24 bytes of headroom are exactly enough for IPv4 + GRE.
     let mut pkt = VecPacket::with_headroom(&frame, 24);
-    assert_eq!(encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH), Ok(()));
+    assert_eq!(
+        encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH),
+        Ok(())
+    );
     // L2 DSR never grows the frame.
     let mut pkt = VecPacket::with_headroom(&frame, 0);
-    assert_eq!(encapsulate(&mut pkt, &i, Encapsulation::L2, &b, &port(1500), HASH), Ok(()));
+    assert_eq!(
+        encapsulate(&mut pkt, &i, Encapsulation::L2, &b, &port(1500), HASH),
+        Ok(())
+    );
 }

@@ -22,16 +22,40 @@ fn info(frame: &[u8]) -> IpInfo {
 /// one client to one VIP.
 fn tcp4(flags_frag: u16) -> IpInfo {
     let seg = tcp(40000, 80, 0, &[]);
-    info(&eth(&[], ETH_IPV4, &ipv4(v4("198.51.100.7"), v4("203.0.113.10"), TCP, flags_frag, &seg)))
+    info(&eth(
+        &[],
+        ETH_IPV4,
+        &ipv4(
+            v4("198.51.100.7"),
+            v4("203.0.113.10"),
+            TCP,
+            flags_frag,
+            &seg,
+        ),
+    ))
 }
 
 fn udp4(flags_frag: u16) -> IpInfo {
     let d = udp(40000, 53, &[0; 8]);
-    info(&eth(&[], ETH_IPV4, &ipv4(v4("198.51.100.7"), v4("203.0.113.10"), UDP, flags_frag, &d)))
+    info(&eth(
+        &[],
+        ETH_IPV4,
+        &ipv4(v4("198.51.100.7"), v4("203.0.113.10"), UDP, flags_frag, &d),
+    ))
 }
 
 fn other4(proto: u8) -> IpInfo {
-    info(&eth(&[], ETH_IPV4, &ipv4(v4("198.51.100.7"), v4("203.0.113.10"), proto, 0, &[8, 0, 0, 0])))
+    info(&eth(
+        &[],
+        ETH_IPV4,
+        &ipv4(
+            v4("198.51.100.7"),
+            v4("203.0.113.10"),
+            proto,
+            0,
+            &[8, 0, 0, 0],
+        ),
+    ))
 }
 
 fn udp6(fragment: Option<(u16, bool)>) -> IpInfo {
@@ -44,7 +68,11 @@ fn udp6(fragment: Option<(u16, bool)>) -> IpInfo {
         None => UDP,
     };
     p.extend(udp(40000, 53, &[0; 8]));
-    info(&eth(&[], ETH_IPV6, &ipv6(v6("2001:db8::7"), v6("2001:db8::10"), first, &p)))
+    info(&eth(
+        &[],
+        ETH_IPV6,
+        &ipv6(v6("2001:db8::7"), v6("2001:db8::10"), first, &p),
+    ))
 }
 
 fn expected(affinity: A, five_if_portful: bool) -> TupleKind {
@@ -75,10 +103,18 @@ fn spec_2_table_every_cell() {
     ];
     for a in ALL_AFFINITIES {
         for p in &portful {
-            assert_eq!(FlowKey::for_packet(p, a).kind(), expected(a, true), "{a:?} {p:?}");
+            assert_eq!(
+                FlowKey::for_packet(p, a).kind(),
+                expected(a, true),
+                "{a:?} {p:?}"
+            );
         }
         for p in &fragmented_or_portless {
-            assert_eq!(FlowKey::for_packet(p, a).kind(), expected(a, false), "{a:?} {p:?}");
+            assert_eq!(
+                FlowKey::for_packet(p, a).kind(),
+                expected(a, false),
+                "{a:?} {p:?}"
+            );
         }
     }
 }
@@ -88,15 +124,38 @@ fn spec_2_table_every_cell() {
 fn spec_2_key_fields() {
     let p = tcp4(0);
     let five = FlowKey::for_packet(&p, A::None);
-    assert_eq!(five, FlowKey::five_tuple(p.src, p.dst, TCP, Ports { src: 40000, dst: 80 }));
-    assert_eq!(FlowKey::for_packet(&p, A::ClientIpProto), FlowKey::three_tuple(p.src, p.dst, TCP));
-    assert_eq!(FlowKey::for_packet(&p, A::ClientIp), FlowKey::two_tuple(p.src, p.dst));
+    assert_eq!(
+        five,
+        FlowKey::five_tuple(
+            p.src,
+            p.dst,
+            TCP,
+            Ports {
+                src: 40000,
+                dst: 80
+            }
+        )
+    );
+    assert_eq!(
+        FlowKey::for_packet(&p, A::ClientIpProto),
+        FlowKey::three_tuple(p.src, p.dst, TCP)
+    );
+    assert_eq!(
+        FlowKey::for_packet(&p, A::ClientIp),
+        FlowKey::two_tuple(p.src, p.dst)
+    );
 }
 
 /// HA-1: NONE hashes exactly like CLIENT_IP_PORT_PROTO, for every kind.
 #[test]
 fn ha_1_none_hashes_like_client_ip_port_proto() {
-    for p in [tcp4(0), udp4(0), udp4(MF), udp6(Some((3, false))), other4(ESP)] {
+    for p in [
+        tcp4(0),
+        udp4(0),
+        udp4(MF),
+        udp6(Some((3, false))),
+        other4(ESP),
+    ] {
         let a = flow_hash(&FlowKey::for_packet(&p, A::None));
         let b = flow_hash(&FlowKey::for_packet(&p, A::ClientIpPortProto));
         assert_eq!(a, b);
@@ -112,7 +171,11 @@ fn ha_2_fragments_of_a_datagram_hash_alike() {
         let h = |i: &IpInfo| flow_hash(&FlowKey::for_packet(i, a));
         assert_eq!(h(&udp4(MF)), h(&udp4(MF | 185)), "{a:?}");
         assert_eq!(h(&udp4(MF)), h(&udp4(370)), "{a:?}");
-        assert_eq!(h(&udp6(Some((0, true)))), h(&udp6(Some((185, false)))), "{a:?}");
+        assert_eq!(
+            h(&udp6(Some((0, true)))),
+            h(&udp6(Some((185, false)))),
+            "{a:?}"
+        );
     }
     // …and under the default they do not hash like the unfragmented 5-tuple.
     assert_ne!(
@@ -142,20 +205,42 @@ fn ha_3_client_affinities_ignore_fragmentation() {
 /// values. Changing either breaks agreement between appliances.
 #[test]
 fn mg_2_flow_hash_encoding_is_documented_and_pinned() {
-    let key = FlowKey::five_tuple(ip("192.0.2.1"), ip("203.0.113.10"), TCP, Ports { src: 0x1234, dst: 80 });
+    let key = FlowKey::five_tuple(
+        ip("192.0.2.1"),
+        ip("203.0.113.10"),
+        TCP,
+        Ports {
+            src: 0x1234,
+            dst: 80,
+        },
+    );
     let meta = (1 << 40) | (1 << 41) | (6u64 << 32) | (0x1234 << 16) | 80;
     let by_hand = stable_hash_words(FLOW_HASH_SEED, &[0xc000_0201, 0xcb00_710a, meta]);
     assert_eq!(flow_hash(&key), by_hand);
 
     let key6 = FlowKey::three_tuple(ip("2001:db8::1"), ip("2001:db8:0:0:1::a"), UDP);
     let meta6 = (1 << 40) | (1 << 42) | (17u64 << 32);
-    let words = [0x2001_0db8_0000_0000, 1, 0x2001_0db8_0000_0000, 0x0001_0000_0000_000a, meta6];
+    let words = [
+        0x2001_0db8_0000_0000,
+        1,
+        0x2001_0db8_0000_0000,
+        0x0001_0000_0000_000a,
+        meta6,
+    ];
     assert_eq!(flow_hash(&key6), stable_hash_words(FLOW_HASH_SEED, &words));
 
     let two = FlowKey::two_tuple(ip("192.0.2.1"), ip("203.0.113.10"));
-    assert_eq!(flow_hash(&two), stable_hash_words(FLOW_HASH_SEED, &[0xc000_0201, 0xcb00_710a, 0]));
+    assert_eq!(
+        flow_hash(&two),
+        stable_hash_words(FLOW_HASH_SEED, &[0xc000_0201, 0xcb00_710a, 0])
+    );
 
-    assert_eq!([flow_hash(&key), flow_hash(&key6)], PINNED, "{:#x?}", [flow_hash(&key), flow_hash(&key6)]);
+    assert_eq!(
+        [flow_hash(&key), flow_hash(&key6)],
+        PINNED,
+        "{:#x?}",
+        [flow_hash(&key), flow_hash(&key6)]
+    );
 }
 
 const PINNED: [u64; 2] = [0x9321_b3fb_75e9_272c, 0x0214_bcd8_fccb_1b38];
@@ -164,9 +249,24 @@ const PINNED: [u64; 2] = [0x9321_b3fb_75e9_272c, 0x0214_bcd8_fccb_1b38];
 /// hash (a flow and its reverse need not share a backend).
 #[test]
 fn fields_are_not_commutative() {
-    let a = FlowKey::five_tuple(ip("10.0.0.1"), ip("10.0.0.2"), UDP, Ports { src: 1, dst: 2 });
-    let b = FlowKey::five_tuple(ip("10.0.0.2"), ip("10.0.0.1"), UDP, Ports { src: 1, dst: 2 });
-    let c = FlowKey::five_tuple(ip("10.0.0.1"), ip("10.0.0.2"), UDP, Ports { src: 2, dst: 1 });
+    let a = FlowKey::five_tuple(
+        ip("10.0.0.1"),
+        ip("10.0.0.2"),
+        UDP,
+        Ports { src: 1, dst: 2 },
+    );
+    let b = FlowKey::five_tuple(
+        ip("10.0.0.2"),
+        ip("10.0.0.1"),
+        UDP,
+        Ports { src: 1, dst: 2 },
+    );
+    let c = FlowKey::five_tuple(
+        ip("10.0.0.1"),
+        ip("10.0.0.2"),
+        UDP,
+        Ports { src: 2, dst: 1 },
+    );
     assert_ne!(flow_hash(&a), flow_hash(&b));
     assert_ne!(flow_hash(&a), flow_hash(&c));
     // Presence flags keep a zero proto/port distinct from an absent one.

@@ -47,11 +47,25 @@ fn fr_1_tcp_to_vip_is_forwarded_l2() {
     let mut seen = [false; 2];
     for sport in 40000..40032 {
         let (frame, ip4) = tcp_to("198.51.100.7", VIP4, sport, 80);
-        let key = FlowKey::five_tuple(ip("198.51.100.7"), ip(VIP4), TCP, Ports { src: sport, dst: 80 });
+        let key = FlowKey::five_tuple(
+            ip("198.51.100.7"),
+            ip(VIP4),
+            TCP,
+            Ports {
+                src: sport,
+                dst: 80,
+            },
+        );
         let id = expected_backend(&key);
         let b = st.backend(id).unwrap();
         let (v, out) = run_on(&st, &frame);
-        assert_eq!(v, Verdict::Forward { port: b.egress.port, backend: id });
+        assert_eq!(
+            v,
+            Verdict::Forward {
+                port: b.egress.port,
+                backend: id
+            }
+        );
         let port_mac = st.ports[usize::from(b.egress.port)].mac;
         let mut want = b.egress.next_hop_mac.unwrap().to_vec();
         want.extend_from_slice(&port_mac);
@@ -69,8 +83,12 @@ fn udp_to_vip_is_forwarded_in_gre() {
     let st = state();
     let ip4 = ipv4(v4("198.51.100.7"), v4(VIP4), UDP, 0, &udp(5000, 53, b"q"));
     let (v, out) = run_on(&st, &eth(&[], ETH_IPV4, &ip4));
-    let Verdict::Forward { backend, .. } = v else { panic!("{v:?}") };
-    let IpAddr::V4(addr) = st.backend(backend).unwrap().address else { panic!() };
+    let Verdict::Forward { backend, .. } = v else {
+        panic!("{v:?}")
+    };
+    let IpAddr::V4(addr) = st.backend(backend).unwrap().address else {
+        panic!()
+    };
     assert_eq!(&out[12..14], &[0x08, 0x00]);
     assert_eq!(out[14 + 9], 47);
     assert_eq!(&out[14 + 16..14 + 20], &addr.octets());
@@ -97,12 +115,28 @@ fn fr_5_ipv6_vip_forwarded_in_gue() {
 fn ap_4_appliance_traffic_is_punted() {
     assert_eq!(run(&eth(&[], ETH_ARP, &[0; 28])).0, Verdict::Punt);
     assert_eq!(run(&eth(&[VLAN], ETH_ARP, &[0; 28])).0, Verdict::Punt);
-    let echo = ipv4(v4("198.51.100.7"), v4("10.0.1.1"), ICMP, 0, &[8, 0, 0, 0, 0, 0, 0, 0]);
+    let echo = ipv4(
+        v4("198.51.100.7"),
+        v4("10.0.1.1"),
+        ICMP,
+        0,
+        &[8, 0, 0, 0, 0, 0, 0, 0],
+    );
     assert_eq!(run(&eth(&[], ETH_IPV4, &echo)).0, Verdict::Punt);
-    let bgp = ipv6(v6("fd00::2"), v6("fd00::1"), TCP, &tcp(40000, 179, SYN, &[]));
+    let bgp = ipv6(
+        v6("fd00::2"),
+        v6("fd00::1"),
+        TCP,
+        &tcp(40000, 179, SYN, &[]),
+    );
     assert_eq!(run(&eth(&[], ETH_IPV6, &bgp)).0, Verdict::Punt);
     // Neighbour solicitation to a solicited-node multicast group.
-    let ns = ipv6(v6("fd00::2"), v6("ff02::1:ff00:1"), ICMPV6, &[135, 0, 0, 0, 0, 0, 0, 0]);
+    let ns = ipv6(
+        v6("fd00::2"),
+        v6("ff02::1:ff00:1"),
+        ICMPV6,
+        &[135, 0, 0, 0, 0, 0, 0, 0],
+    );
     assert_eq!(run(&eth(&[], ETH_IPV6, &ns)).0, Verdict::Punt);
     // Unicast NUD probe to a link-local address.
     let nud = ipv6(v6("fe80::2"), v6("fe80::1"), ICMPV6, &[135, 0, 0, 0]);
@@ -120,7 +154,10 @@ fn ap_4_only_neighbour_discovery_is_punted_from_multicast() {
 /// FR-3: not a VIP → NotForUs; a VIP without a matching rule → NoRule.
 #[test]
 fn fr_3_misses_are_named() {
-    assert_drop(&tcp_to("198.51.100.7", "198.51.100.200", 1, 80).0, DropReason::NotForUs);
+    assert_drop(
+        &tcp_to("198.51.100.7", "198.51.100.200", 1, 80).0,
+        DropReason::NotForUs,
+    );
     assert_drop(&tcp_to("198.51.100.7", VIP4, 1, 81).0, DropReason::NoRule);
     let esp = ipv4(v4("198.51.100.7"), v4(VIP4), ESP, 0, &[0; 8]);
     assert_drop(&eth(&[], ETH_IPV4, &esp), DropReason::NoRule);
@@ -132,10 +169,22 @@ fn fr_3_misses_are_named() {
 fn fr_4_non_first_fragments_match_only_all_port_rules() {
     let tcp_later = ipv4(v4("198.51.100.7"), v4(VIP4), TCP, 185, &[0; 8]);
     assert_drop(&eth(&[], ETH_IPV4, &tcp_later), DropReason::NoRule);
-    let tcp_first = ipv4(v4("198.51.100.7"), v4(VIP4), TCP, MF, &tcp(1, 80, 0, &[0; 8]));
-    assert!(matches!(run(&eth(&[], ETH_IPV4, &tcp_first)).0, Verdict::Forward { .. }));
+    let tcp_first = ipv4(
+        v4("198.51.100.7"),
+        v4(VIP4),
+        TCP,
+        MF,
+        &tcp(1, 80, 0, &[0; 8]),
+    );
+    assert!(matches!(
+        run(&eth(&[], ETH_IPV4, &tcp_first)).0,
+        Verdict::Forward { .. }
+    ));
     let udp_later = ipv4(v4("198.51.100.7"), v4(VIP4), UDP, 185, &[0; 8]);
-    assert!(matches!(run(&eth(&[], ETH_IPV4, &udp_later)).0, Verdict::Forward { .. }));
+    assert!(matches!(
+        run(&eth(&[], ETH_IPV4, &udp_later)).0,
+        Verdict::Forward { .. }
+    ));
 }
 
 /// HA-2: all fragments of one datagram reach one backend (many datagrams,
@@ -144,7 +193,13 @@ fn fr_4_non_first_fragments_match_only_all_port_rules() {
 fn ha_2_fragments_of_one_datagram_reach_one_backend() {
     for n in 0..32u8 {
         let client = format!("198.51.100.{n}");
-        let first = ipv4(v4(&client), v4(VIP4), UDP, MF, &udp(4000 + u16::from(n), 53, &[0; 16]));
+        let first = ipv4(
+            v4(&client),
+            v4(VIP4),
+            UDP,
+            MF,
+            &udp(4000 + u16::from(n), 53, &[0; 16]),
+        );
         let later = ipv4(v4(&client), v4(VIP4), UDP, 3, &[0; 8]);
         let a = run(&eth(&[], ETH_IPV4, &first)).0;
         let b = run(&eth(&[], ETH_IPV4, &later)).0;
@@ -167,7 +222,10 @@ fn ha_3_client_ip_keeps_a_client_on_one_backend() {
             ipv4(c, vip, UDP, 7, &[0; 8]),
             ipv4(c, vip, TCP, 0, &tcp(4000, 443, SYN, &[])),
         ];
-        let verdicts: Vec<_> = packets.iter().map(|p| run(&eth(&[], ETH_IPV4, p)).0).collect();
+        let verdicts: Vec<_> = packets
+            .iter()
+            .map(|p| run(&eth(&[], ETH_IPV4, p)).0)
+            .collect();
         assert!(verdicts.iter().all(|v| *v == verdicts[0]), "{verdicts:?}");
     }
 }
@@ -175,23 +233,35 @@ fn ha_3_client_ip_keeps_a_client_on_one_backend() {
 /// EL-4: an empty table drops new flows as NoBackend.
 #[test]
 fn el_4_empty_table_is_no_backend() {
-    assert_drop(&tcp_to("198.51.100.7", VIP_EMPTY, 1, 80).0, DropReason::NoBackend);
+    assert_drop(
+        &tcp_to("198.51.100.7", VIP_EMPTY, 1, 80).0,
+        DropReason::NoBackend,
+    );
 }
 
 #[test]
 fn unresolved_next_hop_is_dropped() {
-    assert_drop(&tcp_to("198.51.100.7", VIP_UNRESOLVED, 1, 80).0, DropReason::NextHopUnresolved);
+    assert_drop(
+        &tcp_to("198.51.100.7", VIP_UNRESOLVED, 1, 80).0,
+        DropReason::NextHopUnresolved,
+    );
 }
 
 #[test]
 fn malformed_frames_are_named() {
     assert_drop(&[0u8; 13], DropReason::TruncatedEthernet);
-    assert_drop(&eth(&[VLAN], ETH_IPV4, &[])[..17], DropReason::TruncatedEthernet);
+    assert_drop(
+        &eth(&[VLAN], ETH_IPV4, &[])[..17],
+        DropReason::TruncatedEthernet,
+    );
     assert_drop(&eth(&[], 0x88cc, &[0; 40]), DropReason::UnknownEthertype);
     assert_drop(&eth(&[], ETH_IPV4, &[0x45; 19]), DropReason::BadIpv4Header);
     assert_drop(&eth(&[], ETH_IPV6, &[0x60; 39]), DropReason::BadIpv6Header);
     let chain = ipv6(v6("::1"), v6(VIP6), 60, &[60, 0, 0, 0]);
-    assert_drop(&eth(&[], ETH_IPV6, &chain), DropReason::BadIpv6ExtensionHeader);
+    assert_drop(
+        &eth(&[], ETH_IPV6, &chain),
+        DropReason::BadIpv6ExtensionHeader,
+    );
     let short_tcp = ipv4(v4("198.51.100.7"), v4(VIP4), TCP, 0, &[0; 10]);
     assert_drop(&eth(&[], ETH_IPV4, &short_tcp), DropReason::BadL4Header);
 }
@@ -209,5 +279,8 @@ fn inconsistent_snapshot_never_panics() {
     assert_eq!(run_on(&st, &frame).0, Verdict::Drop(DropReason::NoBackend));
     let mut st = state();
     st.ports.truncate(0);
-    assert_eq!(run_on(&st, &frame).0, Verdict::Drop(DropReason::NextHopUnresolved));
+    assert_eq!(
+        run_on(&st, &frame).0,
+        Verdict::Drop(DropReason::NextHopUnresolved)
+    );
 }

@@ -34,7 +34,9 @@ fn is_vlan_tpid(t: u16) -> bool {
 
 impl<'a> EthernetFrame<'a> {
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
-        let (hdr, mut rest) = buf.split_first_chunk::<HEADER_LEN>().ok_or(Error::Truncated)?;
+        let (hdr, mut rest) = buf
+            .split_first_chunk::<HEADER_LEN>()
+            .ok_or(Error::Truncated)?;
         let mut ethertype = u16::from_be_bytes([hdr[12], hdr[13]]);
         let mut tags = [0u16; MAX_VLAN_TAGS];
         let mut tag_count = 0u8;
@@ -125,7 +127,11 @@ mod tests {
 
     #[test]
     fn untagged_single_and_double_tagged() {
-        for tpids in [&[][..], &[ETHERTYPE_VLAN], &[ETHERTYPE_QINQ, ETHERTYPE_VLAN]] {
+        for tpids in [
+            &[][..],
+            &[ETHERTYPE_VLAN],
+            &[ETHERTYPE_QINQ, ETHERTYPE_VLAN],
+        ] {
             let f = frame(tpids, ETHERTYPE_IPV4, &[0xaa, 0xbb]);
             let e = EthernetFrame::new_checked(&f).unwrap();
             assert_eq!(e.dst(), DST);
@@ -136,12 +142,19 @@ mod tests {
             assert_eq!(e.payload(), &[0xaa, 0xbb]);
         }
         let f = frame(&[ETHERTYPE_QINQ, ETHERTYPE_VLAN], ETHERTYPE_IPV6, &[]);
-        assert_eq!(EthernetFrame::new_checked(&f).unwrap().vlan_tags(), &[100, 101]);
+        assert_eq!(
+            EthernetFrame::new_checked(&f).unwrap().vlan_tags(),
+            &[100, 101]
+        );
     }
 
     #[test]
     fn third_tag_is_reported_as_its_tpid() {
-        let f = frame(&[ETHERTYPE_QINQ, ETHERTYPE_VLAN, ETHERTYPE_VLAN], ETHERTYPE_IPV4, &[]);
+        let f = frame(
+            &[ETHERTYPE_QINQ, ETHERTYPE_VLAN, ETHERTYPE_VLAN],
+            ETHERTYPE_IPV4,
+            &[],
+        );
         let e = EthernetFrame::new_checked(&f).unwrap();
         assert_eq!(e.ethertype(), ETHERTYPE_VLAN);
         assert_eq!(e.header_len(), 22);
@@ -150,7 +163,11 @@ mod tests {
     /// Every cut inside the header and each tag is rejected, never a panic.
     #[test]
     fn truncation_at_every_boundary() {
-        for tpids in [&[][..], &[ETHERTYPE_VLAN], &[ETHERTYPE_QINQ, ETHERTYPE_VLAN]] {
+        for tpids in [
+            &[][..],
+            &[ETHERTYPE_VLAN],
+            &[ETHERTYPE_QINQ, ETHERTYPE_VLAN],
+        ] {
             let f = frame(tpids, ETHERTYPE_IPV4, &[]);
             for cut in 0..f.len() {
                 let r = EthernetFrame::new_checked(&f[..cut]);
@@ -163,8 +180,16 @@ mod tests {
     #[test]
     fn emit_round_trips() {
         let mut h = [0u8; HEADER_LEN];
-        EthernetRepr { dst: DST, src: SRC, ethertype: ETHERTYPE_IPV6 }.emit(&mut h);
+        EthernetRepr {
+            dst: DST,
+            src: SRC,
+            ethertype: ETHERTYPE_IPV6,
+        }
+        .emit(&mut h);
         let e = EthernetFrame::new_checked(&h).unwrap();
-        assert_eq!((e.dst(), e.src(), e.ethertype()), (DST, SRC, ETHERTYPE_IPV6));
+        assert_eq!(
+            (e.dst(), e.src(), e.ethertype()),
+            (DST, SRC, ETHERTYPE_IPV6)
+        );
     }
 }

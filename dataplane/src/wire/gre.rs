@@ -27,7 +27,9 @@ impl<'a> GrePacket<'a> {
             .iter()
             .filter(|f| hdr[0] & **f != 0)
             .count();
-        let payload = buf.get(HEADER_LEN + 4 * optional..).ok_or(Error::Truncated)?;
+        let payload = buf
+            .get(HEADER_LEN + 4 * optional..)
+            .ok_or(Error::Truncated)?;
         Ok(Self { hdr, payload })
     }
 
@@ -69,7 +71,10 @@ mod tests {
     #[test]
     fn emit_and_parse_basic_header() {
         let mut h = [0xffu8; HEADER_LEN];
-        GreRepr { protocol_type: 0x86dd }.emit(&mut h);
+        GreRepr {
+            protocol_type: 0x86dd,
+        }
+        .emit(&mut h);
         assert_eq!(h, [0, 0, 0x86, 0xdd]);
         let g = GrePacket::new_checked(&h).unwrap();
         assert_eq!((g.flags(), g.version(), g.protocol_type()), (0, 0, 0x86dd));
@@ -82,7 +87,13 @@ mod tests {
         assert_eq!(GrePacket::new_checked(&p).unwrap().payload(), &[0x45]);
         p.truncate(11);
         assert_eq!(GrePacket::new_checked(&p).err(), Some(Error::Truncated));
-        assert_eq!(GrePacket::new_checked(&[0, 1, 8, 0]).err(), Some(Error::Malformed));
-        assert_eq!(GrePacket::new_checked(&[0, 0, 8]).err(), Some(Error::Truncated));
+        assert_eq!(
+            GrePacket::new_checked(&[0, 1, 8, 0]).err(),
+            Some(Error::Malformed)
+        );
+        assert_eq!(
+            GrePacket::new_checked(&[0, 0, 8]).err(),
+            Some(Error::Truncated)
+        );
     }
 }

@@ -223,7 +223,11 @@ mod tests {
     fn truncation_at_every_boundary() {
         let p = packet(1, 0, &[1, 2, 3, 4]);
         for cut in 0..p.len() {
-            assert_eq!(Ipv4Packet::new_checked(&p[..cut]).err(), Some(Error::Truncated), "{cut}");
+            assert_eq!(
+                Ipv4Packet::new_checked(&p[..cut]).err(),
+                Some(Error::Truncated),
+                "{cut}"
+            );
         }
     }
 
@@ -236,7 +240,11 @@ mod tests {
         for ihl in 0..5u8 {
             let mut p = good.clone();
             p[0] = 0x40 | ihl;
-            assert_eq!(Ipv4Packet::new_checked(&p).err(), Some(Error::Malformed), "ihl {ihl}");
+            assert_eq!(
+                Ipv4Packet::new_checked(&p).err(),
+                Some(Error::Malformed),
+                "ihl {ihl}"
+            );
         }
         // IHL beyond the total length.
         let mut p = good.clone();
@@ -269,7 +277,10 @@ mod tests {
         assert!(v.verify_checksum());
         assert_eq!((v.src_addr(), v.dst_addr()), (repr.src, repr.dst));
         assert_eq!((v.protocol(), v.ttl(), v.dont_frag()), (47, 64, true));
-        let too_big = Ipv4Repr { payload_len: 65_516, ..repr };
+        let too_big = Ipv4Repr {
+            payload_len: 65_516,
+            ..repr
+        };
         assert_eq!(too_big.emit(&mut h), Err(Error::Malformed));
     }
 }

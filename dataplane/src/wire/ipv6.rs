@@ -19,7 +19,9 @@ impl<'a> Ipv6Packet<'a> {
     /// Jumbograms (payload length 0 with a Jumbo option) are not supported:
     /// they read as an empty payload and fail the extension-header walk.
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
-        let (hdr, rest) = buf.split_first_chunk::<HEADER_LEN>().ok_or(Error::Truncated)?;
+        let (hdr, rest) = buf
+            .split_first_chunk::<HEADER_LEN>()
+            .ok_or(Error::Truncated)?;
         if hdr[0] >> 4 != 6 {
             return Err(Error::Malformed);
         }
@@ -89,7 +91,10 @@ mod tests {
         let v = Ipv6Packet::new_checked(&p).unwrap();
         assert_eq!(v.traffic_class(), 0xab);
         assert_eq!(v.flow_label(), 0xcdef0);
-        assert_eq!((v.next_header(), v.hop_limit(), v.payload_len()), (17, 63, 3));
+        assert_eq!(
+            (v.next_header(), v.hop_limit(), v.payload_len()),
+            (17, 63, 3)
+        );
         assert_eq!(v.src_addr(), "2001:db8::1".parse::<Ipv6Addr>().unwrap());
         assert_eq!(v.dst_addr(), "2001:db8::2".parse::<Ipv6Addr>().unwrap());
         assert_eq!(v.payload(), &[1, 2, 3]);
@@ -100,7 +105,11 @@ mod tests {
     fn truncation_at_every_boundary() {
         let p = packet(&[1, 2, 3, 4]);
         for cut in 0..p.len() {
-            assert_eq!(Ipv6Packet::new_checked(&p[..cut]).err(), Some(Error::Truncated), "{cut}");
+            assert_eq!(
+                Ipv6Packet::new_checked(&p[..cut]).err(),
+                Some(Error::Truncated),
+                "{cut}"
+            );
         }
     }
 

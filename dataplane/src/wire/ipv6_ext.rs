@@ -36,7 +36,10 @@ pub struct Ipv6Upper {
 }
 
 fn is_extension(nh: u8) -> bool {
-    matches!(nh, HOP_BY_HOP | IPV6_ROUTING | IPV6_FRAGMENT | IPV6_DEST_OPTS | AH)
+    matches!(
+        nh,
+        HOP_BY_HOP | IPV6_ROUTING | IPV6_FRAGMENT | IPV6_DEST_OPTS | AH
+    )
 }
 
 /// Walks the chain starting with `first` (the fixed header's next header)
@@ -132,7 +135,14 @@ mod tests {
     #[test]
     fn no_extension_headers() {
         let u = walk(TCP, &[0; 20]).unwrap();
-        assert_eq!(u, Ipv6Upper { protocol: TCP, offset: 0, fragment: None });
+        assert_eq!(
+            u,
+            Ipv6Upper {
+                protocol: TCP,
+                offset: 0,
+                fragment: None
+            }
+        );
     }
 
     #[test]
@@ -172,13 +182,23 @@ mod tests {
         p.extend_from_slice(&[0xff; 16]);
         let u = walk(IPV6_FRAGMENT, &p).unwrap();
         assert_eq!((u.protocol, u.offset), (UDP, 8));
-        assert_eq!(u.fragment, Some(Ipv6FragInfo { offset: 185, more: true, ident: 9 }));
+        assert_eq!(
+            u.fragment,
+            Some(Ipv6FragInfo {
+                offset: 185,
+                more: true,
+                ident: 9
+            })
+        );
     }
 
     #[test]
     fn chain_limit() {
         let ok = chain(&[IPV6_DEST_OPTS; MAX_EXT_HEADERS], TCP);
-        assert_eq!(walk(IPV6_DEST_OPTS, &ok).unwrap().offset, 8 * MAX_EXT_HEADERS);
+        assert_eq!(
+            walk(IPV6_DEST_OPTS, &ok).unwrap().offset,
+            8 * MAX_EXT_HEADERS
+        );
         let too_long = chain(&[IPV6_DEST_OPTS; MAX_EXT_HEADERS + 1], TCP);
         assert_eq!(walk(IPV6_DEST_OPTS, &too_long), Err(Error::TooManyHeaders));
     }

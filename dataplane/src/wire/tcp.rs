@@ -95,8 +95,32 @@ mod tests {
     use super::*;
 
     fn segment(doff: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
-        let mut s = vec![0x30, 0x39, 0x00, 0x50, 0, 0, 0, 1, 0, 0, 0, 2, doff << 4, flags, 0xff, 0xff, 0, 0, 0, 0];
-        s.extend(std::iter::repeat_n(1u8, usize::from(doff.saturating_sub(5)) * 4));
+        let mut s = vec![
+            0x30,
+            0x39,
+            0x00,
+            0x50,
+            0,
+            0,
+            0,
+            1,
+            0,
+            0,
+            0,
+            2,
+            doff << 4,
+            flags,
+            0xff,
+            0xff,
+            0,
+            0,
+            0,
+            0,
+        ];
+        s.extend(std::iter::repeat_n(
+            1u8,
+            usize::from(doff.saturating_sub(5)) * 4,
+        ));
         s.extend_from_slice(payload);
         s
     }
@@ -117,7 +141,11 @@ mod tests {
     fn data_offset_below_five_is_malformed() {
         for doff in 0..5 {
             let s = segment(doff, 0, &[0; 40]);
-            assert_eq!(TcpSegment::new_checked(&s).err(), Some(Error::Malformed), "{doff}");
+            assert_eq!(
+                TcpSegment::new_checked(&s).err(),
+                Some(Error::Malformed),
+                "{doff}"
+            );
         }
     }
 
@@ -125,7 +153,11 @@ mod tests {
     fn truncation_at_every_boundary() {
         let s = segment(15, 0, &[]);
         for cut in 0..s.len() {
-            assert_eq!(TcpSegment::new_checked(&s[..cut]).err(), Some(Error::Truncated), "{cut}");
+            assert_eq!(
+                TcpSegment::new_checked(&s[..cut]).err(),
+                Some(Error::Truncated),
+                "{cut}"
+            );
         }
         assert!(TcpSegment::new_checked(&s).is_ok());
     }

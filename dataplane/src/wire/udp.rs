@@ -16,7 +16,9 @@ pub struct UdpDatagram<'a> {
 
 impl<'a> UdpDatagram<'a> {
     pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
-        let (hdr, payload) = buf.split_first_chunk::<HEADER_LEN>().ok_or(Error::Truncated)?;
+        let (hdr, payload) = buf
+            .split_first_chunk::<HEADER_LEN>()
+            .ok_or(Error::Truncated)?;
         Ok(Self { hdr, payload })
     }
 
@@ -74,14 +76,25 @@ mod tests {
 
     #[test]
     fn view_and_emit_round_trip() {
-        let repr = UdpRepr { src_port: 50000, dst_port: 6080, payload_len: 3, checksum: 0 };
+        let repr = UdpRepr {
+            src_port: 50000,
+            dst_port: 6080,
+            payload_len: 3,
+            checksum: 0,
+        };
         let mut buf = [0u8; HEADER_LEN + 3];
         let (hdr, _) = buf.split_first_chunk_mut::<HEADER_LEN>().unwrap();
         repr.emit(hdr).unwrap();
         let u = UdpDatagram::new_checked(&buf).unwrap();
-        assert_eq!((u.src_port(), u.dst_port(), u.len(), u.checksum()), (50000, 6080, 11, 0));
+        assert_eq!(
+            (u.src_port(), u.dst_port(), u.len(), u.checksum()),
+            (50000, 6080, 11, 0)
+        );
         assert_eq!(u.payload().len(), 3);
-        let too_big = UdpRepr { payload_len: 65_528, ..repr };
+        let too_big = UdpRepr {
+            payload_len: 65_528,
+            ..repr
+        };
         assert_eq!(too_big.emit(&mut [0; HEADER_LEN]), Err(Error::Malformed));
     }
 
@@ -89,7 +102,10 @@ mod tests {
     fn truncation_at_every_boundary() {
         let d = [0u8; HEADER_LEN];
         for cut in 0..HEADER_LEN {
-            assert_eq!(UdpDatagram::new_checked(&d[..cut]).err(), Some(Error::Truncated));
+            assert_eq!(
+                UdpDatagram::new_checked(&d[..cut]).err(),
+                Some(Error::Truncated)
+            );
         }
     }
 }

@@ -4,8 +4,8 @@ use std::net::IpAddr;
 
 use dataplane::rules::{ForwardingRule, RuleTable};
 use dataplane::snapshot::{
-    BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, PortRange, PortState,
-    RuleProtocol, ServiceId, ServiceState, SessionAffinity,
+    BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, PortRange,
+    PortState, RuleProtocol, ServiceId, ServiceState, SessionAffinity,
 };
 
 use super::{ip, v4, v6, NEXT_HOP_MAC, PORT_MAC};
@@ -45,7 +45,12 @@ fn rule(vip: &str, protocol: RuleProtocol, ports: PortRange, svc: u16) -> Forwar
     }
 }
 
-fn service(name: &str, encapsulation: Encapsulation, affinity: SessionAffinity, table: MaglevTable) -> ServiceState {
+fn service(
+    name: &str,
+    encapsulation: Encapsulation,
+    affinity: SessionAffinity,
+    table: MaglevTable,
+) -> ServiceState {
     ServiceState {
         name: name.into(),
         encapsulation,
@@ -59,7 +64,13 @@ fn service(name: &str, encapsulation: Encapsulation, affinity: SessionAffinity, 
     }
 }
 
-fn backend(id: u32, svc: u16, address: IpAddr, port: u16, mac: Option<[u8; 6]>) -> Option<BackendState> {
+fn backend(
+    id: u32,
+    svc: u16,
+    address: IpAddr,
+    port: u16,
+    mac: Option<[u8; 6]>,
+) -> Option<BackendState> {
     Some(BackendState {
         id: BackendId(id),
         service: ServiceId(svc),
@@ -76,14 +87,22 @@ fn backend(id: u32, svc: u16, address: IpAddr, port: u16, mac: Option<[u8; 6]>) 
 }
 
 pub fn state() -> ForwardingState {
-    let tcp80 = PortRange { first: 80, last: 80 };
+    let tcp80 = PortRange {
+        first: 80,
+        last: 80,
+    };
     let rules = RuleTable::new(vec![
         rule(VIP4, RuleProtocol::Tcp, tcp80, SVC_TCP80_L2),
         rule(VIP4, RuleProtocol::Udp, PortRange::ALL, SVC_UDP_GRE),
         rule(VIP6, RuleProtocol::L3Default, PortRange::ALL, SVC_V6_GUE),
         rule(VIP_EMPTY, RuleProtocol::Tcp, tcp80, SVC_EMPTY),
         rule(VIP_UNRESOLVED, RuleProtocol::Tcp, tcp80, SVC_UNRESOLVED),
-        rule(VIP_CLIENT_IP, RuleProtocol::L3Default, PortRange::ALL, SVC_CLIENT_IP),
+        rule(
+            VIP_CLIENT_IP,
+            RuleProtocol::L3Default,
+            PortRange::ALL,
+            SVC_CLIENT_IP,
+        ),
     ]);
     let unresolved = MaglevTable {
         slots: vec![BackendId(2)].into(),
@@ -94,10 +113,30 @@ pub fn state() -> ForwardingState {
         services: vec![
             service("tcp80", Encapsulation::L2, SessionAffinity::None, table01()),
             service("udp", Encapsulation::Gre, SessionAffinity::None, table01()),
-            service("v6", Encapsulation::Gue { port: 6080 }, SessionAffinity::None, table01()),
-            service("empty", Encapsulation::L2, SessionAffinity::None, MaglevTable::default()),
-            service("unresolved", Encapsulation::L2, SessionAffinity::None, unresolved),
-            service("client-ip", Encapsulation::Gre, SessionAffinity::ClientIp, table01()),
+            service(
+                "v6",
+                Encapsulation::Gue { port: 6080 },
+                SessionAffinity::None,
+                table01(),
+            ),
+            service(
+                "empty",
+                Encapsulation::L2,
+                SessionAffinity::None,
+                MaglevTable::default(),
+            ),
+            service(
+                "unresolved",
+                Encapsulation::L2,
+                SessionAffinity::None,
+                unresolved,
+            ),
+            service(
+                "client-ip",
+                Encapsulation::Gre,
+                SessionAffinity::ClientIp,
+                table01(),
+            ),
         ],
         backends: vec![
             backend(0, 0, ip("10.1.0.5"), 0, Some(NEXT_HOP_MAC)),
