@@ -1,1 +1,338 @@
+//! Prometheus exposition (AP-5).
+//!
+//! Workers only bump their own single-writer counters; summing across
+//! workers happens here, at scrape time, in a custom [`Collector`]. The
+//! families are rebuilt on every scrape from fresh metric objects rather
+//! than kept in a registry and updated, so a scrape never writes anything a
+//! worker reads and two concurrent scrapes cannot interfere.
 
+use std::io::{self, Read as _};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_utils::CachePadded;
+use dataplane::snapshot::SnapshotCell;
+use dataplane::stats::{WorkerStats, MAX_PORTS};
+use dataplane::DropReason;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{Encoder as _, IntCounter, IntCounterVec, IntGauge, Opts, TextEncoder};
+
+/// What the metrics endpoint reads.
+pub struct MetricsSources {
+    /// One block per worker, in worker order.
+    pub workers: Vec<Arc<CachePadded<WorkerStats>>>,
+    /// The current snapshot names the backends (service, address).
+    pub snapshot: Arc<SnapshotCell>,
+    /// Label for port index i.
+    pub port_names: Vec<String>,
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    // Names and labels are compile-time constants checked by the tests.
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition")
+}
+
+fn sum(src: &MetricsSources, f: impl Fn(&WorkerStats) -> u64) -> u64 {
+    src.workers
+        .iter()
+        .map(|w| f(w))
+        .fold(0u64, u64::wrapping_add)
+}
+
+/// The current metric families, summed over every worker.
+pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
+    let mut out = Vec::new();
+
+    type PortField = fn(&dataplane::stats::PortCounters) -> u64;
+    let port_metrics: [(&str, &str, PortField); 4] = [
+        (
+            "sluice_port_rx_packets_total",
+            "Packets received on a dataplane port.",
+            |p| p.rx_packets.get(),
+        ),
+        (
+            "sluice_port_rx_bytes_total",
+            "Bytes received on a dataplane port.",
+            |p| p.rx_bytes.get(),
+        ),
+        (
+            "sluice_port_tx_packets_total",
+            "Packets sent on a dataplane port.",
+            |p| p.tx_packets.get(),
+        ),
+        (
+            "sluice_port_tx_bytes_total",
+            "Bytes sent on a dataplane port.",
+            |p| p.tx_bytes.get(),
+        ),
+    ];
+    for (name, help, field) in port_metrics {
+        let v = counter_vec(name, help, &["port"]);
+        for (i, port) in src.port_names.iter().enumerate().take(MAX_PORTS) {
+            v.with_label_values(&[port.as_str()])
+                .inc_by(sum(src, |w| field(&w.ports[i])));
+        }
+        out.extend(v.collect());
+    }
+
+    let drops = counter_vec(
+        "sluice_dropped_packets_total",
+        "Packets dropped, by reason (every reason listed, zeros included).",
+        &["reason"],
+    );
+    for &reason in DropReason::ALL {
+        drops
+            .with_label_values(&[reason.name()])
+            .inc_by(sum(src, |w| w.drops[reason.index()].get()));
+    }
+    out.extend(drops.collect());
+
+    let punted = IntCounter::new(
+        "sluice_punted_packets_total",
+        "Packets handed to the host exception path (AP-4).",
+    )
+    .expect("valid metric definition");
+    punted.inc_by(sum(src, |w| w.punted.get()));
+    out.extend(punted.collect());
+
+    let snap = src.snapshot.load();
+    let per_backend = counter_vec(
+        "sluice_backend_packets_total",
+        "Packets forwarded to a backend of the current configuration.",
+        &["service", "backend"],
+    );
+    for svc in &snap.services {
+        for &id in &svc.backends {
+            let Some(b) = snap.backend(id) else { continue };
+            let n = sum(src, |w| {
+                w.backend_packets.get(id.0 as usize).map_or(0, |c| c.get())
+            });
+            per_backend
+                .with_label_values(&[svc.name.as_str(), &b.address.to_string()])
+                .inc_by(n);
+        }
+    }
+    out.extend(per_backend.collect());
+
+    let generation = IntGauge::new(
+        "sluice_snapshot_generation",
+        "Generation of the currently published forwarding snapshot.",
+    )
+    .expect("valid metric definition");
+    generation.set(i64::try_from(snap.generation).unwrap_or(i64::MAX));
+    out.extend(generation.collect());
+
+    let workers = IntGauge::new("sluice_workers", "Number of packet worker threads.")
+        .expect("valid metric definition");
+    workers.set(src.workers.len() as i64);
+    out.extend(workers.collect());
+    out
+}
+
+/// Prometheus text exposition of [`families`].
+pub fn render(src: &MetricsSources) -> String {
+    let mut buf = Vec::new();
+    // Encoding only fails on families the encoder cannot represent, which
+    // `families` never builds.
+    let _ = TextEncoder::new().encode(&families(src), &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// A [`Collector`] for registering the sluice metrics in a registry
+/// alongside others.
+pub struct SluiceCollector {
+    src: Arc<MetricsSources>,
+    descs: Vec<Desc>,
+}
+
+impl SluiceCollector {
+    pub fn new(src: Arc<MetricsSources>) -> Self {
+        let descs = families(&src)
+            .iter()
+            .filter_map(|f| {
+                let labels = f
+                    .get_metric()
+                    .first()
+                    .map(|m| m.get_label().iter().map(|l| l.name().to_string()).collect())
+                    .unwrap_or_default();
+                Desc::new(
+                    f.name().to_string(),
+                    f.help().to_string(),
+                    labels,
+                    Default::default(),
+                )
+                .ok()
+            })
+            .collect();
+        Self { src, descs }
+    }
+}
+
+impl Collector for SluiceCollector {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        families(&self.src)
+    }
+}
+
+/// Serves `GET /metrics` on `listen` from a new thread; any other request
+/// gets 404. Returns once the socket is bound, so a bind failure (address in
+/// use, bad permission) is reported to the caller rather than lost.
+pub fn serve(listen: SocketAddr, src: Arc<MetricsSources>) -> io::Result<JoinHandle<()>> {
+    let server = tiny_http::Server::http(listen).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            format!("metrics listen {listen}: {e}"),
+        )
+    })?;
+    std::thread::Builder::new()
+        .name("sluice-metrics".into())
+        .spawn(move || {
+            for mut req in server.incoming_requests() {
+                // Drain any body so keep-alive connections stay in sync.
+                let _ = io::copy(&mut req.as_reader().take(1 << 16), &mut io::sink());
+                let path = req.url().split('?').next().unwrap_or("");
+                let response = if *req.method() == tiny_http::Method::Get && path == "/metrics" {
+                    let content_type = tiny_http::Header::from_bytes(
+                        &b"Content-Type"[..],
+                        &b"text/plain; version=0.0.4; charset=utf-8"[..],
+                    )
+                    .ok();
+                    let mut r = tiny_http::Response::from_string(render(&src));
+                    if let Some(h) = content_type {
+                        r = r.with_header(h);
+                    }
+                    r
+                } else {
+                    tiny_http::Response::from_string("not found: try GET /metrics\n")
+                        .with_status_code(404)
+                };
+                let _ = req.respond(response);
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use dataplane::snapshot::{BackendId, BackendState, ForwardingState, ServiceId, ServiceState};
+
+    use super::*;
+
+    fn sources() -> MetricsSources {
+        let w0 = Arc::new(WorkerStats::new(4));
+        let w1 = Arc::new(WorkerStats::new(4));
+        w0.ports[0].rx_packets.add(10);
+        w1.ports[0].rx_packets.add(5);
+        w0.ports[1].tx_bytes.add(1000);
+        w1.ports[1].tx_bytes.add(24);
+        w0.drops[DropReason::NoRule.index()].add(2);
+        w1.drops[DropReason::NoRule.index()].add(3);
+        w1.punted.add(7);
+        w0.backend(BackendId(1), 4);
+        w1.backend(BackendId(1), 6);
+        let state = ForwardingState {
+            generation: 42,
+            services: vec![ServiceState {
+                name: "web".into(),
+                encapsulation: dataplane::snapshot::Encapsulation::L2,
+                affinity: Default::default(),
+                tracking: Default::default(),
+                draining_timeout_ms: 0,
+                drain_on_failover: true,
+                pool_epoch: 0,
+                tables: vec![],
+                backends: vec![BackendId(1)],
+            }],
+            backends: vec![
+                None,
+                Some(BackendState {
+                    id: BackendId(1),
+                    service: ServiceId(0),
+                    address: "192.0.2.10".parse().unwrap(),
+                    healthy: true,
+                    weight: 1,
+                    pool: Default::default(),
+                    draining_until: None,
+                    egress: Default::default(),
+                }),
+            ],
+            ..Default::default()
+        };
+        MetricsSources {
+            workers: vec![w0, w1],
+            snapshot: Arc::new(SnapshotCell::new(state)),
+            port_names: vec!["uplink".into(), "downlink".into()],
+        }
+    }
+
+    #[test]
+    fn render_sums_two_workers() {
+        let text = render(&sources());
+        for line in [
+            "sluice_port_rx_packets_total{port=\"uplink\"} 15",
+            "sluice_port_rx_packets_total{port=\"downlink\"} 0",
+            "sluice_port_tx_bytes_total{port=\"downlink\"} 1024",
+            "sluice_dropped_packets_total{reason=\"no_rule\"} 5",
+            "sluice_dropped_packets_total{reason=\"shutdown\"} 0",
+            "sluice_punted_packets_total 7",
+            "sluice_backend_packets_total{backend=\"192.0.2.10\",service=\"web\"} 10",
+            "sluice_snapshot_generation 42",
+            "sluice_workers 2",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let reasons = text
+            .lines()
+            .filter(|l| l.starts_with("sluice_dropped_packets_total{"))
+            .count();
+        assert_eq!(reasons, DropReason::COUNT, "every reason, zeros included");
+    }
+
+    #[test]
+    fn collector_describes_what_it_collects() {
+        let c = SluiceCollector::new(Arc::new(sources()));
+        let r = prometheus::Registry::new();
+        r.register(Box::new(c)).unwrap();
+        assert_eq!(r.gather().len(), 9);
+    }
+
+    #[test]
+    fn serve_answers_metrics_and_404() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let _h = serve(addr, Arc::new(sources())).unwrap();
+        let get = |path: &str| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        let ok = get("/metrics");
+        assert!(
+            ok.starts_with("HTTP/1.0 200") || ok.starts_with("HTTP/1.1 200"),
+            "{ok}"
+        );
+        assert!(ok.contains("sluice_workers 2"));
+        let nf = get("/");
+        assert!(nf.contains(" 404 "), "{nf}");
+        assert!(
+            serve(addr, Arc::new(sources())).is_err(),
+            "bind errors reach the caller"
+        );
+    }
+}
