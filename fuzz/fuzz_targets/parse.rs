@@ -1,0 +1,13 @@
+//! The frame parser on arbitrary bytes: must never panic, and whatever it
+//! reports must lie inside the frame.
+#![no_main]
+
+use dataplane::wire::{parse, Parsed};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(Parsed::Ip(ip)) = parse(data) {
+        assert!(ip.l3_offset + ip.ip_len <= data.len());
+        assert!(ip.l4_offset <= ip.l3_offset + ip.ip_len);
+    }
+});
