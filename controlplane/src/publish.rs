@@ -215,7 +215,7 @@ fn service_state(svc: &BackendServiceConfig, members: &[BackendId]) -> ServiceSt
         draining_timeout_ms: millis(svc.connection_draining_timeout),
         drain_on_failover: svc
             .failover_policy
-            .map_or(true, |f| f.connection_drain_on_failover),
+            .is_none_or(|f| f.connection_drain_on_failover),
         pool_epoch: 0,
         tables: vec![build_table(&eligible, svc.maglev_table_size)],
         backends: members.to_vec(),

@@ -126,7 +126,7 @@ impl<'a> SourceMap<'a> {
     /// Turns a TOML syntax or shape error (unknown field, wrong type, missing
     /// field) into a diagnostic. toml reports a span but no key path, so the
     /// path is reconstructed from the table headers above the error.
-    pub(crate) fn from_toml_error(&self, err: &toml::de::Error) -> Diagnostic {
+    pub(crate) fn toml_error_diagnostic(&self, err: &toml::de::Error) -> Diagnostic {
         let offset = err.span().map_or(0, |s| s.start);
         let message = err.message().trim().to_string();
         let path = self.path_at(offset);

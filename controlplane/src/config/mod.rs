@@ -45,7 +45,7 @@ pub fn load_str(text: &str, origin: &str) -> Result<Config, Diagnostics> {
         Ok(raw) => validate::validate(raw, text, origin),
         Err(e) => {
             let mut d = Diagnostics::new(origin);
-            d.push(map.from_toml_error(&e));
+            d.push(map.toml_error_diagnostic(&e));
             Err(d)
         }
     }
