@@ -9,6 +9,7 @@
 mod diagnostics;
 mod model;
 mod raw;
+mod rules;
 mod service;
 mod validate;
 mod values;
