@@ -38,11 +38,11 @@ pub enum RunError {
 /// directory so several instances and tests can run side by side).
 pub fn eal_args(cfg: &Config) -> Vec<String> {
     let mut args = cfg.dataplane.eal_args.clone();
-    let has = |flags: &[&str]| {
+    let has = |args: &[String], flags: &[&str]| {
         args.iter()
             .any(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}="))))
     };
-    if !has(&["-l", "--lcores", "-c"]) {
+    if !has(&args, &["-l", "--lcores", "-c"]) {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         // Main lcore on CPU 0, worker i on CPU i (wrapping on small machines:
         // two pollers on one CPU work, just slower).
@@ -51,7 +51,7 @@ pub fn eal_args(cfg: &Config) -> Vec<String> {
             .collect();
         args.push(format!("--lcores={}", map.join(",")));
     }
-    if !has(&["--file-prefix", "--in-memory"]) {
+    if !has(&args, &["--file-prefix", "--in-memory"]) {
         args.push(format!("--file-prefix=sluice-{}", std::process::id()));
     }
     for port in &cfg.dataplane.ports {

@@ -45,7 +45,7 @@ impl RuleTable {
                 None => vips.push((rule.vip, vec![rule])),
             }
         }
-        vips.sort_by(|a, b| a.0.cmp(&b.0));
+        vips.sort_by_key(|v| v.0);
         Self { vips }
     }
 
