@@ -62,6 +62,9 @@ drop_reasons! {
     NoExceptionPath => "no_exception_path",
     /// The egress TX queue was full.
     TxQueueFull => "tx_queue_full",
+    /// A chained (multi-segment) mbuf: the pipeline handles contiguous
+    /// packets only; size the mempool's data room above the port MTU.
+    MultiSegment => "multi_segment",
     /// The packet arrived while the worker was shutting down.
     Shutdown => "shutdown",
 }
