@@ -78,6 +78,25 @@ fn cases() -> Vec<Case> {
             hint: "fix its spelling",
         },
         Case {
+            name: "unknown field inside an inline table",
+            text: replace(
+                "health_check = \"tcp-80\"\n",
+                "health_check = \"tcp-80\"\nconnection_tracking = { trackng_mode = \"PER_SESSION\" }\n",
+            ),
+            at_line_with: "trackng_mode",
+            path: "backend_service[0].connection_tracking.trackng_mode",
+            message: "unknown field `trackng_mode`, expected one of `tracking_mode`",
+            hint: "fix its spelling",
+        },
+        Case {
+            name: "missing required field",
+            text: replace("name = \"web-vip\"\n", ""),
+            at_line_with: "[[forwarding_rule]]",
+            path: "forwarding_rule[0]",
+            message: "missing field `name`",
+            hint: "add the required field",
+        },
+        Case {
             name: "bad IP",
             text: replace("192.0.2.11\"", "192.0.2.300\""),
             at_line_with: "192.0.2.300",

@@ -128,7 +128,7 @@ impl<'a> SourceMap<'a> {
     /// path is reconstructed from the table headers above the error.
     pub(crate) fn toml_error_diagnostic(&self, err: &toml::de::Error) -> Diagnostic {
         let offset = err.span().map_or(0, |s| s.start);
-        let message = err.message().trim().to_string();
+        let message = err.message().trim().lines().collect::<Vec<_>>().join(": ");
         let path = self.path_at(offset);
         let hint = hint_for_toml_message(&message);
         let (line, column) = self.line_col(offset);
@@ -149,7 +149,12 @@ impl<'a> SourceMap<'a> {
         let before = self.text.get(..offset).unwrap_or("");
         let mut counts: Vec<(String, usize)> = Vec::new();
         let mut table = String::new();
-        for line in before.lines() {
+        // The error's own line counts: toml points missing-field errors at
+        // the table's header.
+        let line_end = self.text[offset..]
+            .find('\n')
+            .map_or(self.text.len(), |i| offset + i);
+        for line in self.text[..line_end].lines() {
             let t = line.trim();
             if let Some(h) = t.strip_prefix("[[").and_then(|r| r.split("]]").next()) {
                 let h = h.trim().to_string();
@@ -170,24 +175,42 @@ impl<'a> SourceMap<'a> {
         }
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
         let line = self.text[line_start..].lines().next().unwrap_or("");
-        let key = line
+        let is_ident = |k: &str| {
+            !k.is_empty()
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
+        };
+        let line_key = line
             .split_once('=')
             .map(|(k, _)| k.trim())
-            .filter(|k| !k.is_empty() && !k.starts_with('[') && !k.starts_with('#'))
-            .filter(|k| {
-                k.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_-.\"".contains(c))
-            });
-        match (table.is_empty(), key) {
-            (true, Some(k)) => k.to_string(),
-            (false, Some(k)) => format!("{table}.{k}"),
-            (_, None) => table,
+            .filter(|k| is_ident(k));
+        // toml points at the offending key itself for unknown fields, which
+        // may sit inside an inline table (`x = { bad = 1 }`).
+        let word: String = self.text[offset..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "_-".contains(*c))
+            .collect();
+        let mut parts: Vec<&str> = Vec::new();
+        if !table.is_empty() {
+            parts.push(&table);
         }
+        if let Some(k) = line_key {
+            parts.push(k);
+        }
+        if is_ident(&word)
+            && line_key != Some(word.as_str())
+            && !word.chars().all(|c| c.is_ascii_digit())
+        {
+            parts.push(&word);
+        }
+        parts.join(".")
     }
 }
 
 fn hint_for_toml_message(message: &str) -> String {
-    if message.starts_with("unknown field") {
+    if message.contains("duplicate key") {
+        "each key and each [table] may appear once; remove or merge the repeated one".into()
+    } else if message.starts_with("unknown field") {
         "remove the field or fix its spelling (the valid names are listed above); \
          see docs/configuration.md"
             .into()
@@ -197,8 +220,6 @@ fn hint_for_toml_message(message: &str) -> String {
         "give the value the type the field expects (strings in quotes, numbers \
          without, lists in [ ])"
             .into()
-    } else if message.starts_with("duplicate key") {
-        "each key may appear once per table; remove one of them".into()
     } else if message.starts_with("invalid value") {
         "use a value in the range the field allows; see docs/configuration.md".into()
     } else {
