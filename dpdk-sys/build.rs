@@ -57,9 +57,9 @@ fn main() {
     for p in &dpdk.include_paths {
         builder = builder.clang_arg(format!("-I{}", p.display()));
     }
-    let bindings = builder
-        .generate()
-        .expect("bindgen failed on the DPDK headers (is libclang-dev installed? run scripts/setup.sh)");
+    let bindings = builder.generate().expect(
+        "bindgen failed on the DPDK headers (is libclang-dev installed? run scripts/setup.sh)",
+    );
     bindings
         .write_to_file(out.join("bindings.rs"))
         .expect("write bindings.rs");

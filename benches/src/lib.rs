@@ -16,7 +16,11 @@ pub fn tcp_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6], flags_syn: bool) 
     let builder = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
         .ipv4(src.octets(), vip.octets(), 64)
         .tcp(sport, 80, i.wrapping_mul(2_654_435_761), 65535);
-    let builder = if flags_syn { builder.syn() } else { builder.ack(1) };
+    let builder = if flags_syn {
+        builder.syn()
+    } else {
+        builder.ack(1)
+    };
     let mut out = Vec::with_capacity(64);
     builder
         .write(&mut out, &[])
@@ -50,6 +54,9 @@ mod tests {
         assert_eq!(a.len(), 60);
         assert_ne!(a, b);
         let p = etherparse::SlicedPacket::from_ethernet(&a).unwrap();
-        assert!(matches!(p.transport, Some(etherparse::TransportSlice::Tcp(_))));
+        assert!(matches!(
+            p.transport,
+            Some(etherparse::TransportSlice::Tcp(_))
+        ));
     }
 }

@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 mod run;
 
 #[derive(Parser, Debug)]
-#[command(name = "sluice", version, about = "Kernel-bypass L4 load balancer on DPDK")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Kernel-bypass L4 load balancer on DPDK"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -39,8 +39,11 @@ pub enum RunError {
 pub fn eal_args(cfg: &Config) -> Vec<String> {
     let mut args = cfg.dataplane.eal_args.clone();
     let has = |args: &[String], flags: &[&str]| {
-        args.iter()
-            .any(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}="))))
+        args.iter().any(|a| {
+            flags
+                .iter()
+                .any(|f| a == f || a.starts_with(&format!("{f}=")))
+        })
     };
     if !has(&args, &["-l", "--lcores", "-c"]) {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -85,7 +88,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     let nports = cfg.dataplane.ports.len();
     // Enough for every RX and TX ring plus per-lcore caches and bursts in flight.
-    let mbufs = (nports as u32 * workers as u32 * (1024 + 1024) + 4096).next_power_of_two() - 1;
+    let auto = (nports as u32 * workers as u32 * (1024 + 1024) + 4096).next_power_of_two() - 1;
+    let mbufs = if cfg.dataplane.mbufs == 0 {
+        auto
+    } else {
+        cfg.dataplane.mbufs
+    };
     let pool = Mempool::new("sluice_mbufs", mbufs, 256, dpdk_sys_default_buf_size())?;
 
     let mut ports = Vec::with_capacity(nports);
@@ -131,6 +139,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             snapshots: Arc::clone(&snapshots),
             stop: Arc::clone(&stop),
             clock,
+            burst_size: usize::from(cfg.dataplane.burst_size),
         };
         eal.launch(lcore, move || worker.run())?;
         launched.push(lcore);
@@ -218,7 +227,7 @@ fn dpdk_sys_default_buf_size() -> u16 {
 /// EAL leaves its runtime directory behind; remove ours if we made it.
 fn remove_runtime_dir(args: &[String]) {
     let own = format!("--file-prefix=sluice-{}", std::process::id());
-    if args.iter().any(|a| *a == own) {
+    if args.contains(&own) {
         let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/sluice-{}", std::process::id()));
     }
 }

@@ -34,7 +34,11 @@ fn check_config_reports_every_error_with_line_and_exit_2() {
     let dir = tempdir("cli-broken");
     let cfg = dir.join("broken.toml");
     std::fs::write(&cfg, BROKEN).unwrap();
-    let out = Command::new(sluice_bin()).arg("check-config").arg(&cfg).output().unwrap();
+    let out = Command::new(sluice_bin())
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     // The bad backend address is on line 13, the dangling service on line 20.
@@ -50,11 +54,18 @@ fn run_refuses_to_start_on_a_broken_config() {
     let dir = tempdir("cli-run-broken");
     let cfg = dir.join("broken.toml");
     std::fs::write(&cfg, BROKEN).unwrap();
-    let out = Command::new(sluice_bin()).args(["run", "--config"]).arg(&cfg).output().unwrap();
+    let out = Command::new(sluice_bin())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nothing started"), "{err}");
-    assert!(!err.contains("EAL:"), "EAL must not have been initialised: {err}");
+    assert!(
+        !err.contains("EAL:"),
+        "EAL must not have been initialised: {err}"
+    );
 }
 
 #[test]
@@ -66,6 +77,14 @@ fn check_config_accepts_the_shipped_examples() {
         .filter(|p| p.extension().is_some_and(|e| e == "toml"))
         .collect();
     assert!(!files.is_empty(), "conf/ has example configurations");
-    let out = Command::new(sluice_bin()).arg("check-config").args(&files).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(sluice_bin())
+        .arg("check-config")
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

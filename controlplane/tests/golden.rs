@@ -76,15 +76,39 @@ fn input_frames() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
     for round in 0..2u32 {
         for i in 0..60u32 {
             let src = [10, 1, (i / 200) as u8, (i % 200 + 1) as u8];
-            frames.push(tcp_frame(PORT_MAC, src, vip, 20_000 + i as u16, 80, round * 100));
+            frames.push(tcp_frame(
+                PORT_MAC,
+                src,
+                vip,
+                20_000 + i as u16,
+                80,
+                round * 100,
+            ));
         }
     }
     for i in 0..10u32 {
-        frames.push(udp_frame(PORT_MAC, [10, 2, 0, i as u8 + 1], vip, 5000 + i as u16, 53, &[i as u8; 20]));
+        frames.push(udp_frame(
+            PORT_MAC,
+            [10, 2, 0, i as u8 + 1],
+            vip,
+            5000 + i as u16,
+            53,
+            &[i as u8; 20],
+        ));
     }
-    frames.push(vlan_tagged(tcp_frame(PORT_MAC, [10, 3, 0, 1], vip, 4242, 80, 0), 100));
+    frames.push(vlan_tagged(
+        tcp_frame(PORT_MAC, [10, 3, 0, 1], vip, 4242, 80, 0),
+        100,
+    ));
     let mut drops = BTreeMap::new();
-    frames.push(tcp_frame(PORT_MAC, [10, 4, 0, 1], [198, 51, 100, 7], 1234, 80, 0));
+    frames.push(tcp_frame(
+        PORT_MAC,
+        [10, 4, 0, 1],
+        [198, 51, 100, 7],
+        1234,
+        80,
+        0,
+    ));
     drops.insert("not_for_us", 1);
     frames.push(tcp_frame(PORT_MAC, [10, 4, 0, 2], vip, 1234, 443, 0));
     drops.insert("no_rule", 1);
@@ -96,7 +120,9 @@ fn input_frames() -> (Vec<Vec<u8>>, BTreeMap<&'static str, u64>) {
 }
 
 fn golden_dir(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(case)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(case)
 }
 
 fn run_case(encap: &str) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, String) {
@@ -117,7 +143,11 @@ fn compare_with_expected(case: &str, output: &[Vec<u8>]) {
         write_pcap(&expected_path, output);
     }
     let expected = read_pcap(&expected_path);
-    assert_eq!(output.len(), expected.len(), "{case}: packet count differs from {expected_path:?}");
+    assert_eq!(
+        output.len(),
+        expected.len(),
+        "{case}: packet count differs from {expected_path:?}"
+    );
     for (i, (o, e)) in output.iter().zip(&expected).enumerate() {
         assert_eq!(o, e, "{case}: packet {i} differs from {expected_path:?}");
     }
@@ -136,15 +166,29 @@ fn check_delivery(encap: &str, frame: &[u8]) -> (usize, Vec<u8>) {
     match encap {
         "l2" => (backend, frame[14..].to_vec()),
         "gre" => {
-            let Some(NetSlice::Ipv4(outer)) = &p.net else { panic!("GRE outer must be IPv4") };
+            let Some(NetSlice::Ipv4(outer)) = &p.net else {
+                panic!("GRE outer must be IPv4")
+            };
             let h = outer.header();
             assert_eq!(h.protocol(), etherparse::IpNumber::GRE);
-            assert_eq!(h.source(), [192, 0, 2, 1], "outer source = appliance address");
+            assert_eq!(
+                h.source(),
+                [192, 0, 2, 1],
+                "outer source = appliance address"
+            );
             let want: IpAddr = BACKENDS[backend].0.parse().unwrap();
-            assert_eq!(IpAddr::from(h.destination()), want, "outer destination = the backend whose MAC was used");
+            assert_eq!(
+                IpAddr::from(h.destination()),
+                want,
+                "outer destination = the backend whose MAC was used"
+            );
             assert_eq!(h.ttl(), 64);
             let hdr = h.to_header();
-            assert_eq!(hdr.header_checksum, hdr.calc_header_checksum(), "outer IPv4 checksum");
+            assert_eq!(
+                hdr.header_checksum,
+                hdr.calc_header_checksum(),
+                "outer IPv4 checksum"
+            );
             let gre = outer.payload().payload;
             assert_eq!(&gre[..2], &[0, 0], "GRE flags/version 0");
             let inner = &gre[4..];
@@ -188,7 +232,11 @@ fn check_case(encap: &str) {
                     || matches!(p.transport, Some(TransportSlice::Udp(ref u)) if u.destination_port() == 53)))
         })
         .collect();
-    assert_eq!(output.len(), forwarded.len(), "every packet for a rule is forwarded");
+    assert_eq!(
+        output.len(),
+        forwarded.len(),
+        "every packet for a rule is forwarded"
+    );
 
     let mut owner: HashMap<_, usize> = HashMap::new();
     let mut per_backend = [0usize; 3];
@@ -198,15 +246,27 @@ fn check_case(encap: &str) {
         assert_eq!(inner, inp[ip_start..], "inner packet must be untouched");
         let flow = flow_of(&inner);
         let prev = *owner.entry(flow).or_insert(backend);
-        assert_eq!(prev, backend, "HA-1: every packet of flow {flow:?} goes to one backend");
+        assert_eq!(
+            prev, backend,
+            "HA-1: every packet of flow {flow:?} goes to one backend"
+        );
         per_backend[backend] += 1;
     }
-    assert!(per_backend.iter().all(|&n| n >= 15), "MG-3: spread over backends: {per_backend:?}");
+    assert!(
+        per_backend.iter().all(|&n| n >= 15),
+        "MG-3: spread over backends: {per_backend:?}"
+    );
     compare_with_expected(encap, &output);
 
     let m = parse_metrics(&metrics);
-    let rx = m.get("sluice_port_rx_packets_total{port=\"uplink\"}").copied().unwrap_or(0);
-    let tx = m.get("sluice_port_tx_packets_total{port=\"uplink\"}").copied().unwrap_or(0);
+    let rx = m
+        .get("sluice_port_rx_packets_total{port=\"uplink\"}")
+        .copied()
+        .unwrap_or(0);
+    let tx = m
+        .get("sluice_port_tx_packets_total{port=\"uplink\"}")
+        .copied()
+        .unwrap_or(0);
     let drops: u64 = m
         .iter()
         .filter(|(k, _)| k.starts_with("sluice_dropped_packets_total"))

@@ -108,10 +108,26 @@ mod tests {
     #[test]
     fn fr_1_to_4_rule_lookup() {
         let t = RuleTable::new(vec![
-            rule("203.0.113.10", RuleProtocol::Tcp, PortRange { first: 80, last: 80 }, 0),
+            rule(
+                "203.0.113.10",
+                RuleProtocol::Tcp,
+                PortRange {
+                    first: 80,
+                    last: 80,
+                },
+                0,
+            ),
             rule("203.0.113.10", RuleProtocol::Udp, PortRange::ALL, 1),
             rule("2001:db8::10", RuleProtocol::L3Default, PortRange::ALL, 2),
-            rule("203.0.113.11", RuleProtocol::Tcp, PortRange { first: 8000, last: 8080 }, 3),
+            rule(
+                "203.0.113.11",
+                RuleProtocol::Tcp,
+                PortRange {
+                    first: 8000,
+                    last: 8080,
+                },
+                3,
+            ),
         ]);
         let v4: IpAddr = "203.0.113.10".parse().unwrap();
         assert_eq!(t.lookup(v4, 6, Some(80)).unwrap().service, ServiceId(0));

@@ -44,7 +44,10 @@ pub struct PortRange {
 }
 
 impl PortRange {
-    pub const ALL: PortRange = PortRange { first: 0, last: u16::MAX };
+    pub const ALL: PortRange = PortRange {
+        first: 0,
+        last: u16::MAX,
+    };
 
     pub fn is_all(&self) -> bool {
         *self == Self::ALL

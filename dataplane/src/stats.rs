@@ -22,8 +22,10 @@ impl Counter {
     /// Adds `n`. Must only be called by the counter's owning thread.
     #[inline(always)]
     pub fn add(&self, n: u64) {
-        self.0
-            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
     }
 
     #[inline(always)]

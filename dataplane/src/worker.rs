@@ -26,6 +26,8 @@ pub struct Worker {
     pub snapshots: Arc<SnapshotCell>,
     pub stop: Arc<AtomicBool>,
     pub clock: TscClock,
+    /// Packets per RX poll (1..=MAX_BURST).
+    pub burst_size: usize,
 }
 
 impl Worker {
@@ -39,6 +41,7 @@ impl Worker {
             snapshots,
             stop,
             clock,
+            burst_size,
         } = self;
         // Allocated once, before the loop.
         let mut rx_burst = MbufBurst::default();
@@ -59,7 +62,7 @@ impl Worker {
             ctx.now = Millis(clock.now_ms());
 
             for (port_idx, rxq) in rx.iter_mut().enumerate() {
-                let n = rxq.rx_burst(&mut rx_burst);
+                let n = rxq.rx_burst(&mut rx_burst, burst_size);
                 if n == 0 {
                     continue;
                 }

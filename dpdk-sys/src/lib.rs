@@ -6,7 +6,12 @@
 //! is safe to call without reading DPDK's documentation: the safe layer is
 //! `dataplane::dpdk`.
 
-#![allow(non_upper_case_globals, non_camel_case_types, non_snake_case, dead_code)]
+#![allow(
+    non_upper_case_globals,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code
+)]
 #![allow(clippy::all, clippy::undocumented_unsafe_blocks)]
 #![allow(rust_2018_idioms, unsafe_op_in_unsafe_fn)]
 

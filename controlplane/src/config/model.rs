@@ -105,6 +105,10 @@ pub struct DataplaneConfig {
     pub workers: u16,
     /// Packets per RX/TX burst (1–512, default 32).
     pub burst_size: u16,
+    /// Mbufs in the packet pool; 0 = sized automatically. Raise it for
+    /// drivers that hold many buffers (net_pcap's `infinite_rx` preloads
+    /// the whole capture).
+    pub mbufs: u32,
     /// In config order; the index is the DPDK port index the dataplane uses.
     pub ports: Vec<PortConfig>,
 }

@@ -30,6 +30,7 @@ pub(crate) struct RawDataplane {
     pub eal_args: Vec<String>,
     pub workers: Option<S<i64>>,
     pub burst_size: Option<S<i64>>,
+    pub mbufs: Option<S<i64>>,
     #[serde(default)]
     pub port: Vec<S<RawPort>>,
 }

@@ -188,9 +188,17 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
     let burst_size = cx.int(
         &d.burst_size,
         32u16,
-        (1, 512),
+        (1, dataplane::dpdk::MAX_BURST as i64),
         "dataplane.burst_size",
         "burst_size",
+    );
+    // 0 = sized by sluice from ports, workers and descriptors.
+    let mbufs = cx.int(
+        &d.mbufs,
+        0u32,
+        (0, 16 * 1024 * 1024),
+        "dataplane.mbufs",
+        "mbufs",
     );
     if d.port.is_empty() || d.port.len() > MAX_PORTS {
         cx.err(
@@ -211,6 +219,7 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         eal_args: d.eal_args.clone(),
         workers,
         burst_size,
+        mbufs,
         ports,
     }
 }

@@ -13,7 +13,10 @@ pub fn sluice_bin() -> &'static str {
 }
 
 pub fn mac_str(m: &[u8; 6]) -> String {
-    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// A fresh directory under the target dir (kept after the test for
@@ -25,7 +28,14 @@ pub fn tempdir(name: &str) -> PathBuf {
     dir
 }
 
-pub fn tcp_frame(dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, seq: u32) -> Vec<u8> {
+pub fn tcp_frame(
+    dst_mac: [u8; 6],
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    seq: u32,
+) -> Vec<u8> {
     let mut out = Vec::new();
     PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
         .ipv4(src, dst, 64)
@@ -36,7 +46,14 @@ pub fn tcp_frame(dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], sport: u16, dport
     out
 }
 
-pub fn udp_frame(dst_mac: [u8; 6], src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+pub fn udp_frame(
+    dst_mac: [u8; 6],
+    src: [u8; 4],
+    dst: [u8; 4],
+    sport: u16,
+    dport: u16,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut out = Vec::new();
     PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
         .ipv4(src, dst, 64)
@@ -72,7 +89,8 @@ pub fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     let mut w = PcapWriter::new(file).unwrap();
     for (i, f) in frames.iter().enumerate() {
         let ts = std::time::Duration::from_micros(i as u64);
-        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f)).unwrap();
+        w.write_packet(&PcapPacket::new(ts, f.len() as u32, f))
+            .unwrap();
     }
 }
 
@@ -90,7 +108,13 @@ pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
 pub fn run_sluice(cfg: &Path, dir: &Path) -> String {
     let dump = dir.join("metrics.txt");
     let out = Command::new(sluice_bin())
-        .args(["run", "--no-metrics-server", "--exit-on-idle", "400", "--config"])
+        .args([
+            "run",
+            "--no-metrics-server",
+            "--exit-on-idle",
+            "400",
+            "--config",
+        ])
         .arg(cfg)
         .arg("--metrics-dump")
         .arg(&dump)

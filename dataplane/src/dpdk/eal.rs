@@ -34,7 +34,10 @@ impl Eal {
         owned.push(CString::new("sluice").expect("static string has no NUL"));
         for a in args {
             owned.push(CString::new(a.as_str()).map_err(|_| {
-                DpdkError::msg("rte_eal_init", format!("EAL argument {a:?} contains a NUL byte"))
+                DpdkError::msg(
+                    "rte_eal_init",
+                    format!("EAL argument {a:?} contains a NUL byte"),
+                )
             })?);
         }
         let mut argv: Vec<*mut std::ffi::c_char> =
@@ -82,7 +85,10 @@ impl Eal {
         if rc != 0 {
             // SAFETY: the launch failed, so EAL did not take `arg`.
             drop(unsafe { Box::from_raw(arg.cast::<LcoreJob>()) });
-            return Err(DpdkError::from_rc(format!("rte_eal_remote_launch(lcore {lcore})"), rc));
+            return Err(DpdkError::from_rc(
+                format!("rte_eal_remote_launch(lcore {lcore})"),
+                rc,
+            ));
         }
         Ok(())
     }

@@ -106,7 +106,10 @@ impl Port {
         // SAFETY: id is a valid port; info is a valid out-struct.
         let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id, &mut info) };
         if rc != 0 {
-            return Err(DpdkError::from_rc(format!("rte_eth_dev_info_get({name})"), rc));
+            return Err(DpdkError::from_rc(
+                format!("rte_eth_dev_info_get({name})"),
+                rc,
+            ));
         }
         if cfg.rx_queues > info.max_rx_queues || cfg.tx_queues > info.max_tx_queues {
             return Err(DpdkError::msg(
@@ -138,9 +141,13 @@ impl Port {
             conf.rx_adv_conf.rss_conf.rss_hf = wanted & info.flow_type_rss_offloads;
         }
         // SAFETY: port id valid, conf fully initialised (zeroed + fields set).
-        let rc = unsafe { dpdk_sys::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf) };
+        let rc =
+            unsafe { dpdk_sys::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf) };
         if rc != 0 {
-            return Err(DpdkError::from_rc(format!("rte_eth_dev_configure({name})"), rc));
+            return Err(DpdkError::from_rc(
+                format!("rte_eth_dev_configure({name})"),
+                rc,
+            ));
         }
         // SAFETY: port id valid.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
@@ -159,16 +166,28 @@ impl Port {
                 )
             };
             if rc != 0 {
-                return Err(DpdkError::from_rc(format!("rte_eth_rx_queue_setup({name}, {q})"), rc));
+                return Err(DpdkError::from_rc(
+                    format!("rte_eth_rx_queue_setup({name}, {q})"),
+                    rc,
+                ));
             }
         }
         for q in 0..cfg.tx_queues {
             // SAFETY: as above for TX; NULL tx_conf means driver defaults.
             let rc = unsafe {
-                dpdk_sys::rte_eth_tx_queue_setup(id, q, cfg.tx_descriptors, socket, std::ptr::null())
+                dpdk_sys::rte_eth_tx_queue_setup(
+                    id,
+                    q,
+                    cfg.tx_descriptors,
+                    socket,
+                    std::ptr::null(),
+                )
             };
             if rc != 0 {
-                return Err(DpdkError::from_rc(format!("rte_eth_tx_queue_setup({name}, {q})"), rc));
+                return Err(DpdkError::from_rc(
+                    format!("rte_eth_tx_queue_setup({name}, {q})"),
+                    rc,
+                ));
             }
         }
         if let Some(mtu) = cfg.mtu {
@@ -290,10 +309,10 @@ impl RxQueue {
         self.port
     }
 
-    /// Receives up to `MAX_BURST - burst.len()` packets into `burst`.
+    /// Receives up to `max` packets (capped by the room left in `burst`).
     #[inline]
-    pub fn rx_burst(&mut self, burst: &mut MbufBurst) -> usize {
-        let room = MAX_BURST - burst.len();
+    pub fn rx_burst(&mut self, burst: &mut MbufBurst, max: usize) -> usize {
+        let room = (MAX_BURST - burst.len()).min(max);
         if room == 0 {
             return 0;
         }
