@@ -12,7 +12,7 @@ use crate::encap;
 use crate::flow::{flow_hash, FlowKey};
 use crate::packet::PacketBuf;
 use crate::rules::RuleMiss;
-use crate::snapshot::{BackendId, ForwardingState, Millis};
+use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId};
 use crate::wire::proto::ICMPV6;
 use crate::wire::{self, IpInfo, Parsed};
 
@@ -34,52 +34,121 @@ pub struct PipelineCtx {
     pub now: Millis,
 }
 
+/// The first stage's outcome for one packet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Decided already (punt or drop).
+    Done(Verdict),
+    /// To be load-balanced: the second stage picks the backend and
+    /// encapsulates.
+    Balance(Balance),
+}
+
+impl Default for Stage {
+    fn default() -> Self {
+        Stage::Done(Verdict::Drop(DropReason::Shutdown))
+    }
+}
+
+/// A packet for a VIP: its parsed headers, service and flow hash.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Balance {
+    pub ip: IpInfo,
+    pub service: ServiceId,
+    pub hash: u64,
+}
+
 /// Decides what to do with one packet received on `rx_port`, rewriting it in
-/// place when it is forwarded.
+/// place when it is forwarded. The worker runs the two stages over a whole
+/// burst instead ([`classify`] for every packet, then [`deliver`]), so the
+/// Maglev-slot and headroom cache misses of different packets overlap.
 pub fn process<P: PacketBuf>(
     pkt: &mut P,
     rx_port: u16,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Verdict {
-    let _ = (rx_port, &ctx);
-    match decide(pkt, state) {
+    let _ = rx_port;
+    match classify(pkt.data(), state) {
+        Stage::Done(v) => v,
+        Stage::Balance(b) => deliver(pkt, &b, state, ctx),
+    }
+}
+
+/// Stage 1: parse, find the rule and service, hash the flow. Reads the frame
+/// only. Prefetches the Maglev slot the second stage will read.
+#[inline]
+pub fn classify(frame: &[u8], state: &ForwardingState) -> Stage {
+    match classify_inner(frame, state) {
+        Ok(stage) => stage,
+        Err(reason) => Stage::Done(Verdict::Drop(reason)),
+    }
+}
+
+fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropReason> {
+    let ip = match wire::parse(frame)? {
+        Parsed::Arp => return Ok(Stage::Done(Verdict::Punt)),
+        Parsed::Ip(ip) => ip,
+    };
+    // FR-4: a non-first fragment has no ports (the parser leaves them out).
+    let dst_port = ip.ports.map(|p| p.dst);
+    // VIPs first: they carry nearly all the traffic, and a VIP is never one
+    // of the appliance's own addresses (the config validator refuses it), so
+    // the order does not change any verdict.
+    let rule = match state.rules.lookup(ip.dst, ip.protocol, dst_port) {
+        Ok(rule) => rule,
+        Err(RuleMiss::NoRule) => return Err(DropReason::NoRule),
+        Err(RuleMiss::NotVip) if is_for_appliance(&ip, state) => {
+            return Ok(Stage::Done(Verdict::Punt))
+        }
+        Err(RuleMiss::NotVip) => return Err(DropReason::NotForUs),
+    };
+    // A rule naming a missing service is a broken snapshot; there is then
+    // no backend to send to, which is what the counter says.
+    let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
+    let hash = flow_hash(&FlowKey::for_packet(&ip, service.affinity));
+    if let Some(table) = service.table_for(None) {
+        table.prefetch(hash);
+    }
+    Ok(Stage::Balance(Balance {
+        ip,
+        service: rule.service,
+        hash,
+    }))
+}
+
+/// Stage 2: pick the backend from the Maglev table and encapsulate.
+/// (`ctx` is where the conntrack shard and the clock come in.)
+#[inline]
+pub fn deliver<P: PacketBuf>(
+    pkt: &mut P,
+    b: &Balance,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Verdict {
+    let _ = &ctx;
+    match deliver_inner(pkt, b, state) {
         Ok(v) => v,
         Err(reason) => Verdict::Drop(reason),
     }
 }
 
-fn decide<P: PacketBuf>(pkt: &mut P, state: &ForwardingState) -> Result<Verdict, DropReason> {
-    let ip = match wire::parse(pkt.data())? {
-        Parsed::Arp => return Ok(Verdict::Punt),
-        Parsed::Ip(ip) => ip,
-    };
-    if is_for_appliance(&ip, state) {
-        return Ok(Verdict::Punt);
-    }
-    // FR-4: a non-first fragment has no ports (the parser leaves them out).
-    let dst_port = ip.ports.map(|p| p.dst);
-    let rule = state
-        .rules
-        .lookup(ip.dst, ip.protocol, dst_port)
-        .map_err(|miss| match miss {
-            RuleMiss::NotVip => DropReason::NotForUs,
-            RuleMiss::NoRule => DropReason::NoRule,
-        })?;
-    // A rule naming a missing service is a broken snapshot; there is then
-    // no backend to send to, which is what the counter says.
-    let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
-    let hash = flow_hash(&FlowKey::for_packet(&ip, service.affinity));
+fn deliver_inner<P: PacketBuf>(
+    pkt: &mut P,
+    b: &Balance,
+    state: &ForwardingState,
+) -> Result<Verdict, DropReason> {
+    let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
     let id = service
         .table_for(None)
-        .and_then(|t| t.lookup(hash))
+        .and_then(|t| t.lookup(b.hash))
         .ok_or(DropReason::NoBackend)?;
     let backend = state.backend(id).ok_or(DropReason::NoBackend)?;
     let port = state
         .ports
         .get(usize::from(backend.egress.port))
         .ok_or(DropReason::NextHopUnresolved)?;
-    encap::encapsulate(pkt, &ip, service.encapsulation, backend, port, hash)?;
+    encap::encapsulate(pkt, &b.ip, service.encapsulation, backend, port, b.hash)?;
     Ok(Verdict::Forward {
         port: backend.egress.port,
         backend: id,

@@ -25,40 +25,65 @@ pub enum RuleMiss {
 
 /// All forwarding rules, grouped by VIP for lookup.
 ///
-/// The number of VIPs per appliance is small (tens to hundreds), so a sorted
-/// vector searched by binary search beats a hash map here and keeps the
-/// structure trivially immutable.
+/// VIPs are few (tens to hundreds) and looked up for every packet, so they
+/// live in two sorted arrays of plain integers — IPv4 as `u32`, IPv6 as
+/// `u128` — searched by binary search: a handful of integer compares, no
+/// hashing, trivially immutable. Each VIP's rules (usually one to three)
+/// are scanned in config order.
 #[derive(Clone, Debug, Default)]
 pub struct RuleTable {
-    /// Sorted by VIP; each VIP's rules in config order.
-    vips: Vec<(IpAddr, Vec<ForwardingRule>)>,
+    v4: Vec<(u32, Box<[ForwardingRule]>)>,
+    v6: Vec<(u128, Box<[ForwardingRule]>)>,
 }
 
 impl RuleTable {
     /// Builds the table. Overlap checking (FR-2) is the config validator's
     /// job; if overlapping rules get here, the first in config order wins.
     pub fn new(rules: Vec<ForwardingRule>) -> Self {
-        let mut vips: Vec<(IpAddr, Vec<ForwardingRule>)> = Vec::new();
+        let mut v4: Vec<(u32, Vec<ForwardingRule>)> = Vec::new();
+        let mut v6: Vec<(u128, Vec<ForwardingRule>)> = Vec::new();
         for rule in rules {
-            match vips.iter_mut().find(|(vip, _)| *vip == rule.vip) {
-                Some((_, list)) => list.push(rule),
-                None => vips.push((rule.vip, vec![rule])),
+            match rule.vip {
+                IpAddr::V4(a) => push_rule(&mut v4, u32::from(a), rule),
+                IpAddr::V6(a) => push_rule(&mut v6, u128::from(a), rule),
             }
         }
-        vips.sort_by_key(|v| v.0);
-        Self { vips }
+        v4.sort_by_key(|v| v.0);
+        v6.sort_by_key(|v| v.0);
+        Self {
+            v4: v4.into_iter().map(|(k, r)| (k, r.into_boxed_slice())).collect(),
+            v6: v6.into_iter().map(|(k, r)| (k, r.into_boxed_slice())).collect(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.vips.is_empty()
+        self.v4.is_empty() && self.v6.is_empty()
     }
 
     pub fn rules(&self) -> impl Iterator<Item = &ForwardingRule> {
-        self.vips.iter().flat_map(|(_, r)| r.iter())
+        let v4 = self.v4.iter().flat_map(|(_, r)| r.iter());
+        let v6 = self.v6.iter().flat_map(|(_, r)| r.iter());
+        v4.chain(v6)
+    }
+
+    #[inline]
+    fn rules_of(&self, addr: IpAddr) -> Option<&[ForwardingRule]> {
+        match addr {
+            IpAddr::V4(a) => {
+                let k = u32::from(a);
+                let i = self.v4.binary_search_by_key(&k, |v| v.0).ok()?;
+                self.v4.get(i).map(|v| &*v.1)
+            }
+            IpAddr::V6(a) => {
+                let k = u128::from(a);
+                let i = self.v6.binary_search_by_key(&k, |v| v.0).ok()?;
+                self.v6.get(i).map(|v| &*v.1)
+            }
+        }
     }
 
     pub fn is_vip(&self, addr: IpAddr) -> bool {
-        self.vips.binary_search_by(|(v, _)| v.cmp(&addr)).is_ok()
+        self.rules_of(addr).is_some()
     }
 
     /// The rule for a packet to `dst` with IP protocol number `ip_proto` and
@@ -70,11 +95,7 @@ impl RuleTable {
         ip_proto: u8,
         dst_port: Option<u16>,
     ) -> Result<&ForwardingRule, RuleMiss> {
-        let idx = self
-            .vips
-            .binary_search_by(|(v, _)| v.cmp(&dst))
-            .map_err(|_| RuleMiss::NotVip)?;
-        let rules = &self.vips[idx].1;
+        let rules = self.rules_of(dst).ok_or(RuleMiss::NotVip)?;
         rules
             .iter()
             .find(|r| {
@@ -86,6 +107,13 @@ impl RuleTable {
                 proto_ok && r.ports.matches(dst_port)
             })
             .ok_or(RuleMiss::NoRule)
+    }
+}
+
+fn push_rule<K: PartialEq>(list: &mut Vec<(K, Vec<ForwardingRule>)>, key: K, rule: ForwardingRule) {
+    match list.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, rules)) => rules.push(rule),
+        None => list.push((key, vec![rule])),
     }
 }
 

@@ -11,7 +11,9 @@ use crossbeam_utils::CachePadded;
 
 use crate::dpdk::{MbufBurst, RxQueue, TscClock, TxQueue};
 use crate::drop_reason::DropReason;
-use crate::pipeline::{self, PipelineCtx, Verdict};
+use crate::packet::PacketBuf;
+use crate::dpdk::MAX_BURST;
+use crate::pipeline::{self, PipelineCtx, Stage, Verdict};
 use crate::snapshot::{Millis, SnapshotCell};
 use crate::stats::WorkerStats;
 
@@ -50,6 +52,7 @@ impl Worker {
         let mut state = snapshots.load();
         stats.snapshot_generation.set(state.generation);
         let mut ctx = PipelineCtx::default();
+        let mut stages = [Stage::default(); MAX_BURST];
 
         while !stop.load(Ordering::Relaxed) {
             stats.polls.add(1);
@@ -71,13 +74,25 @@ impl Worker {
                     continue;
                 };
                 pc.rx_packets.add(n as u64);
-                for mut m in rx_burst.drain() {
+                // Stage 1 over the whole burst, then stage 2: the cache
+                // misses (packet lines, Maglev slots) overlap across packets.
+                for m in rx_burst.iter() {
+                    m.prefetch_data();
+                }
+                for (m, stage) in rx_burst.iter().zip(stages.iter_mut()) {
                     pc.rx_bytes.add(u64::from(m.pkt_len()));
-                    if !m.is_contiguous() {
-                        stats.count_drop(DropReason::MultiSegment, 1);
-                        continue;
-                    }
-                    match pipeline::process(&mut m, port_idx as u16, &state, &mut ctx) {
+                    *stage = if m.is_contiguous() {
+                        pipeline::classify(m.data(), &state)
+                    } else {
+                        Stage::Done(Verdict::Drop(DropReason::MultiSegment))
+                    };
+                }
+                for (mut m, stage) in rx_burst.drain().zip(stages.iter()) {
+                    let verdict = match stage {
+                        Stage::Done(v) => *v,
+                        Stage::Balance(b) => pipeline::deliver(&mut m, b, &state, &mut ctx),
+                    };
+                    match verdict {
                         Verdict::Forward { port, backend } => {
                             stats.backend(backend, 1);
                             let (Some(burst), Some(txq)) = (

@@ -49,6 +49,12 @@ impl MbufBurst {
         }
     }
 
+    /// The mbufs in the burst, in order.
+    #[inline]
+    pub fn iter(&self) -> impl Iterator<Item = &Mbuf> + '_ {
+        self.slots[..self.len].iter().flatten()
+    }
+
     /// Takes every mbuf out, in order, leaving the burst empty.
     #[inline]
     pub fn drain(&mut self) -> impl Iterator<Item = Mbuf> + '_ {

@@ -54,6 +54,17 @@ impl Mbuf {
         unsafe { self.raw().__bindgen_anon_2.hash.rss }
     }
 
+    /// Prefetches the packet's first data line and the headroom line before
+    /// it, which encapsulation writes: issued for a whole burst before
+    /// processing, so those misses overlap instead of stalling one by one.
+    #[inline(always)]
+    pub fn prefetch_data(&self) {
+        let m = self.raw();
+        let data = m.buf_addr.cast::<u8>().wrapping_add(usize::from(m.data_off));
+        super::prefetch::prefetch_read(data);
+        super::prefetch::prefetch_read(data.wrapping_sub(64));
+    }
+
     /// Replaces the contents with `bytes` (used to build test and bench
     /// traffic). Returns false if the buffer is too small.
     pub fn set_data(&mut self, bytes: &[u8]) -> bool {
@@ -104,35 +115,52 @@ impl PacketBuf for Mbuf {
         }
     }
 
+    // prepend / trim_front / truncate are DPDK's rte_pktmbuf_prepend / adj /
+    // trim for a single segment, written out here so they inline into the
+    // packet path instead of costing two out-of-line calls per packet.
+
     #[inline]
     fn prepend(&mut self, n: usize) -> bool {
         let Ok(n) = u16::try_from(n) else {
             return false;
         };
-        // SAFETY: rte_pktmbuf_prepend checks the headroom and returns NULL
-        // (changing nothing) when it is too small; we own the mbuf.
-        !unsafe { dpdk_sys::rte_pktmbuf_prepend(self.ptr.as_ptr(), n) }.is_null()
+        // SAFETY: we own the mbuf exclusively (&mut self); only header
+        // fields change, and the check keeps data_off within the buffer.
+        let m = unsafe { self.ptr.as_mut() };
+        if n > m.data_off {
+            return false;
+        }
+        m.data_off -= n;
+        m.data_len += n;
+        m.pkt_len += u32::from(n);
+        true
     }
 
     #[inline]
     fn trim_front(&mut self, n: usize) -> bool {
+        // SAFETY: as in `prepend`.
+        let m = unsafe { self.ptr.as_mut() };
         let Ok(n) = u16::try_from(n) else {
             return false;
         };
-        // SAFETY: rte_pktmbuf_adj checks n against data_len and returns NULL
-        // (changing nothing) when it is too large; we own the mbuf.
-        !unsafe { dpdk_sys::rte_pktmbuf_adj(self.ptr.as_ptr(), n) }.is_null()
+        if n > m.data_len {
+            return false;
+        }
+        m.data_off += n;
+        m.data_len -= n;
+        m.pkt_len -= u32::from(n);
+        true
     }
 
     #[inline]
     fn truncate(&mut self, len: usize) {
-        let cur = self.data().len();
-        if len < cur {
-            // SAFETY: trimming fewer bytes than the segment holds is valid;
-            // rte_pktmbuf_trim checks it anyway. We own the mbuf.
-            unsafe {
-                dpdk_sys::rte_pktmbuf_trim(self.ptr.as_ptr(), (cur - len) as u16);
-            }
+        // SAFETY: as in `prepend`; the pipeline only sees single-segment
+        // mbufs, so data_len and pkt_len describe the same bytes.
+        let m = unsafe { self.ptr.as_mut() };
+        if len < usize::from(m.data_len) {
+            let cut = m.data_len - len as u16;
+            m.data_len -= cut;
+            m.pkt_len -= u32::from(cut);
         }
     }
 }

@@ -12,6 +12,7 @@ mod error;
 mod mbuf;
 mod mempool;
 mod port;
+pub mod prefetch;
 
 pub use burst::{MbufBurst, MAX_BURST};
 pub use eal::{Eal, TscClock};

@@ -2,7 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use super::{checksum, field, put, Error};
+use super::{checksum, field, Error};
 
 pub const HEADER_LEN: usize = 20;
 /// Largest IHL (15 words).
@@ -134,21 +134,53 @@ pub struct Ipv4Repr {
 impl Ipv4Repr {
     /// Writes the header with its checksum; `Malformed` if the total length
     /// does not fit the 16-bit field.
+    ///
+    /// The checksum is summed from the field values, not read back from the
+    /// buffer: the header usually lands in a headroom cache line that is still
+    /// being fetched, and reading back bytes just stored one at a time would
+    /// stall on store forwarding. The header is then written with one copy.
     pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
         let total = u16::try_from(HEADER_LEN + self.payload_len).map_err(|_| Error::Malformed)?;
-        hdr[0] = 0x45;
-        hdr[1] = 0;
-        put::<2, 2, HEADER_LEN>(hdr, total.to_be_bytes());
-        put::<4, 2, HEADER_LEN>(hdr, self.ident.to_be_bytes());
-        hdr[6] = if self.dont_frag { FLAG_DF } else { 0 };
-        hdr[7] = 0;
-        hdr[8] = self.ttl;
-        hdr[9] = self.protocol;
-        put::<10, 2, HEADER_LEN>(hdr, [0, 0]);
-        put::<12, 4, HEADER_LEN>(hdr, self.src.octets());
-        put::<16, 4, HEADER_LEN>(hdr, self.dst.octets());
-        let c = checksum::checksum(hdr.as_slice());
-        put::<10, 2, HEADER_LEN>(hdr, c.to_be_bytes());
+        let flags = if self.dont_frag { FLAG_DF } else { 0 };
+        let src = self.src.octets();
+        let dst = self.dst.octets();
+        let word = |a: u8, b: u8| u32::from(u16::from_be_bytes([a, b]));
+        let mut sum = 0x4500
+            + u32::from(total)
+            + u32::from(self.ident)
+            + word(flags, 0)
+            + word(self.ttl, self.protocol)
+            + word(src[0], src[1])
+            + word(src[2], src[3])
+            + word(dst[0], dst[1])
+            + word(dst[2], dst[3]);
+        sum = (sum & 0xffff) + (sum >> 16);
+        sum = (sum & 0xffff) + (sum >> 16);
+        let c = (!(sum as u16)).to_be_bytes();
+        let t = total.to_be_bytes();
+        let id = self.ident.to_be_bytes();
+        *hdr = [
+            0x45,
+            0,
+            t[0],
+            t[1],
+            id[0],
+            id[1],
+            flags,
+            0,
+            self.ttl,
+            self.protocol,
+            c[0],
+            c[1],
+            src[0],
+            src[1],
+            src[2],
+            src[3],
+            dst[0],
+            dst[1],
+            dst[2],
+            dst[3],
+        ];
         Ok(())
     }
 }
