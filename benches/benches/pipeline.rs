@@ -47,12 +47,24 @@ backend_service = "web"
     );
     let cfg = controlplane::config::load_str(&cfg, "bench.toml").expect("valid bench config");
     let mut ids = controlplane::publish::BackendIds::default();
-    controlplane::publish::build_forwarding_state(&cfg, &[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]], &mut ids, 1)
+    controlplane::publish::build_forwarding_state(
+        &cfg,
+        &[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]],
+        &mut ids,
+        1,
+    )
 }
 
 fn frames() -> Vec<Vec<u8>> {
     (0..BATCH as u32)
-        .map(|i| sluice_benches::tcp_flow_frame(i * 7919, Ipv4Addr::new(203, 0, 113, 10), [2, 0, 0, 0, 0, 1], false))
+        .map(|i| {
+            sluice_benches::tcp_flow_frame(
+                i * 7919,
+                Ipv4Addr::new(203, 0, 113, 10),
+                [2, 0, 0, 0, 0, 1],
+                false,
+            )
+        })
         .collect()
 }
 

@@ -14,7 +14,7 @@
 
 use std::net::IpAddr;
 
-use crate::hash::stable_hash_words;
+use crate::hash::{stable_hash_pair, stable_hash_words};
 use crate::snapshot::SessionAffinity;
 use crate::wire::proto::{TCP, UDP};
 use crate::wire::{IpInfo, Ports};
@@ -148,9 +148,11 @@ fn v6_words(a: std::net::Ipv6Addr) -> (u64, u64) {
 
 /// The flow hash: [`stable_hash_words`] with seed [`FLOW_HASH_SEED`] over
 ///
-/// - IPv4: `[src, dst, meta]`, each address as its 32-bit big-endian
-///   (network order) value zero-extended to a u64;
-/// - IPv6: `[src_hi, src_lo, dst_hi, dst_lo, meta]`, each address as its
+/// - IPv4: [`stable_hash_pair`]`(seed, src << 32 | dst, meta)`, each
+///   address as its 32-bit big-endian (network order) value — two
+///   multiplies per packet;
+/// - IPv6: [`stable_hash_words`] over
+///   `[src_hi, src_lo, dst_hi, dst_lo, meta]`, each address as its
 ///   128-bit big-endian value split into the high and the low 64 bits
 ///   (a key mixing families, which parsing never produces, hashes both
 ///   addresses as IPv4-mapped IPv6);
@@ -159,7 +161,7 @@ fn v6_words(a: std::net::Ipv6Addr) -> (u64, u64) {
 /// (16–31), IP protocol (32–39), flag "protocol present" (bit 40), flag
 /// "ports present" (bit 41), flag "IPv6" (bit 42); absent fields are 0.
 ///
-/// Maglev takes `hash % table_size`; GUE takes bits 32–45 for its source
+/// Maglev takes the low 32 bits (scaled to the table); GUE takes bits 32–45 for its source
 /// port, so the two users draw on different bits.
 pub fn flow_hash(key: &FlowKey) -> u64 {
     let mut meta = 0u64;
@@ -171,7 +173,7 @@ pub fn flow_hash(key: &FlowKey) -> u64 {
     }
     match (key.src, key.dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            stable_hash_words(FLOW_HASH_SEED, &[v4_word(s), v4_word(d), meta])
+            stable_hash_pair(FLOW_HASH_SEED, (v4_word(s) << 32) | v4_word(d), meta)
         }
         (s, d) => {
             let to_v6 = |a: IpAddr| match a {

@@ -31,6 +31,14 @@ pub fn stable_hash_words(seed: u64, words: &[u64]) -> u64 {
     fold_mul(h ^ P2, P0 ^ (words.len() as u64))
 }
 
+/// Hashes exactly two words under `seed` with two multiplies (the
+/// wyhash short-input construction): the IPv4 flow hash, on every packet.
+#[inline(always)]
+pub fn stable_hash_pair(seed: u64, a: u64, b: u64) -> u64 {
+    let h = fold_mul(a ^ seed ^ P0, b ^ P1);
+    fold_mul(h ^ P2, P0 ^ 2)
+}
+
 /// Hashes bytes under `seed`: 8-byte little-endian words, the tail
 /// zero-padded, and the byte length mixed in.
 pub fn stable_hash_bytes(seed: u64, bytes: &[u8]) -> u64 {
@@ -63,29 +71,41 @@ mod tests {
         let pinned = [
             stable_hash_words(0, &[1, 2, 3]),
             stable_hash_bytes(7, b"192.0.2.10"),
+            stable_hash_pair(7, 1, 2),
         ];
-        assert_eq!(pinned, [PINNED_WORDS, PINNED_BYTES], "{pinned:#x?}");
+        assert_eq!(
+            pinned,
+            [PINNED_WORDS, PINNED_BYTES, PINNED_PAIR],
+            "{pinned:#x?}"
+        );
     }
 
     const PINNED_WORDS: u64 = 2_710_936_004_587_438_946;
     const PINNED_BYTES: u64 = 10_113_779_752_739_606_823;
+    const PINNED_PAIR: u64 = 3_008_840_139_853_693_831;
 
     #[test]
     fn word_count_and_seed_change_the_hash() {
         assert_ne!(stable_hash_words(0, &[5]), stable_hash_words(0, &[5, 0]));
         assert_ne!(stable_hash_words(0, &[5]), stable_hash_words(1, &[5]));
         assert_ne!(stable_hash_bytes(0, b"a"), stable_hash_bytes(0, b"a\0"));
+        assert_ne!(stable_hash_pair(0, 1, 2), stable_hash_pair(0, 2, 1));
+        assert_ne!(stable_hash_pair(0, 1, 2), stable_hash_pair(1, 1, 2));
     }
 
     #[test]
     fn low_bits_are_well_spread() {
         // Maglev and RSS-like users take `hash % M`; check buckets fill evenly.
         let mut buckets = [0u32; 16];
+        let mut pair_buckets = [0u32; 16];
         for i in 0..16_000u64 {
             buckets[(stable_hash_words(3, &[i]) % 16) as usize] += 1;
+            // Low 32 bits, scaled as MaglevTable::slot_index does.
+            let h = stable_hash_pair(3, 0x0a00_0000_cb00_710a + (i << 32), 0x0006_0000_1234_0050);
+            pair_buckets[(((h & 0xffff_ffff) * 16) >> 32) as usize] += 1;
         }
-        for b in buckets {
-            assert!((800..1200).contains(&b), "{buckets:?}");
+        for b in buckets.iter().chain(&pair_buckets) {
+            assert!((800..1200).contains(b), "{buckets:?} {pair_buckets:?}");
         }
     }
 }

@@ -51,8 +51,14 @@ impl RuleTable {
         v4.sort_by_key(|v| v.0);
         v6.sort_by_key(|v| v.0);
         Self {
-            v4: v4.into_iter().map(|(k, r)| (k, r.into_boxed_slice())).collect(),
-            v6: v6.into_iter().map(|(k, r)| (k, r.into_boxed_slice())).collect(),
+            v4: v4
+                .into_iter()
+                .map(|(k, r)| (k, r.into_boxed_slice()))
+                .collect(),
+            v6: v6
+                .into_iter()
+                .map(|(k, r)| (k, r.into_boxed_slice()))
+                .collect(),
         }
     }
 

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
+use crate::dpdk::MAX_BURST;
 use crate::dpdk::{MbufBurst, RxQueue, TscClock, TxQueue};
 use crate::drop_reason::DropReason;
 use crate::packet::PacketBuf;
-use crate::dpdk::MAX_BURST;
 use crate::pipeline::{self, PipelineCtx, Stage, Verdict};
 use crate::snapshot::{Millis, SnapshotCell};
 use crate::stats::WorkerStats;
@@ -79,14 +79,16 @@ impl Worker {
                 for m in rx_burst.iter() {
                     m.prefetch_data();
                 }
+                let mut rx_bytes = 0u64;
                 for (m, stage) in rx_burst.iter().zip(stages.iter_mut()) {
-                    pc.rx_bytes.add(u64::from(m.pkt_len()));
+                    rx_bytes += u64::from(m.pkt_len());
                     *stage = if m.is_contiguous() {
                         pipeline::classify(m.data(), &state)
                     } else {
                         Stage::Done(Verdict::Drop(DropReason::MultiSegment))
                     };
                 }
+                pc.rx_bytes.add(rx_bytes);
                 for (mut m, stage) in rx_burst.drain().zip(stages.iter()) {
                     let verdict = match stage {
                         Stage::Done(v) => *v,

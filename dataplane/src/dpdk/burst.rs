@@ -9,6 +9,9 @@ pub const MAX_BURST: usize = 64;
 pub struct MbufBurst {
     slots: [Option<Mbuf>; MAX_BURST],
     len: usize,
+    /// Sum of the packet lengths held, kept on push so that counting TX
+    /// bytes does not walk the mbufs again.
+    bytes: u64,
 }
 
 impl Default for MbufBurst {
@@ -16,6 +19,7 @@ impl Default for MbufBurst {
         Self {
             slots: std::array::from_fn(|_| None),
             len: 0,
+            bytes: 0,
         }
     }
 }
@@ -41,6 +45,7 @@ impl MbufBurst {
     pub fn push(&mut self, m: Mbuf) -> Result<(), Mbuf> {
         match self.slots.get_mut(self.len) {
             Some(slot) => {
+                self.bytes += u64::from(m.pkt_len());
                 *slot = Some(m);
                 self.len += 1;
                 Ok(())
@@ -59,6 +64,7 @@ impl MbufBurst {
     #[inline]
     pub fn drain(&mut self) -> impl Iterator<Item = Mbuf> + '_ {
         let n = std::mem::take(&mut self.len);
+        self.bytes = 0;
         self.slots[..n].iter_mut().filter_map(Option::take)
     }
 
@@ -79,6 +85,7 @@ impl MbufBurst {
             }
         }
         self.len = 0;
+        self.bytes = 0;
         n
     }
 
@@ -104,10 +111,6 @@ impl MbufBurst {
     /// Sum of the packet lengths in the burst.
     #[inline]
     pub fn total_len(&self) -> u64 {
-        self.slots[..self.len]
-            .iter()
-            .flatten()
-            .map(|m| u64::from(m.pkt_len()))
-            .sum()
+        self.bytes
     }
 }

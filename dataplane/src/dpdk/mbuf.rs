@@ -60,7 +60,10 @@ impl Mbuf {
     #[inline(always)]
     pub fn prefetch_data(&self) {
         let m = self.raw();
-        let data = m.buf_addr.cast::<u8>().wrapping_add(usize::from(m.data_off));
+        let data = m
+            .buf_addr
+            .cast::<u8>()
+            .wrapping_add(usize::from(m.data_off));
         super::prefetch::prefetch_read(data);
         super::prefetch::prefetch_read(data.wrapping_sub(64));
     }
