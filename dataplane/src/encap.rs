@@ -18,7 +18,7 @@ use crate::wire::gue::{self, GueRepr};
 use crate::wire::ipv4::{self, Ipv4Repr};
 use crate::wire::proto::{GRE, IPV4_IN_IP, IPV6_IN_IP, UDP};
 use crate::wire::udp::{self, UdpRepr};
-use crate::wire::IpInfo;
+use crate::wire::L3Layout;
 
 /// TTL of outer headers: the tunnel spans at most a few routed hops.
 pub const OUTER_TTL: u8 = 64;
@@ -68,12 +68,13 @@ impl Tunnel {
 /// between parse and encap).
 pub fn encapsulate<P: PacketBuf>(
     pkt: &mut P,
-    ip: &IpInfo,
+    ip: impl Into<L3Layout>,
     encap: Encapsulation,
     backend: &BackendState,
     port: &PortState,
     flow_hash: u64,
 ) -> Result<(), DropReason> {
+    let ip = &ip.into();
     let next_hop = backend
         .egress
         .next_hop_mac
@@ -153,7 +154,7 @@ fn emit_outer_ipv4(
     src: Ipv4Addr,
     dst: Ipv4Addr,
     tunnel: Tunnel,
-    ip: &IpInfo,
+    ip: &L3Layout,
     inner_v6: bool,
 ) -> Result<(), DropReason> {
     Ipv4Repr {
@@ -177,7 +178,7 @@ fn emit_outer_ipv4(
 /// tags of the client side removed, the IP packet byte for byte.
 fn l2_dsr<P: PacketBuf>(
     pkt: &mut P,
-    ip: &IpInfo,
+    ip: &L3Layout,
     next_hop: MacAddr,
     port: &PortState,
 ) -> Result<(), DropReason> {
@@ -202,7 +203,7 @@ fn l2_dsr<P: PacketBuf>(
 /// become garbage after the inner packet) and makes the bytes before the IP
 /// header exactly `headers` long, in a single prepend or trim so that a
 /// failure leaves the front of the packet as it was.
-fn replace_l2<P: PacketBuf>(pkt: &mut P, ip: &IpInfo, headers: usize) -> Result<(), DropReason> {
+fn replace_l2<P: PacketBuf>(pkt: &mut P, ip: &L3Layout, headers: usize) -> Result<(), DropReason> {
     pkt.truncate(ip.l3_offset + ip.ip_len);
     let ok = if headers >= ip.l3_offset {
         pkt.prepend(headers - ip.l3_offset)

@@ -14,7 +14,7 @@ use crate::packet::PacketBuf;
 use crate::rules::RuleMiss;
 use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId};
 use crate::wire::proto::ICMPV6;
-use crate::wire::{self, IpInfo, Parsed};
+use crate::wire::{self, IpInfo, L3Layout, Parsed};
 
 /// What the worker does with a packet after [`process`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -50,10 +50,10 @@ impl Default for Stage {
     }
 }
 
-/// A packet for a VIP: its parsed headers, service and flow hash.
+/// A packet for a VIP: where its IP packet is, its service and flow hash.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Balance {
-    pub ip: IpInfo,
+    pub layout: L3Layout,
     pub service: ServiceId,
     pub hash: u64,
 }
@@ -111,7 +111,7 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         table.prefetch(hash);
     }
     Ok(Stage::Balance(Balance {
-        ip,
+        layout: L3Layout::from(&ip),
         service: rule.service,
         hash,
     }))
@@ -148,7 +148,7 @@ fn deliver_inner<P: PacketBuf>(
         .ports
         .get(usize::from(backend.egress.port))
         .ok_or(DropReason::NextHopUnresolved)?;
-    encap::encapsulate(pkt, &b.ip, service.encapsulation, backend, port, b.hash)?;
+    encap::encapsulate(pkt, &b.layout, service.encapsulation, backend, port, b.hash)?;
     Ok(Verdict::Forward {
         port: backend.egress.port,
         backend: id,

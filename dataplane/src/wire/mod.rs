@@ -18,7 +18,7 @@ pub mod parse;
 pub mod tcp;
 pub mod udp;
 
-pub use parse::{parse, Fragment, IpInfo, ParseError, Parsed, Ports};
+pub use parse::{parse, Fragment, IpInfo, L3Layout, ParseError, Parsed, Ports};
 
 /// IANA protocol numbers the dataplane cares about.
 pub mod proto {
