@@ -164,14 +164,38 @@ fn v6_words(a: std::net::Ipv6Addr) -> (u64, u64) {
 /// Maglev takes the low 32 bits (scaled to the table); GUE takes bits 32–45 for its source
 /// port, so the two users draw on different bits.
 pub fn flow_hash(key: &FlowKey) -> u64 {
+    hash_fields(key.src, key.dst, key.proto, key.ports)
+}
+
+/// The flow hash of a parsed packet under `affinity`: exactly
+/// `flow_hash(&FlowKey::for_packet(ip, affinity))`, without building the
+/// key (the per-packet path needs only the hash).
+#[inline]
+pub fn packet_hash(ip: &IpInfo, affinity: SessionAffinity) -> u64 {
+    let kind = tuple_kind(
+        affinity,
+        ip.protocol,
+        ip.ports.is_some(),
+        ip.fragment.is_fragmented(),
+    );
+    let (proto, ports) = match (kind, ip.ports) {
+        (TupleKind::Two, _) => (None, None),
+        (TupleKind::Five, Some(p)) => (Some(ip.protocol), Some(p)),
+        (TupleKind::Three | TupleKind::Five, _) => (Some(ip.protocol), None),
+    };
+    hash_fields(ip.src, ip.dst, proto, ports)
+}
+
+#[inline(always)]
+fn hash_fields(src: IpAddr, dst: IpAddr, proto: Option<u8>, ports: Option<Ports>) -> u64 {
     let mut meta = 0u64;
-    if let Some(p) = key.proto {
+    if let Some(p) = proto {
         meta |= META_PROTO_PRESENT | (u64::from(p) << 32);
     }
-    if let Some(p) = key.ports {
+    if let Some(p) = ports {
         meta |= META_PORTS_PRESENT | (u64::from(p.src) << 16) | u64::from(p.dst);
     }
-    match (key.src, key.dst) {
+    match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             stable_hash_pair(FLOW_HASH_SEED, (v4_word(s) << 32) | v4_word(d), meta)
         }

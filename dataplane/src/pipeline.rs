@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use crate::drop_reason::DropReason;
 use crate::encap;
-use crate::flow::{flow_hash, FlowKey};
+use crate::flow::packet_hash;
 use crate::packet::PacketBuf;
 use crate::rules::RuleMiss;
 use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId};
@@ -106,7 +106,7 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
     // A rule naming a missing service is a broken snapshot; there is then
     // no backend to send to, which is what the counter says.
     let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
-    let hash = flow_hash(&FlowKey::for_packet(&ip, service.affinity));
+    let hash = packet_hash(&ip, service.affinity);
     if let Some(table) = service.table_for(None) {
         table.prefetch(hash);
     }
@@ -148,7 +148,7 @@ fn deliver_inner<P: PacketBuf>(
         .ports
         .get(usize::from(backend.egress.port))
         .ok_or(DropReason::NextHopUnresolved)?;
-    encap::encapsulate(pkt, &b.layout, service.encapsulation, backend, port, b.hash)?;
+    encap::encapsulate(pkt, b.layout, service.encapsulation, backend, port, b.hash)?;
     Ok(Verdict::Forward {
         port: backend.egress.port,
         backend: id,

@@ -273,3 +273,44 @@ fn fields_are_not_commutative() {
     let z = FlowKey::three_tuple(ip("10.0.0.1"), ip("10.0.0.2"), 0);
     assert_ne!(flow_hash(&z), flow_hash(&FlowKey::two_tuple(z.src, z.dst)));
 }
+
+proptest::proptest! {
+    /// `packet_hash` (the per-packet fast path) is exactly the documented
+    /// `flow_hash` of the packet's key, for every affinity, protocol,
+    /// family and fragment status (MG-2: appliances must agree).
+    #[test]
+    fn packet_hash_equals_flow_hash_of_key(
+        v6 in proptest::bool::ANY,
+        a in proptest::prelude::any::<u128>(),
+        b in proptest::prelude::any::<u128>(),
+        proto in proptest::prelude::prop_oneof![proptest::prelude::Just(6u8), proptest::prelude::Just(17u8), proptest::prelude::any::<u8>()],
+        ports in proptest::option::of((proptest::prelude::any::<u16>(), proptest::prelude::any::<u16>())),
+        frag in 0u8..3,
+        aff in 0u8..4,
+    ) {
+        use dataplane::flow::packet_hash;
+        use dataplane::wire::Fragment;
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+        let (src, dst) = if v6 {
+            (IpAddr::V6(Ipv6Addr::from(a)), IpAddr::V6(Ipv6Addr::from(b)))
+        } else {
+            (IpAddr::V4(Ipv4Addr::from(a as u32)), IpAddr::V4(Ipv4Addr::from(b as u32)))
+        };
+        let mut info = ip_info_template();
+        info.src = src;
+        info.dst = dst;
+        info.protocol = proto;
+        info.ports = ports.map(|(s, d)| Ports { src: s, dst: d });
+        info.fragment = [Fragment::No, Fragment::First, Fragment::Later][usize::from(frag)];
+        let affinity = [A::None, A::ClientIpPortProto, A::ClientIpProto, A::ClientIp][usize::from(aff)];
+        proptest::prop_assert_eq!(
+            packet_hash(&info, affinity),
+            flow_hash(&FlowKey::for_packet(&info, affinity))
+        );
+    }
+}
+
+/// Any parsed packet, as a template to overwrite fields of.
+fn ip_info_template() -> IpInfo {
+    tcp4(0)
+}
