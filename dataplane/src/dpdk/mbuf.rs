@@ -54,20 +54,6 @@ impl Mbuf {
         unsafe { self.raw().__bindgen_anon_2.hash.rss }
     }
 
-    /// Prefetches the packet's first data line and the headroom line before
-    /// it, which encapsulation writes: issued for a whole burst before
-    /// processing, so those misses overlap instead of stalling one by one.
-    #[inline(always)]
-    pub fn prefetch_data(&self) {
-        let m = self.raw();
-        let data = m
-            .buf_addr
-            .cast::<u8>()
-            .wrapping_add(usize::from(m.data_off));
-        super::prefetch::prefetch_read(data);
-        super::prefetch::prefetch_read(data.wrapping_sub(64));
-    }
-
     /// Replaces the contents with `bytes` (used to build test and bench
     /// traffic). Returns false if the buffer is too small.
     pub fn set_data(&mut self, bytes: &[u8]) -> bool {
