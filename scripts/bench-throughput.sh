@@ -15,6 +15,7 @@ scripts/setup.sh >/dev/null
 
 FLOWS=${FLOWS:-100000}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
+BURST=${BURST:-32}
 WARMUP=${WARMUP:-3}
 MBUFS=$(( (FLOWS + 65536) | 1 ))
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
@@ -32,7 +33,7 @@ MEM=$(( MBUFS * 3 / 1000 + 512 ))   # MB: ~2.3 KB per mbuf plus EAL overhead
 timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) dpdk-testpmd --no-huge -m "$MEM" --no-pci \
   --file-prefix=bench-tp-$$ --lcores=0@0,1@1 --log-level=error \
   --vdev="$RX_DEV" --vdev="$TX_DEV" -- \
-  --forward-mode=io --total-num-mbufs="$MBUFS" --no-mlockall --stats-period=1 -a \
+  --forward-mode=io --burst="$BURST" --total-num-mbufs="$MBUFS" --no-mlockall --stats-period=1 -a \
   > "$work/testpmd.log" 2>&1 &
 tp=$!
 sleep $((SECONDS_PER_RUN + WARMUP))
@@ -50,6 +51,7 @@ cat > "$work/bench.toml" <<TOML
 eal_args = ["--no-huge", "-m", "$MEM", "--no-pci", "--log-level=error"]
 workers = 1
 mbufs = $MBUFS
+burst_size = $BURST
 
 [[dataplane.port]]
 name = "clients"
