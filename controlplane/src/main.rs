@@ -62,7 +62,7 @@ fn main() -> ExitCode {
             let cfg = match controlplane::config::load_file(&config) {
                 Ok(cfg) => cfg,
                 Err(diags) => {
-                    eprint!("{diags}");
+                    eprintln!("{diags}");
                     eprintln!(
                         "sluice: {} error(s) in {}; nothing started",
                         diags.len(),
@@ -95,7 +95,7 @@ fn check_config(files: &[PathBuf]) -> ExitCode {
             Ok(_) => println!("{}: ok", f.display()),
             Err(diags) => {
                 failed = true;
-                eprint!("{diags}");
+                eprintln!("{diags}");
                 eprintln!("{}: {} error(s)", f.display(), diags.len());
             }
         }
