@@ -3,7 +3,8 @@
 //! no locks, no panics.
 //!
 //! This first slice selects by consistent hash only; connection tracking
-//! (SPEC §3), zonal tables (§6) and ICMP error steering (HA-4) come later.
+//! (SPEC §3) and zonal tables (§6) come later; ICMP errors are steered to
+//! the quoted flow's backend (HA-4).
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -13,8 +14,9 @@ use crate::flow::packet_hash;
 use crate::packet::PacketBuf;
 use crate::rules::RuleMiss;
 use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId};
+use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::proto::ICMPV6;
-use crate::wire::{self, IpInfo, L3Layout, Parsed};
+use crate::wire::{self, icmp, IpInfo, L3Layout, Parsed, Ports};
 
 /// What the worker does with a packet after [`process`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -90,6 +92,14 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         Parsed::Arp => return Ok(Stage::Done(Verdict::Punt)),
         Parsed::Ip(ip) => ip,
     };
+    // HA-4: an ICMP error quoting a packet of a VIP flow goes to that
+    // flow's backend. Only ICMP carries `icmp_type`, so TCP/UDP pay one
+    // branch here.
+    if ip.icmp_type.is_some() {
+        if let Some(stage) = steer_icmp_error(frame, &ip, state) {
+            return Ok(stage);
+        }
+    }
     // FR-4: a non-first fragment has no ports (the parser leaves them out).
     let dst_port = ip.ports.map(|p| p.dst);
     // VIPs first: they carry nearly all the traffic, and a VIP is never one
@@ -112,6 +122,49 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
     }
     Ok(Stage::Balance(Balance {
         layout: L3Layout::from(&ip),
+        service: rule.service,
+        hash,
+    }))
+}
+
+/// HA-4: when `ip` is an ICMP/ICMPv6 error sent to a VIP and quoting a
+/// packet that VIP sent (a backend's DSR reply), the stage that balances it
+/// like the quoted flow: its rule is the one the client's packets match
+/// (quoted destination port = the client's, source port = the VIP's), its
+/// hash the quoted header with source and destination (and ports) swapped,
+/// which is the client→VIP flow's hash. None: not such an error, or the
+/// quoted flow matches no rule; the packet is then handled like any other
+/// (an `L3_DEFAULT` rule balances it as a 3-tuple, otherwise no rule).
+fn steer_icmp_error(frame: &[u8], ip: &IpInfo, state: &ForwardingState) -> Option<Stage> {
+    if !icmp::is_steered_error(ip.protocol, ip.icmp_type?) {
+        return None;
+    }
+    let msg = frame.get(ip.l4_offset..ip.l3_offset + ip.ip_len)?;
+    let q = icmp::quoted(msg, ip.ethertype == ETHERTYPE_IPV6)?;
+    // The error goes back to the offending packet's source; anything else
+    // is not about a flow of this VIP.
+    if q.src != ip.dst {
+        return None;
+    }
+    let rule = state
+        .rules
+        .lookup(q.src, q.protocol, q.ports.map(|p| p.src))
+        .ok()?;
+    let service = state.service(rule.service)?;
+    let client_flow = IpInfo {
+        src: q.dst,
+        dst: q.src,
+        protocol: q.protocol,
+        ports: q.ports.map(|p| Ports {
+            src: p.dst,
+            dst: p.src,
+        }),
+        fragment: q.fragment,
+        ..*ip
+    };
+    let hash = packet_hash(&client_flow, service.affinity);
+    Some(Stage::Balance(Balance {
+        layout: L3Layout::from(ip),
         service: rule.service,
         hash,
     }))

@@ -11,6 +11,7 @@ pub mod checksum;
 pub mod ethernet;
 pub mod gre;
 pub mod gue;
+pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod ipv6_ext;
