@@ -1,21 +1,23 @@
 //! Delivery to the backend (AP-3): layer-2 DSR, or GRE / IP-in-IP / GUE in
-//! an outer IPv4 header. The inner IP packet is never modified (DSR: the
-//! backend sees the client's source and the VIP as destination).
+//! an outer IPv4 or IPv6 header (the backend's family; the inner family may
+//! differ, FR-5). The inner IP packet is never modified (DSR: the backend
+//! sees the client's source and the VIP as destination).
 //!
-//! Outer IPv6 is not implemented yet: a backend with an IPv6 address, or an
-//! egress port without IPv4, yields `EncapUnsupported`. An outer packet
-//! larger than the egress MTU is dropped with `MtuExceeded` (ICMP
-//! fragmentation-needed / packet-too-big generation is a later step).
+//! A backend whose family the egress port has no address for yields
+//! `EncapUnsupported`. An outer packet larger than the egress MTU is
+//! dropped with `MtuExceeded`.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::drop_reason::DropReason;
 use crate::packet::PacketBuf;
 use crate::snapshot::{BackendState, Encapsulation, PortState};
+use crate::wire::checksum;
 use crate::wire::ethernet::{self, EthernetRepr, MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::wire::gre::{self, GreRepr};
 use crate::wire::gue::{self, GueRepr};
 use crate::wire::ipv4::{self, Ipv4Repr};
+use crate::wire::ipv6::{self, Ipv6Repr};
 use crate::wire::proto::{GRE, IPV4_IN_IP, IPV6_IN_IP, UDP};
 use crate::wire::udp::{self, UdpRepr};
 use crate::wire::L3Layout;
@@ -91,16 +93,20 @@ pub fn encapsulate<P: PacketBuf>(
     let Some(tunnel) = tunnel else {
         return l2_dsr(pkt, ip, next_hop, port);
     };
-    let (IpAddr::V4(outer_dst), Some(outer_src)) = (backend.address, port.ipv4) else {
-        return Err(DropReason::EncapUnsupported);
+    // FR-5: the outer family is the backend's; the inner one is whatever
+    // the client sent (IPv4-in-IPv6 and IPv6-in-IPv4 included).
+    let outer = match (backend.address, port.ipv4, port.ipv6) {
+        (IpAddr::V4(dst), Some(src), _) => Outer::V4 { src, dst },
+        (IpAddr::V6(dst), _, Some(src)) => Outer::V6 { src, dst },
+        _ => return Err(DropReason::EncapUnsupported),
     };
     let inner_v6 = ip.ethertype == ETHERTYPE_IPV6;
     let tunnel_len = tunnel.header_len();
-    let outer_ip_len = ipv4::HEADER_LEN + tunnel_len + ip.ip_len;
+    let outer_ip_len = outer.header_len() + tunnel_len + ip.ip_len;
     if outer_ip_len > usize::from(port.mtu) {
         return Err(DropReason::MtuExceeded);
     }
-    let headers = ethernet::HEADER_LEN + ipv4::HEADER_LEN + tunnel_len;
+    let headers = ethernet::HEADER_LEN + outer.header_len() + tunnel_len;
     replace_l2(pkt, ip, headers)?;
     let buf = pkt.data_mut();
     let (eth, rest) = buf
@@ -109,13 +115,34 @@ pub fn encapsulate<P: PacketBuf>(
     EthernetRepr {
         dst: next_hop,
         src: port.mac,
-        ethertype: ETHERTYPE_IPV4,
+        ethertype: outer.ethertype(),
     }
     .emit(eth);
-    let (outer, rest) = rest
-        .split_first_chunk_mut::<{ ipv4::HEADER_LEN }>()
-        .ok_or(DropReason::NoHeadroom)?;
-    emit_outer_ipv4(outer, outer_src, outer_dst, tunnel, ip, inner_v6)?;
+    let rest = match outer {
+        Outer::V4 { src, dst } => {
+            let (h, rest) = rest
+                .split_first_chunk_mut::<{ ipv4::HEADER_LEN }>()
+                .ok_or(DropReason::NoHeadroom)?;
+            emit_outer_ipv4(h, src, dst, tunnel, ip, inner_v6)?;
+            rest
+        }
+        Outer::V6 { src, dst } => {
+            let (h, rest) = rest
+                .split_first_chunk_mut::<{ ipv6::HEADER_LEN }>()
+                .ok_or(DropReason::NoHeadroom)?;
+            Ipv6Repr {
+                src,
+                dst,
+                next_header: tunnel.outer_protocol(inner_v6),
+                hop_limit: OUTER_TTL,
+                flow_label: flow_label(flow_hash),
+                payload_len: tunnel_len + ip.ip_len,
+            }
+            .emit(h)
+            .map_err(|_| DropReason::MtuExceeded)?;
+            rest
+        }
+    };
     match tunnel {
         Tunnel::Gre => {
             let (h, _) = rest
@@ -131,22 +158,87 @@ pub fn encapsulate<P: PacketBuf>(
             let (u, rest) = rest
                 .split_first_chunk_mut::<{ udp::HEADER_LEN }>()
                 .ok_or(DropReason::NoHeadroom)?;
-            UdpRepr {
+            let udp_repr = UdpRepr {
                 src_port,
                 dst_port,
                 payload_len: gue::HEADER_LEN + ip.ip_len,
                 checksum: 0,
-            }
-            .emit(u)
-            .map_err(|_| DropReason::MtuExceeded)?;
+            };
+            udp_repr.emit(u).map_err(|_| DropReason::MtuExceeded)?;
             let (g, _) = rest
                 .split_first_chunk_mut::<{ gue::HEADER_LEN }>()
                 .ok_or(DropReason::NoHeadroom)?;
             let protocol = if inner_v6 { IPV6_IN_IP } else { IPV4_IN_IP };
             GueRepr { protocol }.emit(g);
+            // Over IPv4 the UDP checksum stays 0 ("none", RFC 768): the
+            // inner packet carries its own. Over IPv6 a zero checksum is
+            // only allowed on tunnels both ends configured for it (RFC
+            // 6935/6936), which backends are not required to be, so it is
+            // computed: one pass over the packet, GUE-over-IPv6 only.
+            if let Outer::V6 { src, dst } = outer {
+                let c = udp_v6_checksum(src, dst, u, rest);
+                udp::UdpRepr {
+                    checksum: c,
+                    ..udp_repr
+                }
+                .emit(u)
+                .map_err(|_| DropReason::MtuExceeded)?;
+            }
         }
     }
     Ok(())
+}
+
+/// The outer IP header: the backend's address family.
+#[derive(Copy, Clone, Debug)]
+enum Outer {
+    V4 { src: Ipv4Addr, dst: Ipv4Addr },
+    V6 { src: Ipv6Addr, dst: Ipv6Addr },
+}
+
+impl Outer {
+    fn header_len(self) -> usize {
+        match self {
+            Outer::V4 { .. } => ipv4::HEADER_LEN,
+            Outer::V6 { .. } => ipv6::HEADER_LEN,
+        }
+    }
+
+    fn ethertype(self) -> u16 {
+        match self {
+            Outer::V4 { .. } => ETHERTYPE_IPV4,
+            Outer::V6 { .. } => ETHERTYPE_IPV6,
+        }
+    }
+}
+
+/// The outer IPv6 flow label of a flow: 20 bits of the flow hash (bits
+/// 44–63, apart from Maglev's low 32), stable per flow (RFC 6438).
+pub fn flow_label(flow_hash: u64) -> u32 {
+    (flow_hash >> 44) as u32 & 0x000f_ffff
+}
+
+/// The UDP checksum over IPv6 (RFC 8200 §8.1): pseudo-header, the UDP
+/// header `udp` (checksum field 0) and the payload `rest`. 0 is sent as
+/// 0xffff, since 0 means "no checksum".
+fn udp_v6_checksum(src: Ipv6Addr, dst: Ipv6Addr, udp: &[u8; udp::HEADER_LEN], rest: &[u8]) -> u16 {
+    let len = (udp::HEADER_LEN + rest.len()) as u32;
+    let mut sum: u32 = 0;
+    for a in [src.octets(), dst.octets()] {
+        sum += u32::from(checksum::ones_complement_sum(&a));
+    }
+    sum += (len >> 16) + (len & 0xffff) + u32::from(UDP);
+    // The UDP header is 8 bytes, so `rest` starts on an even offset and
+    // the two partial sums combine without byte swapping.
+    sum += u32::from(checksum::ones_complement_sum(udp));
+    sum += u32::from(checksum::ones_complement_sum(rest));
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    match !(sum as u16) {
+        0 => 0xffff,
+        c => c,
+    }
 }
 
 fn emit_outer_ipv4(

@@ -260,19 +260,23 @@ fn unresolved_next_hop_is_named() {
     }
 }
 
-/// FR-5: an outer IPv6 header is not implemented yet; a port without IPv4
-/// cannot source an outer IPv4 header.
+/// FR-5: a port without an address of the backend's family cannot source
+/// the outer header.
 #[test]
 fn fr_5_unsupported_families_are_named() {
     let frame = eth(&[], ETH_IPV4, &inner_v4(DF));
     let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
+    let no_v6 = PortState {
+        ipv6: None,
+        ..port(1500)
+    };
     for e in [
         Encapsulation::Gre,
         Encapsulation::Ipip,
         Encapsulation::Gue { port: 1 },
     ] {
         assert_eq!(
-            run(&frame, e, &b6, &port(1500)).0,
+            run(&frame, e, &b6, &no_v6).0,
             Err(DropReason::EncapUnsupported)
         );
     }
@@ -286,7 +290,89 @@ fn fr_5_unsupported_families_are_named() {
         Err(DropReason::EncapUnsupported)
     );
     // L2 DSR carries any family.
-    assert_eq!(run(&frame, Encapsulation::L2, &b6, &port(1500)).0, Ok(()));
+    assert_eq!(run(&frame, Encapsulation::L2, &b6, &no_v6).0, Ok(()));
+}
+
+/// The expected outer IPv6 header fd00::1 → fd00::5, flow label from HASH.
+fn outer_v6(next: u8, payload_len: usize) -> Vec<u8> {
+    let fl = dataplane::encap::flow_label(HASH).to_be_bytes();
+    let mut h = vec![0x60, fl[1], fl[2], fl[3]];
+    h.extend_from_slice(&(payload_len as u16).to_be_bytes());
+    h.extend_from_slice(&[next, 64]);
+    h.extend_from_slice(&v6("fd00::1").octets());
+    h.extend_from_slice(&v6("fd00::5").octets());
+    h
+}
+
+/// AP-3, FR-5: GRE and IP-in-IP in an outer IPv6 header for an IPv6
+/// backend, with IPv4 and IPv6 inner packets (mixed families included):
+/// exact bytes, inner packet untouched.
+#[test]
+fn ap_3_outer_ipv6_gre_and_ipip_exact_bytes() {
+    let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
+    for (inner, ethertype, ipip_next) in [(inner_v4(DF), ETH_IPV4, 4u8), (inner_v6(), ETH_IPV6, 41)]
+    {
+        let frame = eth(&[VLAN], ethertype, &inner);
+        let (r, out) = run(&frame, Encapsulation::Gre, &b6, &port(1500));
+        assert_eq!(r, Ok(()));
+        let mut gre_hdr = vec![0, 0];
+        gre_hdr.extend_from_slice(&ethertype.to_be_bytes());
+        let want = [
+            l2_header(ETH_IPV6),
+            outer_v6(47, 4 + inner.len()),
+            gre_hdr,
+            inner.clone(),
+        ]
+        .concat();
+        assert_eq!(out, want);
+        let (r, out) = run(&frame, Encapsulation::Ipip, &b6, &port(1500));
+        assert_eq!(r, Ok(()));
+        let want = [
+            l2_header(ETH_IPV6),
+            outer_v6(ipip_next, inner.len()),
+            inner.clone(),
+        ]
+        .concat();
+        assert_eq!(out, want);
+    }
+    // IPv6 in IPv4 (IPIP, protocol 41).
+    let b4 = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
+    let ip6 = inner_v6();
+    let (r, out) = run(
+        &eth(&[], ETH_IPV6, &ip6),
+        Encapsulation::Ipip,
+        &b4,
+        &port(1500),
+    );
+    assert_eq!(r, Ok(()));
+    assert_eq!(
+        out,
+        [l2_header(ETH_IPV4), outer_v4(41, true, ip6.len()), ip6].concat()
+    );
+}
+
+/// AP-3: GUE over IPv6 carries a valid UDP checksum (mandatory over IPv6,
+/// RFC 8200 §8.1), checked here against the pseudo-header independently.
+#[test]
+fn ap_3_gue_over_ipv6_udp_checksum() {
+    let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
+    for (inner, ethertype) in [(inner_v4(0), ETH_IPV4), (inner_v6(), ETH_IPV6)] {
+        let frame = eth(&[], ethertype, &inner);
+        let (r, out) = run(&frame, Encapsulation::Gue { port: 6080 }, &b6, &port(1500));
+        assert_eq!(r, Ok(()));
+        let udp_seg = &out[14 + 40..];
+        assert_eq!(udp_seg.len(), 8 + 4 + inner.len());
+        assert_eq!(out[14..14 + 40], outer_v6(17, udp_seg.len())[..]);
+        assert_eq!(&udp_seg[2..4], &6080u16.to_be_bytes());
+        assert_ne!(&udp_seg[6..8], &[0, 0], "checksum present");
+        let mut pseudo = v6("fd00::1").octets().to_vec();
+        pseudo.extend_from_slice(&v6("fd00::5").octets());
+        pseudo.extend_from_slice(&(udp_seg.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 17]);
+        pseudo.extend_from_slice(udp_seg);
+        assert_eq!(inet_checksum(&pseudo), 0, "checksum verifies");
+        assert_eq!(&udp_seg[12..], &inner[..]);
+    }
 }
 
 /// AP-3: the outer IP packet may be exactly the MTU, not one byte more.
