@@ -2,6 +2,8 @@
 //! and metrics. The `sluice` binary (main.rs) drives these.
 
 pub mod config;
+pub mod health;
 pub mod maglev;
 pub mod metrics;
+pub mod policy;
 pub mod publish;

@@ -1,0 +1,335 @@
+//! The health-check scheduler: one thread, one mio `Poll`, every probe.
+//!
+//! Probes are keyed by [`ProbeKey`] (address, kind, timing): services that
+//! name the same backend and check share one probe and one state. A timer
+//! heap orders due probes and timeouts; entries are invalidated lazily by a
+//! per-entry sequence number so rescheduling is O(log n).
+//!
+//! Jitter: a new probe's first run is spread over its interval by a stable
+//! hash of its key, so 10,000 backends added at once do not all fire in the
+//! same millisecond; afterwards each probe runs `interval` after its
+//! previous one finished (HC-4's schedule).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::SocketAddr;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::probe::{InFlight, ProbeKind};
+use super::state::{Change, HealthState, InitialState, ProbeResult, Thresholds};
+
+/// Identity of a shared probe.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ProbeKey {
+    pub addr: SocketAddr,
+    pub kind: ProbeKind,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub healthy_threshold: u32,
+    pub unhealthy_threshold: u32,
+}
+
+/// What the rest of the control plane may read about a probe.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeStatus {
+    pub state: HealthState,
+    pub probes: u64,
+    /// Probe latency histogram: counts per [`LATENCY_BUCKETS`] upper bound
+    /// (seconds), plus one overflow bucket; and the sum, for Prometheus.
+    pub latency_counts: [u64; LATENCY_BUCKETS.len() + 1],
+    pub latency_sum: f64,
+}
+
+pub const LATENCY_BUCKETS: [f64; 8] = [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
+
+/// A health change worth recomputing tables for.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub key: ProbeKey,
+    pub change: Change,
+}
+
+enum Command {
+    SetTargets(Vec<ProbeKey>),
+    Stop,
+}
+
+/// Shared view of every probe's status, written by the scheduler thread.
+pub type StatusMap = Arc<Mutex<HashMap<ProbeKey, ProbeStatus>>>;
+
+/// Handle to the running scheduler thread.
+pub struct HealthChecker {
+    commands: Sender<Command>,
+    waker: Arc<Waker>,
+    pub events: Receiver<Event>,
+    pub status: StatusMap,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HealthChecker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HealthChecker")
+    }
+}
+
+const WAKER: Token = Token(usize::MAX);
+
+impl HealthChecker {
+    pub fn spawn(initial: InitialState) -> std::io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let (commands, cmd_rx) = mpsc::channel();
+        let (ev_tx, events) = mpsc::channel();
+        let status: StatusMap = Arc::default();
+        let mut sched = Scheduler {
+            poll,
+            initial,
+            entries: Vec::new(),
+            free: Vec::new(),
+            by_key: HashMap::new(),
+            timers: BinaryHeap::new(),
+            status: Arc::clone(&status),
+            events: ev_tx,
+        };
+        let thread = std::thread::Builder::new()
+            .name("sluice-health".into())
+            .spawn(move || sched.run(&cmd_rx))?;
+        Ok(Self {
+            commands,
+            waker,
+            events,
+            status,
+            thread: Some(thread),
+        })
+    }
+
+    /// Replaces the probe set; probes whose key stays keep their state.
+    pub fn set_targets(&self, keys: Vec<ProbeKey>) {
+        let _ = self.commands.send(Command::SetTargets(keys));
+        let _ = self.waker.wake();
+    }
+}
+
+impl Drop for HealthChecker {
+    fn drop(&mut self) {
+        let _ = self.commands.send(Command::Stop);
+        let _ = self.waker.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Entry {
+    key: ProbeKey,
+    thresholds: Thresholds,
+    /// Bumped whenever the entry's pending timer is superseded.
+    seq: u64,
+    inflight: Option<(InFlight, Instant)>,
+}
+
+struct Scheduler {
+    poll: Poll,
+    initial: InitialState,
+    entries: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    by_key: HashMap<ProbeKey, usize>,
+    /// (due, entry, seq): start a probe if idle, time it out if in flight.
+    timers: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    status: StatusMap,
+    events: Sender<Event>,
+}
+
+impl Scheduler {
+    fn run(&mut self, commands: &Receiver<Command>) {
+        let mut events = Events::with_capacity(1024);
+        loop {
+            let now = Instant::now();
+            let timeout = self
+                .timers
+                .peek()
+                .map(|Reverse((due, _, _))| due.saturating_duration_since(now));
+            if self.poll.poll(&mut events, timeout).is_err() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            for ev in events.iter() {
+                if ev.token() == WAKER {
+                    continue;
+                }
+                self.on_ready(ev.token().0);
+            }
+            while let Ok(cmd) = commands.try_recv() {
+                match cmd {
+                    Command::SetTargets(keys) => self.set_targets(keys),
+                    Command::Stop => return,
+                }
+            }
+            self.fire_timers();
+        }
+    }
+
+    fn set_targets(&mut self, keys: Vec<ProbeKey>) {
+        let wanted: std::collections::HashSet<_> = keys.iter().cloned().collect();
+        let gone: Vec<usize> = self
+            .by_key
+            .iter()
+            .filter(|(k, _)| !wanted.contains(*k))
+            .map(|(_, &i)| i)
+            .collect();
+        let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        for i in gone {
+            if let Some(e) = self.entries[i].take() {
+                if let Some((mut f, _)) = e.inflight {
+                    let _ = self.poll.registry().deregister(&mut f.stream);
+                }
+                self.by_key.remove(&e.key);
+                status.remove(&e.key);
+                self.free.push(i);
+            }
+        }
+        let now = Instant::now();
+        for key in keys {
+            if self.by_key.contains_key(&key) {
+                continue;
+            }
+            let thresholds = Thresholds {
+                healthy: key.healthy_threshold.max(1),
+                unhealthy: key.unhealthy_threshold.max(1),
+            };
+            let first = now + jitter(&key);
+            let entry = Entry {
+                key: key.clone(),
+                thresholds,
+                seq: 0,
+                inflight: None,
+            };
+            let i = match self.free.pop() {
+                Some(i) => {
+                    self.entries[i] = Some(entry);
+                    i
+                }
+                None => {
+                    self.entries.push(Some(entry));
+                    self.entries.len() - 1
+                }
+            };
+            self.by_key.insert(key.clone(), i);
+            status.insert(
+                key,
+                ProbeStatus {
+                    state: HealthState::new(self.initial),
+                    probes: 0,
+                    latency_counts: Default::default(),
+                    latency_sum: 0.0,
+                },
+            );
+            self.timers.push(Reverse((first, i, 0)));
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        while let Some(&Reverse((due, i, seq))) = self.timers.peek() {
+            if due > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(Some(e)) = self.entries.get_mut(i) else {
+                continue;
+            };
+            if e.seq != seq {
+                continue; // superseded
+            }
+            if e.inflight.is_some() {
+                self.finish(i, ProbeResult::Failure); // timeout
+            } else {
+                self.start(i, now);
+            }
+        }
+    }
+
+    fn start(&mut self, i: usize, now: Instant) {
+        let Some(Some(e)) = self.entries.get_mut(i) else {
+            return;
+        };
+        e.seq += 1;
+        match InFlight::start(e.key.addr) {
+            Ok(mut f) => {
+                let reg = self.poll.registry().register(
+                    &mut f.stream,
+                    Token(i),
+                    Interest::READABLE | Interest::WRITABLE,
+                );
+                if reg.is_err() {
+                    self.finish(i, ProbeResult::Failure);
+                    return;
+                }
+                e.inflight = Some((f, now));
+                self.timers.push(Reverse((now + e.key.timeout, i, e.seq)));
+            }
+            Err(_) => self.finish(i, ProbeResult::Failure),
+        }
+    }
+
+    fn on_ready(&mut self, i: usize) {
+        let Some(Some(e)) = self.entries.get_mut(i) else {
+            return;
+        };
+        let Some((f, _)) = e.inflight.as_mut() else {
+            return;
+        };
+        if let Some(result) = f.step(&e.key.kind, e.key.addr) {
+            self.finish(i, result);
+        }
+    }
+
+    /// Records a verdict and schedules the next probe `interval` later.
+    fn finish(&mut self, i: usize, result: ProbeResult) {
+        let Some(Some(e)) = self.entries.get_mut(i) else {
+            return;
+        };
+        let now = Instant::now();
+        let mut latency = None;
+        if let Some((mut f, started)) = e.inflight.take() {
+            f.abort();
+            let _ = self.poll.registry().deregister(&mut f.stream);
+            latency = Some(now.duration_since(started).as_secs_f64());
+        }
+        e.seq += 1;
+        self.timers.push(Reverse((now + e.key.interval, i, e.seq)));
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(st) = status.get_mut(&e.key) else {
+            return;
+        };
+        st.probes += 1;
+        if let Some(l) = latency {
+            let b = LATENCY_BUCKETS
+                .iter()
+                .position(|&ub| l <= ub)
+                .unwrap_or(LATENCY_BUCKETS.len());
+            st.latency_counts[b] += 1;
+            st.latency_sum += l;
+        }
+        let change = st.state.record(result, e.thresholds);
+        if change.health || change.weight {
+            let _ = self.events.send(Event {
+                key: e.key.clone(),
+                change,
+            });
+        }
+    }
+}
+
+/// Stable first-run offset in [0, interval): no RNG, so restarts and tests
+/// are reproducible, yet different keys spread out.
+fn jitter(key: &ProbeKey) -> Duration {
+    let text = format!("{}{:?}", key.addr, key.kind);
+    let h = dataplane::hash::stable_hash_bytes(0x6865_616c_7468, text.as_bytes());
+    let ms = key.interval.as_millis().max(1) as u64;
+    Duration::from_millis(h % ms)
+}

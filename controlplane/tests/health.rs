@@ -1,0 +1,161 @@
+//! Health-check scheduler against real listeners on loopback (HC-1, HC-2,
+//! HC-5, HC-7).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use controlplane::health::{HealthChecker, InitialState, ProbeKey, ProbeKind};
+
+/// A tiny HTTP server: answers every request with `status` and, when set,
+/// the weight header; records the Host headers it saw.
+struct Server {
+    addr: SocketAddr,
+    status: Arc<AtomicU16>,
+    weight: Arc<Mutex<Option<String>>>,
+    hosts: Arc<Mutex<Vec<String>>>,
+}
+
+fn server() -> Server {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let status = Arc::new(AtomicU16::new(200));
+    let weight = Arc::new(Mutex::new(None::<String>));
+    let hosts = Arc::new(Mutex::new(Vec::new()));
+    let (s, w, h) = (status.clone(), weight.clone(), hosts.clone());
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { continue };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !buf.windows(4).any(|x| x == b"\r\n\r\n") {
+                match c.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                }
+            }
+            let text = String::from_utf8_lossy(&buf).to_string();
+            if let Some(host) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Host: ").map(str::to_string))
+            {
+                h.lock().unwrap().push(host);
+            }
+            let mut resp = format!("HTTP/1.1 {} X\r\n", s.load(Ordering::Relaxed));
+            if let Some(wv) = w.lock().unwrap().as_ref() {
+                resp.push_str(&format!("X-Load-Balancing-Endpoint-Weight: {wv}\r\n"));
+            }
+            resp.push_str("Content-Length: 0\r\n\r\n");
+            let _ = c.write_all(resp.as_bytes());
+        }
+    });
+    Server {
+        addr,
+        status,
+        weight,
+        hosts,
+    }
+}
+
+fn key(addr: SocketAddr, kind: ProbeKind) -> ProbeKey {
+    ProbeKey {
+        addr,
+        kind,
+        interval: Duration::from_millis(50),
+        timeout: Duration::from_millis(200),
+        healthy_threshold: 2,
+        unhealthy_threshold: 2,
+    }
+}
+
+fn http() -> ProbeKind {
+    ProbeKind::Http {
+        request_path: "/healthz".into(),
+        host: None,
+        response_codes: vec![200],
+    }
+}
+
+fn wait_for(
+    hc: &HealthChecker,
+    k: &ProbeKey,
+    what: &str,
+    f: impl Fn(&controlplane::health::ProbeStatus) -> bool,
+) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(5) {
+        if let Some(s) = hc.status.lock().unwrap().get(k) {
+            if f(s) {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!(
+        "timed out waiting for {what}: {:?}",
+        hc.status.lock().unwrap().get(k)
+    );
+}
+
+/// HC-2 (Host = ip:port, codes), HC-5 (back after successes), HC-7 weights.
+#[test]
+fn hc_2_hc_5_hc_7_http_probe_follows_the_server() {
+    let s = server();
+    let hc = HealthChecker::spawn(InitialState::Unhealthy).unwrap();
+    let k = key(s.addr, http());
+    hc.set_targets(vec![k.clone()]);
+    wait_for(&hc, &k, "healthy", |st| st.state.healthy);
+    assert_eq!(s.hosts.lock().unwrap()[0], s.addr.to_string());
+    *s.weight.lock().unwrap() = Some("40".into());
+    wait_for(&hc, &k, "weight 40", |st| st.state.weight == 40);
+    *s.weight.lock().unwrap() = Some("bogus".into());
+    wait_for(&hc, &k, "invalid counted", |st| {
+        st.state.weight_header_invalid > 0
+    });
+    assert_eq!(hc.status.lock().unwrap()[&k].state.weight, 40, "kept");
+    s.status.store(503, Ordering::Relaxed);
+    wait_for(&hc, &k, "unhealthy", |st| !st.state.healthy);
+    s.status.store(200, Ordering::Relaxed);
+    wait_for(&hc, &k, "healthy again", |st| st.state.healthy);
+    let ev: Vec<_> = hc.events.try_iter().collect();
+    assert!(ev.iter().filter(|e| e.change.health).count() >= 3);
+}
+
+/// HC-1 (connect form): a listener is up, then closed → marked down; a port
+/// nobody listens on never comes up. Services share one probe per key.
+#[test]
+fn hc_1_tcp_probe_marks_a_closed_listener_down() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let dead = {
+        let t = TcpListener::bind("127.0.0.1:0").unwrap();
+        t.local_addr().unwrap()
+    };
+    let hc = HealthChecker::spawn(InitialState::Unhealthy).unwrap();
+    let k = key(addr, ProbeKind::Tcp);
+    let kd = key(dead, ProbeKind::Tcp);
+    hc.set_targets(vec![k.clone(), kd.clone(), k.clone()]);
+    wait_for(&hc, &k, "up", |st| st.state.healthy);
+    assert_eq!(hc.status.lock().unwrap().len(), 2, "shared probe");
+    drop(l);
+    wait_for(&hc, &k, "down", |st| !st.state.healthy);
+    let d = hc.status.lock().unwrap()[&kd].clone();
+    assert!(!d.state.healthy && d.probes > 0);
+}
+
+/// A silent server (accepts, never answers) fails by timeout.
+#[test]
+fn hc_3_timeout_is_a_failure() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let hc = HealthChecker::spawn(InitialState::Healthy).unwrap();
+    let k = key(addr, http());
+    hc.set_targets(vec![k.clone()]);
+    wait_for(&hc, &k, "down by timeout", |st| !st.state.healthy);
+    let s = hc.status.lock().unwrap()[&k].clone();
+    assert!(s.latency_sum >= 0.2 * 2.0 * 0.9, "{s:?}");
+    drop(l);
+}
