@@ -67,6 +67,13 @@ drop_reasons! {
     MultiSegment => "multi_segment",
     /// The packet arrived while the worker was shutting down.
     Shutdown => "shutdown",
+    /// Too big for the egress MTU and no ICMP error may answer it (RFC 1122
+    /// §3.2.2 / RFC 4443 §2.4: about an ICMP error, a non-first fragment,
+    /// or from a broadcast, multicast or unspecified source).
+    IcmpNotAllowed => "icmp_not_allowed",
+    /// Too big for the egress MTU; the ICMP answer was suppressed by the
+    /// worker's rate limit.
+    IcmpRateLimited => "icmp_rate_limited",
 }
 
 #[cfg(test)]

@@ -212,6 +212,22 @@ impl Outer {
     }
 }
 
+/// Bytes the encapsulation adds in front of the inner IP packet, counted
+/// against the egress MTU (Ethernet excluded): what the path MTU
+/// advertised to clients is reduced by.
+pub fn overhead(encap: Encapsulation, backend: IpAddr) -> usize {
+    let outer = match backend {
+        IpAddr::V4(_) => ipv4::HEADER_LEN,
+        IpAddr::V6(_) => ipv6::HEADER_LEN,
+    };
+    match encap {
+        Encapsulation::L2 => 0,
+        Encapsulation::Gre => outer + gre::HEADER_LEN,
+        Encapsulation::Ipip => outer,
+        Encapsulation::Gue { .. } => outer + udp::HEADER_LEN + gue::HEADER_LEN,
+    }
+}
+
 /// The outer IPv6 flow label of a flow: 20 bits of the flow hash (bits
 /// 44–63, apart from Maglev's low 32), stable per flow (RFC 6438).
 pub fn flow_label(flow_hash: u64) -> u32 {

@@ -9,6 +9,7 @@ pub mod drop_reason;
 pub mod encap;
 pub mod flow;
 pub mod hash;
+pub mod icmp;
 pub mod packet;
 pub mod pipeline;
 pub mod rules;

@@ -11,12 +11,13 @@ use std::net::{IpAddr, Ipv6Addr};
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::flow::packet_hash;
+use crate::icmp;
 use crate::packet::PacketBuf;
 use crate::rules::RuleMiss;
 use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId};
 use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::proto::ICMPV6;
-use crate::wire::{self, icmp, IpInfo, L3Layout, Parsed, Ports};
+use crate::wire::{self, icmp as icmp_wire, IpInfo, L3Layout, Parsed, Ports};
 
 /// What the worker does with a packet after [`process`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -25,6 +26,10 @@ pub enum Verdict {
     Forward { port: u16, backend: BackendId },
     /// Addressed to the appliance itself: hand to the exception path (AP-4).
     Punt,
+    /// The packet was rewritten into an answer to its sender (ICMP
+    /// fragmentation-needed / packet-too-big, AP-3): transmit it on the
+    /// port it was received on.
+    Reply,
     /// Drop and count under the reason.
     Drop(DropReason),
 }
@@ -34,6 +39,8 @@ pub enum Verdict {
 pub struct PipelineCtx {
     /// Coarse time, read once per burst.
     pub now: Millis,
+    /// Rate limit of the ICMP errors this worker generates (AP-3).
+    pub icmp_replies: icmp::TokenBucket,
 }
 
 /// The first stage's outcome for one packet.
@@ -136,11 +143,11 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
 /// quoted flow matches no rule; the packet is then handled like any other
 /// (an `L3_DEFAULT` rule balances it as a 3-tuple, otherwise no rule).
 fn steer_icmp_error(frame: &[u8], ip: &IpInfo, state: &ForwardingState) -> Option<Stage> {
-    if !icmp::is_steered_error(ip.protocol, ip.icmp_type?) {
+    if !icmp_wire::is_steered_error(ip.protocol, ip.icmp_type?) {
         return None;
     }
     let msg = frame.get(ip.l4_offset..ip.l3_offset + ip.ip_len)?;
-    let q = icmp::quoted(msg, ip.ethertype == ETHERTYPE_IPV6)?;
+    let q = icmp_wire::quoted(msg, ip.ethertype == ETHERTYPE_IPV6)?;
     // The error goes back to the offending packet's source; anything else
     // is not about a flow of this VIP.
     if q.src != ip.dst {
@@ -179,9 +186,10 @@ pub fn deliver<P: PacketBuf>(
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Verdict {
-    let _ = &ctx;
     match deliver_inner(pkt, b, state) {
         Ok(v) => v,
+        // AP-3: answer the client with the path MTU (cold path).
+        Err(DropReason::MtuExceeded) => icmp::answer_mtu_exceeded(pkt, b, state, ctx),
         Err(reason) => Verdict::Drop(reason),
     }
 }

@@ -93,26 +93,32 @@ impl Worker {
                         Stage::Done(v) => *v,
                         Stage::Balance(b) => pipeline::deliver(&mut m, b, &state, &mut ctx),
                     };
-                    match verdict {
+                    let out = match verdict {
                         Verdict::Forward { port, backend } => {
                             stats.backend(backend, 1);
-                            let (Some(burst), Some(txq)) = (
-                                tx_bursts.get_mut(usize::from(port)),
-                                tx.get_mut(usize::from(port)),
-                            ) else {
-                                stats.count_drop(DropReason::TxQueueFull, 1);
-                                continue;
-                            };
-                            if let Err(m) = burst.push(m) {
-                                flush(txq, burst, &stats, usize::from(port));
-                                if burst.push(m).is_err() {
-                                    stats.count_drop(DropReason::TxQueueFull, 1);
-                                }
-                            }
+                            usize::from(port)
                         }
+                        // AP-3: an ICMP answer leaves by the receive port.
+                        Verdict::Reply => port_idx,
                         // The exception path arrives with its own issue.
-                        Verdict::Punt => stats.count_drop(DropReason::NoExceptionPath, 1),
-                        Verdict::Drop(reason) => stats.count_drop(reason, 1),
+                        Verdict::Punt => {
+                            stats.count_drop(DropReason::NoExceptionPath, 1);
+                            continue;
+                        }
+                        Verdict::Drop(reason) => {
+                            stats.count_drop(reason, 1);
+                            continue;
+                        }
+                    };
+                    let (Some(burst), Some(txq)) = (tx_bursts.get_mut(out), tx.get_mut(out)) else {
+                        stats.count_drop(DropReason::TxQueueFull, 1);
+                        continue;
+                    };
+                    if let Err(m) = burst.push(m) {
+                        flush(txq, burst, &stats, out);
+                        if burst.push(m).is_err() {
+                            stats.count_drop(DropReason::TxQueueFull, 1);
+                        }
                     }
                 }
             }

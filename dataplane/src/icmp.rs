@@ -1,0 +1,260 @@
+//! ICMP error generation (AP-3): when encapsulation would push a packet
+//! over the egress MTU and the packet may not be fragmented (IPv4 with DF,
+//! or any IPv6), the client is answered with ICMP fragmentation-needed /
+//! ICMPv6 packet-too-big carrying the MTU it must use, so path-MTU
+//! discovery shrinks its packets by the tunnel overhead.
+//!
+//! The reply is written over the offending packet in place (no second
+//! buffer): its own Ethernet header with the MACs swapped (VLAN tags kept,
+//! so it leaves on the client's segment and VLAN), a new IP header from the
+//! VIP to the client (the address the client's flow state knows), the ICMP
+//! header and the start of the offending packet as the quote. The worker
+//! sends it back out the receive port ([`Verdict::Reply`]).
+//!
+//! This is the cold path: it re-reads the packet instead of widening what
+//! stage 1 carries for every packet. Replies are rate-limited per worker
+//! ([`TokenBucket`]) so a flood of oversize packets cannot turn the
+//! appliance into an ICMP amplifier.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crate::drop_reason::DropReason;
+use crate::encap;
+use crate::packet::PacketBuf;
+use crate::pipeline::{Balance, PipelineCtx, Verdict};
+use crate::snapshot::{ForwardingState, Millis};
+use crate::wire::checksum::ones_complement_sum;
+use crate::wire::ethernet::ETHERTYPE_IPV6;
+use crate::wire::icmp::V6_PACKET_TOO_BIG;
+use crate::wire::icmp::{self as icmp_wire, V4_CODE_FRAG_NEEDED, V4_DEST_UNREACHABLE};
+use crate::wire::ipv4::{self, Ipv4Repr};
+use crate::wire::ipv6::{self, Ipv6Repr};
+use crate::wire::proto::{ICMP, ICMPV6};
+use crate::wire::L3Layout;
+
+/// Replies per second a worker may send, and the burst it may send at once.
+pub const REPLIES_PER_SEC: u64 = 1000;
+pub const REPLY_BURST: u64 = 100;
+
+/// Largest reply: RFC 1812 §4.3.2.3 (IPv4, 576 bytes) and RFC 4443 §2.4
+/// (IPv6, the minimum MTU of 1280).
+const V4_REPLY_MAX: usize = 576;
+const V6_REPLY_MAX: usize = 1280;
+/// Longest L2 header the pipeline accepts: Ethernet + two VLAN tags.
+const MAX_L2: usize = 22;
+const TTL: u8 = 64;
+
+/// A per-worker token bucket (single owner, no atomics).
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    tokens: u64,
+    last: Millis,
+}
+
+impl Default for TokenBucket {
+    fn default() -> Self {
+        Self {
+            tokens: REPLY_BURST,
+            last: Millis(0),
+        }
+    }
+}
+
+impl TokenBucket {
+    /// Takes one token if there is one, refilling at [`REPLIES_PER_SEC`].
+    pub fn take(&mut self, now: Millis) -> bool {
+        let elapsed = now.0.saturating_sub(self.last.0);
+        let refill = elapsed.saturating_mul(REPLIES_PER_SEC) / 1000;
+        if refill > 0 {
+            self.tokens = self.tokens.saturating_add(refill).min(REPLY_BURST);
+            self.last = now;
+        }
+        if self.tokens == 0 {
+            return false;
+        }
+        self.tokens -= 1;
+        true
+    }
+}
+
+/// Called by stage 2 when encapsulation failed with `MtuExceeded`: finds
+/// the egress MTU the packet's backend imposes and answers the client.
+/// The backend is looked up again by hash; only its egress port and
+/// address family matter (the tunnel overhead), not which one it is.
+pub fn answer_mtu_exceeded<P: PacketBuf>(
+    pkt: &mut P,
+    b: &Balance,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Verdict {
+    let mtu = state.service(b.service).and_then(|s| {
+        let backend = state.backend(s.table_for(None)?.lookup(b.hash)?)?;
+        let port = state.ports.get(usize::from(backend.egress.port))?;
+        let overhead = encap::overhead(s.encapsulation, backend.address);
+        Some(port.mtu.saturating_sub(overhead as u16))
+    });
+    match mtu {
+        Some(mtu) => too_big(pkt, &b.layout, mtu, &mut ctx.icmp_replies, ctx.now),
+        None => Verdict::Drop(DropReason::MtuExceeded),
+    }
+}
+
+/// Rewrites `pkt` (whose IP packet `l` is too big for a path of `mtu`
+/// bytes) into the ICMP error for its sender, or names why not.
+pub fn too_big<P: PacketBuf>(
+    pkt: &mut P,
+    l: &L3Layout,
+    mtu: u16,
+    bucket: &mut TokenBucket,
+    now: Millis,
+) -> Verdict {
+    match rewrite(pkt, l, mtu, bucket, now) {
+        Ok(()) => Verdict::Reply,
+        Err(r) => Verdict::Drop(r),
+    }
+}
+
+/// Source, destination and whether an error may be sent about the packet.
+fn addresses(ip: &[u8], v6: bool) -> Option<(IpAddr, IpAddr)> {
+    if v6 {
+        let h = ip.first_chunk::<{ ipv6::HEADER_LEN }>()?;
+        let mut s = [0u8; 16];
+        let mut d = [0u8; 16];
+        s.copy_from_slice(&h[8..24]);
+        d.copy_from_slice(&h[24..40]);
+        let src = Ipv6Addr::from(s);
+        // RFC 4443 §2.4 (e): never about ICMPv6 errors (types < 128).
+        // Only a header-less ICMPv6 is recognised; that is the usual case.
+        let icmp_error = h[6] == ICMPV6 && ip.get(ipv6::HEADER_LEN).is_some_and(|t| *t < 128);
+        let bad_src = src.is_unspecified() || src.is_multicast();
+        (!icmp_error && !bad_src).then_some((IpAddr::V6(src), IpAddr::V6(Ipv6Addr::from(d))))
+    } else {
+        let h = ip.first_chunk::<{ ipv4::HEADER_LEN }>()?;
+        let ihl = usize::from(h[0] & 0x0f) * 4;
+        let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
+        let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
+        let later_fragment = u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0;
+        // RFC 1122 §3.2.2: not about ICMP errors, non-first fragments,
+        // broadcast, multicast or unspecified sources.
+        let icmp_error = h[9] == ICMP
+            && ip
+                .get(ihl)
+                .is_some_and(|t| icmp_wire::is_steered_error(ICMP, *t) || *t == 12 || *t == 5);
+        let bad_src = src.is_unspecified() || src.is_multicast() || src.is_broadcast();
+        (!icmp_error && !later_fragment && !bad_src).then_some((IpAddr::V4(src), IpAddr::V4(dst)))
+    }
+}
+
+fn rewrite<P: PacketBuf>(
+    pkt: &mut P,
+    l: &L3Layout,
+    mtu: u16,
+    bucket: &mut TokenBucket,
+    now: Millis,
+) -> Result<(), DropReason> {
+    let v6 = l.ethertype == ETHERTYPE_IPV6;
+    if !v6 && !l.dont_fragment {
+        // IPv4 without DF would be fragmented; the sans-IO pipeline has no
+        // second buffer to write the second fragment into, so it is
+        // dropped and counted instead (documented as remaining work).
+        return Err(DropReason::MtuExceeded);
+    }
+    let data = pkt.data();
+    let ip = data
+        .get(l.l3_offset..l.l3_offset + l.ip_len)
+        .ok_or(DropReason::MtuExceeded)?;
+    let (client, vip) = addresses(ip, v6).ok_or(DropReason::IcmpNotAllowed)?;
+    if l.l3_offset > MAX_L2 || l.l3_offset < 14 {
+        return Err(DropReason::IcmpNotAllowed);
+    }
+    if !bucket.take(now) {
+        return Err(DropReason::IcmpRateLimited);
+    }
+    let mut l2 = [0u8; MAX_L2];
+    l2[..l.l3_offset].copy_from_slice(&data[..l.l3_offset]);
+    // Back to the sender: its MAC becomes the destination, ours the source.
+    let (dst_mac, src_mac) = l2.split_at_mut(6);
+    dst_mac.swap_with_slice(&mut src_mac[..6]);
+
+    let (ip_hdr, max) = if v6 {
+        (ipv6::HEADER_LEN, V6_REPLY_MAX)
+    } else {
+        (ipv4::HEADER_LEN, V4_REPLY_MAX)
+    };
+    let added = ip_hdr + icmp_wire::HEADER_LEN;
+    let quote = l.ip_len.min(max - added);
+    pkt.truncate(l.l3_offset + quote);
+    if !pkt.prepend(added) {
+        return Err(DropReason::NoHeadroom);
+    }
+    let buf = pkt.data_mut();
+    let (front, rest) = buf.split_at_mut(l.l3_offset.min(buf.len()));
+    front.copy_from_slice(&l2[..front.len()]);
+    let icmp_len = icmp_wire::HEADER_LEN + quote;
+    let rest = match (client, vip) {
+        (IpAddr::V4(c), IpAddr::V4(v)) => {
+            let (h, rest) = rest
+                .split_first_chunk_mut::<{ ipv4::HEADER_LEN }>()
+                .ok_or(DropReason::NoHeadroom)?;
+            Ipv4Repr {
+                src: v,
+                dst: c,
+                protocol: ICMP,
+                ttl: TTL,
+                ident: 0,
+                dont_frag: false,
+                payload_len: icmp_len,
+            }
+            .emit(h)
+            .map_err(|_| DropReason::MtuExceeded)?;
+            rest
+        }
+        (IpAddr::V6(c), IpAddr::V6(v)) => {
+            let (h, rest) = rest
+                .split_first_chunk_mut::<{ ipv6::HEADER_LEN }>()
+                .ok_or(DropReason::NoHeadroom)?;
+            Ipv6Repr {
+                src: v,
+                dst: c,
+                next_header: ICMPV6,
+                hop_limit: TTL,
+                flow_label: 0,
+                payload_len: icmp_len,
+            }
+            .emit(h)
+            .map_err(|_| DropReason::MtuExceeded)?;
+            rest
+        }
+        _ => return Err(DropReason::IcmpNotAllowed),
+    };
+    let (h, quote_bytes) = rest
+        .split_first_chunk_mut::<{ icmp_wire::HEADER_LEN }>()
+        .ok_or(DropReason::NoHeadroom)?;
+    let m = mtu.to_be_bytes();
+    *h = if v6 {
+        [V6_PACKET_TOO_BIG, 0, 0, 0, 0, 0, m[0], m[1]]
+    } else {
+        [
+            V4_DEST_UNREACHABLE,
+            V4_CODE_FRAG_NEEDED,
+            0,
+            0,
+            0,
+            0,
+            m[0],
+            m[1],
+        ]
+    };
+    let mut sum = u32::from(ones_complement_sum(h)) + u32::from(ones_complement_sum(quote_bytes));
+    if let (IpAddr::V6(c), IpAddr::V6(v)) = (client, vip) {
+        // ICMPv6 covers a pseudo-header (RFC 4443 §2.3).
+        sum += u32::from(ones_complement_sum(&v.octets()));
+        sum += u32::from(ones_complement_sum(&c.octets()));
+        sum += icmp_len as u32 + u32::from(ICMPV6);
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[2..4].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    Ok(())
+}
