@@ -2,8 +2,11 @@
 //! and metrics. The `sluice` binary (main.rs) drives these.
 
 pub mod config;
+pub mod control;
+pub mod control_socket;
 pub mod health;
 pub mod maglev;
 pub mod metrics;
+pub mod metrics_control;
 pub mod policy;
 pub mod publish;

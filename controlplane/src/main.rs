@@ -40,6 +40,25 @@ enum Command {
         /// Do not serve /metrics over HTTP.
         #[arg(long)]
         no_metrics_server: bool,
+        /// Unix socket for `sluice reload` and `sluice status` (mode 0600).
+        #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
+        control_socket: PathBuf,
+        /// Serve no control socket (reload with SIGHUP only).
+        #[arg(long)]
+        no_control_socket: bool,
+    },
+    /// Make the running sluice re-read its configuration file; prints the
+    /// diagnostics and exits 2 if the new file is invalid (the running
+    /// configuration then stays).
+    Reload {
+        #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
+        control_socket: PathBuf,
+    },
+    /// Print the running sluice's services and backends (health, weight,
+    /// zone, pool, share of the table).
+    Status {
+        #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
+        control_socket: PathBuf,
     },
     /// Validate configuration files; print every error; exit 2 on any.
     CheckConfig {
@@ -52,12 +71,16 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { files } => check_config(&files),
+        Command::Reload { control_socket } => ask(&control_socket, "reload"),
+        Command::Status { control_socket } => ask(&control_socket, "status"),
         Command::Run {
             config,
             exit_on_idle,
             duration,
             metrics_dump,
             no_metrics_server,
+            control_socket,
+            no_control_socket,
         } => {
             let cfg = match controlplane::config::load_file(&config) {
                 Ok(cfg) => cfg,
@@ -76,6 +99,8 @@ fn main() -> ExitCode {
                 duration: duration.map(Duration::from_secs_f64),
                 metrics_dump,
                 metrics_server: !no_metrics_server,
+                config_path: Some(config),
+                control_socket: (!no_control_socket).then_some(control_socket),
             };
             match run::run(cfg, opts) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -84,6 +109,24 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Sends one request over the control socket; exit 2 when it failed.
+fn ask(socket: &std::path::Path, request: &str) -> ExitCode {
+    match controlplane::control_socket::request(socket, request) {
+        Ok((true, text)) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Ok((false, text)) => {
+            eprint!("{text}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("sluice: cannot reach the running sluice: {e}");
+            ExitCode::FAILURE
         }
     }
 }

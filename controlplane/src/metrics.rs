@@ -27,6 +27,11 @@ pub struct MetricsSources {
     pub snapshot: Arc<SnapshotCell>,
     /// Label for port index i.
     pub port_names: Vec<String>,
+    /// The control thread's view (health, policy, reloads); None in tests
+    /// that only look at worker counters.
+    pub control: Option<Arc<crate::control::Shared>>,
+    /// DPDK port ids for hardware counters (empty: none exported).
+    pub dpdk_port_ids: Vec<u16>,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -123,6 +128,14 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     .expect("valid metric definition");
     generation.set(i64::try_from(snap.generation).unwrap_or(i64::MAX));
     out.extend(generation.collect());
+
+    if let Some(c) = &src.control {
+        out.extend(crate::metrics_control::families(&c.view(), snap.generation));
+    }
+    out.extend(crate::metrics_control::port_hw_families(
+        &src.dpdk_port_ids,
+        &src.port_names,
+    ));
 
     let workers = IntGauge::new("sluice_workers", "Number of packet worker threads.")
         .expect("valid metric definition");
@@ -269,6 +282,8 @@ mod tests {
             workers: vec![w0, w1],
             snapshot: Arc::new(SnapshotCell::new(state)),
             port_names: vec!["uplink".into(), "downlink".into()],
+            control: None,
+            dpdk_port_ids: vec![],
         }
     }
 

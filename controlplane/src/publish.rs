@@ -1,23 +1,27 @@
-//! Validated config → [`ForwardingState`] snapshot (AP-2, MG-5).
+//! Validated config + health → [`ForwardingState`] snapshot (AP-2, MG-5).
 //!
-//! Health checking does not exist yet, so every backend counts as healthy
-//! and the one table per service covers all primaries (or all failover
-//! backends when there is no primary). Full eligibility (EL-*), zonal table
-//! variants (ZA-*), draining of removed backends (CT-10) and pool epochs
-//! (CT-11) arrive with the policy module; the snapshot layout already has
-//! room for them.
+//! Per service: the backends' current health and weight (health checks,
+//! HC-*) feed the eligibility policy (EL-*, FO-*), whose original set is
+//! turned into one table per client-zone variant (ZA-*): `tables[0]` for
+//! clients in no zone, `tables[1 + z]` for zone z, only when zonal affinity
+//! is on (otherwise one table serves everyone, `ServiceState::table_for`
+//! falls back to it). [`PolicyMemory`] carries what must survive between
+//! builds: pool epochs (CT-11) and backends draining after removal (CT-10).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::time::Instant;
 
 use dataplane::rules::{ForwardingRule, RuleTable};
 use dataplane::snapshot::{
-    BackendId, BackendState, ConnectionTracking, Egress, ForwardingState, PortState, ServiceId,
-    ServiceState, Zone, ZoneMap,
+    BackendId, BackendState, ConnectionTracking, Egress, ForwardingState, MaglevTable, Millis,
+    PortState, ServiceId, ServiceState, Zone, ZoneMap,
 };
 
-use crate::config::{BackendServiceConfig, Config, Pool};
+use crate::config::{BackendServiceConfig, Config, LocalityLbPolicy, Pool, Spillover};
+use crate::health::{probe_key, ProbeKey, ProbeStatus};
 use crate::maglev::{build_table, MaglevBackend};
+use crate::policy::{client_variants, eligible, BackendView, PolicyParams};
 
 /// Stable backend ids, keyed by (service name, backend address).
 ///
@@ -78,7 +82,51 @@ impl BackendIds {
     }
 }
 
-/// Builds the complete snapshot for `cfg`.
+/// What the health checks currently say, and what a build must remember.
+#[derive(Debug, Default)]
+pub struct BuildInputs<'a> {
+    /// Probe states (None: no health checking; every backend healthy).
+    pub health: Option<&'a HashMap<ProbeKey, ProbeStatus>>,
+    /// Health of a backend whose probe has no verdict yet.
+    pub initial_healthy: bool,
+    /// The dataplane clock now (draining deadlines, CT-10).
+    pub now: Millis,
+}
+
+/// State that outlives one build.
+#[derive(Debug, Default)]
+pub struct PolicyMemory {
+    /// Per service name: last non-empty active pool and its epoch (CT-11).
+    pools: HashMap<String, (Pool, u32)>,
+    /// Backends of the last build, to notice removals (CT-10).
+    live: HashMap<BackendId, (String, BackendState)>,
+    /// Removed backends still draining: service name and state with deadline.
+    draining: HashMap<BackendId, (String, BackendState)>,
+}
+
+impl PolicyMemory {
+    /// Earliest draining deadline, so the control loop rebuilds then.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.draining
+            .values()
+            .filter_map(|(_, b)| b.draining_until)
+            .min()
+    }
+}
+
+/// What a build decided per service, for metrics and `sluice status`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServiceReport {
+    pub name: String,
+    /// Size of the modified eligible set per variant (0: no zone, 1 + z).
+    pub eligible: Vec<usize>,
+    pub active_pool: Option<Pool>,
+    pub pool_epoch: u32,
+    pub build_seconds: f64,
+}
+
+/// Builds the complete snapshot for `cfg` with every backend healthy and no
+/// memory between builds (tests, benches, the first snapshot).
 ///
 /// `port_macs[i]` is port i's own MAC, used when the config sets none.
 pub fn build_forwarding_state(
@@ -87,6 +135,27 @@ pub fn build_forwarding_state(
     ids: &mut BackendIds,
     generation: u64,
 ) -> ForwardingState {
+    let mut memory = PolicyMemory::default();
+    build_forwarding_state_with(
+        cfg,
+        port_macs,
+        ids,
+        &mut memory,
+        &BuildInputs::default(),
+        generation,
+    )
+    .0
+}
+
+/// Builds the complete snapshot for `cfg` under the current health.
+pub fn build_forwarding_state_with(
+    cfg: &Config,
+    port_macs: &[[u8; 6]],
+    ids: &mut BackendIds,
+    memory: &mut PolicyMemory,
+    inputs: &BuildInputs<'_>,
+    generation: u64,
+) -> (ForwardingState, Vec<ServiceReport>) {
     ids.retain_config(cfg);
     let ports: Vec<PortState> = cfg
         .dataplane
@@ -112,11 +181,14 @@ pub fn build_forwarding_state(
         .collect();
 
     let mut services = Vec::with_capacity(cfg.backend_services.len());
+    let mut reports = Vec::with_capacity(cfg.backend_services.len());
     let mut backends: Vec<(BackendId, BackendState)> = Vec::new();
+    let mut live = HashMap::new();
     for (si, svc) in cfg.backend_services.iter().enumerate() {
         let service_id = ServiceId(si as u16);
         let mut members = Vec::with_capacity(svc.backends.len());
-        for b in &svc.backends {
+        let views = backend_views(cfg, svc, inputs);
+        for (b, view) in svc.backends.iter().zip(&views) {
             let id = ids.get_or_assign(&svc.name, b.address);
             members.push(id);
             let egress_port = cfg
@@ -125,27 +197,44 @@ pub fn build_forwarding_state(
                 .iter()
                 .position(|p| p.on_link(b.address))
                 .unwrap_or(0);
-            backends.push((
+            let state = BackendState {
                 id,
-                BackendState {
-                    id,
-                    service: service_id,
-                    address: b.address,
-                    healthy: true,
-                    weight: b.weight,
-                    pool: b.pool,
-                    draining_until: None,
-                    egress: Egress {
-                        port: egress_port as u16,
-                        next_hop_mac: b.mac,
-                    },
+                service: service_id,
+                address: b.address,
+                healthy: view.healthy,
+                weight: view.weight,
+                pool: b.pool,
+                draining_until: None,
+                egress: Egress {
+                    port: egress_port as u16,
+                    next_hop_mac: b.mac,
                 },
-            ));
+            };
+            live.insert(id, (svc.name.clone(), state.clone()));
+            backends.push((id, state));
         }
-        services.push(service_state(svc, &members));
+        let started = Instant::now();
+        let (mut state, mut report) = service_state(cfg, svc, &members, &views, memory);
+        report.build_seconds = started.elapsed().as_secs_f64();
+        // CT-10: removed backends keep their entries working until their
+        // deadline; they stay listed (never in a table) until then.
+        for (id, (name, b)) in &memory.draining {
+            if *name == svc.name {
+                state.backends.push(*id);
+                let mut b = b.clone();
+                b.service = service_id;
+                backends.push((*id, b));
+            }
+        }
+        services.push(state);
+        reports.push(report);
     }
+    update_draining(cfg, memory, live, inputs.now);
 
-    let mut backend_table: Vec<Option<BackendState>> = vec![None; ids.high_water() as usize];
+    let high_water = ids
+        .high_water()
+        .max(backends.iter().map(|(id, _)| id.0 + 1).max().unwrap_or(0));
+    let mut backend_table: Vec<Option<BackendState>> = vec![None; high_water as usize];
     for (id, state) in backends {
         backend_table[id.0 as usize] = Some(state);
     }
@@ -177,33 +266,132 @@ pub fn build_forwarding_state(
             .collect(),
     };
 
-    ForwardingState {
+    let state = ForwardingState {
         generation,
         rules: RuleTable::new(rules),
         services,
         backends: backend_table,
         ports,
         zones,
-    }
+    };
+    (state, reports)
 }
 
-fn service_state(svc: &BackendServiceConfig, members: &[BackendId]) -> ServiceState {
-    // Until health checks exist every backend is healthy, so EL-1/EL-3
-    // reduce to "the primaries, or the failover pool if there are none".
-    let any_primary = svc.backends.iter().any(|b| b.pool == Pool::Primary);
-    let eligible: Vec<MaglevBackend> = svc
-        .backends
+/// Moves backends that left the config into the draining set (CT-10) and
+/// forgets those whose deadline passed or whose service is gone.
+fn update_draining(
+    cfg: &Config,
+    memory: &mut PolicyMemory,
+    live: HashMap<BackendId, (String, BackendState)>,
+    now: Millis,
+) {
+    let previous = std::mem::replace(&mut memory.live, live);
+    for (id, (name, mut b)) in previous {
+        if memory.live.contains_key(&id) {
+            continue;
+        }
+        let Some(svc) = cfg.service(&name) else {
+            continue; // the whole service left: nothing can look it up
+        };
+        let timeout = millis(svc.connection_draining_timeout);
+        if timeout > 0 {
+            b.draining_until = Some(Millis(now.0.saturating_add(timeout)));
+            memory.draining.insert(id, (name, b));
+        }
+    }
+    memory.draining.retain(|_, (name, b)| {
+        cfg.service(name).is_some() && b.draining_until.is_some_and(|d| d > now)
+    });
+}
+
+/// Current health and effective weight of each backend of `svc`.
+fn backend_views(
+    cfg: &Config,
+    svc: &BackendServiceConfig,
+    inputs: &BuildInputs<'_>,
+) -> Vec<BackendView> {
+    let weighted = svc.locality_lb_policy == LocalityLbPolicy::WeightedMaglev;
+    let check = svc.health_check.map(|i| &cfg.health_checks[i]);
+    svc.backends
         .iter()
-        .zip(members)
-        .filter(|(b, _)| !any_primary || b.pool == Pool::Primary)
-        .map(|(b, &id)| MaglevBackend {
-            id,
-            key: b.address.to_string(),
-            weight: u32::from(b.weight),
+        .map(|b| {
+            let status = check
+                .zip(inputs.health)
+                .and_then(|(hc, h)| h.get(&probe_key(hc, b.address)));
+            let healthy = match (check, inputs.health, status) {
+                (None, _, _) | (_, None, _) => true,
+                (Some(_), Some(_), Some(s)) => s.state.healthy,
+                (Some(_), Some(_), None) => inputs.initial_healthy,
+            };
+            // HC-7: under WEIGHTED_MAGLEV the probe's last reported weight
+            // (initially 1); otherwise the configured static weight.
+            let weight = if weighted {
+                status.map_or(1, |s| s.state.weight)
+            } else {
+                b.weight
+            };
+            BackendView {
+                pool: b.pool,
+                healthy,
+                weight,
+                zone: b.zone,
+            }
         })
-        .collect();
+        .collect()
+}
+
+fn service_state(
+    cfg: &Config,
+    svc: &BackendServiceConfig,
+    members: &[BackendId],
+    views: &[BackendView],
+    memory: &mut PolicyMemory,
+) -> (ServiceState, ServiceReport) {
+    let params = PolicyParams {
+        weighted: svc.locality_lb_policy == LocalityLbPolicy::WeightedMaglev,
+        failover: svc.failover_policy,
+        zonal: svc.zonal_affinity,
+    };
+    let original = eligible(&params, views);
+    // Without zonal affinity every client gets the no-zone table.
+    let zones = if svc.zonal_affinity.spillover == Spillover::ZonalAffinityDisabled {
+        0
+    } else {
+        cfg.zones.len()
+    };
+    let variants = client_variants(&params, views, &original, zones);
+    let mut tables: Vec<MaglevTable> = Vec::with_capacity(variants.len());
+    for (v, set) in variants.iter().enumerate() {
+        // Zones whose set equals an earlier one share its table's content.
+        if let Some(same) = variants[..v].iter().position(|s| s == set) {
+            let t = tables[same].clone();
+            tables.push(t);
+            continue;
+        }
+        let backends: Vec<MaglevBackend> = set
+            .iter()
+            .map(|&i| MaglevBackend {
+                id: members[i],
+                key: svc.backends[i].address.to_string(),
+                weight: u32::from(views[i].weight),
+            })
+            .collect();
+        tables.push(build_table(&backends, svc.maglev_table_size));
+    }
+
+    // CT-11: the epoch moves on every primary↔failover flip. An empty set
+    // (EL-4 drop) is no pool; the flip is counted when traffic resumes.
+    let epoch = match (memory.pools.get(&svc.name).copied(), original.pool) {
+        (Some((last, e)), Some(now)) if last != now => e.wrapping_add(1),
+        (Some((_, e)), _) => e,
+        (None, _) => 0,
+    };
+    if let Some(p) = original.pool {
+        memory.pools.insert(svc.name.clone(), (p, epoch));
+    }
+
     let tracking = &svc.connection_tracking;
-    ServiceState {
+    let state = ServiceState {
         name: svc.name.clone(),
         encapsulation: svc.encapsulation,
         affinity: svc.session_affinity,
@@ -216,10 +404,18 @@ fn service_state(svc: &BackendServiceConfig, members: &[BackendId]) -> ServiceSt
         drain_on_failover: svc
             .failover_policy
             .is_none_or(|f| f.connection_drain_on_failover),
-        pool_epoch: 0,
-        tables: vec![build_table(&eligible, svc.maglev_table_size)],
+        pool_epoch: epoch,
+        tables,
         backends: members.to_vec(),
-    }
+    };
+    let report = ServiceReport {
+        name: svc.name.clone(),
+        eligible: variants.iter().map(Vec::len).collect(),
+        active_pool: original.pool,
+        pool_epoch: epoch,
+        build_seconds: 0.0,
+    };
+    (state, report)
 }
 
 fn millis(d: std::time::Duration) -> u64 {

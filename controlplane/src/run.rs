@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use controlplane::config::Config;
+use controlplane::control::Controller;
+use controlplane::control_socket::{self, Pending, Request};
+use controlplane::health::InitialState;
 use controlplane::metrics::{self, MetricsSources};
-use controlplane::publish::{build_forwarding_state, BackendIds};
 use dataplane::dpdk::{Eal, Mempool, Port, PortConfig};
-use dataplane::snapshot::SnapshotCell;
+use dataplane::snapshot::Millis;
 use dataplane::stats::WorkerStats;
 use dataplane::worker::Worker;
 
@@ -21,6 +23,10 @@ pub struct RunOptions {
     pub duration: Option<Duration>,
     pub metrics_dump: Option<PathBuf>,
     pub metrics_server: bool,
+    /// The file `cfg` came from: SIGHUP and `sluice reload` re-read it.
+    pub config_path: Option<PathBuf>,
+    /// Unix socket for `sluice reload` / `sluice status` (None: none).
+    pub control_socket: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +79,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&term))?;
     }
+    let hup = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
 
     let args = eal_args(&cfg);
     let eal = Eal::init(&args)?;
@@ -110,9 +118,17 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
 
-    let mut ids = BackendIds::default();
-    let state = build_forwarding_state(&cfg, &port_macs, &mut ids, 1);
-    let snapshots = Arc::new(SnapshotCell::new(state));
+    // One clock for the control thread and the workers: draining deadlines
+    // (CT-10) are compared against the workers' `now`.
+    let ctl_clock = eal.tsc_clock();
+    let mut controller = Controller::new(
+        cfg.clone(),
+        opts.config_path.clone(),
+        port_macs,
+        InitialState::default(),
+        Box::new(move || Millis(ctl_clock.now_ms())),
+    )?;
+    let snapshots = controller.snapshots();
     let stats: Vec<_> = (0..workers)
         .map(|_| Arc::new(WorkerStats::new(MAX_BACKEND_COUNTERS)))
         .collect();
@@ -120,14 +136,24 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         workers: stats.clone(),
         snapshot: Arc::clone(&snapshots),
         port_names: cfg.dataplane.ports.iter().map(|p| p.name.clone()).collect(),
+        control: Some(Arc::clone(&controller.shared)),
+        dpdk_port_ids: ports.iter().map(Port::id).collect(),
     });
+    let requests = match opts.control_socket.as_deref().map(control_socket::serve) {
+        Some(Ok(rx)) => Some(rx),
+        Some(Err(e)) => {
+            eprintln!("sluice: control socket: {e}; reload with SIGHUP instead");
+            None
+        }
+        None => None,
+    };
     if opts.metrics_server {
         metrics::serve(cfg.metrics.listen, Arc::clone(&sources))?;
         eprintln!("sluice: metrics on http://{}/metrics", cfg.metrics.listen);
     }
 
     let stop = Arc::new(AtomicBool::new(false));
-    let clock = eal.tsc_clock();
+    let clock = ctl_clock;
     let mut launched = Vec::with_capacity(workers);
     for (w, &lcore) in lcores.iter().take(workers).enumerate() {
         let q = w as u16;
@@ -158,7 +184,14 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .join(", ")
     );
 
-    supervise(&opts, &term, &stats);
+    supervise(
+        &opts,
+        &term,
+        &hup,
+        &stats,
+        &mut controller,
+        requests.as_ref(),
+    );
 
     stop.store(true, Ordering::Relaxed);
     for &lcore in &launched {
@@ -182,11 +215,25 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
 }
 
 /// Waits on the main lcore until a signal, the duration, or idleness says stop.
+///
+/// Between checks it is the control thread (AP-2): health results, draining
+/// deadlines, reloads (SIGHUP or the control socket) and status requests.
 fn supervise(
     opts: &RunOptions,
     term: &AtomicBool,
+    hup: &AtomicBool,
     stats: &[Arc<crossbeam_utils::CachePadded<WorkerStats>>],
+    controller: &mut Controller,
+    requests: Option<&std::sync::mpsc::Receiver<Pending>>,
 ) {
+    let reload = |controller: &mut Controller| {
+        let result = controller.reload();
+        match &result {
+            Ok(m) => eprint!("sluice: {m}"),
+            Err(e) => eprint!("sluice: reload failed:\n{e}"),
+        }
+        result
+    };
     let started = Instant::now();
     let rx_total = || -> u64 {
         stats
@@ -202,6 +249,17 @@ fn supervise(
         if term.load(Ordering::Relaxed) {
             eprintln!("sluice: signal received, stopping");
             return;
+        }
+        controller.tick();
+        if hup.swap(false, Ordering::Relaxed) {
+            let _ = reload(controller);
+        }
+        for p in requests.into_iter().flat_map(|r| r.try_iter()) {
+            let answer = match p.request {
+                Request::Reload => reload(controller),
+                Request::Status => Ok(controller.status_text()),
+            };
+            let _ = p.reply.send(answer);
         }
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             return;

@@ -1,0 +1,292 @@
+//! The control thread's state (AP-2): configuration, health checker,
+//! policy memory, snapshot publication with a retire list, reload (AP-5)
+//! and the status the control socket and the metrics report.
+//!
+//! Everything here runs on the EAL main lcore (run.rs `supervise`), except
+//! [`Shared`], which the metrics and control-socket threads read.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use dataplane::snapshot::{ForwardingState, Millis, SnapshotCell};
+
+use crate::config::{self, Config};
+use crate::health::{self, HealthChecker, InitialState, ProbeKey, ProbeStatus};
+use crate::publish::{
+    build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory, ServiceReport,
+};
+
+/// What other threads may read (metrics, `sluice status`).
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub view: Mutex<View>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    pub reports: Vec<ServiceReport>,
+    pub health: HashMap<ProbeKey, ProbeStatus>,
+    pub config: Option<Arc<Config>>,
+    pub reloads_ok: u64,
+    pub reloads_failed: u64,
+    pub last_build_seconds: f64,
+}
+
+impl Shared {
+    pub fn view(&self) -> View {
+        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+pub struct Controller {
+    cfg: Arc<Config>,
+    path: Option<PathBuf>,
+    port_macs: Vec<[u8; 6]>,
+    ids: BackendIds,
+    memory: PolicyMemory,
+    generation: u64,
+    cell: Arc<SnapshotCell>,
+    /// Snapshots replaced by a publish; freed here once no worker holds one.
+    retired: Vec<Arc<ForwardingState>>,
+    checker: Option<HealthChecker>,
+    initial: InitialState,
+    clock: Box<dyn Fn() -> Millis + Send>,
+    pub shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl Controller {
+    /// Builds and publishes the first snapshot and starts the health
+    /// checker (when any service has a health check).
+    pub fn new(
+        cfg: Config,
+        path: Option<PathBuf>,
+        port_macs: Vec<[u8; 6]>,
+        initial: InitialState,
+        clock: Box<dyn Fn() -> Millis + Send>,
+    ) -> std::io::Result<Self> {
+        let cfg = Arc::new(cfg);
+        let keys = health::probe_keys(&cfg);
+        let checker = if keys.is_empty() {
+            None
+        } else {
+            let c = HealthChecker::spawn(initial)?;
+            c.set_targets(keys);
+            Some(c)
+        };
+        let mut c = Self {
+            cell: Arc::new(SnapshotCell::new(ForwardingState::default())),
+            cfg,
+            path,
+            port_macs,
+            ids: BackendIds::new(),
+            memory: PolicyMemory::default(),
+            generation: 0,
+            retired: Vec::new(),
+            checker,
+            initial,
+            clock,
+            shared: Arc::default(),
+        };
+        c.rebuild();
+        Ok(c)
+    }
+
+    pub fn snapshots(&self) -> Arc<SnapshotCell> {
+        Arc::clone(&self.cell)
+    }
+
+    /// One supervision step: picks up health changes and draining
+    /// deadlines, republishes when anything changed, frees retired
+    /// snapshots no worker holds any more.
+    pub fn tick(&mut self) {
+        let changed = self
+            .checker
+            .as_ref()
+            .is_some_and(|c| c.events.try_iter().count() > 0);
+        let deadline = self
+            .memory
+            .next_deadline()
+            .is_some_and(|d| d <= (self.clock)());
+        if changed || deadline {
+            self.rebuild();
+        } else if let Some(c) = &self.checker {
+            // Counters (probes, latency) move without state changes.
+            let health = c.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            self.shared
+                .view
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .health = health;
+        }
+        self.retired.retain(|old| Arc::strong_count(old) > 1);
+    }
+
+    fn rebuild(&mut self) {
+        let started = Instant::now();
+        let health = self
+            .checker
+            .as_ref()
+            .map(|c| c.status.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        let inputs = BuildInputs {
+            health: health.as_ref(),
+            initial_healthy: self.initial == InitialState::Healthy,
+            now: (self.clock)(),
+        };
+        self.generation += 1;
+        let (state, reports) = build_forwarding_state_with(
+            &self.cfg,
+            &self.port_macs,
+            &mut self.ids,
+            &mut self.memory,
+            &inputs,
+            self.generation,
+        );
+        self.retired.push(self.cell.publish(state));
+        let mut v = self.shared.view.lock().unwrap_or_else(|p| p.into_inner());
+        v.reports = reports;
+        v.health = health.unwrap_or_default();
+        v.config = Some(Arc::clone(&self.cfg));
+        v.last_build_seconds = started.elapsed().as_secs_f64();
+    }
+
+    /// AP-5: re-reads the configuration file. On error the running
+    /// configuration stays and the diagnostics are returned.
+    pub fn reload(&mut self) -> Result<String, String> {
+        let Some(path) = self.path.clone() else {
+            return Err("sluice runs without a configuration file path".into());
+        };
+        match config::load_file(&path) {
+            Ok(cfg) => {
+                self.apply(cfg)?;
+                self.shared
+                    .view
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .reloads_ok += 1;
+                Ok(format!(
+                    "reloaded {} (generation {})\n",
+                    path.display(),
+                    self.generation
+                ))
+            }
+            Err(diags) => {
+                self.shared
+                    .view
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .reloads_failed += 1;
+                Err(format!(
+                    "{diags}{} error(s) in {}; the running configuration is unchanged\n",
+                    diags.len(),
+                    path.display()
+                ))
+            }
+        }
+    }
+
+    /// Swaps in a validated configuration. What a running process cannot
+    /// change (ports, workers, EAL) must stay the same.
+    pub fn apply(&mut self, cfg: Config) -> Result<(), String> {
+        let old = &self.cfg.dataplane;
+        let new = &cfg.dataplane;
+        let ports = |d: &config::DataplaneConfig| {
+            d.ports
+                .iter()
+                .map(|p| (p.name.clone(), p.device.clone()))
+                .collect::<Vec<_>>()
+        };
+        if ports(old) != ports(new) || old.workers != new.workers || old.eal_args != new.eal_args {
+            self.shared
+                .view
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .reloads_failed += 1;
+            return Err(
+                "dataplane ports, workers and eal_args cannot change on reload; \
+                        restart sluice for that\n"
+                    .into(),
+            );
+        }
+        let keys = health::probe_keys(&cfg);
+        match &self.checker {
+            Some(c) => c.set_targets(keys),
+            None if !keys.is_empty() => {
+                let c = HealthChecker::spawn(self.initial).map_err(|e| e.to_string())?;
+                c.set_targets(keys);
+                self.checker = Some(c);
+            }
+            None => {}
+        }
+        self.cfg = Arc::new(cfg);
+        self.rebuild();
+        Ok(())
+    }
+
+    /// `sluice status`: services and their backends from the running state.
+    pub fn status_text(&self) -> String {
+        render_status(&self.cell.load(), &self.shared.view())
+    }
+}
+
+/// Renders the status report (also used by tests).
+pub fn render_status(snap: &ForwardingState, view: &View) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "generation {}", snap.generation);
+    for (svc, report) in snap.services.iter().zip(&view.reports) {
+        let pool = report
+            .active_pool
+            .map_or("none (dropping new connections)".to_string(), |p| {
+                format!("{p:?}").to_lowercase()
+            });
+        let _ = writeln!(
+            out,
+            "service {}: active pool {pool}, pool epoch {}, eligible {:?}",
+            svc.name, svc.pool_epoch, report.eligible
+        );
+        let table = svc.tables.first();
+        let slots = table.map_or(0, |t| t.slots.len()).max(1);
+        let zone_of = |addr| {
+            view.config.as_ref().and_then(|c| {
+                let s = c.service(&svc.name)?;
+                let b = s.backends.iter().find(|b| b.address == addr)?;
+                Some(c.zones[b.zone?].name.clone())
+            })
+        };
+        for &id in &svc.backends {
+            let Some(b) = snap.backend(id) else { continue };
+            let owned = table.map_or(0, |t| t.slots.iter().filter(|&&s| s == id).count());
+            let state = match (b.draining_until, b.healthy) {
+                (Some(_), _) => "draining",
+                (None, true) => "healthy",
+                (None, false) => "unhealthy",
+            };
+            let _ = writeln!(
+                out,
+                "  backend {} id {} {state} weight {} zone {} pool {} share {:.2}%",
+                b.address,
+                id.0,
+                b.weight,
+                zone_of(b.address).unwrap_or_else(|| "-".into()),
+                format!("{:?}", b.pool).to_lowercase(),
+                100.0 * owned as f64 / slots as f64
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "reloads ok {} failed {}",
+        view.reloads_ok, view.reloads_failed
+    );
+    out
+}

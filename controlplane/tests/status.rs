@@ -1,0 +1,230 @@
+//! The real `sluice` binary with real HTTP health-check targets on
+//! loopback: health and weights follow the servers within the HC-4 windows
+//! (seen through `sluice status` and `/metrics`), and reload (AP-5) keeps
+//! the running configuration on errors and applies a valid one.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A health-check target: status code and weight header set by the test.
+struct Target {
+    status: Arc<AtomicU16>,
+    weight: Arc<Mutex<String>>,
+}
+
+fn target(addr: SocketAddr) -> Target {
+    let l = TcpListener::bind(addr).unwrap();
+    let status = Arc::new(AtomicU16::new(200));
+    let weight = Arc::new(Mutex::new(String::from("1")));
+    let (s, w) = (status.clone(), weight.clone());
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let resp = format!(
+                "HTTP/1.1 {} X\r\nX-Load-Balancing-Endpoint-Weight: {}\r\nContent-Length: 0\r\n\r\n",
+                s.load(Ordering::Relaxed),
+                w.lock().unwrap()
+            );
+            let _ = c.write_all(resp.as_bytes());
+        }
+    });
+    Target { status, weight }
+}
+
+fn config(dir: &Path, hc_port: u16, metrics: u16, backends: &str) -> String {
+    format!(
+        r#"
+[dataplane]
+eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
+workers = 1
+[[dataplane.port]]
+name = "p0"
+device = "net_null0,no-rx=1"
+mac = "02:00:00:00:00:01"
+address = "192.0.2.1/24"
+[metrics]
+listen = "127.0.0.1:{metrics}"
+[[health_check]]
+name = "http"
+type = "HTTP"
+port = {hc_port}
+request_path = "/healthz"
+check_interval = "200ms"
+timeout = "200ms"
+healthy_threshold = 2
+unhealthy_threshold = 2
+[[backend_service]]
+name = "web"
+health_check = "http"
+locality_lb_policy = "WEIGHTED_MAGLEV"
+maglev_table_size = 65537
+backend = [{backends}]
+[[forwarding_rule]]
+name = "vip"
+vip = "203.0.113.10"
+backend_service = "web"
+"#
+    ) + &format!("# {}\n", dir.display())
+}
+
+fn sluice(args: &[&str], sock: &Path) -> (bool, String) {
+    let out = Command::new(sluice_bin())
+        .args(args)
+        .arg("--control-socket")
+        .arg(sock)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+fn wait_status(sock: &Path, what: &str, limit: Duration, f: impl Fn(&str) -> bool) -> Duration {
+    let t0 = Instant::now();
+    let mut last = String::new();
+    while t0.elapsed() < limit {
+        let (ok, text) = sluice(&["status"], sock);
+        if ok && f(&text) {
+            return t0.elapsed();
+        }
+        last = text;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{what}: not within {limit:?}; last status:\n{last}");
+}
+
+fn line<'a>(status: &'a str, addr: &str) -> &'a str {
+    status
+        .lines()
+        .find(|l| l.contains(&format!("backend {addr} ")))
+        .unwrap_or("")
+}
+
+fn share(status: &str, addr: &str) -> f64 {
+    let l = line(status, addr);
+    l.rsplit("share ")
+        .next()
+        .and_then(|s| s.trim_end_matches('%').parse().ok())
+        .unwrap_or(-1.0)
+}
+
+fn scrape(port: u16) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET /metrics HTTP/1.0\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// HC-2/HC-4/HC-5/HC-7 through the binary, then AP-5 reload.
+#[test]
+fn health_weights_and_reload_through_the_binary() {
+    let dir = tempdir("status-live");
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    let a = target(SocketAddr::from(([127, 0, 0, 1], port)));
+    let b = target(SocketAddr::from(([127, 0, 0, 2], port)));
+    let metrics = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let both = r#"{ address = "127.0.0.1" }, { address = "127.0.0.2" }"#;
+    let cfg_path = dir.join("sluice.toml");
+    std::fs::write(&cfg_path, config(&dir, port, metrics, both)).unwrap();
+    let sock = dir.join("control.sock");
+    let mut child = Command::new(sluice_bin())
+        .args(["run", "--duration", "30", "--config"])
+        .arg(&cfg_path)
+        .arg("--control-socket")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    // Success window: 2 × response + 1 × interval ≈ 0.2 s, plus the first
+    // probe's jitter (< one interval) and process start-up.
+    wait_status(&sock, "both healthy", Duration::from_secs(10), |s| {
+        line(s, "127.0.0.1").contains(" healthy weight 1")
+            && line(s, "127.0.0.2").contains(" healthy weight 1")
+    });
+    // HC-7 + MG-3: weights 1:4 → 20 % / 80 %.
+    *b.weight.lock().unwrap() = "4".into();
+    wait_status(&sock, "weights 1:4", Duration::from_secs(2), |s| {
+        (share(s, "127.0.0.1") - 20.0).abs() < 0.5 && (share(s, "127.0.0.2") - 80.0).abs() < 0.5
+    });
+    // HC-4 failure window: timeout × 2 + interval = 0.6 s (+ one interval
+    // of phase and the status poll).
+    b.status.store(503, Ordering::Relaxed);
+    let took = wait_status(&sock, "b unhealthy", Duration::from_secs(3), |s| {
+        line(s, "127.0.0.2").contains("unhealthy") && share(s, "127.0.0.1") == 100.0
+    });
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    let m = scrape(metrics);
+    assert!(
+        m.contains("sluice_backend_healthy{backend=\"127.0.0.2\",service=\"web\"} 0"),
+        "{m}"
+    );
+    assert!(m.contains("sluice_backend_weight{backend=\"127.0.0.2\",service=\"web\"} 4"));
+    b.status.store(200, Ordering::Relaxed);
+    wait_status(&sock, "b back", Duration::from_secs(3), |s| {
+        line(s, "127.0.0.2").contains(" healthy")
+    });
+    drop(a.status);
+
+    // AP-5: an invalid file is refused with diagnostics, nothing changes.
+    std::fs::write(
+        &cfg_path,
+        config(&dir, port, metrics, both).replace("timeout = \"200ms\"", "timeout = \"9s\""),
+    )
+    .unwrap();
+    let (ok, text) = sluice(&["reload"], &sock);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("sluice.toml:") && text.contains("timeout"),
+        "{text}"
+    );
+    // A valid one removes backend b; the id of a is kept.
+    let before = sluice(&["status"], &sock).1;
+    std::fs::write(
+        &cfg_path,
+        config(&dir, port, metrics, r#"{ address = "127.0.0.1" }"#),
+    )
+    .unwrap();
+    let (ok, text) = sluice(&["reload"], &sock);
+    assert!(ok, "{text}");
+    let after = sluice(&["status"], &sock).1;
+    assert!(line(&after, "127.0.0.2").is_empty(), "{after}");
+    let id = |s: &str| {
+        line(s, "127.0.0.1")
+            .split(" id ")
+            .nth(1)
+            .map(|x| x.split(' ').next().unwrap().to_string())
+    };
+    assert_eq!(id(&before), id(&after), "stable backend id");
+    assert!(after.contains("reloads ok 1 failed 1"), "{after}");
+    let m = scrape(metrics);
+    assert!(
+        m.contains("sluice_config_reloads_total{result=\"failure\"} 1"),
+        "{m}"
+    );
+
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+}
