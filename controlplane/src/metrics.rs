@@ -129,6 +129,8 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     generation.set(i64::try_from(snap.generation).unwrap_or(i64::MAX));
     out.extend(generation.collect());
 
+    out.extend(conntrack_families(src));
+
     if let Some(c) = &src.control {
         out.extend(crate::metrics_control::families(&c.view(), snap.generation));
     }
@@ -141,6 +143,74 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         .expect("valid metric definition");
     workers.set(src.workers.len() as i64);
     out.extend(workers.collect());
+    out
+}
+
+/// Conntrack (SPEC §3): live entries and capacity per worker (gauges), and
+/// the event counters summed over workers.
+fn conntrack_families(src: &MetricsSources) -> Vec<MetricFamily> {
+    use dataplane::stats::ConntrackStats;
+    let mut out = Vec::new();
+    type Field = fn(&ConntrackStats) -> u64;
+    let gauges: [(&str, &str, Field); 2] = [
+        (
+            "sluice_conntrack_entries",
+            "Occupied conntrack slots per worker (expired ones not yet swept included).",
+            |c| c.entries.get(),
+        ),
+        (
+            "sluice_conntrack_capacity",
+            "Conntrack slots reserved per worker.",
+            |c| c.capacity.get(),
+        ),
+    ];
+    for (name, help, field) in gauges {
+        // Names and labels are compile-time constants.
+        let v = prometheus::IntGaugeVec::new(Opts::new(name, help), &["worker"])
+            .expect("valid metric definition");
+        for (i, w) in src.workers.iter().enumerate() {
+            v.with_label_values(&[i.to_string().as_str()])
+                .set(i64::try_from(field(&w.conntrack)).unwrap_or(i64::MAX));
+        }
+        out.extend(v.collect());
+    }
+    let counters: [(&str, &str, Field); 6] = [
+        (
+            "sluice_conntrack_inserts_total",
+            "Conntrack entries created.",
+            |c| c.inserts.get(),
+        ),
+        (
+            "sluice_conntrack_hits_total",
+            "Tracked packets that found a live entry.",
+            |c| c.hits.get(),
+        ),
+        (
+            "sluice_conntrack_misses_total",
+            "Tracked packets that found no live entry (new or expired flows).",
+            |c| c.misses.get(),
+        ),
+        (
+            "sluice_conntrack_expirations_total",
+            "Entries reclaimed after the idle timeout (CT-5).",
+            |c| c.expirations.get(),
+        ),
+        (
+            "sluice_conntrack_insert_failed_total",
+            "New flows not recorded because their slots were all live; forwarded by Maglev.",
+            |c| c.insert_failed.get(),
+        ),
+        (
+            "sluice_conntrack_reselected_unhealthy_total",
+            "Tracked packets moved off an unhealthy backend (CT-8).",
+            |c| c.reselected_unhealthy.get(),
+        ),
+    ];
+    for (name, help, field) in counters {
+        let c = IntCounter::new(name, help).expect("valid metric definition");
+        c.inc_by(sum(src, |w| field(&w.conntrack)));
+        out.extend(c.collect());
+    }
     out
 }
 
@@ -300,6 +370,8 @@ mod tests {
             "sluice_backend_packets_total{backend=\"192.0.2.10\",service=\"web\"} 10",
             "sluice_snapshot_generation 42",
             "sluice_workers 2",
+            "sluice_conntrack_entries{worker=\"1\"} 0",
+            "sluice_conntrack_insert_failed_total 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -318,7 +390,8 @@ mod tests {
         let c = SluiceCollector::new(Arc::new(sources()));
         let r = prometheus::Registry::new();
         r.register(Box::new(c)).unwrap();
-        assert_eq!(r.gather().len(), 9);
+        // 9 + 8 conntrack families.
+        assert_eq!(r.gather().len(), 17);
     }
 
     #[test]

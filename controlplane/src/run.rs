@@ -109,6 +109,13 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         let pc = PortConfig {
             rx_queues: workers as u16,
             tx_queues: workers as u16,
+            // One flow, one shard (SPEC §3, AP-1): RSS on addresses only.
+            // Every tracking key — 5-, 3- or 2-tuple (CT-3) — and every
+            // fragment of a datagram (HA-2: later fragments have no ports)
+            // contains both addresses, so all its packets reach the same
+            // queue and thus the same worker's shard. L4 RSS would split
+            // PER_SESSION 2/3-tuple keys and fragments across workers.
+            rss_l4: false,
             mtu: Some(p.mtu),
             ..PortConfig::default()
         };
@@ -166,6 +173,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             stop: Arc::clone(&stop),
             clock,
             burst_size: usize::from(cfg.dataplane.burst_size),
+            conntrack_capacity: cfg.dataplane.conntrack_capacity as usize,
         };
         eal.launch(lcore, move || worker.run())?;
         launched.push(lcore);

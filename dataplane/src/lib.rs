@@ -4,6 +4,7 @@
 //! (packet bytes, snapshot, worker-local state, clock) that run in unit tests
 //! without EAL. [`dpdk`] is the only module with `unsafe` code.
 
+pub mod conntrack;
 pub mod dpdk;
 pub mod drop_reason;
 pub mod encap;

@@ -8,6 +8,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
+use crate::conntrack::{self, Addrs, PacketMeta, Shard};
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::flow::packet_hash;
@@ -35,12 +36,33 @@ pub enum Verdict {
 }
 
 /// Worker-local state the pipeline may read and update.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PipelineCtx {
     /// Coarse time, read once per burst.
     pub now: Millis,
     /// Rate limit of the ICMP errors this worker generates (AP-3).
     pub icmp_replies: icmp::TokenBucket,
+    /// This worker's conntrack shard (SPEC §3, AP-1).
+    pub conntrack: Shard,
+}
+
+impl PipelineCtx {
+    /// A context whose shard holds `conntrack_capacity` entries (reserved
+    /// and touched now, never grown).
+    pub fn new(conntrack_capacity: usize) -> Self {
+        Self {
+            now: Millis::default(),
+            conntrack: Shard::with_capacity(conntrack_capacity),
+            icmp_replies: Default::default(),
+        }
+    }
+}
+
+impl Default for PipelineCtx {
+    /// A small shard (4,096 entries): tests and tools.
+    fn default() -> Self {
+        Self::new(4096)
+    }
 }
 
 /// The first stage's outcome for one packet.
@@ -65,6 +87,9 @@ pub struct Balance {
     pub layout: L3Layout,
     pub service: ServiceId,
     pub hash: u64,
+    /// Protocol, TCP flags, fragment status, ports: what conntrack needs
+    /// besides the addresses (which stage 2 reads back from the frame).
+    pub meta: PacketMeta,
 }
 
 /// Decides what to do with one packet received on `rx_port`, rewriting it in
@@ -131,6 +156,7 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         layout: L3Layout::from(&ip),
         service: rule.service,
         hash,
+        meta: PacketMeta::of(&ip),
     }))
 }
 
@@ -174,11 +200,12 @@ fn steer_icmp_error(frame: &[u8], ip: &IpInfo, state: &ForwardingState) -> Optio
         layout: L3Layout::from(ip),
         service: rule.service,
         hash,
+        meta: PacketMeta::of(ip),
     }))
 }
 
-/// Stage 2: pick the backend from the Maglev table and encapsulate.
-/// (`ctx` is where the conntrack shard and the clock come in.)
+/// Stage 2: pick the backend (connection tracking, SPEC §3, over the
+/// Maglev table) and encapsulate.
 #[inline]
 pub fn deliver<P: PacketBuf>(
     pkt: &mut P,
@@ -186,7 +213,7 @@ pub fn deliver<P: PacketBuf>(
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Verdict {
-    match deliver_inner(pkt, b, state) {
+    match deliver_inner(pkt, b, state, ctx) {
         Ok(v) => v,
         // AP-3: answer the client with the path MTU (cold path).
         Err(DropReason::MtuExceeded) => icmp::answer_mtu_exceeded(pkt, b, state, ctx),
@@ -198,12 +225,24 @@ fn deliver_inner<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     state: &ForwardingState,
+    ctx: &mut PipelineCtx,
 ) -> Result<Verdict, DropReason> {
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
-    let id = service
-        .table_for(None)
-        .and_then(|t| t.lookup(b.hash))
-        .ok_or(DropReason::NoBackend)?;
+    let id = match Addrs::from_frame(pkt.data(), &b.layout) {
+        Some(addrs) => conntrack::select(
+            &mut ctx.conntrack,
+            &b.meta,
+            &addrs,
+            b.service,
+            service,
+            state,
+            b.hash,
+            ctx.now,
+        ),
+        // Unreachable for a parsed frame; stateless Maglev then.
+        None => service.table_for(None).and_then(|t| t.lookup(b.hash)),
+    }
+    .ok_or(DropReason::NoBackend)?;
     let backend = state.backend(id).ok_or(DropReason::NoBackend)?;
     let port = state
         .ports

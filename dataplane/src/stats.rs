@@ -58,6 +58,40 @@ pub struct PortCounters {
     pub tx_bytes: Counter,
 }
 
+/// The worker's conntrack shard as the scrape sees it (SPEC §3). The shard
+/// counts in plain worker-local integers; the worker copies them here once
+/// per poll, so these are monotonic except `entries` and `capacity`.
+#[derive(Debug, Default)]
+pub struct ConntrackStats {
+    /// Occupied slots (expired entries not yet swept included).
+    pub entries: Gauge,
+    pub capacity: Gauge,
+    pub inserts: Gauge,
+    pub hits: Gauge,
+    pub misses: Gauge,
+    pub expirations: Gauge,
+    /// New flows forwarded statelessly because every candidate slot was live.
+    pub insert_failed: Gauge,
+    /// Tracked packets moved off an unhealthy backend (CT-8).
+    pub reselected_unhealthy: Gauge,
+}
+
+impl ConntrackStats {
+    /// Copies the shard's counters (one owner: the worker).
+    #[inline]
+    pub fn publish(&self, shard: &crate::conntrack::Shard) {
+        let c = &shard.counters;
+        self.entries.set(shard.len() as u64);
+        self.capacity.set(shard.capacity() as u64);
+        self.inserts.set(c.inserts);
+        self.hits.set(c.hits);
+        self.misses.set(c.misses);
+        self.expirations.set(c.expirations);
+        self.insert_failed.set(c.insert_failed);
+        self.reselected_unhealthy.set(c.reselected_unhealthy);
+    }
+}
+
 /// Everything one worker counts. Allocated once at start; the metrics thread
 /// holds an `Arc` to every worker's block and sums them at scrape time.
 #[derive(Debug)]
@@ -72,6 +106,7 @@ pub struct WorkerStats {
     pub snapshot_generation: Gauge,
     /// Number of poll-loop iterations (bursts attempted).
     pub polls: Counter,
+    pub conntrack: ConntrackStats,
 }
 
 impl WorkerStats {
@@ -83,6 +118,7 @@ impl WorkerStats {
             backend_packets: (0..max_backends).map(|_| Counter::default()).collect(),
             snapshot_generation: Gauge::default(),
             polls: Counter::default(),
+            conntrack: ConntrackStats::default(),
         })
     }
 

@@ -109,6 +109,9 @@ pub struct DataplaneConfig {
     /// drivers that hold many buffers (net_pcap's `infinite_rx` preloads
     /// the whole capture).
     pub mbufs: u32,
+    /// Conntrack entries per worker (SPEC §3), reserved at start
+    /// (64 bytes + 4 bytes of signature each; rounded up to a power of two).
+    pub conntrack_capacity: u32,
     /// In config order; the index is the DPDK port index the dataplane uses.
     pub ports: Vec<PortConfig>,
 }

@@ -31,6 +31,7 @@ pub(crate) struct RawDataplane {
     pub workers: Option<S<i64>>,
     pub burst_size: Option<S<i64>>,
     pub mbufs: Option<S<i64>>,
+    pub conntrack_capacity: Option<S<i64>>,
     #[serde(default)]
     pub port: Vec<S<RawPort>>,
 }

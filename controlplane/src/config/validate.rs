@@ -200,6 +200,14 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         "dataplane.mbufs",
         "mbufs",
     );
+    // Per worker; at 68 bytes a slot, 2^27 slots is 8.5 GiB.
+    let conntrack_capacity = cx.int(
+        &d.conntrack_capacity,
+        1_048_576u32,
+        (1024, 1 << 27),
+        "dataplane.conntrack_capacity",
+        "conntrack_capacity",
+    );
     if d.port.is_empty() || d.port.len() > MAX_PORTS {
         cx.err(
             dp.span(),
@@ -220,6 +228,7 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         workers,
         burst_size,
         mbufs,
+        conntrack_capacity,
         ports,
     }
 }

@@ -1,0 +1,137 @@
+//! Connection tracking (SPEC §3): one [`Shard`] per worker, owned by it
+//! (no locks, no shared writes, AP-1).
+//!
+//! - [`policy`]: the pure rules — which packets are tracked (CT-2, CT-4),
+//!   their tracking key (CT-3 table), what a SYN does (CT-1), who persists on
+//!   an unhealthy backend (CT-8).
+//! - [`session`]: the per-packet decision against the shard and the
+//!   snapshot (CT-1 … CT-11).
+//! - [`shard`]: the fixed-capacity table.
+
+pub mod policy;
+pub mod session;
+pub mod shard;
+
+pub use session::select;
+pub use shard::{Counters, Entry, Full, Shard};
+
+use crate::flow::TupleKind;
+use crate::snapshot::ServiceId;
+use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::wire::{IpInfo, L3Layout, Ports};
+
+/// What stage 2 needs of a packet besides its addresses: small and free of
+/// `IpAddr` so it rides in the burst's stage array cheaply.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct PacketMeta {
+    pub proto: u8,
+    /// TCP flag byte; 0 for other protocols and non-first fragments.
+    pub tcp_flags: u8,
+    /// HA-2 (first fragment included).
+    pub fragmented: bool,
+    pub ports: Option<Ports>,
+}
+
+impl PacketMeta {
+    #[inline]
+    pub fn of(ip: &IpInfo) -> Self {
+        Self {
+            proto: ip.protocol,
+            tcp_flags: ip.tcp_flags,
+            fragmented: ip.fragment.is_fragmented(),
+            ports: ip.ports,
+        }
+    }
+}
+
+/// Source and destination addresses as 128-bit values split in two words
+/// (IPv4: `[0, addr]`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Addrs {
+    pub src: [u64; 2],
+    pub dst: [u64; 2],
+    pub v6: bool,
+}
+
+impl Addrs {
+    pub fn new(src: std::net::IpAddr, dst: std::net::IpAddr) -> Self {
+        let words = |a: std::net::IpAddr| match a {
+            std::net::IpAddr::V4(a) => [0, u64::from(u32::from(a))],
+            std::net::IpAddr::V6(a) => {
+                let b = u128::from(a);
+                [(b >> 64) as u64, b as u64]
+            }
+        };
+        Self {
+            src: words(src),
+            dst: words(dst),
+            v6: matches!(src, std::net::IpAddr::V6(_)),
+        }
+    }
+
+    /// Reads the addresses back from the (already parsed, not yet
+    /// rewritten) frame: cheaper than carrying two `IpAddr`s between the
+    /// stages, and the IP header's line is in cache.
+    #[inline]
+    pub fn from_frame(frame: &[u8], layout: &L3Layout) -> Option<Self> {
+        let at = |off: usize, len: usize| {
+            frame.get(layout.l3_offset + off..layout.l3_offset + off + len)
+        };
+        match layout.ethertype {
+            ETHERTYPE_IPV4 => {
+                let s = u32::from_be_bytes(at(12, 4)?.try_into().ok()?);
+                let d = u32::from_be_bytes(at(16, 4)?.try_into().ok()?);
+                Some(Self {
+                    src: [0, u64::from(s)],
+                    dst: [0, u64::from(d)],
+                    v6: false,
+                })
+            }
+            ETHERTYPE_IPV6 => {
+                let w =
+                    |off| -> Option<u64> { Some(u64::from_be_bytes(at(off, 8)?.try_into().ok()?)) };
+                Some(Self {
+                    src: [w(8)?, w(16)?],
+                    dst: [w(24)?, w(32)?],
+                    v6: true,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A tracking key (CT-3): the fields its tuple kind uses, plus the service
+/// (two services may share a VIP with different port ranges, and a 2-tuple
+/// key must not mix them). 40 bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub struct TrackKey {
+    pub src: [u64; 2],
+    pub dst: [u64; 2],
+    /// dst port (bits 0–15), src port (16–31), protocol (32–39), tuple kind
+    /// (40–41), IPv6 (42), service (48–63); unused fields are 0.
+    pub meta: u64,
+}
+
+impl TrackKey {
+    pub fn new(kind: TupleKind, a: &Addrs, m: &PacketMeta, service: ServiceId) -> Self {
+        let (kind_bits, proto, ports) = match (kind, m.ports) {
+            (TupleKind::Two, _) => (0u64, 0u64, 0u64),
+            (TupleKind::Five, Some(p)) => (
+                2,
+                u64::from(m.proto),
+                (u64::from(p.src) << 16) | u64::from(p.dst),
+            ),
+            (TupleKind::Three | TupleKind::Five, _) => (1, u64::from(m.proto), 0),
+        };
+        Self {
+            src: a.src,
+            dst: a.dst,
+            meta: ports
+                | (proto << 32)
+                | (kind_bits << 40)
+                | (u64::from(a.v6) << 42)
+                | (u64::from(service.0) << 48),
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! SPEC §3's rules as pure functions of (mode, affinity, persistence,
+//! packet). The reference model in the property test restates them
+//! independently.
+
+use super::PacketMeta;
+use crate::flow::{tuple_kind, TupleKind};
+use crate::snapshot::{PersistenceOnUnhealthy as P, SessionAffinity as A, TrackingMode as M};
+use crate::wire::proto::{ESP, GRE, TCP, UDP};
+
+/// CT-4: TCP under every affinity; UDP, ESP and GRE under every affinity
+/// but `NONE`; ICMP/ICMPv6 never. Protocols SPEC §3 does not name (SCTP,
+/// …) are not tracked either: they are balanced by hash on every packet.
+#[inline]
+pub fn trackable(proto: u8, affinity: A) -> bool {
+    match proto {
+        TCP => true,
+        UDP | ESP | GRE => affinity != A::None,
+        _ => false,
+    }
+}
+
+/// CT-3's table: `PER_CONNECTION` keys like `CLIENT_IP_PORT_PROTO` whatever
+/// the affinity (5-tuple for TCP and unfragmented UDP, 3-tuple otherwise);
+/// `PER_SESSION` keys like the affinity hashes (SPEC §2).
+#[inline]
+pub fn key_kind(mode: M, affinity: A, m: &PacketMeta) -> TupleKind {
+    let by = match mode {
+        M::PerConnection => A::ClientIpPortProto,
+        M::PerSession => affinity,
+    };
+    tuple_kind(by, m.proto, m.ports.is_some(), m.fragmented)
+}
+
+/// SYN set, ACK clear.
+#[inline]
+pub fn is_syn(m: &PacketMeta) -> bool {
+    m.proto == TCP && m.tcp_flags & 0x12 == 0x02
+}
+
+/// CT-1: a SYN that starts a new connection (skips the table lookup):
+/// always under `PER_CONNECTION`; under `PER_SESSION` only with affinity
+/// `NONE` / `CLIENT_IP_PORT_PROTO`.
+#[inline]
+pub fn syn_is_new_connection(mode: M, affinity: A, m: &PacketMeta) -> bool {
+    is_syn(m)
+        && match mode {
+            M::PerConnection => true,
+            M::PerSession => matches!(affinity, A::None | A::ClientIpPortProto),
+        }
+}
+
+/// CT-8: whether a tracked packet stays on its backend once that backend
+/// is unhealthy. `ALWAYS_PERSIST` with `PER_SESSION` is refused by the
+/// config check; a hand-built snapshot with it gets the protocol default.
+#[inline]
+pub fn persists(setting: P, mode: M, affinity: A, proto: u8) -> bool {
+    let default = || match mode {
+        M::PerConnection => proto == TCP,
+        M::PerSession => proto == TCP && matches!(affinity, A::None | A::ClientIpPortProto),
+    };
+    match (setting, mode) {
+        (P::NeverPersist, _) => false,
+        (P::DefaultForProtocol, _) | (P::AlwaysPersist, M::PerSession) => default(),
+        // ICMP is never tracked, so "n/a" needs no case.
+        (P::AlwaysPersist, M::PerConnection) => trackable(proto, affinity),
+    }
+}
+
+/// Convenience for tests: the kind of the CT-3 key of a packet.
+pub fn key_tuple(mode: M, affinity: A, m: &PacketMeta) -> Option<TupleKind> {
+    trackable(m.proto, affinity).then(|| key_kind(mode, affinity, m))
+}

@@ -1,0 +1,120 @@
+//! The per-packet decision of SPEC §3 against one shard and the current
+//! snapshot. Backend health, draining deadline and the service's pool epoch
+//! are read from the snapshot by the entry's stable [`BackendId`] (CT-7,
+//! CT-8, CT-10, CT-11): an entry never points into a snapshot.
+
+use super::policy::{key_kind, persists, syn_is_new_connection, trackable};
+use super::{Addrs, Entry, PacketMeta, Shard, TrackKey};
+use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId, ServiceState};
+
+/// What the snapshot says about a recorded backend.
+enum Recorded {
+    /// Use it.
+    Keep,
+    /// Gone, drained past its deadline (CT-10), or its pool flipped with
+    /// `drain_on_failover = false` (CT-11): re-select as for a new flow.
+    Invalid,
+    /// Still there but unhealthy: CT-8 decides.
+    Unhealthy,
+}
+
+fn judge(e: &Entry, service: &ServiceState, state: &ForwardingState, now: Millis) -> Recorded {
+    let Some(b) = state.backend(e.backend) else {
+        return Recorded::Invalid;
+    };
+    if b.draining_until.is_some_and(|until| now >= until) {
+        return Recorded::Invalid;
+    }
+    if e.pool_epoch != service.pool_epoch && !service.drain_on_failover {
+        return Recorded::Invalid;
+    }
+    if b.healthy {
+        Recorded::Keep
+    } else {
+        Recorded::Unhealthy
+    }
+}
+
+/// The backend for one load-balanced packet (None: no eligible backend,
+/// the caller drops it as `NoBackend`). `hash` is the packet's flow hash
+/// under the service's affinity (SPEC §2); eligibility (§4) is the
+/// service's Maglev table, built by the control plane from the eligible
+/// set.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn select(
+    shard: &mut Shard,
+    m: &PacketMeta,
+    addrs: &Addrs,
+    service_id: ServiceId,
+    service: &ServiceState,
+    state: &ForwardingState,
+    hash: u64,
+    now: Millis,
+) -> Option<BackendId> {
+    let by_table = || service.table_for(None).and_then(|t| t.lookup(hash));
+    // CT-2, CT-4: hash every packet, record nothing.
+    if !trackable(m.proto, service.affinity) {
+        return by_table();
+    }
+    let tracking = service.tracking;
+    let kind = key_kind(tracking.mode, service.affinity, m);
+    let key = TrackKey::new(kind, addrs, m, service_id);
+    let h = shard.hash(&key);
+    let fresh = |backend: BackendId| Entry {
+        key,
+        backend,
+        pool_epoch: service.pool_epoch,
+        last_seen: now,
+        idle_timeout_ms: u32::try_from(tracking.idle_timeout_ms).unwrap_or(u32::MAX),
+    };
+
+    // CT-1: a SYN that opens a new connection goes to eligibility and
+    // replaces whatever the key recorded (CT-6 left it there).
+    if syn_is_new_connection(tracking.mode, service.affinity, m) {
+        let id = by_table()?;
+        let _ = shard.upsert(fresh(id), h, now);
+        return Some(id);
+    }
+
+    // CT-3.
+    let Some(slot) = shard.lookup(&key, h, now) else {
+        shard.counters.misses += 1;
+        let id = by_table()?;
+        // Full: still forwarded (stateless Maglev); the shard counted it.
+        let _ = shard.insert_absent(fresh(id), h, now);
+        return Some(id);
+    };
+    shard.counters.hits += 1;
+    let recorded = shard.entry(slot).copied()?;
+    let chosen = match judge(&recorded, service, state, now) {
+        Recorded::Keep => recorded.backend,
+        Recorded::Invalid => by_table()?,
+        Recorded::Unhealthy => {
+            if persists(
+                tracking.persistence,
+                tracking.mode,
+                service.affinity,
+                m.proto,
+            ) {
+                recorded.backend
+            } else {
+                // CT-8 "does not persist": move to the table's choice if
+                // that one is healthy; with no healthy backend, stay.
+                match by_table() {
+                    Some(id) if state.backend(id).is_some_and(|b| b.healthy) => {
+                        shard.counters.reselected_unhealthy += 1;
+                        id
+                    }
+                    _ => recorded.backend,
+                }
+            }
+        }
+    };
+    // Refresh (CT-5) and carry the current epoch: an entry that survived a
+    // flip (CT-11, drain on failover) belongs to the new pool.
+    if let Some(e) = shard.entry_mut(slot) {
+        *e = fresh(chosen);
+    }
+    Some(chosen)
+}

@@ -1,0 +1,347 @@
+//! The table of one worker's conntrack shard: fixed capacity, open
+//! addressing over buckets of [`SLOTS`] slots, two candidate buckets per key,
+//! keyed hash with a per-process random seed.
+//!
+//! Layout: a signature array (one 64-byte line per bucket: 16 × `u32`,
+//! 0 = empty) and an entry array (one 64-byte line per slot). A lookup reads
+//! at most two signature lines and, per signature match, one entry line.
+//! Both arrays are allocated and written once at start (so no page fault
+//! and no allocation ever happens on the packet path); nothing grows or
+//! rehashes afterwards.
+
+use crate::snapshot::{BackendId, Millis};
+
+use super::TrackKey;
+
+/// Slots per bucket: 16 signatures fill one cache line.
+pub const SLOTS: usize = 16;
+
+/// One tracked flow. Exactly one cache line for IPv4 and IPv6 keys alike.
+#[repr(C, align(64))]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Entry {
+    pub key: TrackKey,
+    /// The backend's stable id: never an index into a snapshot (CT-7).
+    pub backend: BackendId,
+    /// The service's `pool_epoch` when the entry was written (CT-11).
+    pub pool_epoch: u32,
+    /// Last packet that matched (CT-5).
+    pub last_seen: Millis,
+    /// The service's idle timeout when last matched (CT-5); kept here so
+    /// the sweep needs no snapshot.
+    pub idle_timeout_ms: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() <= 64);
+
+impl Entry {
+    #[inline]
+    pub fn expired(&self, now: Millis) -> bool {
+        now.0.saturating_sub(self.last_seen.0) >= u64::from(self.idle_timeout_ms)
+    }
+}
+
+#[repr(C, align(64))]
+#[derive(Copy, Clone, Debug, Default)]
+struct Sigs([u32; SLOTS]);
+
+/// Worker-local counters (plain integers: one owner). The worker copies
+/// them into its shared stats block once per poll.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub inserts: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub expirations: u64,
+    pub insert_failed: u64,
+    pub reselected_unhealthy: u64,
+}
+
+/// No free or expired slot among the key's candidates.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Full;
+
+/// One worker's conntrack table.
+pub struct Shard {
+    sigs: Box<[Sigs]>,
+    entries: Box<[Entry]>,
+    /// buckets − 1 (buckets is a power of two).
+    mask: usize,
+    keys: [u64; 6],
+    live: usize,
+    cursor: usize,
+    pub counters: Counters,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("capacity", &self.capacity())
+            .field("live", &self.live)
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
+#[inline(always)]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = u128::from(a).wrapping_mul(u128::from(b));
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// Six random words from the standard library's `RandomState`, which draws
+/// its SipHash keys from the OS's random source once per thread.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x736c_7569_6365_4354);
+    h.finish()
+}
+
+impl Shard {
+    /// A shard with at least `capacity` slots and a random hash seed.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self::with_capacity_and_seed(capacity, random_seed())
+    }
+
+    /// Deterministic seed: tests and benchmarks only. Production shards
+    /// must not be predictable (hash flooding), and need not agree across
+    /// appliances (unlike the flow hash): a shard is private to a worker.
+    pub fn with_capacity_and_seed(capacity: usize, seed: u64) -> Self {
+        let slots = capacity.max(SLOTS).next_power_of_two();
+        let buckets = slots / SLOTS;
+        // splitmix64 expands the seed into the six key words.
+        let mut s = seed;
+        let mut next = || {
+            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) | 1
+        };
+        let keys = [next(), next(), next(), next(), next(), next()];
+        Self {
+            // vec! writes every element: the pages are touched here, at
+            // start, rather than faulted in on the packet path.
+            sigs: vec![Sigs::default(); buckets].into_boxed_slice(),
+            entries: vec![Entry::default(); slots].into_boxed_slice(),
+            mask: buckets - 1,
+            keys,
+            live: 0,
+            cursor: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Number of slots (the configured capacity rounded up to a power of two).
+    pub fn capacity(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Occupied slots, including expired entries not reclaimed yet.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Bytes of table memory per slot (signature + entry).
+    pub const fn bytes_per_slot() -> usize {
+        std::mem::size_of::<Entry>() + std::mem::size_of::<u32>()
+    }
+
+    /// The keyed hash: folded multiplies of key words XORed with secret
+    /// words (the foldhash/ahash-fallback construction). Without the seed an
+    /// attacker cannot aim keys at one bucket.
+    #[inline]
+    pub fn hash(&self, k: &TrackKey) -> u64 {
+        let a = fold_mul(k.src[0] ^ self.keys[0], k.src[1] ^ self.keys[1]);
+        let b = fold_mul(k.dst[0] ^ self.keys[2], k.dst[1] ^ self.keys[3]);
+        let h = fold_mul(a ^ k.meta ^ self.keys[4], b ^ self.keys[5]);
+        // Bucket (low bits) and signature (high bits) must be independent;
+        // one more multiply spreads every input bit over both.
+        fold_mul(h, 0x9e37_79b9_7f4a_7c15)
+    }
+
+    #[inline]
+    fn candidates(&self, h: u64) -> (u32, usize, usize) {
+        let sig = ((h >> 32) as u32) | 1;
+        let b1 = (h as usize) & self.mask;
+        // Derived from the signature alone (bits independent of b1's).
+        let b2 =
+            (b1 ^ (u64::from(sig).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize) & self.mask;
+        (sig, b1, b2)
+    }
+
+    /// Hints the cache that `h`'s first bucket is about to be read.
+    #[inline]
+    pub fn prefetch(&self, h: u64) {
+        let (_, b1, _) = self.candidates(h);
+        if let Some(s) = self.sigs.get(b1) {
+            crate::dpdk::prefetch::prefetch_read(s);
+        }
+    }
+
+    #[inline]
+    fn find(&self, key: &TrackKey, h: u64) -> Option<usize> {
+        let (sig, b1, b2) = self.candidates(h);
+        for b in [b1, b2] {
+            let Some(sigs) = self.sigs.get(b) else {
+                continue;
+            };
+            for (i, &s) in sigs.0.iter().enumerate() {
+                if s == sig {
+                    let slot = b * SLOTS + i;
+                    if self.entries.get(slot).is_some_and(|e| e.key == *key) {
+                        return Some(slot);
+                    }
+                }
+            }
+            if b1 == b2 {
+                break;
+            }
+        }
+        None
+    }
+
+    /// The live entry for `key` (CT-3). An expired one (CT-5: a timestamp
+    /// compare) is reclaimed on the spot and reported as a miss.
+    #[inline]
+    pub fn lookup(&mut self, key: &TrackKey, h: u64, now: Millis) -> Option<usize> {
+        let slot = self.find(key, h)?;
+        if self.entries.get(slot)?.expired(now) {
+            self.free(slot);
+            self.counters.expirations += 1;
+            return None;
+        }
+        Some(slot)
+    }
+
+    #[inline]
+    pub fn entry(&self, slot: usize) -> Option<&Entry> {
+        self.entries.get(slot)
+    }
+
+    #[inline]
+    pub fn entry_mut(&mut self, slot: usize) -> Option<&mut Entry> {
+        self.entries.get_mut(slot)
+    }
+
+    fn free(&mut self, slot: usize) {
+        if let Some(s) = self
+            .sigs
+            .get_mut(slot / SLOTS)
+            .and_then(|b| b.0.get_mut(slot % SLOTS))
+        {
+            if *s != 0 {
+                *s = 0;
+                self.live -= 1;
+            }
+        }
+    }
+
+    /// Stores `entry` under `h`: overwrites the key's slot if present,
+    /// else takes an empty slot, else reclaims an expired one; `Full` when
+    /// every candidate slot holds a live entry (the caller forwards
+    /// statelessly and counts it).
+    pub fn upsert(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {
+        if let Some(slot) = self.find(&entry.key, h) {
+            if let Some(e) = self.entries.get_mut(slot) {
+                *e = entry;
+            }
+            return Ok(slot);
+        }
+        self.insert_absent(entry, h, now)
+    }
+
+    /// Like [`Shard::upsert`] for a key known to be absent (just missed).
+    pub fn insert_absent(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {
+        let (sig, b1, b2) = self.candidates(h);
+        // The emptier of the two buckets: greedy two-choice balancing, no
+        // relocation (bounded work per insert); the first failure comes at
+        // ~87 % full (tests/conntrack_capacity.rs), so size the capacity
+        // ~15 % above the flows expected per worker.
+        let (first, second) = if self.free_in(b2) > self.free_in(b1) {
+            (b2, b1)
+        } else {
+            (b1, b2)
+        };
+        let slot = match self.empty_slot(first).or_else(|| self.empty_slot(second)) {
+            Some(slot) => slot,
+            None => match self
+                .expired_slot(b1, now)
+                .or_else(|| self.expired_slot(b2, now))
+            {
+                Some(slot) => {
+                    self.free(slot);
+                    self.counters.expirations += 1;
+                    slot
+                }
+                None => {
+                    self.counters.insert_failed += 1;
+                    return Err(Full);
+                }
+            },
+        };
+        let (Some(s), Some(e)) = (
+            self.sigs
+                .get_mut(slot / SLOTS)
+                .and_then(|b| b.0.get_mut(slot % SLOTS)),
+            self.entries.get_mut(slot),
+        ) else {
+            self.counters.insert_failed += 1;
+            return Err(Full);
+        };
+        *s = sig;
+        *e = entry;
+        self.live += 1;
+        self.counters.inserts += 1;
+        Ok(slot)
+    }
+
+    fn free_in(&self, b: usize) -> usize {
+        self.sigs
+            .get(b)
+            .map_or(0, |s| s.0.iter().filter(|&&x| x == 0).count())
+    }
+
+    fn empty_slot(&self, b: usize) -> Option<usize> {
+        let i = self.sigs.get(b)?.0.iter().position(|&s| s == 0)?;
+        Some(b * SLOTS + i)
+    }
+
+    fn expired_slot(&self, b: usize, now: Millis) -> Option<usize> {
+        let base = b * SLOTS;
+        (base..base + SLOTS).find(|&slot| self.entries.get(slot).is_some_and(|e| e.expired(now)))
+    }
+
+    /// Incremental expiry (CT-5): examines about `slots` slots from a
+    /// rotating cursor and frees the expired ones. Returns how many it freed.
+    pub fn sweep(&mut self, now: Millis, slots: usize) -> usize {
+        let buckets = slots.div_ceil(SLOTS).min(self.sigs.len());
+        let mut freed = 0;
+        for _ in 0..buckets {
+            let b = self.cursor & self.mask;
+            self.cursor = self.cursor.wrapping_add(1);
+            let Some(sigs) = self.sigs.get_mut(b) else {
+                continue;
+            };
+            for (i, s) in sigs.0.iter_mut().enumerate() {
+                if *s != 0
+                    && self
+                        .entries
+                        .get(b * SLOTS + i)
+                        .is_some_and(|e| e.expired(now))
+                {
+                    *s = 0;
+                    freed += 1;
+                }
+            }
+        }
+        self.live -= freed;
+        self.counters.expirations += freed as u64;
+        freed
+    }
+}
