@@ -184,6 +184,7 @@ pub fn build_forwarding_state_with(
     let mut reports = Vec::with_capacity(cfg.backend_services.len());
     let mut backends: Vec<(BackendId, BackendState)> = Vec::new();
     let mut live = HashMap::new();
+    update_draining(cfg, memory, inputs.now);
     for (si, svc) in cfg.backend_services.iter().enumerate() {
         let service_id = ServiceId(si as u16);
         let mut members = Vec::with_capacity(svc.backends.len());
@@ -229,7 +230,7 @@ pub fn build_forwarding_state_with(
         services.push(state);
         reports.push(report);
     }
-    update_draining(cfg, memory, live, inputs.now);
+    memory.live = live;
 
     let high_water = ids
         .high_water()
@@ -279,15 +280,14 @@ pub fn build_forwarding_state_with(
 
 /// Moves backends that left the config into the draining set (CT-10) and
 /// forgets those whose deadline passed or whose service is gone.
-fn update_draining(
-    cfg: &Config,
-    memory: &mut PolicyMemory,
-    live: HashMap<BackendId, (String, BackendState)>,
-    now: Millis,
-) {
-    let previous = std::mem::replace(&mut memory.live, live);
-    for (id, (name, mut b)) in previous {
-        if memory.live.contains_key(&id) {
+/// Runs before the services are built, so a backend drains from the very
+/// snapshot that no longer has it in the config.
+fn update_draining(cfg: &Config, memory: &mut PolicyMemory, now: Millis) {
+    for (id, (name, mut b)) in std::mem::take(&mut memory.live) {
+        let still = cfg
+            .service(&name)
+            .is_some_and(|s| s.backends.iter().any(|x| x.address == b.address));
+        if still {
             continue;
         }
         let Some(svc) = cfg.service(&name) else {
