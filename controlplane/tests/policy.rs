@@ -163,11 +163,11 @@ fn ct_11_pool_epoch_counts_flips() {
     assert_eq!(st.services[0].pool_epoch, 1);
     let st = b.build(&c, &[], 0);
     assert_eq!(st.services[0].pool_epoch, 2, "failback");
-    assert!(!st
+    assert!(st
         .backend(st.services[0].backends[0])
         .unwrap()
         .draining_until
-        .is_some());
+        .is_none());
 }
 
 /// CT-10: a backend removed by reload keeps its id, listed as draining
