@@ -48,6 +48,8 @@ fn health(c: &Config, unhealthy: &[&str]) -> HashMap<ProbeKey, ProbeStatus> {
                     probes: 1,
                     latency_counts: Default::default(),
                     latency_sum: 0.0,
+                    lag_sum: 0.0,
+                    lag_max: 0.0,
                 },
             )
         })

@@ -43,6 +43,10 @@ pub struct ProbeStatus {
     /// (seconds), plus one overflow bucket; and the sum, for Prometheus.
     pub latency_counts: [u64; LATENCY_BUCKETS.len() + 1],
     pub latency_sum: f64,
+    /// Scheduling lag: how late probes started after they were due (the
+    /// scheduler's own drift under load), sum and maximum in seconds.
+    pub lag_sum: f64,
+    pub lag_max: f64,
 }
 
 pub const LATENCY_BUCKETS: [f64; 8] = [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0];
@@ -226,6 +230,8 @@ impl Scheduler {
                     probes: 0,
                     latency_counts: Default::default(),
                     latency_sum: 0.0,
+                    lag_sum: 0.0,
+                    lag_max: 0.0,
                 },
             );
             self.timers.push(Reverse((first, i, 0)));
@@ -248,6 +254,16 @@ impl Scheduler {
             if e.inflight.is_some() {
                 self.finish(i, ProbeResult::Failure); // timeout
             } else {
+                let lag = now.saturating_duration_since(due).as_secs_f64();
+                if let Some(st) = self
+                    .status
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_mut(&e.key)
+                {
+                    st.lag_sum += lag;
+                    st.lag_max = st.lag_max.max(lag);
+                }
                 self.start(i, now);
             }
         }
