@@ -3,6 +3,7 @@
 //! selection and every encapsulation.
 #![no_main]
 
+use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
@@ -10,14 +11,14 @@ use dataplane::packet::{PacketBuf, VecPacket};
 use dataplane::pipeline::{process, PipelineCtx, Verdict};
 use dataplane::rules::{ForwardingRule, RuleTable};
 use dataplane::snapshot::{
-    BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, PortRange,
-    PortState, RuleProtocol, ServiceId, ServiceState, SessionAffinity,
+    BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, Millis,
+    PortRange, PortState, RuleProtocol, ServiceId, ServiceState, SessionAffinity,
 };
 use libfuzzer_sys::fuzz_target;
 
 /// VIPs the fuzzer can find from seeds: 10.0.0.{0..4} and fd00::{0..4}, one
 /// encapsulation each, all ports and protocols.
-fn state() -> ForwardingState {
+fn state(mtu: u16) -> ForwardingState {
     let encaps = [
         Encapsulation::L2,
         Encapsulation::Gre,
@@ -82,24 +83,46 @@ fn state() -> ForwardingState {
             name: "p0".into(),
             mac: [2, 0, 0, 0, 0, 2],
             ipv4: Some(Ipv4Addr::new(192, 168, 0, 254)),
-            ipv6: None,
-            mtu: 1500,
+            // Both families, so outer IPv6 (backend 1) is reached too.
+            ipv6: Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xfe)),
+            mtu,
         }],
         zones: Default::default(),
     }
 }
 
+thread_local! {
+    /// One context for the whole run: its conntrack shard is allocated
+    /// once, not per input. The clock advances a second per input so the
+    /// ICMP rate limit keeps refilling and the reply path stays reachable.
+    static CTX: RefCell<PipelineCtx> = RefCell::new(PipelineCtx::default());
+}
+
 fuzz_target!(|data: &[u8]| {
-    static STATE: OnceLock<ForwardingState> = OnceLock::new();
-    let st = STATE.get_or_init(state);
-    // The first byte picks the headroom, so NoHeadroom paths are reached.
-    let (headroom, frame) = match data.split_first() {
-        Some((h, rest)) => (usize::from(*h) % 160, rest),
-        None => (0, data),
+    static STATES: OnceLock<[ForwardingState; 2]> = OnceLock::new();
+    // A normal MTU, and a small one that sends most packets down the
+    // MTU-exceeded path (ICMP frag-needed / packet-too-big generation).
+    let states = STATES.get_or_init(|| [state(1500), state(200)]);
+    // The first byte picks the headroom (so NoHeadroom paths are reached)
+    // and the snapshot.
+    let (headroom, st, frame) = match data.split_first() {
+        Some((h, rest)) => (usize::from(*h) % 160, &states[usize::from(*h >> 7)], rest),
+        None => (0, &states[0], data),
     };
     let mut pkt = VecPacket::with_headroom(frame, headroom);
-    match process(&mut pkt, 0, st, &mut PipelineCtx::default()) {
+    let verdict = CTX.with(|c| {
+        let mut ctx = c.borrow_mut();
+        ctx.now = Millis(ctx.now.0 + 1000);
+        process(&mut pkt, 0, st, &mut ctx)
+    });
+    match verdict {
         Verdict::Forward { .. } => assert!(pkt.data().len() >= 14),
+        // An ICMP error: L2 + IP + ICMP header at least, within the
+        // RFC 1812 / RFC 4443 size bounds.
+        Verdict::Reply => {
+            let n = pkt.data().len();
+            assert!(n >= 14 + 28 && n <= 22 + 1280, "{n}");
+        }
         _ => assert_eq!(pkt.data(), frame),
     }
 });
