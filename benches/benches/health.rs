@@ -38,9 +38,10 @@ fn main() {
             timeout: Duration::from_secs(1),
             healthy_threshold: 2,
             unhealthy_threshold: 2,
+            initial: InitialState::Unhealthy,
         })
         .collect();
-    let hc = HealthChecker::spawn(InitialState::Unhealthy).unwrap();
+    let hc = HealthChecker::spawn().unwrap();
     let t0 = Instant::now();
     hc.set_targets(keys);
     std::thread::sleep(Duration::from_secs(secs));

@@ -14,7 +14,7 @@ use std::time::Instant;
 use dataplane::snapshot::{ForwardingState, Millis, SnapshotCell};
 
 use crate::config::{self, Config};
-use crate::health::{self, HealthChecker, InitialState, ProbeKey, ProbeStatus};
+use crate::health::{self, HealthChecker, ProbeKey, ProbeStatus};
 use crate::publish::{
     build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory, ServiceReport,
 };
@@ -52,7 +52,6 @@ pub struct Controller {
     /// Snapshots replaced by a publish; freed here once no worker holds one.
     retired: Vec<Arc<ForwardingState>>,
     checker: Option<HealthChecker>,
-    initial: InitialState,
     clock: Box<dyn Fn() -> Millis + Send>,
     pub shared: Arc<Shared>,
 }
@@ -72,7 +71,6 @@ impl Controller {
         cfg: Config,
         path: Option<PathBuf>,
         port_macs: Vec<[u8; 6]>,
-        initial: InitialState,
         clock: Box<dyn Fn() -> Millis + Send>,
     ) -> std::io::Result<Self> {
         let cfg = Arc::new(cfg);
@@ -80,7 +78,7 @@ impl Controller {
         let checker = if keys.is_empty() {
             None
         } else {
-            let c = HealthChecker::spawn(initial)?;
+            let c = HealthChecker::spawn()?;
             c.set_targets(keys);
             Some(c)
         };
@@ -94,7 +92,6 @@ impl Controller {
             generation: 0,
             retired: Vec::new(),
             checker,
-            initial,
             clock,
             shared: Arc::default(),
         };
@@ -140,7 +137,6 @@ impl Controller {
             .map(|c| c.status.lock().unwrap_or_else(|p| p.into_inner()).clone());
         let inputs = BuildInputs {
             health: health.as_ref(),
-            initial_healthy: self.initial == InitialState::Healthy,
             now: (self.clock)(),
         };
         self.generation += 1;
@@ -222,7 +218,7 @@ impl Controller {
         match &self.checker {
             Some(c) => c.set_targets(keys),
             None if !keys.is_empty() => {
-                let c = HealthChecker::spawn(self.initial).map_err(|e| e.to_string())?;
+                let c = HealthChecker::spawn().map_err(|e| e.to_string())?;
                 c.set_targets(keys);
                 self.checker = Some(c);
             }

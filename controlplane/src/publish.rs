@@ -87,8 +87,6 @@ impl BackendIds {
 pub struct BuildInputs<'a> {
     /// Probe states (None: no health checking; every backend healthy).
     pub health: Option<&'a HashMap<ProbeKey, ProbeStatus>>,
-    /// Health of a backend whose probe has no verdict yet.
-    pub initial_healthy: bool,
     /// The dataplane clock now (draining deadlines, CT-10).
     pub now: Millis,
 }
@@ -321,7 +319,7 @@ fn backend_views(
             let healthy = match (check, inputs.health, status) {
                 (None, _, _) | (_, None, _) => true,
                 (Some(_), Some(_), Some(s)) => s.state.healthy,
-                (Some(_), Some(_), None) => inputs.initial_healthy,
+                (Some(hc), Some(_), None) => hc.initially_healthy,
             };
             // HC-7: under WEIGHTED_MAGLEV the probe's last reported weight
             // (initially 1); otherwise the configured static weight.

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use controlplane::config::Config;
 use controlplane::control::Controller;
 use controlplane::control_socket::{self, Pending, Request};
-use controlplane::health::InitialState;
 use controlplane::metrics::{self, MetricsSources};
 use dataplane::dpdk::{Eal, Mempool, Port, PortConfig};
 use dataplane::snapshot::Millis;
@@ -132,7 +131,6 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         cfg.clone(),
         opts.config_path.clone(),
         port_macs,
-        InitialState::default(),
         Box::new(move || Millis(ctl_clock.now_ms())),
     )?;
     let snapshots = controller.snapshots();

@@ -68,6 +68,7 @@ fn key(addr: SocketAddr, kind: ProbeKind) -> ProbeKey {
         timeout: Duration::from_millis(200),
         healthy_threshold: 2,
         unhealthy_threshold: 2,
+        initial: InitialState::Unhealthy,
     }
 }
 
@@ -104,7 +105,7 @@ fn wait_for(
 #[test]
 fn hc_2_hc_5_hc_7_http_probe_follows_the_server() {
     let s = server();
-    let hc = HealthChecker::spawn(InitialState::Unhealthy).unwrap();
+    let hc = HealthChecker::spawn().unwrap();
     let k = key(s.addr, http());
     hc.set_targets(vec![k.clone()]);
     wait_for(&hc, &k, "healthy", |st| st.state.healthy);
@@ -134,7 +135,7 @@ fn hc_1_tcp_probe_marks_a_closed_listener_down() {
         let t = TcpListener::bind("127.0.0.1:0").unwrap();
         t.local_addr().unwrap()
     };
-    let hc = HealthChecker::spawn(InitialState::Unhealthy).unwrap();
+    let hc = HealthChecker::spawn().unwrap();
     let k = key(addr, ProbeKind::Tcp);
     let kd = key(dead, ProbeKind::Tcp);
     hc.set_targets(vec![k.clone(), kd.clone(), k.clone()]);
@@ -151,8 +152,11 @@ fn hc_1_tcp_probe_marks_a_closed_listener_down() {
 fn hc_3_timeout_is_a_failure() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let hc = HealthChecker::spawn(InitialState::Healthy).unwrap();
-    let k = key(addr, http());
+    let hc = HealthChecker::spawn().unwrap();
+    let k = ProbeKey {
+        initial: InitialState::Healthy,
+        ..key(addr, http())
+    };
     hc.set_targets(vec![k.clone()]);
     wait_for(&hc, &k, "down by timeout", |st| !st.state.healthy);
     let s = hc.status.lock().unwrap()[&k].clone();

@@ -75,7 +75,6 @@ impl Builder {
         self.generation += 1;
         let inputs = BuildInputs {
             health: Some(&h),
-            initial_healthy: false,
             now: Millis(now),
         };
         build_forwarding_state_with(
@@ -194,5 +193,27 @@ fn ct_10_removed_backend_drains_until_its_deadline() {
     assert_eq!(
         s3.services[0].backends,
         vec![kept, s2.services[0].backends[1]]
+    );
+}
+
+/// `initial_state` (HC-3 extension): default UNHEALTHY, HEALTHY accepted,
+/// a wrong spelling is reported with its position and a hint.
+#[test]
+fn hc_initial_state_config() {
+    assert!(!cfg("").health_checks[0].initially_healthy);
+    let text = |v: &str| {
+        format!(
+            "[dataplane]\n[[dataplane.port]]\nname = \"a\"\ndevice = \"net_null0\"\n\
+             [[health_check]]\nname = \"hc\"\ntype = \"TCP\"\ninitial_state = \"{v}\"\n"
+        )
+    };
+    let c = load_str(&text("HEALTHY"), "t.toml").unwrap_or_else(|d| panic!("{d}"));
+    assert!(c.health_checks[0].initially_healthy);
+    let err = load_str(&text("healthy"), "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("t.toml:8:") && err.contains("did you mean \"HEALTHY\""),
+        "{err}"
     );
 }

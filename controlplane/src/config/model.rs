@@ -182,6 +182,10 @@ pub struct HealthCheckConfig {
     pub timeout: Duration,
     pub healthy_threshold: u32,
     pub unhealthy_threshold: u32,
+    /// State of a backend before its first verdict (`initial_state`,
+    /// default UNHEALTHY: a new backend proves itself before it gets
+    /// traffic; see `health::InitialState`).
+    pub initially_healthy: bool,
 }
 
 impl HealthCheckConfig {

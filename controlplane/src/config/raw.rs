@@ -75,6 +75,7 @@ pub(crate) struct RawHealthCheck {
     pub timeout: Option<S<String>>,
     pub healthy_threshold: Option<S<i64>>,
     pub unhealthy_threshold: Option<S<i64>>,
+    pub initial_state: Option<S<String>>,
 }
 
 #[derive(Deserialize, Debug)]

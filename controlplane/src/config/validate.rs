@@ -490,6 +490,15 @@ fn health_check(cx: &mut Ctx<'_>, h: &RawHealthCheck) -> HealthCheckConfig {
         &format!("{at}.unhealthy_threshold"),
         "threshold",
     );
+    let initially_healthy = h
+        .initial_state
+        .as_ref()
+        .and_then(|v| {
+            cx.parse(v, &format!("{at}.initial_state"), |t| {
+                values::choice(t, &[("HEALTHY", true), ("UNHEALTHY", false)])
+            })
+        })
+        .unwrap_or(false);
     HealthCheckConfig {
         name: h.name.get_ref().clone(),
         kind,
@@ -498,6 +507,7 @@ fn health_check(cx: &mut Ctx<'_>, h: &RawHealthCheck) -> HealthCheckConfig {
         timeout,
         healthy_threshold,
         unhealthy_threshold,
+        initially_healthy,
     }
 }
 

@@ -34,6 +34,11 @@ pub fn probe_key(check: &HealthCheckConfig, backend: IpAddr) -> ProbeKey {
         timeout: check.timeout,
         healthy_threshold: check.healthy_threshold,
         unhealthy_threshold: check.unhealthy_threshold,
+        initial: if check.initially_healthy {
+            InitialState::Healthy
+        } else {
+            InitialState::Unhealthy
+        },
     }
 }
 

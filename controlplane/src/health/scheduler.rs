@@ -32,6 +32,8 @@ pub struct ProbeKey {
     pub timeout: Duration,
     pub healthy_threshold: u32,
     pub unhealthy_threshold: u32,
+    /// State before the first verdict (`initial_state`).
+    pub initial: InitialState,
 }
 
 /// What the rest of the control plane may read about a probe.
@@ -84,7 +86,7 @@ impl std::fmt::Debug for HealthChecker {
 const WAKER: Token = Token(usize::MAX);
 
 impl HealthChecker {
-    pub fn spawn(initial: InitialState) -> std::io::Result<Self> {
+    pub fn spawn() -> std::io::Result<Self> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let (commands, cmd_rx) = mpsc::channel();
@@ -92,7 +94,6 @@ impl HealthChecker {
         let status: StatusMap = Arc::default();
         let mut sched = Scheduler {
             poll,
-            initial,
             entries: Vec::new(),
             free: Vec::new(),
             by_key: HashMap::new(),
@@ -139,7 +140,6 @@ struct Entry {
 
 struct Scheduler {
     poll: Poll,
-    initial: InitialState,
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
     by_key: HashMap<ProbeKey, usize>,
@@ -223,10 +223,11 @@ impl Scheduler {
                 }
             };
             self.by_key.insert(key.clone(), i);
+            let initial = key.initial;
             status.insert(
                 key,
                 ProbeStatus {
-                    state: HealthState::new(self.initial),
+                    state: HealthState::new(initial),
                     probes: 0,
                     latency_counts: Default::default(),
                     latency_sum: 0.0,

@@ -12,7 +12,7 @@ use crate::config::HealthCheckConfig;
 /// connections, so a mistyped address never takes traffic. At start-up this
 /// costs nothing: while every backend is unhealthy, EL-1/EL-4 send traffic to
 /// all of them anyway (fail open), exactly as if they were healthy.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub enum InitialState {
     Healthy,
     #[default]
