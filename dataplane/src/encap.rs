@@ -311,16 +311,18 @@ fn l2_dsr<P: PacketBuf>(
 /// become garbage after the inner packet) and makes the bytes before the IP
 /// header exactly `headers` long, in a single prepend or trim so that a
 /// failure leaves the front of the packet as it was.
+///
+/// The front is adjusted before the padding is cut: a failed prepend then
+/// leaves the packet exactly as it was (found by the pipeline fuzz target).
 fn replace_l2<P: PacketBuf>(pkt: &mut P, ip: &L3Layout, headers: usize) -> Result<(), DropReason> {
-    pkt.truncate(ip.l3_offset + ip.ip_len);
     let ok = if headers >= ip.l3_offset {
         pkt.prepend(headers - ip.l3_offset)
     } else {
         pkt.trim_front(ip.l3_offset - headers)
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(DropReason::NoHeadroom)
+    if !ok {
+        return Err(DropReason::NoHeadroom);
     }
+    pkt.truncate(headers + ip.ip_len);
+    Ok(())
 }

@@ -183,10 +183,11 @@ fn rewrite<P: PacketBuf>(
     };
     let added = ip_hdr + icmp_wire::HEADER_LEN;
     let quote = l.ip_len.min(max - added);
-    pkt.truncate(l.l3_offset + quote);
+    // Prepend first: if it fails the packet is still untouched.
     if !pkt.prepend(added) {
         return Err(DropReason::NoHeadroom);
     }
+    pkt.truncate(added + l.l3_offset + quote);
     let buf = pkt.data_mut();
     let (front, rest) = buf.split_at_mut(l.l3_offset.min(buf.len()));
     front.copy_from_slice(&l2[..front.len()]);

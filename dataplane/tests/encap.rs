@@ -404,6 +404,13 @@ fn no_headroom_leaves_the_packet_alone() {
     let mut pkt = VecPacket::with_headroom(&frame, 23);
     let r = encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH);
     assert_eq!((r, pkt.data()), (Err(DropReason::NoHeadroom), &frame[..]));
+    // With Ethernet padding too: the failed prepend must not have cut it
+    // (regression found by the pipeline fuzz target).
+    let mut padded = frame.clone();
+    padded.extend_from_slice(&[0; 6]);
+    let mut pkt = VecPacket::with_headroom(&padded, 23);
+    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH);
+    assert_eq!((r, pkt.data()), (Err(DropReason::NoHeadroom), &padded[..]));
     // 24 bytes of headroom are exactly enough for IPv4 + GRE.
     let mut pkt = VecPacket::with_headroom(&frame, 24);
     assert_eq!(
