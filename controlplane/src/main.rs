@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 mod run;
+mod test_hook;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -43,6 +44,12 @@ enum Command {
         /// Unix socket for `sluice reload` and `sluice status` (mode 0600).
         #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
         control_socket: PathBuf,
+        /// TEST HOOK, not a product feature: after the worker has received
+        /// N packets it pauses, the backend ADDR is republished unhealthy,
+        /// and the worker resumes (golden conntrack tests, CT-8). Only for
+        /// one worker and configurations without health checks.
+        #[arg(long, value_name = "N:ADDR", hide = true)]
+        test_mark_unhealthy_after_packets: Option<test_hook::MarkUnhealthy>,
         /// Serve no control socket (reload with SIGHUP only).
         #[arg(long)]
         no_control_socket: bool,
@@ -81,6 +88,7 @@ fn main() -> ExitCode {
             no_metrics_server,
             control_socket,
             no_control_socket,
+            test_mark_unhealthy_after_packets,
         } => {
             let cfg = match controlplane::config::load_file(&config) {
                 Ok(cfg) => cfg,
@@ -101,6 +109,7 @@ fn main() -> ExitCode {
                 metrics_server: !no_metrics_server,
                 config_path: Some(config),
                 control_socket: (!no_control_socket).then_some(control_socket),
+                test_mark_unhealthy: test_mark_unhealthy_after_packets,
             };
             match run::run(cfg, opts) {
                 Ok(()) => ExitCode::SUCCESS,

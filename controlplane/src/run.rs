@@ -26,6 +26,8 @@ pub struct RunOptions {
     pub config_path: Option<PathBuf>,
     /// Unix socket for `sluice reload` / `sluice status` (None: none).
     pub control_socket: Option<PathBuf>,
+    /// TEST HOOK: see [`crate::test_hook`].
+    pub test_mark_unhealthy: Option<crate::test_hook::MarkUnhealthy>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +174,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             clock,
             burst_size: usize::from(cfg.dataplane.burst_size),
             conntrack_capacity: cfg.dataplane.conntrack_capacity as usize,
+            test_pause_after_rx: opts.test_mark_unhealthy.as_ref().map(|h| h.after_packets),
         };
         eal.launch(lcore, move || worker.run())?;
         launched.push(lcore);
@@ -190,6 +193,15 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .join(", ")
     );
 
+    let hook = opts.test_mark_unhealthy.clone().map(|h| {
+        crate::test_hook::spawn(
+            h,
+            &cfg,
+            Arc::clone(&snapshots),
+            stats.clone(),
+            Arc::clone(&stop),
+        )
+    });
     supervise(
         &opts,
         &term,
@@ -200,6 +212,9 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     );
 
     stop.store(true, Ordering::Relaxed);
+    if let Some(h) = hook {
+        let _ = h.join();
+    }
     for &lcore in &launched {
         eal.wait(lcore);
     }

@@ -33,6 +33,11 @@ pub struct Worker {
     pub burst_size: usize,
     /// Entries in this worker's conntrack shard (reserved at start).
     pub conntrack_capacity: usize,
+    /// TEST HOOK (`sluice run --test-mark-unhealthy-after-packets`): after
+    /// receiving this many packets, stop polling RX until the next snapshot
+    /// is published, so a test knows exactly which packets saw which
+    /// snapshot. None in production.
+    pub test_pause_after_rx: Option<u64>,
 }
 
 /// Conntrack slots examined for expiry per poll (CT-5): a 1M-slot shard is
@@ -54,7 +59,10 @@ impl Worker {
             clock,
             burst_size,
             conntrack_capacity,
+            mut test_pause_after_rx,
         } = self;
+        let mut rx_seen = 0u64;
+        let mut paused_at_version = None;
         // Allocated once, before the loop.
         let mut rx_burst = MbufBurst::default();
         let mut tx_bursts: Vec<MbufBurst> = tx.iter().map(|_| MbufBurst::default()).collect();
@@ -76,6 +84,16 @@ impl Worker {
                 stats.snapshot_generation.set(state.generation);
             }
             ctx.now = Millis(clock.now_ms());
+            if test_pause_after_rx.is_some_and(|n| rx_seen >= n) {
+                test_pause_after_rx = None;
+                paused_at_version = Some(version);
+            }
+            if paused_at_version.is_some() {
+                if paused_at_version == Some(version) {
+                    continue;
+                }
+                paused_at_version = None;
+            }
 
             for (port_idx, rxq) in rx.iter_mut().enumerate() {
                 let n = rxq.rx_burst(&mut rx_burst, burst_size);
@@ -87,6 +105,7 @@ impl Worker {
                     continue;
                 };
                 pc.rx_packets.add(n as u64);
+                rx_seen += n as u64;
                 // Stage 1 over the whole burst, then stage 2: the Maglev
                 // slot misses of different packets overlap. (Prefetching
                 // packet and headroom lines too measured slower on net_pcap,

@@ -133,6 +133,14 @@ impl Shard {
         }
     }
 
+    /// Empties the table (benchmarks, tests; not for the packet path: it
+    /// writes every signature line).
+    pub fn clear(&mut self) {
+        self.sigs.fill(Sigs::default());
+        self.live = 0;
+        self.cursor = 0;
+    }
+
     /// Number of slots (the configured capacity rounded up to a power of two).
     pub fn capacity(&self) -> usize {
         self.entries.len()

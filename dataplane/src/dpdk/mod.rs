@@ -13,6 +13,7 @@ mod mbuf;
 mod mempool;
 mod port;
 pub mod prefetch;
+pub mod rte_hash;
 
 pub use burst::{MbufBurst, MAX_BURST};
 pub use eal::{Eal, TscClock};

@@ -1,0 +1,172 @@
+//! CT-8 (and CT-1, CT-9) through the real `sluice` binary on DPDK
+//! (`net_pcap`, one worker, burst size 1): TCP connections open (SYN) while
+//! every backend is healthy; then the test hook
+//! `--test-mark-unhealthy-after-packets` marks one backend unhealthy at an
+//! exact point of the replay; then the same connections continue (ACK) and
+//! new ones open (SYN).
+//!
+//! - `DEFAULT_FOR_PROTOCOL`: every connection stays where it started, also
+//!   on the unhealthy backend (TCP persists, CT-8).
+//! - `NEVER_PERSIST`: connections on the unhealthy backend move to a healthy
+//!   one, the others stay (CT-8), and the conntrack metrics say so.
+//! - Either way, no new connection goes to the unhealthy backend (CT-9).
+//!
+//! Output frames are L2 DSR, so the backend is read from the destination
+//! MAC; the inner packet is checked by `etherparse`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+
+const PORT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const BACKENDS: [(&str, [u8; 6]); 3] = [
+    ("192.0.2.10", [0x02, 0, 0, 0, 0, 0x10]),
+    ("192.0.2.11", [0x02, 0, 0, 0, 0, 0x11]),
+    ("192.0.2.12", [0x02, 0, 0, 0, 0, 0x12]),
+];
+const SICK: &str = "192.0.2.10";
+const FLOWS: u16 = 40;
+
+fn config(persistence: &str, dir: &Path) -> String {
+    let backends: Vec<String> = BACKENDS
+        .iter()
+        .map(|(a, m)| format!("{{ address = \"{a}\", mac = \"{}\" }}", mac_str(m)))
+        .collect();
+    format!(
+        r#"
+[dataplane]
+eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
+workers = 1
+burst_size = 1
+conntrack_capacity = 4096
+
+[[dataplane.port]]
+name = "uplink"
+device = "net_pcap0,rx_pcap={dir}/in.pcap,tx_pcap={dir}/out.pcap"
+mac = "{port_mac}"
+address = "192.0.2.1/24"
+
+[[backend_service]]
+name = "web"
+encapsulation = "l2"
+backend = [ {backends} ]
+connection_tracking = {{ tracking_mode = "PER_CONNECTION", connection_persistence_on_unhealthy_backends = "{persistence}" }}
+
+[[forwarding_rule]]
+name = "web-http"
+vip = "203.0.113.10"
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+"#,
+        dir = dir.display(),
+        port_mac = mac_str(&PORT_MAC),
+        backends = backends.join(", "),
+    )
+}
+
+fn tcp(sport: u16, syn: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    let b = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], PORT_MAC)
+        .ipv4([10, 9, 0, 1], [203, 0, 113, 10], 64)
+        .tcp(sport, 80, 1000, 65535);
+    let b = if syn { b.syn() } else { b.ack(1) };
+    b.write(&mut out, &sport.to_be_bytes()).unwrap();
+    out
+}
+
+/// Phase 1: SYN of connections 0..FLOWS. Phase 2 (after the hook): ACK of
+/// the same connections, then SYN of FLOWS new ones.
+fn input() -> Vec<Vec<u8>> {
+    let mut f: Vec<_> = (0..FLOWS).map(|i| tcp(10_000 + i, true)).collect();
+    f.extend((0..FLOWS).map(|i| tcp(10_000 + i, false)));
+    f.extend((0..FLOWS).map(|i| tcp(20_000 + i, true)));
+    f
+}
+
+fn backend_of(frame: &[u8]) -> (&'static str, u16) {
+    let mac: [u8; 6] = frame[..6].try_into().unwrap();
+    let addr = BACKENDS
+        .iter()
+        .find(|(_, m)| *m == mac)
+        .expect("a backend MAC")
+        .0;
+    let p = SlicedPacket::from_ethernet(frame).unwrap();
+    let Some(TransportSlice::Tcp(t)) = p.transport else {
+        panic!("inner TCP untouched")
+    };
+    assert_eq!(t.destination_port(), 80);
+    (addr, t.source_port())
+}
+
+/// Runs the binary with the hook; returns (per-packet backend in output
+/// order, metrics).
+fn run(persistence: &str, name: &str) -> (Vec<(&'static str, u16)>, BTreeMap<String, u64>) {
+    let dir = tempdir(name);
+    write_pcap(&dir.join("in.pcap"), &input());
+    let cfg = dir.join("sluice.toml");
+    std::fs::write(&cfg, config(persistence, &dir)).unwrap();
+    let dump = dir.join("metrics.txt");
+    let out = Command::new(sluice_bin())
+        .args(["run", "--no-metrics-server", "--no-control-socket"])
+        .args(["--exit-on-idle", "400", "--config"])
+        .arg(&cfg)
+        .arg("--metrics-dump")
+        .arg(&dump)
+        .arg("--test-mark-unhealthy-after-packets")
+        .arg(format!("{FLOWS}:{SICK}"))
+        .output()
+        .expect("spawn sluice");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sluice failed: {stderr}");
+    assert!(stderr.contains("TEST HOOK"), "hook fired: {stderr}");
+    let frames = read_pcap(&dir.join("out.pcap"));
+    assert_eq!(
+        frames.len(),
+        3 * usize::from(FLOWS),
+        "every packet forwarded"
+    );
+    let metrics = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    (frames.iter().map(|f| backend_of(f)).collect(), metrics)
+}
+
+fn check(persistence: &str, name: &str, persists: bool) {
+    let (out, m) = run(persistence, name);
+    let n = usize::from(FLOWS);
+    let (opened, continued, new) = (&out[..n], &out[n..2 * n], &out[2 * n..]);
+    let on_sick = opened.iter().filter(|(b, _)| *b == SICK).count();
+    assert!(on_sick > 0, "some connection started on {SICK}: {opened:?}");
+    for ((b0, p0), (b1, p1)) in opened.iter().zip(continued) {
+        assert_eq!(p0, p1, "output order is input order");
+        if *b0 == SICK && !persists {
+            assert_ne!(b1, b0, "CT-8: port {p0} moves off the unhealthy backend");
+        } else {
+            assert_eq!(b1, b0, "CT-8/CT-3: port {p0} stays");
+        }
+    }
+    assert!(new.iter().all(|(b, _)| *b != SICK), "CT-9: {new:?}");
+    let moved = if persists { 0 } else { on_sick as u64 };
+    assert_eq!(m["sluice_conntrack_reselected_unhealthy_total"], moved);
+    assert_eq!(m["sluice_conntrack_inserts_total"], 2 * u64::from(FLOWS));
+    assert_eq!(m["sluice_conntrack_hits_total"], u64::from(FLOWS));
+    assert_eq!(m["sluice_conntrack_insert_failed_total"], 0);
+    assert_eq!(
+        m["sluice_conntrack_entries{worker=\"0\"}"],
+        2 * u64::from(FLOWS)
+    );
+}
+
+#[test]
+fn ct_8_tcp_persists_on_unhealthy_backend_by_default() {
+    check("DEFAULT_FOR_PROTOCOL", "golden_ct_default", true);
+}
+
+#[test]
+fn ct_8_never_persist_moves_tcp_off_unhealthy_backend() {
+    check("NEVER_PERSIST", "golden_ct_never", false);
+}
