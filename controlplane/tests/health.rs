@@ -163,3 +163,19 @@ fn hc_3_timeout_is_a_failure() {
     assert!(s.latency_sum >= 0.2 * 2.0 * 0.9, "{s:?}");
     drop(l);
 }
+
+/// HC-1 half-open (as root): the listener is marked up, yet no connection
+/// ever reaches its accept queue — SYN, SYN-ACK, kernel RST, no handshake.
+#[test]
+fn hc_1_half_open_probe_completes_no_handshake() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.set_nonblocking(true).unwrap();
+    let hc = HealthChecker::spawn().unwrap();
+    let k = key(l.local_addr().unwrap(), ProbeKind::Tcp);
+    hc.set_targets(vec![k.clone()]);
+    wait_for(&hc, &k, "up", |st| st.state.healthy && st.probes >= 3);
+    match l.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a handshake completed: {other:?} (no CAP_NET_RAW? connect() fallback)"),
+    }
+}

@@ -2,6 +2,7 @@
 //! ([`state`]), non-blocking probe drivers ([`probe`]) and one scheduler
 //! thread ([`scheduler`]).
 
+pub mod halfopen;
 pub mod probe;
 pub mod scheduler;
 pub mod state;

@@ -1,14 +1,11 @@
 //! Probe drivers (HC-1, HC-2) on non-blocking sockets, stepped by the
 //! scheduler whenever mio reports readiness.
 //!
-//! HC-1 is implemented as a non-blocking `connect()` closed with an RST
-//! (`SO_LINGER` 0) as soon as the handshake completes: on the wire that is
-//! SYN, SYN-ACK, ACK, RST — one ACK more than the raw-socket half-open
-//! probe the SPEC describes, which needs a raw socket and a packet parser
-//! and is left for later behind this same interface. Success and failure
-//! are judged exactly as HC-1 says (SYN-ACK → up; RST, ICMP unreachable,
-//! silence → down), and the backend's application never sees a connection
-//! it has to serve: the RST tears it down before `accept()` returns data.
+//! TCP checks (HC-1) run half-open over a raw socket (see [`super::halfopen`]);
+//! the non-blocking `connect()` probe here, closed with an RST
+//! (`SO_LINGER` 0) as soon as the handshake completes, is the fallback
+//! when the process lacks CAP_NET_RAW and for IPv6 backends: same verdicts,
+//! one ACK more on the wire.
 
 use std::io::{self, Read as _, Write as _};
 use std::net::SocketAddr;

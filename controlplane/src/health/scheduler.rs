@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use super::halfopen::{Answer, HalfOpen};
 use super::probe::{InFlight, ProbeKind};
-use super::state::{Change, HealthState, InitialState, ProbeResult, Thresholds};
+use super::state::{Change, HealthState, InitialState, ProbeResult, Thresholds, WeightReport};
 
 /// Identity of a shared probe.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -84,6 +85,7 @@ impl std::fmt::Debug for HealthChecker {
 }
 
 const WAKER: Token = Token(usize::MAX);
+const HALFOPEN: Token = Token(usize::MAX - 1);
 
 impl HealthChecker {
     pub fn spawn() -> std::io::Result<Self> {
@@ -92,8 +94,20 @@ impl HealthChecker {
         let (commands, cmd_rx) = mpsc::channel();
         let (ev_tx, events) = mpsc::channel();
         let status: StatusMap = Arc::default();
+        // HC-1 half-open probes need CAP_NET_RAW; without it TCP checks
+        // fall back to connect() probes (same verdicts, one ACK more).
+        let halfopen = HalfOpen::new().ok().filter(|h| {
+            use std::os::fd::AsRawFd as _;
+            let fd = h.socket().as_raw_fd();
+            poll.registry()
+                .register(&mut mio::unix::SourceFd(&fd), HALFOPEN, Interest::READABLE)
+                .is_ok()
+        });
         let mut sched = Scheduler {
             poll,
+            halfopen,
+            syn_owner: HashMap::new(),
+            next_seq: 0,
             entries: Vec::new(),
             free: Vec::new(),
             by_key: HashMap::new(),
@@ -133,13 +147,26 @@ impl Drop for HealthChecker {
 struct Entry {
     key: ProbeKey,
     thresholds: Thresholds,
-    /// Bumped whenever the entry's pending timer is superseded.
+    /// Identifies the entry's one live timer (unique across entries, so a
+    /// stale timer of a removed entry never fires for its slot's successor).
     seq: u64,
-    inflight: Option<(InFlight, Instant)>,
+    inflight: Option<(Active, Instant)>,
+}
+
+/// A probe in flight.
+enum Active {
+    /// HTTP, or TCP connect() when raw sockets are unavailable.
+    Stream(InFlight),
+    /// HC-1 half-open: our SYN's sequence number.
+    Syn(u32),
 }
 
 struct Scheduler {
     poll: Poll,
+    halfopen: Option<HalfOpen>,
+    /// SYN sequence number → entry, for half-open answers.
+    syn_owner: HashMap<u32, usize>,
+    next_seq: u64,
     entries: Vec<Option<Entry>>,
     free: Vec<usize>,
     by_key: HashMap<ProbeKey, usize>,
@@ -162,10 +189,11 @@ impl Scheduler {
                 std::thread::sleep(Duration::from_millis(1));
             }
             for ev in events.iter() {
-                if ev.token() == WAKER {
-                    continue;
+                match ev.token() {
+                    WAKER => {}
+                    HALFOPEN => self.on_answers(),
+                    t => self.on_ready(t.0),
                 }
-                self.on_ready(ev.token().0);
             }
             while let Ok(cmd) = commands.try_recv() {
                 match cmd {
@@ -188,8 +216,14 @@ impl Scheduler {
         let mut status = self.status.lock().unwrap_or_else(|e| e.into_inner());
         for i in gone {
             if let Some(e) = self.entries[i].take() {
-                if let Some((mut f, _)) = e.inflight {
-                    let _ = self.poll.registry().deregister(&mut f.stream);
+                match e.inflight {
+                    Some((Active::Stream(mut f), _)) => {
+                        let _ = self.poll.registry().deregister(&mut f.stream);
+                    }
+                    Some((Active::Syn(seq), _)) => {
+                        self.syn_owner.remove(&seq);
+                    }
+                    None => {}
                 }
                 self.by_key.remove(&e.key);
                 status.remove(&e.key);
@@ -206,10 +240,11 @@ impl Scheduler {
                 unhealthy: key.unhealthy_threshold.max(1),
             };
             let first = now + jitter(&key);
+            self.next_seq += 1;
             let entry = Entry {
                 key: key.clone(),
                 thresholds,
-                seq: 0,
+                seq: self.next_seq,
                 inflight: None,
             };
             let i = match self.free.pop() {
@@ -235,7 +270,7 @@ impl Scheduler {
                     lag_max: 0.0,
                 },
             );
-            self.timers.push(Reverse((first, i, 0)));
+            self.timers.push(Reverse((first, i, self.next_seq)));
         }
     }
 
@@ -274,7 +309,24 @@ impl Scheduler {
         let Some(Some(e)) = self.entries.get_mut(i) else {
             return;
         };
-        e.seq += 1;
+        self.next_seq += 1;
+        e.seq = self.next_seq;
+        let deadline = Reverse((now + e.key.timeout, i, e.seq));
+        if let (ProbeKind::Tcp, true, Some(h)) =
+            (&e.key.kind, e.key.addr.is_ipv4(), self.halfopen.as_mut())
+        {
+            // The timer sequence doubles as the SYN's sequence number:
+            // unique among probes in flight.
+            let syn = self.next_seq as u32;
+            if h.send_syn(e.key.addr, syn).is_ok() {
+                e.inflight = Some((Active::Syn(syn), now));
+                self.syn_owner.insert(syn, i);
+                self.timers.push(deadline);
+            } else {
+                self.finish(i, ProbeResult::Failure);
+            }
+            return;
+        }
         match InFlight::start(e.key.addr) {
             Ok(mut f) => {
                 let reg = self.poll.registry().register(
@@ -286,10 +338,29 @@ impl Scheduler {
                     self.finish(i, ProbeResult::Failure);
                     return;
                 }
-                e.inflight = Some((f, now));
-                self.timers.push(Reverse((now + e.key.timeout, i, e.seq)));
+                e.inflight = Some((Active::Stream(f), now));
+                self.timers.push(deadline);
             }
             Err(_) => self.finish(i, ProbeResult::Failure),
+        }
+    }
+
+    /// HC-1: SYN-ACK → success, RST → failure.
+    fn on_answers(&mut self) {
+        let mut answers = Vec::new();
+        if let Some(h) = self.halfopen.as_mut() {
+            h.drain(|seq, a| answers.push((seq, a)));
+        }
+        for (seq, answer) in answers {
+            if let Some(&i) = self.syn_owner.get(&seq) {
+                let result = match answer {
+                    Answer::SynAck => ProbeResult::Success {
+                        weight: WeightReport::NotApplicable,
+                    },
+                    Answer::Reset => ProbeResult::Failure,
+                };
+                self.finish(i, result);
+            }
         }
     }
 
@@ -297,7 +368,7 @@ impl Scheduler {
         let Some(Some(e)) = self.entries.get_mut(i) else {
             return;
         };
-        let Some((f, _)) = e.inflight.as_mut() else {
+        let Some((Active::Stream(f), _)) = e.inflight.as_mut() else {
             return;
         };
         if let Some(result) = f.step(&e.key.kind, e.key.addr) {
@@ -312,12 +383,20 @@ impl Scheduler {
         };
         let now = Instant::now();
         let mut latency = None;
-        if let Some((mut f, started)) = e.inflight.take() {
-            f.abort();
-            let _ = self.poll.registry().deregister(&mut f.stream);
+        if let Some((active, started)) = e.inflight.take() {
+            match active {
+                Active::Stream(mut f) => {
+                    f.abort();
+                    let _ = self.poll.registry().deregister(&mut f.stream);
+                }
+                Active::Syn(syn) => {
+                    self.syn_owner.remove(&syn);
+                }
+            }
             latency = Some(now.duration_since(started).as_secs_f64());
         }
-        e.seq += 1;
+        self.next_seq += 1;
+        e.seq = self.next_seq;
         self.timers.push(Reverse((now + e.key.interval, i, e.seq)));
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         let Some(st) = status.get_mut(&e.key) else {

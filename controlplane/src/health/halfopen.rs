@@ -1,0 +1,182 @@
+//! HC-1's half-open TCP probe over one raw IPv4 socket: a SYN goes out
+//! from a reserved source port; a SYN-ACK is a success (the kernel, which
+//! has no connection for it, answers with RST — no handshake completes);
+//! an RST is a failure; silence times out in the scheduler.
+//!
+//! One raw socket serves every probe: answers are matched by their
+//! acknowledgement number, which is our SYN's sequence number + 1, and the
+//! sequence number is the probe's slot in the scheduler plus a per-send
+//! nonce, so two probes of the same address never confuse each other.
+//! ICMP unreachables are not read (they would need a second raw socket);
+//! such a probe fails by timeout, a slower path to the same verdict.
+
+use std::collections::HashMap;
+use std::io::{self, Read as _};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+/// What an answer said.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    SynAck,
+    Reset,
+}
+
+#[derive(Debug)]
+pub struct HalfOpen {
+    raw: Socket,
+    /// Keeps the source port ours: no other socket of this host can take
+    /// it while we probe from it.
+    _reserved: Socket,
+    port: u16,
+    /// Source address per destination (the route's choice).
+    sources: HashMap<Ipv4Addr, Ipv4Addr>,
+}
+
+impl HalfOpen {
+    /// Needs CAP_NET_RAW; the caller falls back to connect() probes if not.
+    pub fn new() -> io::Result<Self> {
+        let raw = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::TCP))?;
+        raw.set_nonblocking(true)?;
+        let reserved = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+        reserved.bind(&SockAddr::from(SocketAddr::from(([0, 0, 0, 0], 0))))?;
+        let port = reserved
+            .local_addr()?
+            .as_socket()
+            .map(|a| a.port())
+            .ok_or_else(|| io::Error::other("no local port"))?;
+        Ok(Self {
+            raw,
+            _reserved: reserved,
+            port,
+            sources: HashMap::new(),
+        })
+    }
+
+    pub fn socket(&self) -> &Socket {
+        &self.raw
+    }
+
+    /// Sends a SYN to `dst` with sequence number `seq`.
+    pub fn send_syn(&mut self, dst: SocketAddr, seq: u32) -> io::Result<()> {
+        let IpAddr::V4(dip) = dst.ip() else {
+            return Err(io::Error::other("half-open probes are IPv4 only"));
+        };
+        let sip = match self.sources.get(&dip) {
+            Some(s) => *s,
+            None => {
+                // The kernel picks the source a connection would use.
+                let u = UdpSocket::bind("0.0.0.0:0")?;
+                u.connect(dst)?;
+                let IpAddr::V4(s) = u.local_addr()?.ip() else {
+                    return Err(io::Error::other("no IPv4 source"));
+                };
+                self.sources.insert(dip, s);
+                s
+            }
+        };
+        let seg = syn_segment(sip, dip, self.port, dst.port(), seq);
+        self.raw
+            .send_to(&seg, &SockAddr::from(SocketAddr::new(dst.ip(), 0)))?;
+        Ok(())
+    }
+
+    /// Reads every pending answer: (our SYN's sequence number, answer).
+    pub fn drain(&mut self, mut each: impl FnMut(u32, Answer)) {
+        let mut buf = [0u8; 1500];
+        // `Read for &Socket` takes an initialised buffer: no unsafe here.
+        while let Ok(n) = (&self.raw).read(&mut buf) {
+            if let Some((ack, answer)) = parse_answer(&buf[..n], self.port) {
+                each(ack.wrapping_sub(1), answer);
+            }
+        }
+    }
+}
+
+/// A 20-byte TCP SYN with its checksum over the IPv4 pseudo-header.
+pub fn syn_segment(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16, seq: u32) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[0..2].copy_from_slice(&sport.to_be_bytes());
+    h[2..4].copy_from_slice(&dport.to_be_bytes());
+    h[4..8].copy_from_slice(&seq.to_be_bytes());
+    h[12] = 5 << 4; // data offset: 5 words, no options
+    h[13] = 0x02; // SYN
+    h[14..16].copy_from_slice(&1024u16.to_be_bytes()); // window
+    let mut sum: u32 = 0;
+    for chunk in src.octets().chunks(2).chain(dst.octets().chunks(2)) {
+        sum += u32::from(u16::from_be_bytes([chunk[0], chunk[1]]));
+    }
+    sum += 6 + 20; // protocol, TCP length
+    for chunk in h.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([chunk[0], chunk[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[16..18].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    h
+}
+
+/// An IPv4 packet carrying TCP to `port`: its acknowledgement number and
+/// whether it is a SYN-ACK or an RST (anything else: None).
+pub fn parse_answer(pkt: &[u8], port: u16) -> Option<(u32, Answer)> {
+    let ihl = usize::from(pkt.first()? & 0x0f) * 4;
+    if pkt.first()? >> 4 != 4 || *pkt.get(9)? != 6 {
+        return None;
+    }
+    let tcp = pkt.get(ihl..ihl + 20)?;
+    if u16::from_be_bytes([tcp[2], tcp[3]]) != port {
+        return None;
+    }
+    let ack = u32::from_be_bytes([tcp[8], tcp[9], tcp[10], tcp[11]]);
+    let flags = tcp[13];
+    match (flags & 0x12 == 0x12, flags & 0x04 != 0, flags & 0x10 != 0) {
+        (true, false, _) => Some((ack, Answer::SynAck)),
+        (_, true, true) => Some((ack, Answer::Reset)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checksum verifies (sums to 0xffff with the pseudo-header).
+    #[test]
+    fn hc_1_syn_checksum_and_answers() {
+        let s = syn_segment(
+            Ipv4Addr::new(127, 0, 0, 1),
+            Ipv4Addr::new(127, 0, 0, 2),
+            40000,
+            80,
+            0x01020304,
+        );
+        let mut sum: u32 = 0x7f00 + 0x0001 + 0x7f00 + 0x0002 + 6 + 20;
+        for c in s.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
+        let mut pkt = vec![0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0];
+        pkt.extend_from_slice(&[127, 0, 0, 2, 127, 0, 0, 1]);
+        let mut tcp = [0u8; 20];
+        tcp[0..2].copy_from_slice(&80u16.to_be_bytes());
+        tcp[2..4].copy_from_slice(&40000u16.to_be_bytes());
+        tcp[8..12].copy_from_slice(&0x01020305u32.to_be_bytes());
+        tcp[13] = 0x12;
+        let mut synack = pkt.clone();
+        synack.extend_from_slice(&tcp);
+        assert_eq!(
+            parse_answer(&synack, 40000),
+            Some((0x01020305, Answer::SynAck))
+        );
+        assert_eq!(parse_answer(&synack, 40001), None, "not our port");
+        tcp[13] = 0x14;
+        let mut rst = pkt;
+        rst.extend_from_slice(&tcp);
+        assert_eq!(parse_answer(&rst, 40000), Some((0x01020305, Answer::Reset)));
+    }
+}
