@@ -53,8 +53,12 @@ pub struct Controller {
     retired: Vec<Arc<ForwardingState>>,
     checker: Option<HealthChecker>,
     clock: Box<dyn Fn() -> Millis + Send>,
+    view_refreshed: Instant,
     pub shared: Arc<Shared>,
 }
+
+/// How often probe counters are copied for the metrics between rebuilds.
+const VIEW_REFRESH: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -93,6 +97,7 @@ impl Controller {
             retired: Vec::new(),
             checker,
             clock,
+            view_refreshed: Instant::now(),
             shared: Arc::default(),
         };
         c.rebuild();
@@ -117,8 +122,14 @@ impl Controller {
             .is_some_and(|d| d <= (self.clock)());
         if changed || deadline {
             self.rebuild();
-        } else if let Some(c) = &self.checker {
-            // Counters (probes, latency) move without state changes.
+        } else if let Some(c) = self
+            .checker
+            .as_ref()
+            .filter(|_| self.view_refreshed.elapsed() >= VIEW_REFRESH)
+        {
+            // Counters (probes, latency) move without state changes; copy
+            // them for the metrics now and then, not every 10 ms tick.
+            self.view_refreshed = Instant::now();
             let health = c.status.lock().unwrap_or_else(|p| p.into_inner()).clone();
             self.shared
                 .view

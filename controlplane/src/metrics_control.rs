@@ -3,11 +3,11 @@
 //! build time per service; reloads; DPDK port hardware counters.
 
 use prometheus::core::Collector as _;
-use prometheus::proto::MetricFamily;
-use prometheus::{GaugeVec, HistogramOpts, IntCounterVec, IntGaugeVec, Opts};
+use prometheus::proto::{self, MetricFamily, MetricType};
+use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts};
 
 use crate::control::View;
-use crate::health::probe_key;
+use crate::health::{probe_key, ProbeStatus};
 
 fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition")
@@ -47,15 +47,7 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
         &sb,
     );
     let probes = counter("sluice_backend_probes_total", "Probes completed.", &sb);
-    let latency = prometheus::HistogramVec::new(
-        HistogramOpts::new(
-            "sluice_backend_probe_latency_seconds",
-            "Probe latency (timeouts included).",
-        )
-        .buckets(crate::health::scheduler::LATENCY_BUCKETS.to_vec()),
-        &sb,
-    )
-    .expect("valid metric definition");
+    let mut latency_metrics = Vec::new();
     let eligible = gauge(
         "sluice_service_eligible_backends",
         "Size of the modified eligible set per client zone (\"-\": no zone).",
@@ -108,19 +100,7 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
                     .with_label_values(&labels)
                     .inc_by(st.state.weight_header_invalid);
                 probes.with_label_values(&labels).inc_by(st.probes);
-                // Replays the bucket counts into a fresh histogram: buckets
-                // are what Prometheus reads, individual samples are not kept.
-                let h = latency.with_label_values(&labels);
-                let bounds = crate::health::scheduler::LATENCY_BUCKETS;
-                for (i, &n) in st.latency_counts.iter().enumerate() {
-                    let v = bounds
-                        .get(i)
-                        .copied()
-                        .unwrap_or(bounds[bounds.len() - 1] * 2.0);
-                    for _ in 0..n.min(10_000) {
-                        h.observe(v);
-                    }
-                }
+                latency_metrics.push(histogram(&labels, st));
             }
         }
         for r in &view.reports {
@@ -154,7 +134,14 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     out.extend(transitions.collect());
     out.extend(invalid.collect());
     out.extend(probes.collect());
-    out.extend(latency.collect());
+    if !latency_metrics.is_empty() {
+        let mut f = MetricFamily::default();
+        f.set_name("sluice_backend_probe_latency_seconds".into());
+        f.set_help("Probe latency (timeouts included).".into());
+        f.set_field_type(MetricType::HISTOGRAM);
+        f.set_metric(latency_metrics);
+        out.push(f);
+    }
     out.extend(eligible.collect());
     out.extend(pool.collect());
     out.extend(epoch.collect());
@@ -219,4 +206,39 @@ pub fn port_hw_families(ids: &[u16], names: &[String]) -> Vec<MetricFamily> {
         return Vec::new(); // an empty family fails the whole scrape
     }
     c.collect()
+}
+
+/// The scheduler keeps per-bucket counts; Prometheus wants cumulative
+/// buckets. Built directly so a scrape costs O(buckets), not O(probes).
+fn histogram(labels: &[&str; 2], st: &ProbeStatus) -> proto::Metric {
+    let names = ["service", "backend"];
+    let pairs = names
+        .iter()
+        .zip(labels)
+        .map(|(n, v)| {
+            let mut p = proto::LabelPair::default();
+            p.set_name((*n).into());
+            p.set_value((*v).into());
+            p
+        })
+        .collect();
+    let mut cumulative = 0;
+    let buckets = crate::health::scheduler::LATENCY_BUCKETS
+        .iter()
+        .zip(&st.latency_counts)
+        .map(|(&ub, &n)| {
+            cumulative += n;
+            let mut b = proto::Bucket::default();
+            b.set_upper_bound(ub);
+            b.set_cumulative_count(cumulative);
+            b
+        })
+        .collect();
+    let mut h = proto::Histogram::default();
+    h.set_sample_count(st.latency_counts.iter().sum());
+    h.set_sample_sum(st.latency_sum);
+    h.set_bucket(buckets);
+    let mut m = proto::Metric::from_label(pairs);
+    m.set_histogram(h);
+    m
 }

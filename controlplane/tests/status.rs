@@ -182,6 +182,14 @@ fn health_weights_and_reload_through_the_binary() {
         "{m}"
     );
     assert!(m.contains("sluice_backend_weight{backend=\"127.0.0.2\",service=\"web\"} 4"));
+    assert!(
+        m.contains("sluice_backend_probe_latency_seconds_count{"),
+        "{m}"
+    );
+    assert!(
+        m.contains("sluice_service_eligible_backends{service=\"web\",zone=\"-\"} 1"),
+        "{m}"
+    );
     b.status.store(200, Ordering::Relaxed);
     wait_status(&sock, "b back", Duration::from_secs(3), |s| {
         line(s, "127.0.0.2").contains(" healthy")
