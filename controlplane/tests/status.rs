@@ -236,3 +236,65 @@ fn health_weights_and_reload_through_the_binary() {
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let _ = child.wait();
 }
+
+/// AP-5: SIGHUP re-reads the file; an added backend appears with a new id
+/// while the existing one keeps its id.
+#[test]
+fn sighup_reload_adds_a_backend() {
+    let dir = tempdir("status-sighup");
+    let metrics = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let one = r#"{ address = "127.0.0.1" }"#;
+    // Port 9 (discard) on loopback: nothing listens, probes fail, which
+    // is fine here; the test is about the reload.
+    let cfg_path = dir.join("sluice.toml");
+    std::fs::write(&cfg_path, config(&dir, 9, metrics, one)).unwrap();
+    let sock = dir.join("control.sock");
+    let mut child = Command::new(sluice_bin())
+        .args(["run", "--duration", "20", "--config"])
+        .arg(&cfg_path)
+        .arg("--control-socket")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_status(&sock, "running", Duration::from_secs(10), |s| {
+        !line(s, "127.0.0.1").is_empty()
+    });
+    let first = sluice(&["status"], &sock).1;
+    std::fs::write(
+        &cfg_path,
+        config(
+            &dir,
+            9,
+            metrics,
+            r#"{ address = "127.0.0.1" }, { address = "127.0.0.3" }"#,
+        ),
+    )
+    .unwrap();
+    let _ = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status();
+    wait_status(&sock, "added", Duration::from_secs(5), |s| {
+        !line(s, "127.0.0.3").is_empty()
+    });
+    let after = sluice(&["status"], &sock).1;
+    assert_eq!(
+        line(&first, "127.0.0.1")
+            .split(" id ")
+            .nth(1)
+            .map(|s| &s[..2]),
+        line(&after, "127.0.0.1")
+            .split(" id ")
+            .nth(1)
+            .map(|s| &s[..2]),
+        "{first}\n{after}"
+    );
+    assert!(after.contains("reloads ok 1 failed 0"), "{after}");
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let _ = child.wait();
+}
