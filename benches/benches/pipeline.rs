@@ -1,15 +1,21 @@
 //! Per-packet cost of the sans-IO pipeline, without DPDK: stage 1
 //! (parse + rule + flow hash) and the whole decision including GRE/L2
-//! encapsulation, over 32-packet batches of distinct TCP flows.
+//! encapsulation, over 32-packet batches of distinct TCP flows; stage 1 per
+//! protocol (TCP, UDP, fragments, ESP, GRE, ICMP echo, ICMP errors steered
+//! by their quote, IPv6 with extension headers) and the encapsulator alone
+//! per encapsulation and outer family.
 //!
 //! `cargo bench -p sluice-benches --bench pipeline`
 
 use std::hint::black_box;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use dataplane::encap;
 use dataplane::packet::VecPacket;
 use dataplane::pipeline::{self, PipelineCtx};
+use dataplane::snapshot::{BackendId, BackendState, Egress, Encapsulation, PortState, ServiceId};
+use dataplane::wire::{parse, Parsed};
 use dataplane::ForwardingState;
 
 const BATCH: usize = 32;
@@ -98,5 +104,229 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// A snapshot whose two VIPs (203.0.113.10, 2001:db8::10) take every
+/// protocol (`L3_DEFAULT`), so each protocol's stage 1 runs to the hash.
+fn l3_default_state() -> ForwardingState {
+    let cfg = r#"
+[dataplane]
+workers = 1
+[[dataplane.port]]
+name = "p"
+device = "net_null0"
+mac = "02:00:00:00:00:01"
+address = "198.18.0.1/24"
+[[backend_service]]
+name = "s"
+encapsulation = "gre"
+backend = [
+  { address = "198.18.0.10", mac = "02:00:00:00:00:10" },
+  { address = "198.18.0.11", mac = "02:00:00:00:00:11" },
+]
+[[forwarding_rule]]
+name = "v4"
+vip = "203.0.113.10"
+protocol = "L3_DEFAULT"
+ports = "ALL"
+backend_service = "s"
+[[forwarding_rule]]
+name = "v6"
+vip = "2001:db8::10"
+protocol = "L3_DEFAULT"
+ports = "ALL"
+backend_service = "s"
+"#;
+    let cfg = controlplane::config::load_str(cfg, "bench.toml").expect("valid bench config");
+    let mut ids = controlplane::publish::BackendIds::default();
+    controlplane::publish::build_forwarding_state(&cfg, &[[2, 0, 0, 0, 0, 1]], &mut ids, 1)
+}
+
+fn eth(ethertype: u16, ip: &[u8]) -> Vec<u8> {
+    let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 0xcc];
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(ip);
+    f
+}
+
+fn v4(i: u32, proto: u8, flags_frag: u16, l4: &[u8]) -> Vec<u8> {
+    let src = Ipv4Addr::from(0x0a00_0000 + i * 7919);
+    let mut h = vec![0x45, 0];
+    h.extend_from_slice(&((20 + l4.len()) as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 1]);
+    h.extend_from_slice(&flags_frag.to_be_bytes());
+    h.extend_from_slice(&[64, proto, 0, 0]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&[203, 0, 113, 10]);
+    h.extend_from_slice(l4);
+    eth(0x0800, &h)
+}
+
+fn v6(i: u32, next: u8, rest: &[u8]) -> Vec<u8> {
+    let src = Ipv6Addr::new(0x2001, 0xdb8, 0xc, 0, 0, 0, (i >> 16) as u16, i as u16);
+    let mut h = vec![0x60, 0, 0, 0];
+    h.extend_from_slice(&(rest.len() as u16).to_be_bytes());
+    h.extend_from_slice(&[next, 64]);
+    h.extend_from_slice(&src.octets());
+    h.extend_from_slice(&"2001:db8::10".parse::<Ipv6Addr>().unwrap().octets());
+    h.extend_from_slice(rest);
+    eth(0x86dd, &h)
+}
+
+fn ports(sp: u16, dp: u16, len: usize) -> Vec<u8> {
+    let mut l4 = sp.to_be_bytes().to_vec();
+    l4.extend_from_slice(&dp.to_be_bytes());
+    l4.resize(len, 0);
+    if len >= 20 {
+        l4[12] = 0x50;
+    }
+    l4
+}
+
+/// 32 frames of distinct flows for each protocol case.
+fn protocol_batches() -> Vec<(&'static str, Vec<Vec<u8>>)> {
+    let batch = |f: &dyn Fn(u32) -> Vec<u8>| (0..BATCH as u32).map(f).collect::<Vec<_>>();
+    vec![
+        (
+            "tcp_v4",
+            batch(&|i| v4(i, 6, 0x4000, &ports(1024 + i as u16, 80, 20))),
+        ),
+        (
+            "udp_v4",
+            batch(&|i| v4(i, 17, 0, &ports(1024 + i as u16, 53, 8))),
+        ),
+        (
+            "udp_v4_first_fragment",
+            batch(&|i| v4(i, 17, 0x2000, &ports(1024, 53, 8))),
+        ),
+        ("udp_v4_later_fragment", batch(&|i| v4(i, 17, 3, &[0; 8]))),
+        ("esp_v4", batch(&|i| v4(i, 50, 0, &i.to_be_bytes()))),
+        ("gre_v4", batch(&|i| v4(i, 47, 0, &[0, 0, 8, 0]))),
+        (
+            "icmp_echo_v4",
+            batch(&|i| v4(i, 1, 0, &[8, 0, 0, 0, 0, 1, 0, i as u8])),
+        ),
+        (
+            "icmp_frag_needed_v4_steered",
+            batch(&|i| {
+                let quoted = v4(i, 6, 0x4000, &ports(80, 1024 + i as u16, 8));
+                // Quote = the VIP's reply: swap the addresses of the IPv4 header.
+                let mut q = quoted[14..14 + 28].to_vec();
+                let (a, b) = (q[12..16].to_vec(), q[16..20].to_vec());
+                q[12..16].copy_from_slice(&b);
+                q[16..20].copy_from_slice(&a);
+                let mut m = vec![3, 4, 0, 0, 0, 0, 5, 0];
+                m.extend_from_slice(&q);
+                v4(i, 1, 0, &m)
+            }),
+        ),
+        (
+            "tcp_v6",
+            batch(&|i| v6(i, 6, &ports(1024 + i as u16, 80, 20))),
+        ),
+        (
+            "udp_v6_dest_opts_fragment",
+            batch(&|i| {
+                let mut r = vec![44, 0, 1, 4, 0, 0, 0, 0]; // dest opts → fragment
+                r.extend_from_slice(&[17, 0, 0, 1, 0, 0, 0, i as u8]); // first, more
+                r.extend_from_slice(&ports(1024, 53, 8));
+                v6(i, 60, &r)
+            }),
+        ),
+    ]
+}
+
+/// Stage 1 per protocol: parse + rule + flow hash, ns per packet.
+fn bench_protocols(c: &mut Criterion) {
+    let st = l3_default_state();
+    let mut g = c.benchmark_group("classify");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for (name, frames) in protocol_batches() {
+        for f in &frames {
+            assert!(
+                matches!(pipeline::classify(f, &st), pipeline::Stage::Balance(_)),
+                "{name}: the bench packet must reach the hash"
+            );
+        }
+        g.bench_function(format!("{name}_batch32"), |b| {
+            b.iter(|| {
+                for f in &frames {
+                    black_box(pipeline::classify(black_box(f), &st));
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The encapsulator alone, per encapsulation and outer family, on 32
+/// 100-byte TCP packets (buffers refilled outside the timing).
+fn bench_encap(c: &mut Criterion) {
+    let frames = protocol_batches().swap_remove(0).1;
+    let layouts: Vec<_> = frames
+        .iter()
+        .map(|f| match parse(f) {
+            Ok(Parsed::Ip(ip)) => ip,
+            _ => unreachable!(),
+        })
+        .collect();
+    let port = PortState {
+        name: "p".into(),
+        mac: [2, 0, 0, 0, 0, 1],
+        ipv4: Some(Ipv4Addr::new(198, 18, 0, 1)),
+        ipv6: Some("fd00::1".parse().unwrap()),
+        mtu: 1500,
+    };
+    let backend = |address: IpAddr| BackendState {
+        id: BackendId(0),
+        service: ServiceId(0),
+        address,
+        healthy: true,
+        weight: 1,
+        pool: Default::default(),
+        draining_until: None,
+        egress: Egress {
+            port: 0,
+            next_hop_mac: Some([2, 0, 0, 0, 0, 0x10]),
+        },
+    };
+    let b4 = backend(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10)));
+    let b6 = backend("fd00::10".parse().unwrap());
+    let mut g = c.benchmark_group("encap");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for (name, e, b) in [
+        ("l2", Encapsulation::L2, &b4),
+        ("gre_v4", Encapsulation::Gre, &b4),
+        ("ipip_v4", Encapsulation::Ipip, &b4),
+        ("gue_v4", Encapsulation::Gue { port: 6080 }, &b4),
+        ("gre_v6", Encapsulation::Gre, &b6),
+        ("ipip_v6", Encapsulation::Ipip, &b6),
+        (
+            "gue_v6_udp_checksum",
+            Encapsulation::Gue { port: 6080 },
+            &b6,
+        ),
+    ] {
+        g.bench_function(format!("{name}_batch32"), |bn| {
+            bn.iter_batched_ref(
+                || frames.iter().map(|f| VecPacket::new(f)).collect::<Vec<_>>(),
+                |pkts| {
+                    for (p, ip) in pkts.iter_mut().zip(&layouts) {
+                        black_box(encap::encapsulate(
+                            p,
+                            ip,
+                            e,
+                            b,
+                            &port,
+                            0x1234_5678_9abc_def0,
+                        ))
+                        .expect("encapsulates");
+                    }
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_protocols, bench_encap);
 criterion_main!(benches);
