@@ -199,6 +199,18 @@ pub struct ServiceState {
 }
 
 impl ServiceState {
+    /// The table for a new flow from `client` (ZA-3): the client's zone
+    /// table when the service has zonal tables (zonal affinity on), else the
+    /// no-zone table. The zone lookup is skipped for services without them.
+    #[inline]
+    pub fn table_for_client(&self, zones: &ZoneMap, client: IpAddr) -> Option<&MaglevTable> {
+        if self.tables.len() > 1 {
+            self.table_for(zones.zone_of(client))
+        } else {
+            self.tables.first()
+        }
+    }
+
     /// The table for a client in `zone` (None: no zone / affinity off).
     #[inline]
     pub fn table_for(&self, zone: Option<u16>) -> Option<&MaglevTable> {
@@ -256,6 +268,40 @@ pub struct ZoneMap {
 pub struct Zone {
     pub name: String,
     pub subnets: Vec<(IpAddr, u8)>,
+}
+
+impl ZoneMap {
+    /// The zone of a client address (SPEC §6: "compatible" clients), by a
+    /// linear scan: a handful of subnets, looked up only for new flows of
+    /// services that have zonal tables (see [`ServiceState::table_for_client`]).
+    pub fn zone_of(&self, client: IpAddr) -> Option<u16> {
+        self.zones
+            .iter()
+            .position(|z| {
+                z.subnets
+                    .iter()
+                    .any(|&(net, len)| in_subnet(client, net, len))
+            })
+            .map(|i| i as u16)
+    }
+}
+
+fn in_subnet(ip: IpAddr, net: IpAddr, len: u8) -> bool {
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(len.min(32)))
+                .unwrap_or(0);
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(len.min(128)))
+                .unwrap_or(0);
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
 }
 
 /// Everything a worker needs to forward, immutable once published.
@@ -339,6 +385,51 @@ mod tests {
     /// MG-5: readers racing a writer that swaps 10,000 times always see a
     /// complete snapshot (generation and its services agree), and the version
     /// they poll moves on every publish.
+    /// ZA-3: clients in a zone subnet get their zone's table, others (and
+    /// every client of a service without zonal tables) the no-zone table.
+    #[test]
+    fn za_3_table_for_client_by_zone_subnet() {
+        let zones = ZoneMap {
+            zones: vec![
+                Zone {
+                    name: "a".into(),
+                    subnets: vec![("10.1.0.0".parse().unwrap(), 16)],
+                },
+                Zone {
+                    name: "b".into(),
+                    subnets: vec![
+                        ("10.2.0.0".parse().unwrap(), 16),
+                        ("2001:db8:b::".parse().unwrap(), 48),
+                    ],
+                },
+            ],
+        };
+        let t = |id: u32| MaglevTable {
+            slots: vec![BackendId(id)].into(),
+        };
+        let mut svc = ServiceState {
+            name: "s".into(),
+            encapsulation: Encapsulation::L2,
+            affinity: SessionAffinity::None,
+            tracking: ConnectionTracking::default(),
+            draining_timeout_ms: 0,
+            drain_on_failover: true,
+            pool_epoch: 0,
+            tables: vec![t(0), t(1), t(2)],
+            backends: vec![],
+        };
+        let owner = |svc: &ServiceState, ip: &str| {
+            svc.table_for_client(&zones, ip.parse().unwrap())
+                .and_then(|t| t.lookup(0))
+        };
+        assert_eq!(owner(&svc, "10.1.2.3"), Some(BackendId(1)));
+        assert_eq!(owner(&svc, "10.2.0.9"), Some(BackendId(2)));
+        assert_eq!(owner(&svc, "2001:db8:b:1::1"), Some(BackendId(2)));
+        assert_eq!(owner(&svc, "192.0.2.7"), Some(BackendId(0)), "no zone");
+        svc.tables.truncate(1);
+        assert_eq!(owner(&svc, "10.1.2.3"), Some(BackendId(0)), "affinity off");
+    }
+
     #[test]
     fn mg_5_readers_see_whole_snapshots_under_swaps() {
         fn snap(generation: u64) -> ForwardingState {
