@@ -208,6 +208,38 @@ fn ha_2_fragments_of_one_datagram_reach_one_backend() {
     }
 }
 
+/// HA-2 with IPv6: a datagram whose fragmentable part starts with
+/// destination options (so the first fragment carries DEST + UDP, the
+/// later ones only data) still lands on one backend: both report the
+/// Fragment header's next header as protocol.
+#[test]
+fn ha_2_ipv6_fragments_with_dest_opts_reach_one_backend() {
+    let mut seen = [false; 2];
+    for n in 1..33u16 {
+        let client = format!("2001:db8:c::{n:x}");
+        let first = [frag6(60, 0, true, 5), opts6(UDP), udp(4000, 53, &[0; 16])].concat();
+        let later = [frag6(60, 4, false, 5), vec![0; 8]].concat();
+        let a = run(&eth(
+            &[],
+            ETH_IPV6,
+            &ipv6(v6(&client), v6(VIP6), 44, &first),
+        ))
+        .0;
+        let b = run(&eth(
+            &[],
+            ETH_IPV6,
+            &ipv6(v6(&client), v6(VIP6), 44, &later),
+        ))
+        .0;
+        let Verdict::Forward { backend, .. } = a else {
+            panic!("{a:?}")
+        };
+        assert_eq!(a, b, "client {client}");
+        seen[backend.0 as usize] = true;
+    }
+    assert_eq!(seen, [true, true]);
+}
+
 /// HA-3: under CLIENT_IP every packet of a client (fragment or not, any
 /// protocol or port) reaches the same backend.
 #[test]

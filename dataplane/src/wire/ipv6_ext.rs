@@ -20,6 +20,9 @@ pub struct Ipv6FragInfo {
     pub offset: u16,
     pub more: bool,
     pub ident: u32,
+    /// The Fragment header's next header: the first header of the
+    /// fragmentable part, the only protocol a non-first fragment shows.
+    pub next: u8,
 }
 
 /// Where the walk ended.
@@ -79,6 +82,7 @@ pub fn walk(first: u8, payload: &[u8]) -> Result<Ipv6Upper, Error> {
                 offset: u16::from_be_bytes([h[2], h[3]]) >> 3,
                 more: h[3] & 1 != 0,
                 ident: u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
+                next: h[0],
             };
             fragment = Some(info);
             nh = h[0];
@@ -187,7 +191,8 @@ mod tests {
             Some(Ipv6FragInfo {
                 offset: 185,
                 more: true,
-                ident: 9
+                ident: 9,
+                next: UDP,
             })
         );
     }

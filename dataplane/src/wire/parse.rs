@@ -204,6 +204,14 @@ fn parse_ipv6(buf: &[u8], l3_offset: usize) -> Result<IpInfo, ParseError> {
         let l4 = ip.payload().get(upper.offset..).unwrap_or(&[]);
         parse_l4(&mut info, l4, ICMPV6)?;
     }
+    // HA-2: every fragment of a datagram must show the same protocol, and
+    // a non-first fragment shows only the Fragment header's next header.
+    // When extension headers follow the Fragment header (destination
+    // options in the fragmentable part), the first fragment reports that
+    // value too, not the upper layer behind them (whose ports it keeps).
+    if let Some(f) = upper.fragment {
+        info.protocol = f.next;
+    }
     Ok(info)
 }
 
