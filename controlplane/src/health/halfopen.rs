@@ -7,8 +7,9 @@
 //! acknowledgement number, which is our SYN's sequence number + 1, and the
 //! sequence number is the probe's slot in the scheduler plus a per-send
 //! nonce, so two probes of the same address never confuse each other.
-//! ICMP unreachables are not read (they would need a second raw socket);
-//! such a probe fails by timeout, a slower path to the same verdict.
+//! A second raw socket reads ICMP destination-unreachable messages, which
+//! quote our SYN's header (ports and sequence number): they fail the probe
+//! at once instead of at the timeout.
 
 use std::collections::HashMap;
 use std::io::{self, Read as _};
@@ -21,11 +22,14 @@ use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 pub enum Answer {
     SynAck,
     Reset,
+    /// ICMP destination unreachable quoting our SYN.
+    Unreachable,
 }
 
 #[derive(Debug)]
 pub struct HalfOpen {
     raw: Socket,
+    icmp: Socket,
     /// Keeps the source port ours: no other socket of this host can take
     /// it while we probe from it.
     _reserved: Socket,
@@ -39,6 +43,8 @@ impl HalfOpen {
     pub fn new() -> io::Result<Self> {
         let raw = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::TCP))?;
         raw.set_nonblocking(true)?;
+        let icmp = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))?;
+        icmp.set_nonblocking(true)?;
         let reserved = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
         reserved.bind(&SockAddr::from(SocketAddr::from(([0, 0, 0, 0], 0))))?;
         let port = reserved
@@ -48,14 +54,16 @@ impl HalfOpen {
             .ok_or_else(|| io::Error::other("no local port"))?;
         Ok(Self {
             raw,
+            icmp,
             _reserved: reserved,
             port,
             sources: HashMap::new(),
         })
     }
 
-    pub fn socket(&self) -> &Socket {
-        &self.raw
+    /// The sockets to watch for readability.
+    pub fn sockets(&self) -> [&Socket; 2] {
+        [&self.raw, &self.icmp]
     }
 
     /// Sends a SYN to `dst` with sequence number `seq`.
@@ -89,6 +97,11 @@ impl HalfOpen {
         while let Ok(n) = (&self.raw).read(&mut buf) {
             if let Some((ack, answer)) = parse_answer(&buf[..n], self.port) {
                 each(ack.wrapping_sub(1), answer);
+            }
+        }
+        while let Ok(n) = (&self.icmp).read(&mut buf) {
+            if let Some(seq) = parse_unreachable(&buf[..n], self.port) {
+                each(seq, Answer::Unreachable);
             }
         }
     }
@@ -138,6 +151,27 @@ pub fn parse_answer(pkt: &[u8], port: u16) -> Option<(u32, Answer)> {
     }
 }
 
+/// An ICMP destination unreachable quoting a TCP segment from `port`: the
+/// quoted sequence number (RFC 792 quotes the IP header + 8 bytes: ports
+/// and sequence number).
+pub fn parse_unreachable(pkt: &[u8], port: u16) -> Option<u32> {
+    let ihl = usize::from(pkt.first()? & 0x0f) * 4;
+    let icmp = pkt.get(ihl..)?;
+    if *icmp.first()? != 3 {
+        return None; // not destination unreachable
+    }
+    let inner = icmp.get(8..)?;
+    let inner_ihl = usize::from(inner.first()? & 0x0f) * 4;
+    if *inner.get(9)? != 6 {
+        return None;
+    }
+    let tcp = inner.get(inner_ihl..inner_ihl + 8)?;
+    if u16::from_be_bytes([tcp[0], tcp[1]]) != port {
+        return None;
+    }
+    Some(u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +212,18 @@ mod tests {
         let mut rst = pkt;
         rst.extend_from_slice(&tcp);
         assert_eq!(parse_answer(&rst, 40000), Some((0x01020305, Answer::Reset)));
+
+        // ICMP host unreachable quoting our SYN (IP header + 8 bytes).
+        let mut icmp = vec![
+            0x45, 0, 0, 56, 0, 0, 0, 0, 64, 1, 0, 0, 192, 0, 2, 254, 127, 0, 0, 1,
+        ];
+        icmp.extend_from_slice(&[3, 1, 0, 0, 0, 0, 0, 0]);
+        icmp.extend_from_slice(&[0x45, 0, 0, 40, 0, 0, 0, 0, 64, 6, 0, 0]);
+        icmp.extend_from_slice(&[127, 0, 0, 1, 127, 0, 0, 2]);
+        icmp.extend_from_slice(&s[..8]);
+        assert_eq!(parse_unreachable(&icmp, 40000), Some(0x01020304));
+        assert_eq!(parse_unreachable(&icmp, 40001), None);
+        icmp[20] = 11; // time exceeded: not ours to judge
+        assert_eq!(parse_unreachable(&icmp, 40000), None);
     }
 }

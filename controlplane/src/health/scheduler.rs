@@ -98,10 +98,12 @@ impl HealthChecker {
         // fall back to connect() probes (same verdicts, one ACK more).
         let halfopen = HalfOpen::new().ok().filter(|h| {
             use std::os::fd::AsRawFd as _;
-            let fd = h.socket().as_raw_fd();
-            poll.registry()
-                .register(&mut mio::unix::SourceFd(&fd), HALFOPEN, Interest::READABLE)
-                .is_ok()
+            h.sockets().iter().all(|s| {
+                let fd = s.as_raw_fd();
+                poll.registry()
+                    .register(&mut mio::unix::SourceFd(&fd), HALFOPEN, Interest::READABLE)
+                    .is_ok()
+            })
         });
         let mut sched = Scheduler {
             poll,
@@ -357,7 +359,7 @@ impl Scheduler {
                     Answer::SynAck => ProbeResult::Success {
                         weight: WeightReport::NotApplicable,
                     },
-                    Answer::Reset => ProbeResult::Failure,
+                    Answer::Reset | Answer::Unreachable => ProbeResult::Failure,
                 };
                 self.finish(i, result);
             }
