@@ -217,3 +217,21 @@ fn hc_initial_state_config() {
         "{err}"
     );
 }
+
+/// HC-6: an unhealthy backend owns no slot while a healthy one exists; its
+/// snapshot entry says unhealthy (conntrack applies CT-8 from there).
+#[test]
+fn hc_6_unhealthy_backend_gets_no_new_connections() {
+    let c = cfg(ZONAL);
+    let st = Builder::new().build(&c, &["192.0.2.10"], 0);
+    let sick = st.services[0]
+        .backends
+        .iter()
+        .copied()
+        .find(|&id| st.backend(id).unwrap().address.to_string() == "192.0.2.10")
+        .unwrap();
+    assert!(!st.backend(sick).unwrap().healthy);
+    for t in &st.services[0].tables {
+        assert!(t.slots.iter().all(|&s| s != sick));
+    }
+}

@@ -65,7 +65,7 @@ fn el_2_and_el_7_weighted_ranking() {
 }
 
 #[test]
-fn el_3_failover_ordering() {
+fn el_3_fo_1_failover_ordering() {
     // (ratio, backends, expected, case)
     let cases: &[(f64, &[BackendView], &[usize], &str)] = &[
         (
@@ -106,7 +106,7 @@ fn el_3_failover_ordering() {
 }
 
 #[test]
-fn el_4_no_healthy_backend() {
+fn el_4_fo_2_no_healthy_backend_drop_traffic_if_unhealthy() {
     let bs = [b(P, false, 1), b(F, false, 1), b(P, false, 1)];
     let keep = eligible(&fo(0.0, false), &bs);
     assert_eq!(
@@ -166,7 +166,7 @@ fn spill(ratio: f64) -> PolicyParams {
 }
 
 #[test]
-fn za_8_worked_example() {
+fn za_3_za_4_za_8_worked_example() {
     // 10 primaries: 0..5 in zone 1, 5..10 in zone 2; healthy: all of zone 1,
     // three of zone 2.
     let bs: Vec<_> = (0..10)
@@ -185,7 +185,7 @@ fn za_8_worked_example() {
 }
 
 #[test]
-fn za_9_match_follows_the_eligible_pool() {
+fn za_2_za_9_match_follows_the_eligible_pool() {
     // Zones A=0, B=1 primaries; C=2, D=3 failovers; client in A.
     let mut bs = vec![
         zoned(P, true, 0),
