@@ -235,3 +235,17 @@ fn hc_6_unhealthy_backend_gets_no_new_connections() {
         assert!(t.slots.iter().all(|&s| s != sick));
     }
 }
+
+/// MG-1: the table size is the configured prime (655373 for large
+/// services); the default is 65537; a non-prime is refused.
+#[test]
+fn mg_1_table_size_is_the_configured_prime() {
+    let big = cfg(&ZONAL.replace("maglev_table_size = 251", "maglev_table_size = 655373"));
+    let st = Builder::new().build(&big, &[], 0);
+    assert_eq!(st.services[0].tables[0].slots.len(), 655_373);
+    let default = cfg(&ZONAL.replace("maglev_table_size = 251\n", ""));
+    assert_eq!(default.backend_services[0].maglev_table_size, 65_537);
+    let text = ZONAL.replace("maglev_table_size = 251", "maglev_table_size = 65536");
+    let err = std::panic::catch_unwind(|| cfg(&text));
+    assert!(err.is_err(), "65536 is not prime");
+}
