@@ -110,11 +110,10 @@ fn quoted_v6(q: &[u8]) -> Option<Quoted> {
                 Some(f) if f.offset == 0 => Fragment::First,
                 Some(_) => Fragment::Later,
             };
-            (
-                up.protocol,
-                payload.get(up.offset..).unwrap_or(&[]),
-                fragment,
-            )
+            // As the receive parser does (HA-2): a fragment's protocol is
+            // its Fragment header's next header.
+            let protocol = up.fragment.map_or(up.protocol, |f| f.next);
+            (protocol, payload.get(up.offset..).unwrap_or(&[]), fragment)
         }
         Err(_) if h[6] == IPV6_FRAGMENT => (h[6], &[][..], Fragment::Later),
         Err(_) => (h[6], &[][..], Fragment::No),
