@@ -286,16 +286,25 @@ fn supervise(
             return;
         }
         if let Some(idle) = opts.exit_on_idle {
+            // Idle counts from the first packet on: on a loaded machine the
+            // workers may start polling late, and stopping before any
+            // traffic would silently cut a replay short. A source that never
+            // sends anything still ends, after IDLE_STARTUP_GRACE.
             let rx = rx_total();
             if rx != last_rx {
                 last_rx = rx;
                 last_change = Instant::now();
-            } else if last_change.elapsed() >= idle {
+            } else if (rx > 0 && last_change.elapsed() >= idle)
+                || (rx == 0 && last_change.elapsed() >= idle.max(IDLE_STARTUP_GRACE))
+            {
                 return;
             }
         }
     }
 }
+
+/// How long `--exit-on-idle` waits for the first packet.
+const IDLE_STARTUP_GRACE: Duration = Duration::from_secs(5);
 
 /// Mbuf data room: DPDK's default (2048 + headroom), enough for a 1500-byte
 /// MTU plus any encapsulation in one segment.
