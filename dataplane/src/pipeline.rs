@@ -204,6 +204,35 @@ fn steer_icmp_error(frame: &[u8], ip: &IpInfo, state: &ForwardingState) -> Optio
     }))
 }
 
+/// Between the stages, over the whole burst: the conntrack shard is far
+/// larger than the caches, so its lines are fetched for every packet of the
+/// burst before any is delivered (`pass` 0: signature lines, 1: the
+/// matching entries), and the misses overlap instead of queueing up one
+/// packet at a time. Returns nothing; a hint only.
+#[inline]
+pub fn prefetch_conntrack(
+    frame: &[u8],
+    b: &Balance,
+    state: &ForwardingState,
+    ctx: &PipelineCtx,
+    pass: u8,
+) {
+    let Some(service) = state.service(b.service) else {
+        return;
+    };
+    let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
+        return;
+    };
+    if let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) {
+        let h = ctx.conntrack.hash(&key);
+        if pass == 0 {
+            ctx.conntrack.prefetch_buckets(h);
+        } else {
+            ctx.conntrack.prefetch_entries(h);
+        }
+    }
+}
+
 /// Stage 2: pick the backend (connection tracking, SPEC §3, over the
 /// Maglev table) and encapsulate.
 #[inline]

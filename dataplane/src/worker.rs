@@ -120,6 +120,15 @@ impl Worker {
                     };
                 }
                 pc.rx_bytes.add(rx_bytes);
+                // Conntrack lines of the whole burst, in two passes, before
+                // any packet is delivered: the shard's misses overlap.
+                for pass in 0..2 {
+                    for (m, stage) in rx_burst.iter().zip(stages.iter()) {
+                        if let Stage::Balance(b) = stage {
+                            pipeline::prefetch_conntrack(m.data(), b, &state, &ctx, pass);
+                        }
+                    }
+                }
                 for (mut m, stage) in rx_burst.drain().zip(stages.iter()) {
                     let verdict = match stage {
                         Stage::Done(v) => *v,

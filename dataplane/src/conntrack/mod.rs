@@ -12,7 +12,7 @@ pub mod policy;
 pub mod session;
 pub mod shard;
 
-pub use session::select;
+pub use session::{select, tracking_key};
 pub use shard::{Counters, Entry, Full, Shard};
 
 use crate::flow::TupleKind;

@@ -35,6 +35,22 @@ fn judge(e: &Entry, service: &ServiceState, state: &ForwardingState, now: Millis
     }
 }
 
+/// The packet's tracking key (CT-3), None when it is not tracked (CT-2,
+/// CT-4).
+#[inline]
+pub fn tracking_key(
+    m: &PacketMeta,
+    addrs: &Addrs,
+    service_id: ServiceId,
+    service: &ServiceState,
+) -> Option<TrackKey> {
+    if !trackable(m.proto, service.affinity) {
+        return None;
+    }
+    let kind = key_kind(service.tracking.mode, service.affinity, m);
+    Some(TrackKey::new(kind, addrs, m, service_id))
+}
+
 /// The backend for one load-balanced packet (None: no eligible backend,
 /// the caller drops it as `NoBackend`). `hash` is the packet's flow hash
 /// under the service's affinity (SPEC §2); eligibility (§4) is the
@@ -54,12 +70,10 @@ pub fn select(
 ) -> Option<BackendId> {
     let by_table = || service.table_for(None).and_then(|t| t.lookup(hash));
     // CT-2, CT-4: hash every packet, record nothing.
-    if !trackable(m.proto, service.affinity) {
+    let Some(key) = tracking_key(m, addrs, service_id, service) else {
         return by_table();
-    }
+    };
     let tracking = service.tracking;
-    let kind = key_kind(tracking.mode, service.affinity, m);
-    let key = TrackKey::new(kind, addrs, m, service_id);
     let h = shard.hash(&key);
     let fresh = |backend: BackendId| Entry {
         key,

@@ -110,6 +110,16 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
+/// `n` default elements on transparent huge pages where the kernel gives
+/// them (TLB misses otherwise dominate random lookups in a large table),
+/// written here — at start — so no page is faulted in on the packet path.
+fn table<T: Copy + Default>(n: usize) -> Box<[T]> {
+    let mut v = Vec::with_capacity(n);
+    crate::dpdk::memory::advise_huge_pages(&mut v);
+    v.resize(n, T::default());
+    v.into_boxed_slice()
+}
+
 impl Shard {
     /// A shard with at least `capacity` slots and a random hash seed.
     pub fn with_capacity(capacity: usize) -> Self {
@@ -133,10 +143,8 @@ impl Shard {
         };
         let keys = [next(), next(), next(), next(), next(), next()];
         Self {
-            // vec! writes every element: the pages are touched here, at
-            // start, rather than faulted in on the packet path.
-            sigs: vec![Sigs::default(); buckets].into_boxed_slice(),
-            entries: vec![Entry::default(); slots].into_boxed_slice(),
+            sigs: table(buckets),
+            entries: table(slots),
             mask: buckets - 1,
             keys,
             live: 0,
@@ -195,12 +203,33 @@ impl Shard {
         (sig, b1, b2)
     }
 
-    /// Hints the cache that `h`'s first bucket is about to be read.
+    /// Burst pass 1: start loading both candidate signature lines of `h`.
     #[inline]
-    pub fn prefetch(&self, h: u64) {
-        let (_, b1, _) = self.candidates(h);
-        if let Some(s) = self.sigs.get(b1) {
-            crate::dpdk::prefetch::prefetch_read(s);
+    pub fn prefetch_buckets(&self, h: u64) {
+        let (_, b1, b2) = self.candidates(h);
+        for b in [b1, b2] {
+            if let Some(s) = self.sigs.get(b) {
+                crate::dpdk::prefetch::prefetch_read(s);
+            }
+        }
+    }
+
+    /// Burst pass 2 (the signature lines are in cache by now): start
+    /// loading the entry lines whose signature matches `h`'s.
+    #[inline]
+    pub fn prefetch_entries(&self, h: u64) {
+        let (sig, b1, b2) = self.candidates(h);
+        for b in [b1, b2] {
+            let Some(sigs) = self.sigs.get(b) else {
+                continue;
+            };
+            let mut m = sigs.mask(sig);
+            while m != 0 {
+                if let Some(e) = self.entries.get(b * SLOTS + m.trailing_zeros() as usize) {
+                    crate::dpdk::prefetch::prefetch_read(e);
+                }
+                m &= m - 1;
+            }
         }
     }
 

@@ -10,6 +10,7 @@ mod burst;
 mod eal;
 mod error;
 mod mbuf;
+pub mod memory;
 mod mempool;
 mod port;
 pub mod prefetch;
