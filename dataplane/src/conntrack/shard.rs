@@ -198,49 +198,46 @@ impl Shard {
         let sig = ((h >> 32) as u32) | 1;
         let b1 = (h as usize) & self.mask;
         // Derived from the signature alone (bits independent of b1's).
-        let b2 =
-            (b1 ^ (u64::from(sig).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize) & self.mask;
+        let b2 = self.other_bucket(b1, sig);
         (sig, b1, b2)
     }
 
-    /// Burst pass 1: start loading both candidate signature lines of `h`.
+    /// Burst pass 1: start loading `h`'s first signature line (where
+    /// first-bucket-first inserts put most keys).
     #[inline]
     pub fn prefetch_buckets(&self, h: u64) {
-        let (_, b1, b2) = self.candidates(h);
-        for b in [b1, b2] {
-            if let Some(s) = self.sigs.get(b) {
-                crate::dpdk::prefetch::prefetch_read(s);
-            }
+        let (_, b1, _) = self.candidates(h);
+        if let Some(s) = self.sigs.get(b1) {
+            crate::dpdk::prefetch::prefetch_read(s);
         }
     }
 
-    /// Burst pass 2 (the signature lines are in cache by now): start
-    /// loading the entry lines whose signature matches `h`'s.
+    /// Burst pass 2 (the first signature line is in cache by now): start
+    /// loading the entry lines whose signature matches `h`'s, or, with no
+    /// match there, the second bucket's signature line.
     #[inline]
     pub fn prefetch_entries(&self, h: u64) {
         let (sig, b1, b2) = self.candidates(h);
-        for b in [b1, b2] {
-            let Some(sigs) = self.sigs.get(b) else {
-                continue;
-            };
-            let mut m = sigs.mask(sig);
-            while m != 0 {
-                if let Some(e) = self.entries.get(b * SLOTS + m.trailing_zeros() as usize) {
-                    crate::dpdk::prefetch::prefetch_read(e);
-                }
-                m &= m - 1;
+        let Some(sigs) = self.sigs.get(b1) else {
+            return;
+        };
+        let mut m = sigs.mask(sig);
+        if m == 0 {
+            if let Some(s) = self.sigs.get(b2) {
+                crate::dpdk::prefetch::prefetch_read(s);
             }
+        }
+        while m != 0 {
+            if let Some(e) = self.entries.get(b1 * SLOTS + m.trailing_zeros() as usize) {
+                crate::dpdk::prefetch::prefetch_read(e);
+            }
+            m &= m - 1;
         }
     }
 
     #[inline]
     fn find(&self, key: &TrackKey, h: u64) -> Option<usize> {
         let (sig, b1, b2) = self.candidates(h);
-        // Two-choice inserts leave about half the keys in their second
-        // bucket: start its line loading now so the two misses overlap.
-        if let Some(s) = self.sigs.get(b2) {
-            crate::dpdk::prefetch::prefetch_read(s);
-        }
         for b in [b1, b2] {
             let Some(sigs) = self.sigs.get(b) else {
                 continue;
@@ -313,16 +310,16 @@ impl Shard {
     /// Like [`Shard::upsert`] for a key known to be absent (just missed).
     pub fn insert_absent(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {
         let (sig, b1, b2) = self.candidates(h);
-        // The emptier of the two buckets: greedy two-choice balancing, no
-        // relocation (bounded work per insert); the first failure comes at
-        // ~87 % full (tests/conntrack_capacity.rs), so size the capacity
-        // ~15 % above the flows expected per worker.
-        let (first, second) = if self.free_in(b2) > self.free_in(b1) {
-            (b2, b1)
-        } else {
-            (b1, b2)
-        };
-        let slot = match self.empty_slot(first).or_else(|| self.empty_slot(second)) {
+        // First bucket first, so that most keys are found in it (one
+        // signature line per hit); then the second; then one step of cuckoo
+        // relocation (bounded: at most 32 residents' other buckets looked
+        // at); then expired slots.
+        let slot = match self
+            .empty_slot(b1)
+            .or_else(|| self.empty_slot(b2))
+            .or_else(|| self.relocate_from(b1))
+            .or_else(|| self.relocate_from(b2))
+        {
             Some(slot) => slot,
             None => match self
                 .expired_slot(b1, now)
@@ -355,8 +352,33 @@ impl Shard {
         Ok(slot)
     }
 
-    fn free_in(&self, b: usize) -> u32 {
-        self.sigs.get(b).map_or(0, |s| s.mask(0).count_ones())
+    /// The other candidate bucket of a key with signature `sig` in `b`
+    /// (the XOR makes the relation symmetric).
+    #[inline]
+    fn other_bucket(&self, b: usize, sig: u32) -> usize {
+        (b ^ (u64::from(sig).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize) & self.mask
+    }
+
+    /// Frees a slot of the full bucket `b` by moving one resident to an
+    /// empty slot of its other bucket; returns the freed slot.
+    fn relocate_from(&mut self, b: usize) -> Option<usize> {
+        let sigs = self.sigs.get(b)?.0;
+        for (i, &s) in sigs.iter().enumerate() {
+            let alt = self.other_bucket(b, s);
+            if alt == b {
+                continue;
+            }
+            let Some(to) = self.empty_slot(alt) else {
+                continue;
+            };
+            let from = b * SLOTS + i;
+            let e = *self.entries.get(from)?;
+            *self.entries.get_mut(to)? = e;
+            *self.sigs.get_mut(alt)?.0.get_mut(to % SLOTS)? = s;
+            *self.sigs.get_mut(b)?.0.get_mut(i)? = 0;
+            return Some(from);
+        }
+        None
     }
 
     fn empty_slot(&self, b: usize) -> Option<usize> {
