@@ -264,6 +264,9 @@ fn deliver_inner<P: PacketBuf>(
             &addrs,
             b.service,
             service,
+            // ZA-3: the client's zone table (the zone lookup only runs for
+            // services that have zonal tables).
+            || service.table_for_client(&state.zones, addrs.src_ip()),
             state,
             b.hash,
             ctx.now,

@@ -429,3 +429,52 @@ fn entry_is_one_cache_line_for_v4_and_v6() {
     assert_eq!(w.send(&p6), Some(first), "IPv6 keys tracked alike");
     let _ = Millis(0);
 }
+
+/// CT-7 with zonal affinity (§6): a new flow takes its client zone's table
+/// (ZA-3); once recorded it stays when the zonal tables change or zonal
+/// affinity is switched off.
+#[test]
+fn ct_7_zonal_affinity_does_not_move_established_flows() {
+    use dataplane::conntrack::{self, Addrs};
+    use dataplane::snapshot::{MaglevTable, Zone, ZoneMap};
+    let mut w = world(A::None, M::PerConnection, P::DefaultForProtocol);
+    w.state.zones = ZoneMap {
+        zones: vec![Zone {
+            name: "z0".into(),
+            subnets: vec![(ip("198.51.100.0"), 24)],
+        }],
+    };
+    // Zone 0's table: backend 2 only.
+    let zone_table = MaglevTable {
+        slots: vec![BackendId(2); 7].into(),
+    };
+    w.svc().tables.push(zone_table);
+    let send = |w: &mut World, p: &Pkt| {
+        let s = &w.state.services[0];
+        conntrack::select(
+            &mut w.shard,
+            &p.meta(),
+            &Addrs::new(p.src, p.dst),
+            SVC,
+            s,
+            || s.table_for_client(&w.state.zones, p.src),
+            &w.state,
+            p.hash(s.affinity),
+            w.now,
+        )
+    };
+    let p = Pkt::tcp("198.51.100.1", 4000, ACK);
+    assert_eq!(send(&mut w, &p), Some(BackendId(2)), "ZA-3: zone table");
+    let outside = Pkt::tcp("192.0.2.1", 4000, ACK);
+    assert_eq!(send(&mut w, &outside), w.table_choice(&outside), "no zone");
+    // The zone table moves, then zonal affinity goes away: still backend 2.
+    w.svc().tables[1] = MaglevTable {
+        slots: vec![BackendId(0); 7].into(),
+    };
+    assert_eq!(send(&mut w, &p), Some(BackendId(2)));
+    w.svc().tables.truncate(1);
+    assert_eq!(send(&mut w, &p), Some(BackendId(2)));
+    // A new connection of that client follows the current tables.
+    let syn = Pkt::tcp("198.51.100.1", 4001, SYN);
+    assert_eq!(send(&mut w, &syn), w.table_choice(&syn));
+}

@@ -69,6 +69,16 @@ impl Addrs {
         }
     }
 
+    /// The source address (the client), e.g. for its zone (ZA-3).
+    pub fn src_ip(&self) -> std::net::IpAddr {
+        if self.v6 {
+            let bits = (u128::from(self.src[0]) << 64) | u128::from(self.src[1]);
+            std::net::IpAddr::V6(bits.into())
+        } else {
+            std::net::IpAddr::V4((self.src[1] as u32).into())
+        }
+    }
+
     /// Reads the addresses back from the (already parsed, not yet
     /// rewritten) frame: cheaper than carrying two `IpAddr`s between the
     /// stages, and the IP header's line is in cache.

@@ -5,7 +5,7 @@
 
 use super::policy::{key_kind, persists, syn_is_new_connection, trackable};
 use super::{Addrs, Entry, PacketMeta, Shard, TrackKey};
-use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId, ServiceState};
+use crate::snapshot::{BackendId, ForwardingState, MaglevTable, Millis, ServiceId, ServiceState};
 
 /// What the snapshot says about a recorded backend.
 enum Recorded {
@@ -53,22 +53,26 @@ pub fn tracking_key(
 
 /// The backend for one load-balanced packet (None: no eligible backend,
 /// the caller drops it as `NoBackend`). `hash` is the packet's flow hash
-/// under the service's affinity (SPEC §2); eligibility (§4) is the
-/// service's Maglev table, built by the control plane from the eligible
-/// set.
+/// under the service's affinity (SPEC §2); eligibility (§4) is `table()`,
+/// the service's Maglev table for this client (its zone's under zonal affinity,
+/// ZA-3), built by the control plane from the eligible set. Recorded
+/// entries do not consult it (CT-7).
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub fn select(
+pub fn select<'t>(
     shard: &mut Shard,
     m: &PacketMeta,
     addrs: &Addrs,
     service_id: ServiceId,
     service: &ServiceState,
+    table: impl Fn() -> Option<&'t MaglevTable>,
     state: &ForwardingState,
     hash: u64,
     now: Millis,
 ) -> Option<BackendId> {
-    let by_table = || service.table_for(None).and_then(|t| t.lookup(hash));
+    // Called only when a packet needs eligibility (new or re-selected):
+    // the zone lookup behind it is not paid on hits.
+    let by_table = || table().and_then(|t| t.lookup(hash));
     // CT-2, CT-4: hash every packet, record nothing.
     let Some(key) = tracking_key(m, addrs, service_id, service) else {
         return by_table();

@@ -236,6 +236,7 @@ impl World {
             &Addrs::new(p.src, p.dst),
             SVC,
             s,
+            || s.table_for(None),
             &self.state,
             hash,
             self.now,
