@@ -161,6 +161,45 @@ fn check(persistence: &str, name: &str, persists: bool) {
     );
 }
 
+/// Two workers, each with its own shard (AP-1): net_pcap gives one RX
+/// queue per `rx_pcap` file and does no RSS, so this shows per-worker
+/// ownership and accounting through the binary — not steering, which
+/// `dataplane/tests/conntrack_steering.rs` proves at unit level.
+#[test]
+fn two_workers_two_shards() {
+    let dir = tempdir("golden_ct_two_workers");
+    let client = |c: u8, sport: u16, syn: bool| {
+        let mut out = Vec::new();
+        let b = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], PORT_MAC)
+            .ipv4([10, 9, 0, c], [203, 0, 113, 10], 64)
+            .tcp(sport, 80, 1000, 65535);
+        let b = if syn { b.syn() } else { b.ack(1) };
+        b.write(&mut out, &[]).unwrap();
+        out
+    };
+    for (file, c, n) in [("a.pcap", 1u8, 20u16), ("b.pcap", 2, 30)] {
+        let mut frames: Vec<_> = (0..n).map(|i| client(c, 10_000 + i, true)).collect();
+        frames.extend((0..n).map(|i| client(c, 10_000 + i, false)));
+        write_pcap(&dir.join(file), &frames);
+    }
+    let d = dir.display();
+    let cfg = config("DEFAULT_FOR_PROTOCOL", &dir)
+        .replace("workers = 1", "workers = 2")
+        .replace(
+            &format!("rx_pcap={d}/in.pcap,tx_pcap={d}/out.pcap"),
+            &format!("rx_pcap={d}/a.pcap,rx_pcap={d}/b.pcap,tx_pcap={d}/c.pcap,tx_pcap={d}/d.pcap"),
+        );
+    let path = dir.join("sluice.toml");
+    std::fs::write(&path, cfg).unwrap();
+    let m = parse_metrics(&run_sluice(&path, &dir));
+    assert_eq!(m["sluice_conntrack_entries{worker=\"0\"}"], 20);
+    assert_eq!(m["sluice_conntrack_entries{worker=\"1\"}"], 30);
+    assert_eq!(m["sluice_conntrack_inserts_total"], 50);
+    assert_eq!(m["sluice_conntrack_hits_total"], 50);
+    let out = read_pcap(&dir.join("c.pcap")).len() + read_pcap(&dir.join("d.pcap")).len();
+    assert_eq!(out, 100);
+}
+
 #[test]
 fn ct_8_tcp_persists_on_unhealthy_backend_by_default() {
     check("DEFAULT_FOR_PROTOCOL", "golden_ct_default", true);
