@@ -81,6 +81,8 @@ impl TokenBucket {
 /// the egress MTU the packet's backend imposes and answers the client.
 /// The backend is looked up again by hash; only its egress port and
 /// address family matter (the tunnel overhead), not which one it is.
+#[cold]
+#[inline(never)]
 pub fn answer_mtu_exceeded<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,

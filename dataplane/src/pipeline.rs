@@ -168,6 +168,9 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
 /// which is the client→VIP flow's hash. None: not such an error, or the
 /// quoted flow matches no rule; the packet is then handled like any other
 /// (an `L3_DEFAULT` rule balances it as a 3-tuple, otherwise no rule).
+// Rare (ICMP errors only): out of line, so the TCP/UDP path stays small.
+#[cold]
+#[inline(never)]
 fn steer_icmp_error(frame: &[u8], ip: &IpInfo, state: &ForwardingState) -> Option<Stage> {
     if !icmp_wire::is_steered_error(ip.protocol, ip.icmp_type?) {
         return None;
