@@ -119,6 +119,9 @@ pub fn classify(frame: &[u8], state: &ForwardingState) -> Stage {
     }
 }
 
+// Always inlined: with the ICMP branch (HA-4) the compiler stopped
+// inlining it, which measured +5 ns/packet on TCP.
+#[inline(always)]
 fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropReason> {
     let ip = match wire::parse(frame)? {
         Parsed::Arp => return Ok(Stage::Done(Verdict::Punt)),
@@ -127,9 +130,19 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
     // HA-4: an ICMP error quoting a packet of a VIP flow goes to that
     // flow's backend. Only ICMP carries `icmp_type`, so TCP/UDP pay one
     // branch here.
-    if ip.icmp_type.is_some() {
-        if let Some(stage) = steer_icmp_error(frame, &ip, state) {
-            return Ok(stage);
+    if let Some(icmp_type) = ip.icmp_type {
+        // Scalars only, so `ip` need not be materialised in memory for the
+        // out-of-line call.
+        let end = ip.l3_offset + ip.ip_len;
+        let v6 = ip.ethertype == ETHERTYPE_IPV6;
+        let error = (ip.protocol, icmp_type, v6, ip.l4_offset, end, ip.dst);
+        if let Some((service, hash)) = steer_icmp_error(frame, error, state) {
+            return Ok(Stage::Balance(Balance {
+                layout: L3Layout::from(&ip),
+                service,
+                hash,
+                meta: PacketMeta::of(&ip),
+            }));
         }
     }
     // FR-4: a non-first fragment has no ports (the parser leaves them out).
@@ -160,9 +173,9 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
     }))
 }
 
-/// HA-4: when `ip` is an ICMP/ICMPv6 error sent to a VIP and quoting a
-/// packet that VIP sent (a backend's DSR reply), the stage that balances it
-/// like the quoted flow: its rule is the one the client's packets match
+/// HA-4: when the packet is an ICMP/ICMPv6 error sent to a VIP (`dst`) and
+/// quoting a packet that VIP sent (a backend's DSR reply), the service and
+/// hash that balance it like the quoted flow: its rule is the one the client's packets match
 /// (quoted destination port = the client's, source port = the VIP's), its
 /// hash the quoted header with source and destination (and ports) swapped,
 /// which is the client→VIP flow's hash. None: not such an error, or the
@@ -171,15 +184,18 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
 // Rare (ICMP errors only): out of line, so the TCP/UDP path stays small.
 #[cold]
 #[inline(never)]
-fn steer_icmp_error(frame: &[u8], ip: &IpInfo, state: &ForwardingState) -> Option<Stage> {
-    if !icmp_wire::is_steered_error(ip.protocol, ip.icmp_type?) {
+fn steer_icmp_error(
+    frame: &[u8],
+    (protocol, icmp_type, v6, l4_offset, end, dst): (u8, u8, bool, usize, usize, IpAddr),
+    state: &ForwardingState,
+) -> Option<(ServiceId, u64)> {
+    if !icmp_wire::is_steered_error(protocol, icmp_type) {
         return None;
     }
-    let msg = frame.get(ip.l4_offset..ip.l3_offset + ip.ip_len)?;
-    let q = icmp_wire::quoted(msg, ip.ethertype == ETHERTYPE_IPV6)?;
+    let q = icmp_wire::quoted(frame.get(l4_offset..end)?, v6)?;
     // The error goes back to the offending packet's source; anything else
     // is not about a flow of this VIP.
-    if q.src != ip.dst {
+    if q.src != dst {
         return None;
     }
     let rule = state
@@ -187,24 +203,26 @@ fn steer_icmp_error(frame: &[u8], ip: &IpInfo, state: &ForwardingState) -> Optio
         .lookup(q.src, q.protocol, q.ports.map(|p| p.src))
         .ok()?;
     let service = state.service(rule.service)?;
+    // The client's flow: the quote with source and destination swapped.
+    // Only the fields the flow hash reads matter.
     let client_flow = IpInfo {
+        ethertype: 0,
+        l3_offset: 0,
+        ip_len: 0,
         src: q.dst,
         dst: q.src,
         protocol: q.protocol,
+        l4_offset: 0,
+        fragment: q.fragment,
+        dont_fragment: false,
         ports: q.ports.map(|p| Ports {
             src: p.dst,
             dst: p.src,
         }),
-        fragment: q.fragment,
-        ..*ip
+        tcp_flags: 0,
+        icmp_type: None,
     };
-    let hash = packet_hash(&client_flow, service.affinity);
-    Some(Stage::Balance(Balance {
-        layout: L3Layout::from(ip),
-        service: rule.service,
-        hash,
-        meta: PacketMeta::of(ip),
-    }))
+    Some((rule.service, packet_hash(&client_flow, service.affinity)))
 }
 
 /// Between the stages, over the whole burst: the conntrack shard is far
