@@ -218,10 +218,15 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     for &lcore in &launched {
         eal.wait(lcore);
     }
+    // The final metrics are rendered while the ports are still open: closing
+    // a port resets its hardware counters.
+    let final_metrics = opts
+        .metrics_dump
+        .as_ref()
+        .map(|_| metrics::render(&sources));
     // Closing the ports flushes drivers (net_pcap writes its TX file here).
     drop(ports);
-    if let Some(path) = &opts.metrics_dump {
-        let text = metrics::render(&sources);
+    if let (Some(path), Some(text)) = (&opts.metrics_dump, final_metrics) {
         if path.as_os_str() == "-" {
             print!("{text}");
         } else {

@@ -275,6 +275,15 @@ fn check_case(encap: &str) {
     assert_eq!(rx, input.len() as u64, "{metrics}");
     assert_eq!(tx, output.len() as u64, "{metrics}");
     assert_eq!(rx, tx + drops, "RX = TX + drops\n{metrics}");
+    // Our counters agree with the driver's own (rte_eth_stats).
+    let hw = |c: &str| {
+        m.get(&format!(
+            "sluice_port_hw_total{{counter=\"{c}\",port=\"uplink\"}}"
+        ))
+        .copied()
+    };
+    assert_eq!(hw("ipackets"), Some(rx), "driver RX\n{metrics}");
+    assert_eq!(hw("opackets"), Some(tx), "driver TX\n{metrics}");
     for (reason, n) in expected_drops {
         let key = format!("sluice_dropped_packets_total{{reason=\"{reason}\"}}");
         assert_eq!(m.get(&key).copied(), Some(n), "{key}\n{metrics}");
