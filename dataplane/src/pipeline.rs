@@ -90,6 +90,10 @@ pub struct Balance {
     /// Protocol, TCP flags, fragment status, ports: what conntrack needs
     /// besides the addresses (which stage 2 reads back from the frame).
     pub meta: PacketMeta,
+    /// The conntrack shard's hash of the tracking key, once the worker's
+    /// prefetch pass has computed it (None: not yet, or not trackable), so
+    /// stage 2 does not hash the key a second and third time.
+    pub ct_hash: Option<u64>,
 }
 
 /// Decides what to do with one packet received on `rx_port`, rewriting it in
@@ -142,6 +146,7 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
                 service,
                 hash,
                 meta: PacketMeta::of(&ip),
+                ct_hash: None,
             }));
         }
     }
@@ -170,6 +175,7 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         service: rule.service,
         hash,
         meta: PacketMeta::of(&ip),
+        ct_hash: None,
     }))
 }
 
@@ -233,24 +239,32 @@ fn steer_icmp_error(
 #[inline]
 pub fn prefetch_conntrack(
     frame: &[u8],
-    b: &Balance,
+    b: &mut Balance,
     state: &ForwardingState,
     ctx: &PipelineCtx,
     pass: u8,
 ) {
-    let Some(service) = state.service(b.service) else {
-        return;
-    };
-    let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
-        return;
-    };
-    if let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) {
-        let h = ctx.conntrack.hash(&key);
-        if pass == 0 {
-            ctx.conntrack.prefetch_buckets(h);
-        } else {
-            ctx.conntrack.prefetch_entries(h);
+    let h = match b.ct_hash {
+        Some(h) => h,
+        None => {
+            let Some(service) = state.service(b.service) else {
+                return;
+            };
+            let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
+                return;
+            };
+            let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
+                return;
+            };
+            let h = ctx.conntrack.hash(&key);
+            b.ct_hash = Some(h);
+            h
         }
+    };
+    if pass == 0 {
+        ctx.conntrack.prefetch_buckets(h);
+    } else {
+        ctx.conntrack.prefetch_entries(h);
     }
 }
 
@@ -279,7 +293,7 @@ fn deliver_inner<P: PacketBuf>(
 ) -> Result<Verdict, DropReason> {
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
     let id = match Addrs::from_frame(pkt.data(), &b.layout) {
-        Some(addrs) => conntrack::select(
+        Some(addrs) => conntrack::session::select_hashed(
             &mut ctx.conntrack,
             &b.meta,
             &addrs,
@@ -290,6 +304,7 @@ fn deliver_inner<P: PacketBuf>(
             || service.table_for_client(&state.zones, addrs.src_ip()),
             state,
             b.hash,
+            b.ct_hash,
             ctx.now,
         ),
         // Unreachable for a parsed frame; stateless Maglev then.

@@ -123,7 +123,7 @@ impl Worker {
                 // Conntrack lines of the whole burst, in two passes, before
                 // any packet is delivered: the shard's misses overlap.
                 for pass in 0..2 {
-                    for (m, stage) in rx_burst.iter().zip(stages.iter()) {
+                    for (m, stage) in rx_burst.iter().zip(stages.iter_mut()) {
                         if let Stage::Balance(b) = stage {
                             pipeline::prefetch_conntrack(m.data(), b, &state, &ctx, pass);
                         }

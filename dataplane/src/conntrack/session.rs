@@ -70,6 +70,27 @@ pub fn select<'t>(
     hash: u64,
     now: Millis,
 ) -> Option<BackendId> {
+    select_hashed(
+        shard, m, addrs, service_id, service, table, state, hash, None, now,
+    )
+}
+
+/// [`select`] with the shard hash of the tracking key already computed
+/// (`key_hash`, by the worker's prefetch pass) when available.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn select_hashed<'t>(
+    shard: &mut Shard,
+    m: &PacketMeta,
+    addrs: &Addrs,
+    service_id: ServiceId,
+    service: &ServiceState,
+    table: impl Fn() -> Option<&'t MaglevTable>,
+    state: &ForwardingState,
+    hash: u64,
+    key_hash: Option<u64>,
+    now: Millis,
+) -> Option<BackendId> {
     // Called only when a packet needs eligibility (new or re-selected):
     // the zone lookup behind it is not paid on hits.
     let by_table = || table().and_then(|t| t.lookup(hash));
@@ -78,7 +99,7 @@ pub fn select<'t>(
         return by_table();
     };
     let tracking = service.tracking;
-    let h = shard.hash(&key);
+    let h = key_hash.unwrap_or_else(|| shard.hash(&key));
     let fresh = |backend: BackendId| Entry {
         key,
         backend,
