@@ -30,6 +30,22 @@ pub fn tcp_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6], flags_syn: bool) 
     out
 }
 
+/// A 64-byte UDP datagram of flow `i` to vip:53 (same clients as
+/// [`tcp_flow_frame`]). Under session affinity NONE, UDP is not tracked
+/// (CT-4), so this traffic measures the stateless path.
+pub fn udp_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6]) -> Vec<u8> {
+    let src = Ipv4Addr::from(0x0a00_0000 | (i & 0x00ff_ffff));
+    let sport = 1024 + (i % 60_000) as u16;
+    let mut out = Vec::with_capacity(64);
+    PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
+        .ipv4(src.octets(), vip.octets(), 64)
+        .udp(sport, 53)
+        .write(&mut out, &[0u8; 18])
+        .expect("writing to a Vec cannot fail");
+    out.resize(60, 0);
+    out
+}
+
 /// Writes `frames` to a pcap file (Ethernet link type, fixed timestamps so
 /// the file is reproducible).
 pub fn write_pcap<W: Write>(w: W, frames: impl Iterator<Item = Vec<u8>>) -> std::io::Result<()> {

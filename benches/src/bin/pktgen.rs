@@ -1,4 +1,4 @@
-//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn]`: writes one 64-byte TCP
+//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp]`: writes one 64-byte TCP (or UDP)
 //! packet per distinct flow, for the throughput harness and the demo.
 
 use std::io::BufWriter;
@@ -6,9 +6,10 @@ use std::net::Ipv4Addr;
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn]";
+    let usage = "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp]";
     let positional: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let syn = args.iter().any(|a| a == "--syn");
+    let udp = args.iter().any(|a| a == "--udp");
     let (Some(flows), Some(out)) = (positional.first(), positional.get(1)) else {
         eprintln!("{usage}");
         std::process::exit(2);
@@ -28,7 +29,13 @@ fn main() -> std::io::Result<()> {
     let file = BufWriter::new(std::fs::File::create(out)?);
     sluice_benches::write_pcap(
         file,
-        (0..flows).map(|i| sluice_benches::tcp_flow_frame(i, vip, mac, syn)),
+        (0..flows).map(|i| {
+            if udp {
+                sluice_benches::udp_flow_frame(i, vip, mac)
+            } else {
+                sluice_benches::tcp_flow_frame(i, vip, mac, syn)
+            }
+        }),
     )?;
     eprintln!("pktgen: wrote {flows} flows to {out}");
     Ok(())
