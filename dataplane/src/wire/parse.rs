@@ -138,6 +138,9 @@ pub enum Parsed {
 }
 
 /// Parses a frame. Never panics, never allocates.
+// Inlined into the packet loop so the `IpInfo` is built where it is used
+// instead of being copied out through two `Result`s (perf showed that copy).
+#[inline(always)]
 pub fn parse(frame: &[u8]) -> Result<Parsed, ParseError> {
     let eth = EthernetFrame::new_checked(frame).map_err(|_| ParseError::TruncatedEthernet)?;
     let l3_offset = eth.header_len();
@@ -149,6 +152,7 @@ pub fn parse(frame: &[u8]) -> Result<Parsed, ParseError> {
     }
 }
 
+#[inline(always)]
 fn parse_ipv4(buf: &[u8], l3_offset: usize) -> Result<IpInfo, ParseError> {
     let ip = Ipv4Packet::new_checked(buf).map_err(|_| ParseError::BadIpv4Header)?;
     let fragment = match (ip.frag_offset(), ip.more_frags()) {
@@ -217,6 +221,7 @@ fn parse_ipv6(buf: &[u8], l3_offset: usize) -> Result<IpInfo, ParseError> {
 
 /// Fills ports/flags/ICMP type. `icmp` is the ICMP protocol number of this
 /// IP version, so ICMPv6 inside IPv4 is not mistaken for ICMP.
+#[inline(always)]
 fn parse_l4(info: &mut IpInfo, l4: &[u8], icmp: u8) -> Result<(), ParseError> {
     let bad = |_: Error| ParseError::BadL4Header;
     match info.protocol {
