@@ -94,6 +94,8 @@ pub struct Balance {
     /// prefetch pass has computed it (None: not yet, or not trackable), so
     /// stage 2 does not hash the key a second and third time.
     pub ct_hash: Option<u64>,
+    /// Whether the service tracks this packet's protocol (CT-2, CT-4).
+    pub tracked: bool,
 }
 
 /// Decides what to do with one packet received on `rx_port`, rewriting it in
@@ -147,6 +149,8 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
                 hash,
                 meta: PacketMeta::of(&ip),
                 ct_hash: None,
+                // ICMP is never tracked (CT-4).
+                tracked: false,
             }));
         }
     }
@@ -176,6 +180,7 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         hash,
         meta: PacketMeta::of(&ip),
         ct_hash: None,
+        tracked: conntrack::policy::trackable(ip.protocol, service.affinity),
     }))
 }
 
@@ -244,6 +249,11 @@ pub fn prefetch_conntrack(
     ctx: &PipelineCtx,
     pass: u8,
 ) {
+    // CT-2/CT-4: untracked packets (UDP under NONE, ICMP, …) skip both
+    // passes before touching the snapshot or the frame.
+    if !b.tracked {
+        return;
+    }
     let h = match b.ct_hash {
         Some(h) => h,
         None => {
