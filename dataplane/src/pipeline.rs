@@ -15,7 +15,7 @@ use crate::flow::packet_hash;
 use crate::icmp;
 use crate::packet::PacketBuf;
 use crate::rules::RuleMiss;
-use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId};
+use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId, ServiceState};
 use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::proto::ICMPV6;
 use crate::wire::{self, icmp as icmp_wire, IpInfo, L3Layout, Parsed, Ports};
@@ -302,7 +302,37 @@ fn deliver_inner<P: PacketBuf>(
     ctx: &mut PipelineCtx,
 ) -> Result<Verdict, DropReason> {
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
-    let id = match Addrs::from_frame(pkt.data(), &b.layout) {
+    // CT-2: an untracked packet of a service without zonal tables is hashed
+    // onto its one table: no addresses to read back, no shard to consult.
+    let id = if !b.tracked && service.tables.len() <= 1 {
+        service.tables.first().and_then(|t| t.lookup(b.hash))
+    } else {
+        select_backend(pkt.data(), b, service, state, ctx)
+    }
+    .ok_or(DropReason::NoBackend)?;
+    let backend = state.backend(id).ok_or(DropReason::NoBackend)?;
+    let port = state
+        .ports
+        .get(usize::from(backend.egress.port))
+        .ok_or(DropReason::NextHopUnresolved)?;
+    encap::encapsulate(pkt, b.layout, service.encapsulation, backend, port, b.hash)?;
+    Ok(Verdict::Forward {
+        port: backend.egress.port,
+        backend: id,
+    })
+}
+
+/// The backend of a packet through connection tracking (SPEC §3) and the
+/// client's zone table (ZA-3).
+#[inline]
+fn select_backend(
+    frame: &[u8],
+    b: &Balance,
+    service: &ServiceState,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Option<BackendId> {
+    match Addrs::from_frame(frame, &b.layout) {
         Some(addrs) => conntrack::session::select_hashed(
             &mut ctx.conntrack,
             &b.meta,
@@ -320,17 +350,6 @@ fn deliver_inner<P: PacketBuf>(
         // Unreachable for a parsed frame; stateless Maglev then.
         None => service.table_for(None).and_then(|t| t.lookup(b.hash)),
     }
-    .ok_or(DropReason::NoBackend)?;
-    let backend = state.backend(id).ok_or(DropReason::NoBackend)?;
-    let port = state
-        .ports
-        .get(usize::from(backend.egress.port))
-        .ok_or(DropReason::NextHopUnresolved)?;
-    encap::encapsulate(pkt, b.layout, service.encapsulation, backend, port, b.hash)?;
-    Ok(Verdict::Forward {
-        port: backend.egress.port,
-        backend: id,
-    })
 }
 
 /// AP-4: packets to one of the ports' own addresses, and IPv6 neighbour
