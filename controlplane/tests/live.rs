@@ -102,7 +102,7 @@ listen = "127.0.0.1:{port}"
     std::fs::write(&cfg_path, cfg).unwrap();
     let dump = dir.join("metrics.txt");
     let mut child = Command::new(sluice_bin())
-        .args(["run", "--duration", "4", "--config"])
+        .args(["run", "--no-control-socket", "--duration", "4", "--config"])
         .arg(&cfg_path)
         .arg("--metrics-dump")
         .arg(&dump)
