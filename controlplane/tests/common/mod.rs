@@ -111,6 +111,7 @@ pub fn run_sluice(cfg: &Path, dir: &Path) -> String {
         .args([
             "run",
             "--no-metrics-server",
+            "--no-control-socket",
             "--exit-on-idle",
             "400",
             "--config",
