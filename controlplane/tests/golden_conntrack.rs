@@ -18,7 +18,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use common::*;
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
@@ -111,19 +110,9 @@ fn run(persistence: &str, name: &str) -> (Vec<(&'static str, u16)>, BTreeMap<Str
     write_pcap(&dir.join("in.pcap"), &input());
     let cfg = dir.join("sluice.toml");
     std::fs::write(&cfg, config(persistence, &dir)).unwrap();
-    let dump = dir.join("metrics.txt");
-    let out = Command::new(sluice_bin())
-        .args(["run", "--no-metrics-server", "--no-control-socket"])
-        .args(["--exit-on-idle", "400", "--config"])
-        .arg(&cfg)
-        .arg("--metrics-dump")
-        .arg(&dump)
-        .arg("--test-mark-unhealthy-after-packets")
-        .arg(format!("{FLOWS}:{SICK}"))
-        .output()
-        .expect("spawn sluice");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "sluice failed: {stderr}");
+    let hook = format!("{FLOWS}:{SICK}");
+    let (stderr, metrics) =
+        run_sluice_with(&cfg, &dir, &["--test-mark-unhealthy-after-packets", &hook]);
     assert!(stderr.contains("TEST HOOK"), "hook fired: {stderr}");
     let frames = read_pcap(&dir.join("out.pcap"));
     assert_eq!(
@@ -131,7 +120,7 @@ fn run(persistence: &str, name: &str) -> (Vec<(&'static str, u16)>, BTreeMap<Str
         3 * usize::from(FLOWS),
         "every packet forwarded"
     );
-    let metrics = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let metrics = parse_metrics(&metrics);
     (frames.iter().map(|f| backend_of(f)).collect(), metrics)
 }
 

@@ -18,7 +18,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use etherparse::{Icmpv4Type, Icmpv6Type, NetSlice, SlicedPacket, TransportSlice};
@@ -483,12 +483,6 @@ fn check_reply(encap: &str, family: u8, input: &[u8], out: &[u8]) {
     }
 }
 
-fn golden_dir(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(case)
-}
-
 fn check(encap: &str) {
     let dir = tempdir(&format!("golden-proto-{encap}"));
     let cases = input();
@@ -534,30 +528,13 @@ fn check(encap: &str) {
         "{encap}: every backend used: {per_backend:?}"
     );
 
-    let expected_path = golden_dir(&format!("proto-{encap}")).join("expected.pcap");
-    if std::env::var_os("SLUICE_BLESS").is_some() {
-        std::fs::create_dir_all(expected_path.parent().unwrap()).unwrap();
-        write_pcap(&expected_path, &output);
-    }
-    let expected = read_pcap(&expected_path);
-    assert_eq!(
-        output.len(),
-        expected.len(),
-        "{encap}: count vs {expected_path:?}"
-    );
-    for (i, (o, e)) in output.iter().zip(&expected).enumerate() {
-        assert_eq!(o, e, "{encap}: packet {i} differs from {expected_path:?}");
-    }
+    compare_with_expected(&format!("proto-{encap}"), &output);
 
     let m = parse_metrics(&metrics);
     let get = |k: &str| m.get(k).copied().unwrap_or(0);
     let rx = get("sluice_port_rx_packets_total{port=\"uplink\"}");
     let tx = get("sluice_port_tx_packets_total{port=\"uplink\"}");
-    let drops: u64 = m
-        .iter()
-        .filter(|(k, _)| k.starts_with("sluice_dropped_packets_total"))
-        .map(|(_, v)| v)
-        .sum();
+    let drops = sum_metrics(&m, "sluice_dropped_packets_total");
     assert_eq!(rx, cases.len() as u64, "{metrics}");
     assert_eq!(tx, output.len() as u64, "{metrics}");
     assert_eq!(rx, tx + drops, "RX = TX + drops\n{metrics}");

@@ -106,6 +106,11 @@ pub fn read_pcap(path: &Path) -> Vec<Vec<u8>> {
 
 /// Runs `sluice run` until its input has been idle, returns the metrics dump.
 pub fn run_sluice(cfg: &Path, dir: &Path) -> String {
+    run_sluice_with(cfg, dir, &[]).1
+}
+
+/// [`run_sluice`] with extra arguments; returns (stderr, metrics dump).
+pub fn run_sluice_with(cfg: &Path, dir: &Path, extra: &[&str]) -> (String, String) {
     let dump = dir.join("metrics.txt");
     let out = Command::new(sluice_bin())
         .args([
@@ -119,16 +124,47 @@ pub fn run_sluice(cfg: &Path, dir: &Path) -> String {
         .arg(cfg)
         .arg("--metrics-dump")
         .arg(&dump)
+        .args(extra)
         .output()
         .expect("spawn sluice");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
-        "sluice failed: {}\nstdout: {}\nstderr: {}",
+        "sluice failed: {}\nstdout: {}\nstderr: {stderr}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::read_to_string(&dump).unwrap()
+    (stderr, std::fs::read_to_string(&dump).unwrap())
+}
+
+/// Compares `output` byte for byte with `tests/golden/<case>/expected.pcap`
+/// (timestamps ignored); `SLUICE_BLESS=1` rewrites the file first.
+pub fn compare_with_expected(case: &str, output: &[Vec<u8>]) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(case);
+    let expected_path = dir.join("expected.pcap");
+    if std::env::var_os("SLUICE_BLESS").is_some() {
+        std::fs::create_dir_all(&dir).unwrap();
+        write_pcap(&expected_path, output);
+    }
+    let expected = read_pcap(&expected_path);
+    assert_eq!(
+        output.len(),
+        expected.len(),
+        "{case}: packet count differs from {expected_path:?}"
+    );
+    for (i, (o, e)) in output.iter().zip(&expected).enumerate() {
+        assert_eq!(o, e, "{case}: packet {i} differs from {expected_path:?}");
+    }
+}
+
+/// Sum of every metric whose `name{labels}` key starts with `prefix`.
+pub fn sum_metrics(m: &BTreeMap<String, u64>, prefix: &str) -> u64 {
+    m.iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
 }
 
 /// Prometheus text → {"name{labels}": value}.
