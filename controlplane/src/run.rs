@@ -188,7 +188,17 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .ports
             .iter()
             .zip(&ports)
-            .map(|(p, port)| format!("{}={}(dpdk {})", p.name, port.name(), port.id()))
+            .map(|(p, port)| {
+                let link = port.link();
+                format!(
+                    "{}={}(dpdk {}, link {} {} Mb/s)",
+                    p.name,
+                    port.name(),
+                    port.id(),
+                    if link.up { "up" } else { "down" },
+                    link.speed_mbps
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     );

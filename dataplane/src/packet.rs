@@ -41,18 +41,6 @@ impl VecPacket {
             start: headroom,
         }
     }
-
-    /// Refills the packet in place (benches reuse one allocation).
-    pub fn reset(&mut self, bytes: &[u8], headroom: usize) {
-        self.buf.clear();
-        self.buf.resize(headroom + bytes.len(), 0);
-        self.buf[headroom..].copy_from_slice(bytes);
-        self.start = headroom;
-    }
-
-    pub fn headroom(&self) -> usize {
-        self.start
-    }
 }
 
 impl PacketBuf for VecPacket {

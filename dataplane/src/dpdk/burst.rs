@@ -35,11 +35,6 @@ impl MbufBurst {
         self.len == 0
     }
 
-    #[inline]
-    pub fn is_full(&self) -> bool {
-        self.len == MAX_BURST
-    }
-
     /// Appends; gives the mbuf back if the burst is full.
     #[inline]
     pub fn push(&mut self, m: Mbuf) -> Result<(), Mbuf> {

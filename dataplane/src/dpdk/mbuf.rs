@@ -45,34 +45,6 @@ impl Mbuf {
     pub fn is_contiguous(&self) -> bool {
         self.raw().nb_segs == 1
     }
-
-    /// The RSS hash the NIC computed, if any.
-    #[inline]
-    pub fn rss_hash(&self) -> u32 {
-        // SAFETY: reading the `hash.rss` union member is always defined
-        // (plain u32 bits); it is only meaningful when the NIC set it.
-        unsafe { self.raw().__bindgen_anon_2.hash.rss }
-    }
-
-    /// Replaces the contents with `bytes` (used to build test and bench
-    /// traffic). Returns false if the buffer is too small.
-    pub fn set_data(&mut self, bytes: &[u8]) -> bool {
-        let m = self.raw();
-        let room = usize::from(m.buf_len).saturating_sub(usize::from(m.data_off));
-        if bytes.len() > room || m.nb_segs != 1 {
-            return false;
-        }
-        // SAFETY: single segment, and buf_addr + data_off .. + bytes.len()
-        // lies inside the buffer (checked against buf_len above).
-        unsafe {
-            let m = self.ptr.as_mut();
-            let dst = m.buf_addr.cast::<u8>().add(usize::from(m.data_off));
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len());
-            m.data_len = bytes.len() as u16;
-            m.pkt_len = bytes.len() as u32;
-        }
-        true
-    }
 }
 
 impl PacketBuf for Mbuf {

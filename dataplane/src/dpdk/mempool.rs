@@ -1,7 +1,7 @@
 use std::ffi::CString;
 use std::ptr::NonNull;
 
-use super::{DpdkError, Mbuf};
+use super::DpdkError;
 
 /// A packet-buffer mempool (`rte_pktmbuf_pool_create`).
 #[derive(Debug)]
@@ -34,20 +34,6 @@ impl Mempool {
 
     pub(crate) fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {
         self.ptr.as_ptr()
-    }
-
-    /// Allocates one mbuf (None when the pool is empty).
-    pub fn alloc(&self) -> Option<Mbuf> {
-        // SAFETY: the pool pointer is valid for self's lifetime.
-        let m = unsafe { dpdk_sys::rte_pktmbuf_alloc(self.ptr.as_ptr()) };
-        // SAFETY: a non-null result is a freshly allocated mbuf we now own.
-        NonNull::new(m).map(|m| unsafe { Mbuf::from_raw(m) })
-    }
-
-    /// Mbufs currently available in the pool (ring + caches).
-    pub fn available(&self) -> u32 {
-        // SAFETY: the pool pointer is valid; the call only reads counters.
-        unsafe { dpdk_sys::rte_mempool_avail_count(self.ptr.as_ptr()) }
     }
 }
 

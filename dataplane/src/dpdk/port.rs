@@ -239,10 +239,6 @@ impl Port {
         }
     }
 
-    pub fn hw_stats(&self) -> PortHwStats {
-        Self::hw_stats_of(self.id)
-    }
-
     /// Counters of port `id` (usable from the metrics thread, which does not
     /// own the `Port`). Reading stats is thread-safe in DPDK.
     pub fn hw_stats_of(id: u16) -> PortHwStats {
