@@ -15,6 +15,7 @@ use dataplane::snapshot::{ForwardingState, Millis, SnapshotCell};
 
 use crate::config::{self, Config};
 use crate::health::{self, HealthChecker, ProbeKey, ProbeStatus};
+use crate::neighbours::NeighbourResolver;
 use crate::publish::{
     build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory, ServiceReport,
 };
@@ -52,6 +53,8 @@ pub struct Controller {
     /// Snapshots replaced by a publish; freed here once no worker holds one.
     retired: Vec<Arc<ForwardingState>>,
     checker: Option<HealthChecker>,
+    /// AP-4: egress per backend from the kernel (ports with a TAP only).
+    neighbours: Option<NeighbourResolver>,
     clock: Box<dyn Fn() -> Millis + Send>,
     view_refreshed: Instant,
     pub shared: Arc<Shared>,
@@ -96,12 +99,21 @@ impl Controller {
             generation: 0,
             retired: Vec::new(),
             checker,
+            neighbours: None,
             clock,
             view_refreshed: Instant::now(),
             shared: Arc::default(),
         };
         c.rebuild();
         Ok(c)
+    }
+
+    /// Takes backends' egress from the kernel from now on (AP-4); backends
+    /// without a static `mac` are unresolved until the resolver says.
+    pub fn attach_neighbours(&mut self, resolver: NeighbourResolver) {
+        resolver.set_targets(neighbour_targets(&self.cfg));
+        self.neighbours = Some(resolver);
+        self.rebuild();
     }
 
     pub fn snapshots(&self) -> Arc<SnapshotCell> {
@@ -115,7 +127,11 @@ impl Controller {
         let changed = self
             .checker
             .as_ref()
-            .is_some_and(|c| c.events.try_iter().count() > 0);
+            .is_some_and(|c| c.events.try_iter().count() > 0)
+            | self
+                .neighbours
+                .as_ref()
+                .is_some_and(|n| n.events.try_iter().count() > 0);
         let deadline = self
             .memory
             .next_deadline()
@@ -146,9 +162,14 @@ impl Controller {
             .checker
             .as_ref()
             .map(|c| c.status.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        let neighbours = self
+            .neighbours
+            .as_ref()
+            .map(|n| n.table.lock().unwrap_or_else(|p| p.into_inner()).clone());
         let inputs = BuildInputs {
             health: health.as_ref(),
             now: (self.clock)(),
+            neighbours: neighbours.as_ref(),
         };
         self.generation += 1;
         let (state, reports) = build_forwarding_state_with(
@@ -235,6 +256,9 @@ impl Controller {
             }
             None => {}
         }
+        if let Some(n) = &self.neighbours {
+            n.set_targets(neighbour_targets(&cfg));
+        }
         self.cfg = Arc::new(cfg);
         self.rebuild();
         Ok(())
@@ -244,6 +268,16 @@ impl Controller {
     pub fn status_text(&self) -> String {
         render_status(&self.cell.load(), &self.shared.view())
     }
+}
+
+/// Backends whose next hop the kernel must resolve (no static `mac`).
+fn neighbour_targets(cfg: &Config) -> Vec<std::net::IpAddr> {
+    cfg.backend_services
+        .iter()
+        .flat_map(|s| &s.backends)
+        .filter(|b| b.mac.is_none())
+        .map(|b| b.address)
+        .collect()
 }
 
 /// Renders the status report (also used by tests).

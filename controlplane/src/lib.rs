@@ -4,9 +4,11 @@
 pub mod config;
 pub mod control;
 pub mod control_socket;
+pub mod exception;
 pub mod health;
 pub mod maglev;
 pub mod metrics;
 pub mod metrics_control;
+pub mod neighbours;
 pub mod policy;
 pub mod publish;

@@ -89,6 +89,37 @@ pub struct BuildInputs<'a> {
     pub health: Option<&'a HashMap<ProbeKey, ProbeStatus>>,
     /// The dataplane clock now (draining deadlines, CT-10).
     pub now: Millis,
+    /// Egress learned from the kernel per backend address (None: no
+    /// exception path, so only static `mac =` backends are reachable).
+    pub neighbours: Option<&'a HashMap<IpAddr, Egress>>,
+}
+
+/// Where packets for backend `b` leave: a static `mac =` wins (on the port
+/// whose subnet holds the backend); otherwise what the kernel resolved;
+/// otherwise unresolved (counted drops until it is).
+fn egress_of(
+    cfg: &Config,
+    b: &crate::config::BackendConfig,
+    neighbours: Option<&HashMap<IpAddr, Egress>>,
+) -> Egress {
+    let on_link = || {
+        cfg.dataplane
+            .ports
+            .iter()
+            .position(|p| p.on_link(b.address))
+            .unwrap_or(0) as u16
+    };
+    match (b.mac, neighbours.and_then(|n| n.get(&b.address))) {
+        (Some(mac), _) => Egress {
+            port: on_link(),
+            next_hop_mac: Some(mac),
+        },
+        (None, Some(learned)) => *learned,
+        (None, None) => Egress {
+            port: on_link(),
+            next_hop_mac: None,
+        },
+    }
 }
 
 /// State that outlives one build.
@@ -190,12 +221,7 @@ pub fn build_forwarding_state_with(
         for (b, view) in svc.backends.iter().zip(&views) {
             let id = ids.get_or_assign(&svc.name, b.address);
             members.push(id);
-            let egress_port = cfg
-                .dataplane
-                .ports
-                .iter()
-                .position(|p| p.on_link(b.address))
-                .unwrap_or(0);
+            let egress = egress_of(cfg, b, inputs.neighbours);
             let state = BackendState {
                 id,
                 service: service_id,
@@ -204,10 +230,7 @@ pub fn build_forwarding_state_with(
                 weight: view.weight,
                 pool: b.pool,
                 draining_until: None,
-                egress: Egress {
-                    port: egress_port as u16,
-                    next_hop_mac: b.mac,
-                },
+                egress,
             };
             live.insert(id, (svc.name.clone(), state.clone()));
             backends.push((id, state));

@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 use controlplane::config::Config;
 use controlplane::control::Controller;
 use controlplane::control_socket::{self, Pending, Request};
+use controlplane::exception;
+use controlplane::neighbours::NeighbourResolver;
 use controlplane::metrics::{self, MetricsSources};
 use dataplane::dpdk::{Eal, Mempool, Port, PortConfig};
 use dataplane::snapshot::Millis;
 use dataplane::stats::WorkerStats;
-use dataplane::worker::Worker;
+use dataplane::worker::{ExceptionQueues, Worker};
 
 /// Upper bound on backend ids counted per backend in each worker's stats.
 const MAX_BACKEND_COUNTERS: usize = 1 << 16;
@@ -72,6 +74,11 @@ pub fn eal_args(cfg: &Config) -> Vec<String> {
             args.push(port.device.clone());
         }
     }
+    for (i, port) in cfg.dataplane.ports.iter().enumerate() {
+        if let Some(tap) = &port.tap {
+            args.push(format!("--vdev={}", exception::tap_vdev(i, tap)));
+        }
+    }
     args
 }
 
@@ -97,7 +104,9 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     let nports = cfg.dataplane.ports.len();
     // Enough for every RX and TX ring plus per-lcore caches and bursts in flight.
-    let auto = (nports as u32 * workers as u32 * (1024 + 1024) + 4096).next_power_of_two() - 1;
+    let ntaps = cfg.dataplane.ports.iter().filter(|p| p.tap.is_some()).count();
+    let rings = nports as u32 * (1024 + 1024) + ntaps as u32 * (512 + 512);
+    let auto = (rings * workers as u32 + 4096).next_power_of_two() - 1;
     let mbufs = if cfg.dataplane.mbufs == 0 {
         auto
     } else {
@@ -125,6 +134,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         ports.push(port);
     }
     let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
+    let taps = start_taps(&cfg, &port_macs, workers as u16, &pool)?;
 
     // One clock for the control thread and the workers: draining deadlines
     // (CT-10) are compared against the workers' `now`.
@@ -135,6 +145,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         port_macs,
         Box::new(move || Millis(ctl_clock.now_ms())),
     )?;
+    if taps.iter().any(Option::is_some) {
+        let names = cfg.dataplane.ports.iter().map(|p| p.tap.clone()).collect();
+        controller.attach_neighbours(NeighbourResolver::spawn(names)?);
+    }
     let snapshots = controller.snapshots();
     let stats: Vec<_> = (0..workers)
         .map(|_| Arc::new(WorkerStats::new(MAX_BACKEND_COUNTERS)))
@@ -168,6 +182,16 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             index: w,
             rx: ports.iter().filter_map(|p| p.rx_queue(q)).collect(),
             tx: ports.iter().filter_map(|p| p.tx_queue(q)).collect(),
+            exception: taps
+                .iter()
+                .map(|t| {
+                    let t = t.as_ref()?;
+                    Some(ExceptionQueues {
+                        rx: t.rx_queue(q)?,
+                        tx: t.tx_queue(q)?,
+                    })
+                })
+                .collect(),
             stats: Arc::clone(&stats[w]),
             snapshots: Arc::clone(&snapshots),
             stop: Arc::clone(&stop),
@@ -234,8 +258,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         .metrics_dump
         .as_ref()
         .map(|_| metrics::render(&sources));
-    // Closing the ports flushes drivers (net_pcap writes its TX file here).
+    // Closing the ports flushes drivers (net_pcap writes its TX file here);
+    // closing a TAP removes its kernel interface.
     drop(ports);
+    drop(taps);
     if let (Some(path), Some(text)) = (&opts.metrics_dump, final_metrics) {
         if path.as_os_str() == "-" {
             print!("{text}");
@@ -316,6 +342,43 @@ fn supervise(
             }
         }
     }
+}
+
+/// AP-4: starts each port's TAP (one queue pair per worker) with the
+/// port's MAC, and gives the kernel side the port's addresses and MTU.
+fn start_taps(
+    cfg: &Config,
+    port_macs: &[[u8; 6]],
+    workers: u16,
+    pool: &Mempool,
+) -> Result<Vec<Option<Port>>, RunError> {
+    let mut taps = Vec::with_capacity(cfg.dataplane.ports.len());
+    for (i, p) in cfg.dataplane.ports.iter().enumerate() {
+        let Some(iface) = &p.tap else {
+            taps.push(None);
+            continue;
+        };
+        let setup = |e: String| RunError::Setup(format!("port {:?} TAP {iface:?}: {e}", p.name));
+        let pc = PortConfig {
+            rx_queues: workers,
+            tx_queues: workers,
+            rss: false,
+            promiscuous: false,
+            rx_descriptors: 512,
+            tx_descriptors: 512,
+            mtu: Some(p.mtu),
+            ..PortConfig::default()
+        };
+        let tap = Port::start(&exception::tap_vdev(i, iface), &pc, pool)
+            .map_err(|e| setup(e.to_string()))?;
+        // The kernel answers ARP/ND with the MAC the port's peers send to.
+        let mac = p.mac.or_else(|| port_macs.get(i).copied()).unwrap_or_default();
+        tap.set_mac(mac).map_err(|e| setup(e.to_string()))?;
+        exception::configure_tap(p, iface).map_err(setup)?;
+        eprintln!("sluice: port {:?}: exception path on TAP {iface}", p.name);
+        taps.push(Some(tap));
+    }
+    Ok(taps)
 }
 
 /// How long `--exit-on-idle` waits for the first packet.

@@ -76,6 +76,7 @@ impl Builder {
         let inputs = BuildInputs {
             health: Some(&h),
             now: Millis(now),
+            neighbours: None,
         };
         build_forwarding_state_with(
             c,

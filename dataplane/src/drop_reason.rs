@@ -60,6 +60,8 @@ drop_reasons! {
     MtuExceeded => "mtu_exceeded",
     /// Addressed to the appliance but no exception path is configured.
     NoExceptionPath => "no_exception_path",
+    /// Addressed to the appliance, but the exception path's TAP queue was full.
+    ExceptionQueueFull => "exception_queue_full",
     /// The egress TX queue was full.
     TxQueueFull => "tx_queue_full",
     /// A chained (multi-segment) mbuf: the pipeline handles contiguous

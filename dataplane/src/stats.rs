@@ -56,6 +56,13 @@ pub struct PortCounters {
     pub rx_bytes: Counter,
     pub tx_packets: Counter,
     pub tx_bytes: Counter,
+    /// Received here and handed to this port's TAP (AP-4).
+    pub punted: Counter,
+    /// Sent by the kernel on this port's TAP and transmitted here (AP-4).
+    /// Not in `tx_packets`, so RX = TX + punted + drops holds per port.
+    pub injected: Counter,
+    /// Sent by the kernel on the TAP but refused by the port's TX queue.
+    pub inject_failed: Counter,
 }
 
 /// The worker's conntrack shard as the scrape sees it (SPEC §3). The shard

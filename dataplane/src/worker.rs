@@ -25,6 +25,9 @@ pub struct Worker {
     pub rx: Vec<RxQueue>,
     /// TX queue per port, indexed by config port index.
     pub tx: Vec<TxQueue>,
+    /// AP-4: this worker's queue pair on each port's TAP (None: the port
+    /// has no exception path), indexed by config port index.
+    pub exception: Vec<Option<ExceptionQueues>>,
     pub stats: Arc<CachePadded<WorkerStats>>,
     pub snapshots: Arc<SnapshotCell>,
     pub stop: Arc<AtomicBool>,
@@ -38,6 +41,15 @@ pub struct Worker {
     /// is published, so a test knows exactly which packets saw which
     /// snapshot. None in production.
     pub test_pause_after_rx: Option<u64>,
+}
+
+/// One worker's queue pair on a port's exception-path TAP (AP-4).
+#[derive(Debug)]
+pub struct ExceptionQueues {
+    /// What the kernel sends on the TAP: transmitted on the data port.
+    pub rx: RxQueue,
+    /// Packets for the appliance itself: handed to the kernel.
+    pub tx: TxQueue,
 }
 
 /// Conntrack slots examined for expiry per millisecond of clock (CT-5):
@@ -55,6 +67,7 @@ impl Worker {
             index: _,
             mut rx,
             mut tx,
+            mut exception,
             stats,
             snapshots,
             stop,
@@ -68,6 +81,8 @@ impl Worker {
         // Allocated once, before the loop.
         let mut rx_burst = MbufBurst::default();
         let mut tx_bursts: Vec<MbufBurst> = tx.iter().map(|_| MbufBurst::default()).collect();
+        let mut punt_bursts: Vec<MbufBurst> =
+            exception.iter().map(|_| MbufBurst::default()).collect();
         let mut version = snapshots.version();
         let mut state = snapshots.load();
         stats.snapshot_generation.set(state.generation);
@@ -144,9 +159,8 @@ impl Worker {
                         }
                         // AP-3: an ICMP answer leaves by the receive port.
                         Verdict::Reply => port_idx,
-                        // The exception path arrives with its own issue.
                         Verdict::Punt => {
-                            stats.count_drop(DropReason::NoExceptionPath, 1);
+                            punt(&mut exception, &mut punt_bursts, &stats, port_idx, m);
                             continue;
                         }
                         Verdict::Drop(reason) => {
@@ -171,6 +185,18 @@ impl Worker {
                     flush(txq, burst, &stats, port_idx);
                 }
             }
+            for (port_idx, (queues, burst)) in
+                exception.iter_mut().zip(punt_bursts.iter_mut()).enumerate()
+            {
+                if let Some(q) = queues {
+                    if !burst.is_empty() {
+                        flush_punted(&mut q.tx, burst, &stats, port_idx);
+                    }
+                    if let Some(txq) = tx.get_mut(port_idx) {
+                        inject(q, txq, &mut rx_burst, &stats, port_idx);
+                    }
+                }
+            }
             if ctx.now > last_sweep {
                 // After a stall, catch up a little, not all at once.
                 let ms = (ctx.now.0 - last_sweep.0).min(8) as usize;
@@ -182,6 +208,63 @@ impl Worker {
         // The last millisecond's conntrack counters, for the final scrape.
         stats.conntrack.publish(&ctx.conntrack);
         0
+    }
+}
+
+/// AP-4: hands a packet for the appliance to the receive port's TAP, or
+/// drops it (counted) when the port has no exception path.
+#[inline]
+fn punt(
+    exception: &mut [Option<ExceptionQueues>],
+    bursts: &mut [MbufBurst],
+    stats: &WorkerStats,
+    port_idx: usize,
+    m: crate::dpdk::Mbuf,
+) {
+    let (Some(Some(q)), Some(burst)) = (exception.get_mut(port_idx), bursts.get_mut(port_idx))
+    else {
+        stats.count_drop(DropReason::NoExceptionPath, 1);
+        return;
+    };
+    if let Err(m) = burst.push(m) {
+        flush_punted(&mut q.tx, burst, stats, port_idx);
+        if burst.push(m).is_err() {
+            stats.count_drop(DropReason::ExceptionQueueFull, 1);
+        }
+    }
+}
+
+/// Writes punted packets to the TAP; what the kernel side refuses is a drop.
+fn flush_punted(txq: &mut TxQueue, burst: &mut MbufBurst, stats: &WorkerStats, port_idx: usize) {
+    let sent = txq.tx_burst(burst) as u64;
+    let unsent = burst.clear() as u64;
+    stats.punted.add(sent);
+    if let Some(pc) = stats.ports.get(port_idx) {
+        pc.punted.add(sent);
+    }
+    if unsent > 0 {
+        stats.count_drop(DropReason::ExceptionQueueFull, unsent);
+    }
+}
+
+/// AP-4: transmits on the data port what the kernel sent on its TAP (ARP
+/// and ND answers, ICMP, health-check probes, BGP, management). One burst
+/// per poll: the kernel's traffic is light, and the data path comes first.
+fn inject(
+    q: &mut ExceptionQueues,
+    txq: &mut TxQueue,
+    burst: &mut MbufBurst,
+    stats: &WorkerStats,
+    port_idx: usize,
+) {
+    if q.rx.rx_burst(burst, MAX_BURST) == 0 {
+        return;
+    }
+    let sent = txq.tx_burst(burst) as u64;
+    let unsent = burst.clear() as u64;
+    if let Some(pc) = stats.ports.get(port_idx) {
+        pc.injected.add(sent);
+        pc.inject_failed.add(unsent);
     }
 }
 

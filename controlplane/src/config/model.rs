@@ -128,6 +128,10 @@ pub struct PortConfig {
     /// The appliance's IPv6 address on this port, with its subnet.
     pub ipv6: Option<Cidr>,
     pub mtu: u16,
+    /// AP-4: name of the kernel TAP interface of this port's exception
+    /// path (ARP/ND, ICMP and health checks to the appliance's addresses).
+    /// None: no exception path; such packets are dropped and counted.
+    pub tap: Option<String>,
 }
 
 impl PortConfig {

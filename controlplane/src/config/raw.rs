@@ -45,6 +45,7 @@ pub(crate) struct RawPort {
     pub address: Option<S<String>>,
     pub address6: Option<S<String>>,
     pub mtu: Option<S<i64>>,
+    pub tap: Option<S<String>>,
 }
 
 #[derive(Deserialize, Debug)]

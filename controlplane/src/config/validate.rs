@@ -293,6 +293,26 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
         &format!("{at}.mtu"),
         "mtu",
     );
+    let tap = p.tap.as_ref().and_then(|t| {
+        let name = t.get_ref();
+        let ok = !name.is_empty()
+            && name.len() <= 15
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !ok {
+            cx.err(
+                t.span(),
+                &format!("{at}.tap"),
+                (
+                    format!("{name:?} is not a usable interface name"),
+                    "give 1-15 characters of letters, digits, '-', '_' or '.' (e.g. \"sl-uplink\")"
+                        .into(),
+                ),
+            );
+        }
+        ok.then(|| name.clone())
+    });
     PortConfig {
         name: p.name.get_ref().clone(),
         device: p.device.get_ref().clone(),
@@ -300,6 +320,7 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
         ipv4,
         ipv6,
         mtu,
+        tap,
     }
 }
 

@@ -29,6 +29,9 @@ pub struct PortConfig {
     /// `l4` false hashes on addresses only, so every packet of a 2/3-tuple
     /// tracking key (and every fragment) lands on one queue.
     pub rss_l4: bool,
+    /// Configure RSS at all when there are several RX queues (false for
+    /// TAPs: the kernel picks the queue of what it sends).
+    pub rss: bool,
     pub mtu: Option<u16>,
     pub promiscuous: bool,
 }
@@ -41,6 +44,7 @@ impl Default for PortConfig {
             rx_descriptors: 1024,
             tx_descriptors: 1024,
             rss_l4: false,
+            rss: true,
             mtu: None,
             promiscuous: true,
         }
@@ -122,7 +126,7 @@ impl Port {
             ));
         }
         let mut conf = dpdk_sys::rte_eth_conf::default();
-        if cfg.rx_queues > 1 {
+        if cfg.rx_queues > 1 && cfg.rss {
             let wanted = if cfg.rss_l4 {
                 RSS_IPV4
                     | RSS_FRAG_IPV4
@@ -226,6 +230,20 @@ impl Port {
         // SAFETY: port id valid; addr is a valid out-struct.
         unsafe { dpdk_sys::rte_eth_macaddr_get(self.id, &mut addr) };
         addr.addr_bytes
+    }
+
+    /// Sets the port's MAC address (on a TAP also the kernel interface's).
+    pub fn set_mac(&self, mac: [u8; 6]) -> Result<(), DpdkError> {
+        let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac };
+        // SAFETY: port id valid; addr is a valid in-struct DPDK copies from.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(self.id, &mut addr) };
+        if rc != 0 {
+            return Err(DpdkError::from_rc(
+                format!("rte_eth_dev_default_mac_addr_set({})", self.name),
+                rc,
+            ));
+        }
+        Ok(())
     }
 
     pub fn link(&self) -> LinkStatus {

@@ -1,0 +1,79 @@
+//! AP-4: the kernel side of each port's exception path.
+//!
+//! DPDK's `net_tap` creates the TAP interface; the workers move packets
+//! between it and the port. This module gives the interface what makes the
+//! kernel answer for the appliance: the port's addresses, its MTU, and the
+//! port's MAC (set through DPDK by the caller). The kernel then answers ARP,
+//! neighbour discovery and ping for the appliance's addresses, and the
+//! health checker's ordinary sockets reach backends through it.
+//!
+//! Configured with `ip` (iproute2) commands: a handful at start, so a
+//! netlink library would add a dependency for no measurable gain.
+
+use std::process::Command;
+
+use crate::config::{Cidr, PortConfig};
+
+/// The `net_tap` vdev string for port `index` whose TAP is `iface`.
+///
+/// The device name starts with the driver name (`net_tap`), which is how
+/// EAL's vdev bus finds the driver; the suffix keeps it clear of `net_tap`
+/// devices an operator lists as data ports.
+pub fn tap_vdev(index: usize, iface: &str) -> String {
+    format!("net_tap_sluice{index},iface={iface}")
+}
+
+/// Gives the TAP its addresses and MTU and brings it up.
+pub fn configure_tap(port: &PortConfig, iface: &str) -> Result<(), String> {
+    ip(&["link", "set", "dev", iface, "mtu", &port.mtu.to_string()])?;
+    if let Some(c) = port.ipv4 {
+        ip(&["addr", "replace", &cidr(c), "dev", iface])?;
+    }
+    match port.ipv6 {
+        // No duplicate address detection: the address belongs to this
+        // appliance by configuration, and DAD would delay it by a second.
+        Some(c) => ip(&["addr", "replace", &cidr(c), "dev", iface, "nodad"])?,
+        // No IPv6 on this port: keep the kernel from sending router
+        // solicitations and MLD reports out of it.
+        None => sysctl(&format!("net/ipv6/conf/{iface}/disable_ipv6"), "1")?,
+    }
+    ip(&["link", "set", "dev", iface, "up"])
+}
+
+fn cidr(c: Cidr) -> String {
+    format!("{}/{}", c.addr, c.prefix)
+}
+
+/// Runs `ip ARGS`; the error names the command and what it printed.
+pub(crate) fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip {}: {e} (is iproute2 installed?)", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn sysctl(key: &str, value: &str) -> Result<(), String> {
+    let path = format!("/proc/sys/{key}");
+    std::fs::write(&path, value).map_err(|e| format!("write {value} to {path}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tap_vdev_names_the_driver_first() {
+        let v = tap_vdev(1, "sl-up");
+        assert!(v.starts_with("net_tap"), "{v}");
+        assert_eq!(v, "net_tap_sluice1,iface=sl-up");
+    }
+}
