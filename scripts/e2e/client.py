@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Client traffic for the live end-to-end suite and the demo (runs in the
+client namespace). Every command prints one JSON object on stdout.
+
+  spread N            N requests, each on a new TCP connection (new port)
+  hold SECONDS K      K keep-alive connections, each looping requests for
+                      SECONDS; reports per connection the backends it saw
+                      and its failures (a connection that fails reconnects,
+                      and the failure is counted)
+  udp SIZE COUNT      COUNT datagrams of SIZE bytes from COUNT source ports;
+                      reports which backend answered and the length it got
+"""
+
+import http.client
+import json
+import socket
+import sys
+import time
+
+VIP = "10.99.1.10"
+
+
+def get(conn):
+    conn.request("GET", "/")
+    r = conn.getresponse()
+    body = r.read().decode().strip()
+    if r.status != 200 or not body.startswith("backend="):
+        raise RuntimeError(f"status {r.status} body {body!r}")
+    return body.removeprefix("backend=")
+
+
+def spread(n):
+    counts, failures = {}, 0
+    for _ in range(n):
+        conn = http.client.HTTPConnection(VIP, 80, timeout=2)
+        try:
+            b = get(conn)
+            counts[b] = counts.get(b, 0) + 1
+        except (OSError, RuntimeError, http.client.HTTPException):
+            failures += 1
+        finally:
+            conn.close()
+    return {"counts": counts, "failures": failures}
+
+
+def hold(seconds, k):
+    conns = [http.client.HTTPConnection(VIP, 80, timeout=2) for _ in range(k)]
+    seen = [[] for _ in range(k)]
+    failures = [0] * k
+    requests = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for i, c in enumerate(conns):
+            try:
+                b = get(c)
+                requests += 1
+                if not seen[i] or seen[i][-1] != b:
+                    seen[i].append(b)
+            except (OSError, RuntimeError, http.client.HTTPException) as e:
+                failures[i] += 1
+                print(f"hold: connection {i}: {e!r}", file=sys.stderr)
+                c.close()
+                conns[i] = http.client.HTTPConnection(VIP, 80, timeout=2)
+        time.sleep(0.05)
+    for c in conns:
+        c.close()
+    return {"backends": seen, "failures": failures, "requests": requests}
+
+
+def udp(size, count):
+    counts, lengths, lost = {}, set(), 0
+    for _ in range(count):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(2)
+        s.connect((VIP, 5000))
+        s.send(b"u" * size)
+        try:
+            reply = s.recv(2048).decode()
+            name, length = reply.removeprefix("backend=").split(" len=")
+            counts[name] = counts.get(name, 0) + 1
+            lengths.add(int(length))
+        except (OSError, ValueError):
+            lost += 1
+        s.close()
+    return {"counts": counts, "lengths": sorted(lengths), "lost": lost}
+
+
+def main():
+    cmd, args = sys.argv[1], [int(float(a)) if a.isdigit() else float(a) for a in sys.argv[2:]]
+    if cmd == "spread":
+        out = spread(int(args[0]))
+    elif cmd == "hold":
+        out = hold(args[0], int(args[1]))
+    elif cmd == "udp":
+        out = udp(int(args[0]), int(args[1]))
+    else:
+        sys.exit(f"unknown command {cmd}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""The live lab: network namespaces joined by a bridge, sluice in its own
+namespace on net_af_packet over a veth, real kernel clients and backends.
+
+    client ns (10.99.0.100) ─┐
+    sluice ns: lb0 (no IP; DPDK net_af_packet), TAP sl-up 10.99.0.2 ─┤ bridge
+    backend ns b1..b4 (10.99.0.11..14, VIP 10.99.1.10 on lo) ────────┘ (switch ns)
+
+The client routes the VIP via the appliance (10.99.0.2); backends answer
+clients directly (layer-2 DSR). Everything is torn down on exit, on a
+signal, and — for namespaces left by a killed earlier run — at start.
+"""
+
+import atexit
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SUBNET = "10.99.0"
+APPLIANCE = f"{SUBNET}.2"
+CLIENT = f"{SUBNET}.100"
+VIP = "10.99.1.10"
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PREFIX = "sle"
+
+
+def sh(*cmd, check=True, capture=False):
+    r = subprocess.run(cmd, check=False, text=True, capture_output=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r.stdout if capture else r
+
+
+def remove_stale():
+    """Deletes namespaces of earlier runs whose process is gone."""
+    for line in sh("ip", "netns", "list", capture=True).splitlines():
+        name = line.split()[0] if line.split() else ""
+        m = re.fullmatch(rf"{PREFIX}(\d+)-\w+", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            sh("ip", "netns", "del", name, check=False)
+
+
+class Lab:
+    def __init__(self, workers=1, backends=3, sluice=None, quiet=False):
+        self.tag = f"{PREFIX}{os.getpid()}"
+        self.workers = workers
+        self.nbackends = backends
+        self.quiet = quiet
+        self.sluice_bin = sluice or os.path.join(ROOT, "target", "debug", "sluice")
+        self.dir = tempfile.mkdtemp(prefix="sluice-e2e.")
+        self.state = os.path.join(self.dir, "state")
+        os.makedirs(self.state)
+        self.config = os.path.join(self.dir, "sluice.toml")
+        self.socket = os.path.join(self.dir, "sluice.sock")
+        self.namespaces = []
+        self.procs = {}
+        self.sluice = None
+        self.closed = False
+        atexit.register(self.close)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum, _frame):
+        self.close()
+        sys.exit(128 + signum)
+
+    def ns(self, role):
+        return f"{self.tag}-{role}"
+
+    def run_in(self, role, *cmd, check=True, capture=True):
+        return sh("ip", "netns", "exec", self.ns(role), *cmd, check=check, capture=capture)
+
+    def log(self, msg):
+        if not self.quiet:
+            print(msg, flush=True)
+
+    # ---- topology -------------------------------------------------------
+
+    def build(self):
+        remove_stale()
+        for role in ["sw", "lb", "c"] + [f"b{i}" for i in range(1, 5)]:
+            sh("ip", "netns", "add", self.ns(role))
+            self.namespaces.append(self.ns(role))
+            self.run_in(role, "ip", "link", "set", "lo", "up")
+        self.run_in("sw", "ip", "link", "add", "br0", "type", "bridge")
+        self.run_in("sw", "ip", "link", "set", "br0", "up")
+        self._plug("lb", "lb0")
+        self._plug("c", "eth0")
+        for i in range(1, 5):
+            self._plug(f"b{i}", "eth0")
+        # The DPDK port: the kernel must neither answer on it (no ARP, no
+        # IPv6) nor accept IP from it (strict reverse-path filter: replies
+        # to the appliance's address arrive through the TAP only, AP-4).
+        self.run_in("lb", "ip", "link", "set", "lb0", "arp", "off")
+        self._sysctl("lb", "net.ipv6.conf.lb0.disable_ipv6=1",
+                     "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.lb0.rp_filter=1")
+        self.run_in("c", "ip", "addr", "add", f"{CLIENT}/24", "dev", "eth0")
+        self.run_in("c", "ip", "route", "add", f"{VIP}/32", "via", APPLIANCE)
+        for i in range(1, 5):
+            b = f"b{i}"
+            self.run_in(b, "ip", "addr", "add", f"{self.backend_ip(i)}/24", "dev", "eth0")
+            self.run_in(b, "ip", "addr", "add", f"{VIP}/32", "dev", "lo")
+            # DSR backends: hold the VIP, never answer ARP for it.
+            self._sysctl(b, "net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2",
+                         "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.eth0.rp_filter=0",
+                         "net.ipv4.conf.lo.rp_filter=0")
+
+    def _plug(self, role, ifname):
+        peer = f"p-{role}"
+        sh("ip", "link", "add", ifname, "netns", self.ns(role), "type", "veth",
+           "peer", "name", peer, "netns", self.ns("sw"))
+        self.run_in("sw", "ip", "link", "set", peer, "master", "br0", "up")
+        self.run_in(role, "ip", "link", "set", ifname, "up")
+        # veth checksum offload leaves TCP/UDP checksums to be filled in by
+        # the receiving kernel; af_packet would hand DPDK such unfinished
+        # frames, which a real wire never carries. Segmentation offload
+        # would hand it 64 KB frames.
+        self.run_in(role, "ethtool", "-K", ifname, "tx", "off", "tso", "off", "gso", "off",
+                    check=False)
+
+    def _sysctl(self, role, *settings):
+        self.run_in(role, "sysctl", "-qw", *settings)
+
+    @staticmethod
+    def backend_ip(i):
+        return f"{SUBNET}.{10 + i}"
+
+    # ---- backends ---------------------------------------------------------
+
+    def start_backend(self, i):
+        name = f"b{i}"
+        log = open(os.path.join(self.dir, f"{name}.log"), "a")
+        self.procs[name] = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(name), sys.executable,
+             os.path.join(HERE, "backend.py"), "--name", name, "--vip", VIP,
+             "--state", self.state],
+            stdout=log, stderr=log)
+        # Wait until it listens.
+        for _ in range(100):
+            r = self.run_in(name, "ss", "-ltn", "sport = :80", check=False)
+            if ":80" in r:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"backend {name} did not start listening")
+
+    def stop_backend(self, i):
+        p = self.procs.pop(f"b{i}", None)
+        if p:
+            p.terminate()
+            p.wait(timeout=5)
+
+    def set_health(self, i, healthy):
+        path = os.path.join(self.state, f"b{i}.down")
+        if healthy:
+            if os.path.exists(path):
+                os.remove(path)
+        else:
+            open(path, "w").close()
+
+    # ---- sluice -------------------------------------------------------------
+
+    def write_config(self, backends):
+        bl = ",\n  ".join(f'{{ address = "{self.backend_ip(i)}" }}' for i in backends)
+        qpairs = f",qpairs={self.workers}" if self.workers > 1 else ""
+        text = f"""# Written by scripts/e2e/lab.py
+[dataplane]
+eal_args = ["--no-huge", "-m", "512", "--no-pci", "--log-level=error"]
+workers = {self.workers}
+
+[[dataplane.port]]
+name = "uplink"
+device = "net_af_packet0,iface=lb0{qpairs}"
+address = "{APPLIANCE}/24"
+tap = "sl-up"
+
+[metrics]
+listen = "127.0.0.1:9100"
+
+[[health_check]]
+name = "http"
+type = "HTTP"
+port = 80
+request_path = "/health"
+check_interval = "1s"
+timeout = "500ms"
+healthy_threshold = 2
+unhealthy_threshold = 2
+
+[[backend_service]]
+name = "web"
+encapsulation = "l2"
+health_check = "http"
+backend = [
+  {bl},
+]
+
+[[backend_service]]
+name = "udp"
+encapsulation = "l2"
+session_affinity = "CLIENT_IP"
+health_check = "http"
+backend = [
+  {bl},
+]
+
+[[forwarding_rule]]
+name = "web"
+vip = "{VIP}"
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+
+[[forwarding_rule]]
+name = "udp"
+vip = "{VIP}"
+protocol = "UDP"
+ports = "5000"
+backend_service = "udp"
+"""
+        with open(self.config, "w") as f:
+            f.write(text)
+
+    def start_sluice(self):
+        self.sluice_log = os.path.join(self.dir, "sluice.log")
+        log = open(self.sluice_log, "a")
+        self.sluice = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns("lb"), self.sluice_bin, "run",
+             "--config", self.config, "--control-socket", self.socket],
+            stdout=log, stderr=log)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.sluice.poll() is not None:
+                raise RuntimeError(f"sluice exited {self.sluice.returncode}:\n{self.sluice_output()}")
+            if os.path.exists(self.socket) and self.metrics(quiet=True):
+                return
+            time.sleep(0.1)
+        raise RuntimeError("sluice did not come up:\n" + self.sluice_output())
+
+    def sluice_output(self):
+        with open(self.sluice_log) as f:
+            return f.read()
+
+    def stop_sluice(self):
+        if self.sluice is None:
+            return None
+        self.sluice.send_signal(signal.SIGTERM)
+        try:
+            rc = self.sluice.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.sluice.kill()
+            rc = self.sluice.wait()
+        self.sluice = None
+        return rc
+
+    def status(self):
+        return sh(self.sluice_bin, "status", "--control-socket", self.socket, capture=True)
+
+    def reload(self):
+        return sh(self.sluice_bin, "reload", "--control-socket", self.socket, check=False)
+
+    def metrics(self, quiet=False):
+        """The scrape as {name{labels}: value}, read inside sluice's namespace."""
+        r = self.run_in("lb", sys.executable, "-c",
+                        "import urllib.request,sys;"
+                        "sys.stdout.write(urllib.request.urlopen("
+                        "'http://127.0.0.1:9100/metrics', timeout=2).read().decode())",
+                        check=not quiet)
+        out = {}
+        text = r if isinstance(r, str) else ""
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    pass
+        return out
+
+    def backend_states(self):
+        """{backend ip: healthy|unhealthy|draining} for service web."""
+        states, in_web = {}, False
+        for line in self.status().splitlines():
+            if line.startswith("service "):
+                in_web = line.startswith("service web:")
+            elif in_web and line.strip().startswith("backend "):
+                f = line.split()
+                states[f[1]] = f[4]
+        return states
+
+    # ---- clients ------------------------------------------------------------
+
+    def client(self, *args):
+        out = self.run_in("c", sys.executable, os.path.join(HERE, "client.py"),
+                          *[str(a) for a in args])
+        return json.loads(out)
+
+    def client_background(self, *args):
+        path = os.path.join(self.dir, f"client-{time.monotonic_ns()}.json")
+        f = open(path, "w")
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns("c"), sys.executable,
+             os.path.join(HERE, "client.py"), *[str(a) for a in args]],
+            stdout=f, stderr=subprocess.DEVNULL)
+        return p, path
+
+    @staticmethod
+    def collect(bg):
+        p, path = bg
+        p.wait(timeout=120)
+        with open(path) as f:
+            return json.loads(f.read())
+
+    # ---- teardown -------------------------------------------------------------
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.stop_sluice()
+        except Exception:  # noqa: BLE001 — teardown goes on regardless
+            pass
+        for p in self.procs.values():
+            p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for ns in reversed(self.namespaces):
+            sh("ip", "netns", "del", ns, check=False)
+        if os.environ.get("SLUICE_E2E_KEEP") is None:
+            subprocess.run(["rm", "-rf", self.dir], check=False)
