@@ -50,6 +50,17 @@ enum Command {
         /// one worker and configurations without health checks.
         #[arg(long, value_name = "N:ADDR", hide = true)]
         test_mark_unhealthy_after_packets: Option<test_hook::MarkUnhealthy>,
+        /// TEST HOOK, not a product feature: after the worker has received
+        /// N packets it pauses, PATH is copied over the --config file and
+        /// reloaded as on SIGHUP, and the worker resumes (golden reload
+        /// tests, CT-7, CT-10). Overwrites the --config file; one worker.
+        #[arg(
+            long,
+            value_name = "N:PATH",
+            hide = true,
+            conflicts_with = "test_mark_unhealthy_after_packets"
+        )]
+        test_reload_after_packets: Option<test_hook::ReloadAfter>,
         /// Serve no control socket (reload with SIGHUP only).
         #[arg(long)]
         no_control_socket: bool,
@@ -89,6 +100,7 @@ fn main() -> ExitCode {
             control_socket,
             no_control_socket,
             test_mark_unhealthy_after_packets,
+            test_reload_after_packets,
         } => {
             let cfg = match controlplane::config::load_file(&config) {
                 Ok(cfg) => cfg,
@@ -110,6 +122,7 @@ fn main() -> ExitCode {
                 config_path: Some(config),
                 control_socket: (!no_control_socket).then_some(control_socket),
                 test_mark_unhealthy: test_mark_unhealthy_after_packets,
+                test_reload: test_reload_after_packets,
             };
             match run::run(cfg, opts) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -30,6 +30,8 @@ pub struct RunOptions {
     pub control_socket: Option<PathBuf>,
     /// TEST HOOK: see [`crate::test_hook`].
     pub test_mark_unhealthy: Option<crate::test_hook::MarkUnhealthy>,
+    /// TEST HOOK: see [`crate::test_hook`].
+    pub test_reload: Option<crate::test_hook::ReloadAfter>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -198,7 +200,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             clock,
             burst_size: usize::from(cfg.dataplane.burst_size),
             conntrack_capacity: cfg.dataplane.conntrack_capacity as usize,
-            test_pause_after_rx: opts.test_mark_unhealthy.as_ref().map(|h| h.after_packets),
+            test_pause_after_rx: (opts.test_mark_unhealthy.as_ref().map(|h| h.after_packets))
+                .or(opts.test_reload.as_ref().map(|h| h.after_packets)),
         };
         eal.launch(lcore, move || worker.run())?;
         launched.push(lcore);
@@ -236,6 +239,16 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             Arc::clone(&stop),
         )
     });
+    let reload_hook = opts.test_reload.clone().map(|h| {
+        crate::test_hook::spawn_reload(
+            h,
+            opts.config_path.clone(),
+            Arc::clone(&snapshots),
+            stats.clone(),
+            Arc::clone(&controller.shared),
+            Arc::clone(&stop),
+        )
+    });
     supervise(
         &opts,
         &term,
@@ -246,7 +259,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     );
 
     stop.store(true, Ordering::Relaxed);
-    if let Some(h) = hook {
+    for h in hook.into_iter().chain(reload_hook) {
         let _ = h.join();
     }
     for &lcore in &launched {

@@ -1,20 +1,41 @@
-//! TEST HOOK — not a product feature. `sluice run
-//! --test-mark-unhealthy-after-packets N:ADDR` lets a golden test mark a
-//! backend unhealthy at an exact point of a pcap replay (there is no other
-//! way to put a health change between two packets of a capture that is
-//! replayed in microseconds):
+//! TEST HOOKS — not product features. A pcap is replayed in microseconds,
+//! so nothing can be timed between two of its packets from outside; these
+//! hooks let a golden test put a control-plane event at an exact point of
+//! the replay. Both use `Worker::test_pause_after_rx` (the worker stops
+//! polling RX after N packets until a new snapshot version is published)
+//! and are meant for one worker with `burst_size = 1`.
 //!
-//! 1. the worker pauses RX after N packets (`Worker::test_pause_after_rx`);
-//! 2. this thread sees N packets counted, republishes the current snapshot
-//!    with every backend at ADDR unhealthy and its services' tables rebuilt
+//! `sluice run --test-mark-unhealthy-after-packets N:ADDR` (golden
+//! conntrack tests, CT-8):
+//!
+//! 1. the worker pauses RX after N packets;
+//! 2. this thread sees it paused, republishes the current snapshot with
+//!    every backend at ADDR unhealthy and its services' tables rebuilt
 //!    over the remaining healthy backends (EL-1 only: no weights, zones or
 //!    failover — test configurations do not use them);
 //! 3. the worker sees the new version and resumes.
 //!
 //! The controller knows nothing of the change; with health checks
 //! configured it would overwrite it, hence "no health checks" in the help.
+//!
+//! `sluice run --test-reload-after-packets N:PATH` (golden reload tests,
+//! CT-7, CT-10, AP-5):
+//!
+//! 1. the worker pauses RX after N packets;
+//! 2. this thread sees it paused, copies PATH over the file given to
+//!    `--config` and raises SIGHUP: the control thread reloads exactly as
+//!    for an operator's SIGHUP (`Controller::reload`, validation, backend
+//!    ids, draining — nothing is built here);
+//! 3. an accepted reload publishes a new snapshot and the worker resumes.
+//!    A rejected one publishes nothing (that is the point), so once the
+//!    failure is counted this thread republishes the running snapshot
+//!    unchanged — same content, same generation — only to let the worker
+//!    resume.
+//!
+//! The file given to `--config` is overwritten: use a scratch copy.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,6 +43,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use controlplane::config::Config;
+use controlplane::control::Shared;
 use controlplane::maglev::{build_table, MaglevBackend};
 use crossbeam_utils::CachePadded;
 use dataplane::snapshot::SnapshotCell;
@@ -57,18 +79,8 @@ pub fn spawn(
         .map(|s| (s.name.clone(), s.maglev_table_size))
         .collect();
     std::thread::spawn(move || {
-        let rx = || -> u64 {
-            stats
-                .iter()
-                .flat_map(|s| s.ports.iter())
-                .map(|p| p.rx_packets.get())
-                .sum()
-        };
-        while rx() < hook.after_packets {
-            if stop.load(Ordering::Relaxed) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if !wait_until_paused(&stats, hook.after_packets, &stop) {
+            return;
         }
         let mut next = (*snapshots.load()).clone();
         next.generation += 1;
@@ -100,10 +112,138 @@ pub fn spawn(
             "sluice: TEST HOOK: {} marked unhealthy after {} packets",
             hook.address, hook.after_packets
         );
-        let old = snapshots.publish(next);
-        // Freed here once the worker let go (the control thread's rule).
-        while Arc::strong_count(&old) > 1 && !stop.load(Ordering::Relaxed) {
+        publish_and_retire(&snapshots, next, &stop);
+    })
+}
+
+/// Waits until the workers have received `after_packets` packets and have
+/// gone through their pause check since (false: stopping first).
+///
+/// Publishing as soon as RX reaches N would race the worker: if the new
+/// version appeared before the worker's next poll, it would pause waiting
+/// for a version after that one, for ever. `polls` is counted at the top
+/// of every poll, before the pause check, and the worker's counters are
+/// stored in program order (x86): once `polls` moved by two after RX
+/// reached N, the poll that paused has completed its check.
+fn wait_until_paused(
+    stats: &[Arc<CachePadded<WorkerStats>>],
+    after_packets: u64,
+    stop: &AtomicBool,
+) -> bool {
+    let rx = || -> u64 {
+        stats
+            .iter()
+            .flat_map(|s| s.ports.iter())
+            .map(|p| p.rx_packets.get())
+            .sum()
+    };
+    let polls = || -> u64 { stats.iter().map(|s| s.polls.get()).min().unwrap_or(0) };
+    while rx() < after_packets {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let seen = polls();
+    while polls() < seen + 2 {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+/// Publishes `next` and frees the previous snapshot here once the workers
+/// let go of it (the control thread's rule: never freed on a worker).
+fn publish_and_retire(
+    snapshots: &SnapshotCell,
+    next: dataplane::snapshot::ForwardingState,
+    stop: &AtomicBool,
+) {
+    let old = snapshots.publish(next);
+    while Arc::strong_count(&old) > 1 && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ReloadAfter {
+    pub after_packets: u64,
+    pub path: PathBuf,
+}
+
+impl FromStr for ReloadAfter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (n, p) = s.split_once(':').ok_or("expected N:PATH")?;
+        if p.is_empty() {
+            return Err("PATH: empty".into());
+        }
+        Ok(Self {
+            after_packets: n.parse().map_err(|e| format!("N: {e}"))?,
+            path: p.into(),
+        })
+    }
+}
+
+/// The reload hook (see the module documentation). `config_path` is the
+/// file the controller reloads from; `shared` tells when the control
+/// thread has handled the reload and how it ended.
+pub fn spawn_reload(
+    hook: ReloadAfter,
+    config_path: Option<PathBuf>,
+    snapshots: Arc<SnapshotCell>,
+    stats: Vec<Arc<CachePadded<WorkerStats>>>,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        if !wait_until_paused(&stats, hook.after_packets, &stop) {
+            return;
+        }
+        let Some(config_path) = config_path else {
+            eprintln!("sluice: TEST HOOK: no configuration file to reload");
+            return;
+        };
+        if let Err(e) = std::fs::copy(&hook.path, &config_path) {
+            eprintln!(
+                "sluice: TEST HOOK: copying {} to {}: {e}",
+                hook.path.display(),
+                config_path.display()
+            );
+            return;
+        }
+        let handled = || {
+            let v = shared.view();
+            (v.reloads_ok, v.reloads_failed)
+        };
+        let before = handled();
+        eprintln!(
+            "sluice: TEST HOOK: reloading from {} after {} packets",
+            hook.path.display(),
+            hook.after_packets
+        );
+        if let Err(e) = signal_hook::low_level::raise(signal_hook::consts::SIGHUP) {
+            eprintln!("sluice: TEST HOOK: raising SIGHUP: {e}");
+            return;
+        }
+        let after = loop {
+            if stop.load(Ordering::Relaxed) {
+                return;
+            }
+            let now = handled();
+            if now != before {
+                break now;
+            }
             std::thread::sleep(Duration::from_millis(1));
+        };
+        if after.1 > before.1 {
+            // Rejected: nothing was published. Same snapshot, same
+            // generation, new version: the worker resumes on it.
+            let same = (*snapshots.load()).clone();
+            publish_and_retire(&snapshots, same, &stop);
+            eprintln!("sluice: TEST HOOK: reload rejected, worker resumed unchanged");
         }
     })
 }
