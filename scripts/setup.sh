@@ -6,7 +6,7 @@
 set -euo pipefail
 
 PKGS=(libdpdk-dev dpdk-dev dpdk libclang-dev clang pkg-config libpcap-dev
-      iproute2 tcpdump python3 curl procps)
+      iproute2 tcpdump python3 curl procps iputils-ping ethtool)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -22,7 +22,27 @@ cargo test --workspace --locked 2>&1 | tee target/test-output.txt
 echo "== sluice check-config conf/*.toml"
 target/debug/sluice check-config conf/*.toml
 
+# The live end-to-end suite: namespaces, real kernel clients and servers,
+# sluice on net_af_packet with its TAP exception path; 1 and 2 workers.
+e2e_passed=0
+e2e_failed=0
+for workers in 1 2; do
+  echo "== e2e suite, $workers worker(s)"
+  if python3 scripts/e2e/suite.py --workers "$workers" --sluice target/debug/sluice; then
+    e2e_passed=$((e2e_passed + 1))
+  else
+    e2e_failed=$((e2e_failed + 1))
+  fi
+done
+
 passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' target/test-output.txt)
 failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' target/test-output.txt)
+passed=$((passed + e2e_passed))
+failed=$((failed + e2e_failed))
+if ((e2e_failed)); then
+  echo "tests: $passed passed, $failed failed"
+  echo "test.sh: e2e suite failed" >&2
+  exit 1
+fi
 echo "test.sh: all passed"
 echo "tests: $passed passed, $failed failed"

@@ -215,7 +215,7 @@ impl Controller {
                     .unwrap_or_else(|p| p.into_inner())
                     .reloads_failed += 1;
                 Err(format!(
-                    "{diags}{} error(s) in {}; the running configuration is unchanged\n",
+                    "{diags}\n{} error(s) in {}; the running configuration is unchanged\n",
                     diags.len(),
                     path.display()
                 ))

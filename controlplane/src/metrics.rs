@@ -51,7 +51,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     let mut out = Vec::new();
 
     type PortField = fn(&dataplane::stats::PortCounters) -> u64;
-    let port_metrics: [(&str, &str, PortField); 4] = [
+    let port_metrics: [(&str, &str, PortField); 7] = [
         (
             "sluice_port_rx_packets_total",
             "Packets received on a dataplane port.",
@@ -71,6 +71,23 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
             "sluice_port_tx_bytes_total",
             "Bytes sent on a dataplane port.",
             |p| p.tx_bytes.get(),
+        ),
+        (
+            "sluice_port_punted_packets_total",
+            "Packets received on a port for the appliance itself and handed to its TAP \
+             (AP-4). Per port, RX = TX + punted + drops.",
+            |p| p.punted.get(),
+        ),
+        (
+            "sluice_port_injected_packets_total",
+            "Packets the kernel sent on a port's TAP and the port transmitted (AP-4); \
+             not in tx_packets.",
+            |p| p.injected.get(),
+        ),
+        (
+            "sluice_port_inject_failed_packets_total",
+            "Packets the kernel sent on a port's TAP that the port's TX queue refused.",
+            |p| p.inject_failed.get(),
         ),
     ];
     for (name, help, field) in port_metrics {

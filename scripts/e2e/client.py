@@ -7,6 +7,8 @@ client namespace). Every command prints one JSON object on stdout.
                       SECONDS; reports per connection the backends it saw
                       and its failures (a connection that fails reconnects,
                       and the failure is counted)
+  stream SECONDS      new connections in a loop; one JSON line per second
+                      with that second's answers per backend and failures
   udp SIZE COUNT      COUNT datagrams of SIZE bytes from COUNT source ports;
                       reports which backend answered and the length it got
 """
@@ -67,6 +69,25 @@ def hold(seconds, k):
     return {"backends": seen, "failures": failures, "requests": requests}
 
 
+def stream(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        tick = time.monotonic() + 1
+        counts, failures = {}, 0
+        while time.monotonic() < tick:
+            conn = http.client.HTTPConnection(VIP, 80, timeout=1)
+            try:
+                b = get(conn)
+                counts[b] = counts.get(b, 0) + 1
+            except (OSError, RuntimeError, http.client.HTTPException):
+                failures += 1
+            finally:
+                conn.close()
+            time.sleep(0.005)
+        print(json.dumps({"counts": counts, "failures": failures}), flush=True)
+    return None
+
+
 def udp(size, count):
     counts, lengths, lost = {}, set(), 0
     for _ in range(count):
@@ -91,11 +112,14 @@ def main():
         out = spread(int(args[0]))
     elif cmd == "hold":
         out = hold(args[0], int(args[1]))
+    elif cmd == "stream":
+        out = stream(args[0])
     elif cmd == "udp":
         out = udp(int(args[0]), int(args[1]))
     else:
         sys.exit(f"unknown command {cmd}")
-    print(json.dumps(out))
+    if out is not None:
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":
