@@ -119,6 +119,20 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     punted.inc_by(sum(src, |w| w.punted.get()));
     out.extend(punted.collect());
 
+    let steered = counter_vec(
+        "sluice_steered_packets_total",
+        "Tracked packets moved between workers so that one worker's shard sees every \
+         packet of a tracking key (ports without RSS on addresses only).",
+        &["direction"],
+    );
+    steered
+        .with_label_values(&["out"])
+        .inc_by(sum(src, |w| w.steered_out.get()));
+    steered
+        .with_label_values(&["in"])
+        .inc_by(sum(src, |w| w.steered_in.get()));
+    out.extend(steered.collect());
+
     let snap = src.snapshot.load();
     let per_backend = counter_vec(
         "sluice_backend_packets_total",

@@ -11,10 +11,10 @@ use controlplane::control_socket::{self, Pending, Request};
 use controlplane::exception;
 use controlplane::metrics::{self, MetricsSources};
 use controlplane::neighbours::NeighbourResolver;
-use dataplane::dpdk::{Eal, Mempool, Port, PortConfig};
+use dataplane::dpdk::{mbuf_ring, Eal, Mempool, Port, PortConfig};
 use dataplane::snapshot::Millis;
 use dataplane::stats::WorkerStats;
-use dataplane::worker::{ExceptionQueues, Worker};
+use dataplane::worker::{ExceptionQueues, Steering, Worker};
 
 /// Upper bound on backend ids counted per backend in each worker's stats.
 const MAX_BACKEND_COUNTERS: usize = 1 << 16;
@@ -112,7 +112,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         .iter()
         .filter(|p| p.tap.is_some())
         .count();
-    let rings = nports as u32 * (1024 + 1024) + ntaps as u32 * (512 + 512);
+    let rings = nports as u32 * (1024 + 1024) + ntaps as u32 * (512 + 512) + 1024 * workers as u32;
     let auto = (rings * workers as u32 + 4096).next_power_of_two() - 1;
     let mbufs = if cfg.dataplane.mbufs == 0 {
         auto
@@ -182,11 +182,17 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let clock = ctl_clock;
+    let mut steering = steering_rings(&ports, workers)?;
     let mut launched = Vec::with_capacity(workers);
     for (w, &lcore) in lcores.iter().take(workers).enumerate() {
         let q = w as u16;
         let worker = Worker {
             index: w,
+            port_ids: ports.iter().map(Port::id).collect(),
+            steering: steering
+                .as_mut()
+                .and_then(|s| s.get_mut(w))
+                .and_then(Option::take),
             rx: ports.iter().filter_map(|p| p.rx_queue(q)).collect(),
             tx: ports.iter().filter_map(|p| p.tx_queue(q)).collect(),
             exception: taps
@@ -361,6 +367,51 @@ fn supervise(
         }
     }
 }
+
+/// One flow, one shard: when a port cannot keep an address pair on one RX
+/// queue (net_af_packet, RSS-less devices) and there are several workers,
+/// a ring from every worker to every other carries tracked packets to the
+/// worker that owns their key (`dataplane::steering`).
+fn steering_rings(
+    ports: &[Port],
+    workers: usize,
+) -> Result<Option<Vec<Option<Steering>>>, RunError> {
+    let needs: Vec<bool> = ports
+        .iter()
+        .map(|p| !p.keeps_address_pairs_on_one_queue())
+        .collect();
+    if workers < 2 || !needs.iter().any(|&n| n) {
+        return Ok(None);
+    }
+    let mut per_worker: Vec<Steering> = (0..workers)
+        .map(|_| Steering {
+            to: (0..workers).map(|_| None).collect(),
+            from: Vec::new(),
+            ports: needs.clone(),
+        })
+        .collect();
+    for from in 0..workers {
+        for to in (0..workers).filter(|&t| t != from) {
+            let (p, c) = mbuf_ring(&format!("sluice_steer_{from}_{to}"), STEERING_RING_SLOTS)?;
+            per_worker[from].to[to] = Some(p);
+            per_worker[to].from.push(c);
+        }
+    }
+    eprintln!(
+        "sluice: software steering between {workers} workers for port(s) {:?} \
+         (no RSS on addresses only)",
+        ports
+            .iter()
+            .zip(&needs)
+            .filter(|(_, &n)| n)
+            .map(|(p, _)| p.name())
+            .collect::<Vec<_>>()
+    );
+    Ok(Some(per_worker.into_iter().map(Some).collect()))
+}
+
+/// Slots of each steering ring: a few bursts of slack per pair of workers.
+const STEERING_RING_SLOTS: u32 = 1024;
 
 /// AP-4: starts each port's TAP (one queue pair per worker) with the
 /// port's MAC, and gives the kernel side the port's addresses and MTU.

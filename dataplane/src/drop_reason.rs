@@ -62,6 +62,8 @@ drop_reasons! {
     NoExceptionPath => "no_exception_path",
     /// Addressed to the appliance, but the exception path's TAP queue was full.
     ExceptionQueueFull => "exception_queue_full",
+    /// The ring to the worker owning the packet's tracking key was full.
+    SteeringRingFull => "steering_ring_full",
     /// The egress TX queue was full.
     TxQueueFull => "tx_queue_full",
     /// A chained (multi-segment) mbuf: the pipeline handles contiguous

@@ -16,6 +16,7 @@ pub mod pipeline;
 pub mod rules;
 pub mod snapshot;
 pub mod stats;
+pub mod steering;
 pub mod wire;
 pub mod worker;
 

@@ -107,6 +107,10 @@ pub struct WorkerStats {
     pub drops: [Counter; DropReason::COUNT],
     /// Packets handed to the exception path (AP-4).
     pub punted: Counter,
+    /// Tracked packets handed to the worker owning their key (steering).
+    pub steered_out: Counter,
+    /// Tracked packets received from other workers (steering).
+    pub steered_in: Counter,
     /// Indexed by `BackendId.0`; ids beyond the end are not counted per backend.
     pub backend_packets: Box<[Counter]>,
     /// Generation of the snapshot the worker last loaded.
@@ -122,6 +126,8 @@ impl WorkerStats {
             ports: Default::default(),
             drops: Default::default(),
             punted: Counter::default(),
+            steered_out: Counter::default(),
+            steered_in: Counter::default(),
             backend_packets: (0..max_backends).map(|_| Counter::default()).collect(),
             snapshot_generation: Gauge::default(),
             polls: Counter::default(),

@@ -11,16 +11,22 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 
 use crate::dpdk::MAX_BURST;
-use crate::dpdk::{MbufBurst, RxQueue, TscClock, TxQueue};
+use crate::dpdk::{MbufBurst, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
 use crate::drop_reason::DropReason;
 use crate::packet::PacketBuf;
 use crate::pipeline::{self, PipelineCtx, Stage, Verdict};
-use crate::snapshot::{Millis, SnapshotCell};
+use crate::snapshot::{ForwardingState, Millis, SnapshotCell};
 use crate::stats::WorkerStats;
+use crate::steering;
 
 /// Everything a worker owns. Built on the main lcore, moved to the worker.
 pub struct Worker {
     pub index: usize,
+    /// DPDK port id of each config port (steered packets carry the id).
+    pub port_ids: Vec<u16>,
+    /// Software steering between workers (None: one worker, or every port
+    /// keeps a tracking key on one queue by itself).
+    pub steering: Option<Steering>,
     /// RX queue per port, indexed by config port index.
     pub rx: Vec<RxQueue>,
     /// TX queue per port, indexed by config port index.
@@ -41,6 +47,17 @@ pub struct Worker {
     /// is published, so a test knows exactly which packets saw which
     /// snapshot. None in production.
     pub test_pause_after_rx: Option<u64>,
+}
+
+/// This worker's rings to and from every other worker (see
+/// [`crate::steering`]).
+#[derive(Debug)]
+pub struct Steering {
+    /// Indexed by worker; None at this worker's own index.
+    pub to: Vec<Option<RingProducer>>,
+    pub from: Vec<RingConsumer>,
+    /// Per config port: whether its RX needs steering.
+    pub ports: Vec<bool>,
 }
 
 /// One worker's queue pair on a port's exception-path TAP (AP-4).
@@ -64,10 +81,12 @@ impl Worker {
     /// Polls until `stop` is set. Returns 0 (the lcore's exit code).
     pub fn run(self) -> i32 {
         let Worker {
-            index: _,
+            index,
             mut rx,
-            mut tx,
-            mut exception,
+            tx,
+            exception,
+            port_ids,
+            steering,
             stats,
             snapshots,
             stop,
@@ -80,28 +99,40 @@ impl Worker {
         let mut paused_at_version = None;
         // Allocated once, before the loop.
         let mut rx_burst = MbufBurst::default();
-        let mut tx_bursts: Vec<MbufBurst> = tx.iter().map(|_| MbufBurst::default()).collect();
-        let mut punt_bursts: Vec<MbufBurst> =
-            exception.iter().map(|_| MbufBurst::default()).collect();
         let mut version = snapshots.version();
-        let mut state = snapshots.load();
+        let state = snapshots.load();
         stats.snapshot_generation.set(state.generation);
-        // The shard is allocated and touched here, on the worker's own lcore
-        // (NUMA-local), before the first packet.
-        let mut ctx = PipelineCtx::new(conntrack_capacity);
-        stats.conntrack.publish(&ctx.conntrack);
-        let mut stages = [Stage::default(); MAX_BURST];
+        let mut lanes = Lanes {
+            index,
+            tx_bursts: tx.iter().map(|_| MbufBurst::default()).collect(),
+            punt_bursts: exception.iter().map(|_| MbufBurst::default()).collect(),
+            steer_bursts: steering.as_ref().map_or_else(Vec::new, |s| {
+                s.to.iter().map(|_| MbufBurst::default()).collect()
+            }),
+            tx,
+            exception,
+            port_ids,
+            steering,
+            // The shard is allocated and touched here, on the worker's own
+            // lcore (NUMA-local), before the first packet.
+            ctx: PipelineCtx::new(conntrack_capacity),
+            stages: [Stage::default(); MAX_BURST],
+            steer_to: [NO_STEER; MAX_BURST],
+            state,
+            stats,
+        };
+        lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
         let mut last_sweep = Millis(0);
 
         while !stop.load(Ordering::Relaxed) {
-            stats.polls.add(1);
+            lanes.stats.polls.add(1);
             let v = snapshots.version();
             if v != version {
                 version = v;
-                state = snapshots.load();
-                stats.snapshot_generation.set(state.generation);
+                lanes.state = snapshots.load();
+                lanes.stats.snapshot_generation.set(lanes.state.generation);
             }
-            ctx.now = Millis(clock.now_ms());
+            lanes.ctx.now = Millis(clock.now_ms());
             if test_pause_after_rx.is_some_and(|n| rx_seen >= n) {
                 test_pause_after_rx = None;
                 paused_at_version = Some(version);
@@ -118,96 +149,257 @@ impl Worker {
                 if n == 0 {
                     continue;
                 }
-                let Some(pc) = stats.ports.get(port_idx) else {
+                let Some(pc) = lanes.stats.ports.get(port_idx) else {
                     rx_burst.clear();
                     continue;
                 };
                 pc.rx_packets.add(n as u64);
+                pc.rx_bytes.add(rx_burst.total_len());
                 rx_seen += n as u64;
-                // Stage 1 over the whole burst, then stage 2: the Maglev
-                // slot misses of different packets overlap. (Prefetching
-                // packet and headroom lines too measured slower on net_pcap,
-                // whose copies leave them hot; revisit on real NICs.)
-                let mut rx_bytes = 0u64;
-                for (m, stage) in rx_burst.iter().zip(stages.iter_mut()) {
-                    rx_bytes += u64::from(m.pkt_len());
-                    *stage = if m.is_contiguous() {
-                        pipeline::classify(m.data(), &state)
-                    } else {
-                        Stage::Done(Verdict::Drop(DropReason::MultiSegment))
-                    };
-                }
-                pc.rx_bytes.add(rx_bytes);
-                // Conntrack lines of the whole burst, in two passes, before
-                // any packet is delivered: the shard's misses overlap.
-                for pass in 0..2 {
-                    for (m, stage) in rx_burst.iter().zip(stages.iter_mut()) {
-                        if let Stage::Balance(b) = stage {
-                            pipeline::prefetch_conntrack(m.data(), b, &state, &ctx, pass);
-                        }
-                    }
-                }
-                for (mut m, stage) in rx_burst.drain().zip(stages.iter()) {
-                    let verdict = match stage {
-                        Stage::Done(v) => *v,
-                        Stage::Balance(b) => pipeline::deliver(&mut m, b, &state, &mut ctx),
-                    };
-                    let out = match verdict {
-                        Verdict::Forward { port, backend } => {
-                            stats.backend(backend, 1);
-                            usize::from(port)
-                        }
-                        // AP-3: an ICMP answer leaves by the receive port.
-                        Verdict::Reply => port_idx,
-                        Verdict::Punt => {
-                            punt(&mut exception, &mut punt_bursts, &stats, port_idx, m);
-                            continue;
-                        }
-                        Verdict::Drop(reason) => {
-                            stats.count_drop(reason, 1);
-                            continue;
-                        }
-                    };
-                    let (Some(burst), Some(txq)) = (tx_bursts.get_mut(out), tx.get_mut(out)) else {
-                        stats.count_drop(DropReason::TxQueueFull, 1);
-                        continue;
-                    };
-                    if let Err(m) = burst.push(m) {
-                        flush(txq, burst, &stats, out);
-                        if burst.push(m).is_err() {
-                            stats.count_drop(DropReason::TxQueueFull, 1);
-                        }
-                    }
+                let steer = lanes
+                    .steering
+                    .as_ref()
+                    .is_some_and(|s| s.ports.get(port_idx).copied().unwrap_or(false));
+                lanes.handle_burst(&mut rx_burst, Some(port_idx), steer);
+            }
+            // Tracked packets other workers received for this one's shard.
+            let inbound = lanes.steering.as_ref().map_or(0, |s| s.from.len());
+            for i in 0..inbound {
+                let n = match lanes.steering.as_mut().and_then(|s| s.from.get_mut(i)) {
+                    Some(ring) => ring.dequeue(&mut rx_burst),
+                    None => 0,
+                };
+                if n > 0 {
+                    lanes.stats.steered_in.add(n as u64);
+                    lanes.handle_burst(&mut rx_burst, None, false);
                 }
             }
-            for (port_idx, (txq, burst)) in tx.iter_mut().zip(tx_bursts.iter_mut()).enumerate() {
-                if !burst.is_empty() {
-                    flush(txq, burst, &stats, port_idx);
-                }
-            }
-            for (port_idx, (queues, burst)) in
-                exception.iter_mut().zip(punt_bursts.iter_mut()).enumerate()
-            {
-                if let Some(q) = queues {
-                    if !burst.is_empty() {
-                        flush_punted(&mut q.tx, burst, &stats, port_idx);
-                    }
-                    if let Some(txq) = tx.get_mut(port_idx) {
-                        inject(q, txq, &mut rx_burst, &stats, port_idx);
-                    }
-                }
-            }
-            if ctx.now > last_sweep {
+            lanes.flush_all(&mut rx_burst);
+            let now = lanes.ctx.now;
+            if now > last_sweep {
                 // After a stall, catch up a little, not all at once.
-                let ms = (ctx.now.0 - last_sweep.0).min(8) as usize;
-                ctx.conntrack.sweep(ctx.now, SWEEP_SLOTS_PER_MS * ms);
-                last_sweep = ctx.now;
-                stats.conntrack.publish(&ctx.conntrack);
+                let ms = (now.0 - last_sweep.0).min(8) as usize;
+                lanes.ctx.conntrack.sweep(now, SWEEP_SLOTS_PER_MS * ms);
+                last_sweep = now;
+                lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
             }
         }
         // The last millisecond's conntrack counters, for the final scrape.
-        stats.conntrack.publish(&ctx.conntrack);
+        lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
         0
+    }
+}
+
+/// `steer_to` value of a packet this worker handles itself.
+const NO_STEER: u16 = u16::MAX;
+
+/// Where a worker's packets go, and the per-burst scratch it reuses.
+struct Lanes {
+    index: usize,
+    tx: Vec<TxQueue>,
+    tx_bursts: Vec<MbufBurst>,
+    exception: Vec<Option<ExceptionQueues>>,
+    punt_bursts: Vec<MbufBurst>,
+    port_ids: Vec<u16>,
+    steering: Option<Steering>,
+    steer_bursts: Vec<MbufBurst>,
+    ctx: PipelineCtx,
+    stages: [Stage; MAX_BURST],
+    steer_to: [u16; MAX_BURST],
+    state: Arc<ForwardingState>,
+    stats: Arc<CachePadded<WorkerStats>>,
+}
+
+impl Lanes {
+    /// Runs the pipeline over one burst and queues every packet where its
+    /// verdict sends it. `rx_port`: the config port the whole burst came
+    /// from (None: steered packets, each carrying its own). `steer`: hand
+    /// tracked packets owned by another worker to it (see [`crate::steering`]).
+    #[inline]
+    fn handle_burst(&mut self, burst: &mut MbufBurst, rx_port: Option<usize>, steer: bool) {
+        let state = &*self.state;
+        // Stage 1 over the whole burst, then stage 2: the Maglev slot
+        // misses of different packets overlap. (Prefetching packet and
+        // headroom lines too measured slower on net_pcap, whose copies leave
+        // them hot; revisit on real NICs.)
+        for (m, stage) in burst.iter().zip(self.stages.iter_mut()) {
+            *stage = if m.is_contiguous() {
+                pipeline::classify(m.data(), state)
+            } else {
+                Stage::Done(Verdict::Drop(DropReason::MultiSegment))
+            };
+        }
+        if steer {
+            let workers = self.steer_bursts.len();
+            for ((m, stage), to) in burst
+                .iter()
+                .zip(self.stages.iter())
+                .zip(self.steer_to.iter_mut())
+            {
+                *to = match stage {
+                    Stage::Balance(b) if b.tracked => {
+                        let owner = steering::owner(m.data(), &b.layout, workers);
+                        if owner == self.index {
+                            NO_STEER
+                        } else {
+                            owner as u16
+                        }
+                    }
+                    _ => NO_STEER,
+                };
+            }
+        }
+        // Conntrack lines of the whole burst, in two passes, before any
+        // packet is delivered: the shard's misses overlap.
+        for pass in 0..2 {
+            for (m, stage) in burst.iter().zip(self.stages.iter_mut()) {
+                if let Stage::Balance(b) = stage {
+                    pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx, pass);
+                }
+            }
+        }
+        for (i, mut m) in burst.drain().enumerate() {
+            let (Some(stage), Some(&to)) = (self.stages.get(i), self.steer_to.get(i)) else {
+                self.stats.count_drop(DropReason::Shutdown, 1);
+                continue;
+            };
+            if steer && to != NO_STEER {
+                steer_packet(
+                    &mut self.steer_bursts,
+                    &mut self.steering,
+                    &self.stats,
+                    usize::from(to),
+                    m,
+                );
+                continue;
+            }
+            let verdict = match stage {
+                Stage::Done(v) => *v,
+                Stage::Balance(b) => pipeline::deliver(&mut m, b, state, &mut self.ctx),
+            };
+            let out = match verdict {
+                Verdict::Forward { port, backend } => {
+                    self.stats.backend(backend, 1);
+                    usize::from(port)
+                }
+                // AP-3: an ICMP answer leaves by the receive port.
+                Verdict::Reply => rx_port.unwrap_or_else(|| self.port_index(&m)),
+                Verdict::Punt => {
+                    let port = rx_port.unwrap_or_else(|| self.port_index(&m));
+                    punt(
+                        &mut self.exception,
+                        &mut self.punt_bursts,
+                        &self.stats,
+                        port,
+                        m,
+                    );
+                    continue;
+                }
+                Verdict::Drop(reason) => {
+                    self.stats.count_drop(reason, 1);
+                    continue;
+                }
+            };
+            let (Some(burst), Some(txq)) = (self.tx_bursts.get_mut(out), self.tx.get_mut(out))
+            else {
+                self.stats.count_drop(DropReason::TxQueueFull, 1);
+                continue;
+            };
+            if let Err(m) = burst.push(m) {
+                flush(txq, burst, &self.stats, out);
+                if burst.push(m).is_err() {
+                    self.stats.count_drop(DropReason::TxQueueFull, 1);
+                }
+            }
+        }
+        if steer {
+            self.steer_to = [NO_STEER; MAX_BURST];
+        }
+    }
+
+    /// The config index of the port a steered packet arrived on.
+    #[cold]
+    fn port_index(&self, m: &crate::dpdk::Mbuf) -> usize {
+        self.port_ids
+            .iter()
+            .position(|&id| id == m.port())
+            .unwrap_or(0)
+    }
+
+    /// End of a poll: every queued burst goes out; the TAPs are polled.
+    fn flush_all(&mut self, scratch: &mut MbufBurst) {
+        for (owner, burst) in self.steer_bursts.iter_mut().enumerate() {
+            if burst.is_empty() {
+                continue;
+            }
+            match self.steering.as_mut().and_then(|s| s.to.get_mut(owner)) {
+                Some(Some(ring)) => send_steered(ring, burst, &self.stats),
+                _ => {
+                    let n = burst.clear() as u64;
+                    self.stats.count_drop(DropReason::SteeringRingFull, n);
+                }
+            }
+        }
+        for (port_idx, (txq, burst)) in self
+            .tx
+            .iter_mut()
+            .zip(self.tx_bursts.iter_mut())
+            .enumerate()
+        {
+            if !burst.is_empty() {
+                flush(txq, burst, &self.stats, port_idx);
+            }
+        }
+        for (port_idx, (queues, burst)) in self
+            .exception
+            .iter_mut()
+            .zip(self.punt_bursts.iter_mut())
+            .enumerate()
+        {
+            if let Some(q) = queues {
+                if !burst.is_empty() {
+                    flush_punted(&mut q.tx, burst, &self.stats, port_idx);
+                }
+                if let Some(txq) = self.tx.get_mut(port_idx) {
+                    inject(q, txq, scratch, &self.stats, port_idx);
+                }
+            }
+        }
+    }
+}
+
+/// Queues a packet for the worker that owns its tracking key.
+#[inline]
+fn steer_packet(
+    bursts: &mut [MbufBurst],
+    steering: &mut Option<Steering>,
+    stats: &WorkerStats,
+    owner: usize,
+    m: crate::dpdk::Mbuf,
+) {
+    let ring = steering
+        .as_mut()
+        .and_then(|s| s.to.get_mut(owner))
+        .and_then(Option::as_mut);
+    let (Some(burst), Some(ring)) = (bursts.get_mut(owner), ring) else {
+        stats.count_drop(DropReason::SteeringRingFull, 1);
+        return;
+    };
+    if let Err(m) = burst.push(m) {
+        send_steered(ring, burst, stats);
+        if burst.push(m).is_err() {
+            stats.count_drop(DropReason::SteeringRingFull, 1);
+        }
+    }
+}
+
+/// Hands a burst to another worker's ring; what does not fit is dropped.
+fn send_steered(ring: &mut RingProducer, burst: &mut MbufBurst, stats: &WorkerStats) {
+    let sent = ring.enqueue(burst) as u64;
+    let unsent = burst.clear() as u64;
+    stats.steered_out.add(sent);
+    if unsent > 0 {
+        stats.count_drop(DropReason::SteeringRingFull, unsent);
     }
 }
 

@@ -40,6 +40,12 @@ impl Mbuf {
         self.raw().pkt_len
     }
 
+    /// The DPDK port id the packet was received on.
+    #[inline]
+    pub fn port(&self) -> u16 {
+        self.raw().port
+    }
+
     /// Whether the mbuf is a single segment (the only kind we process).
     #[inline]
     pub fn is_contiguous(&self) -> bool {

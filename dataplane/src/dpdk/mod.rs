@@ -14,6 +14,7 @@ pub mod memory;
 mod mempool;
 mod port;
 pub mod prefetch;
+mod ring;
 pub mod rte_hash;
 
 pub use burst::{MbufBurst, MAX_BURST};
@@ -22,3 +23,4 @@ pub use error::DpdkError;
 pub use mbuf::Mbuf;
 pub use mempool::Mempool;
 pub use port::{LinkStatus, Port, PortConfig, PortHwStats, RxQueue, TxQueue};
+pub use ring::{mbuf_ring, RingConsumer, RingProducer};

@@ -81,6 +81,9 @@ pub struct Port {
     name: String,
     rx_queues: u16,
     tx_queues: u16,
+    /// Every packet between two addresses reaches one RX queue (one queue,
+    /// or RSS on addresses only that the device supports in full).
+    pairs_on_one_queue: bool,
 }
 
 impl Port {
@@ -126,6 +129,12 @@ impl Port {
             ));
         }
         let mut conf = dpdk_sys::rte_eth_conf::default();
+        let addresses_only =
+            RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6;
+        let pairs_on_one_queue = cfg.rx_queues == 1
+            || (cfg.rss
+                && !cfg.rss_l4
+                && info.flow_type_rss_offloads & addresses_only == addresses_only);
         if cfg.rx_queues > 1 && cfg.rss {
             let wanted = if cfg.rss_l4 {
                 RSS_IPV4
@@ -139,7 +148,7 @@ impl Port {
                     | RSS_NONFRAG_IPV6_UDP
                     | RSS_NONFRAG_IPV6_OTHER
             } else {
-                RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6
+                addresses_only
             };
             conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
             conf.rx_adv_conf.rss_conf.rss_hf = wanted & info.flow_type_rss_offloads;
@@ -214,7 +223,14 @@ impl Port {
             name,
             rx_queues: cfg.rx_queues,
             tx_queues: cfg.tx_queues,
+            pairs_on_one_queue,
         })
+    }
+
+    /// Whether the port itself keeps every packet between two addresses on
+    /// one RX queue; when not, workers steer tracked packets in software.
+    pub fn keeps_address_pairs_on_one_queue(&self) -> bool {
+        self.pairs_on_one_queue
     }
 
     pub fn id(&self) -> u16 {

@@ -1,0 +1,146 @@
+//! Single-producer single-consumer mbuf rings between two workers (software
+//! steering: one flow, one shard, when the port cannot hash on addresses).
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::burst::{MbufBurst, MAX_BURST};
+use super::{DpdkError, Mbuf};
+
+// From rte_ring_core.h (macros bindgen cannot see through).
+const RING_F_SP_ENQ: u32 = 0x0001;
+const RING_F_SC_DEQ: u32 = 0x0002;
+
+/// The ring itself; freed when both ends are gone.
+struct Ring(NonNull<dpdk_sys::rte_ring>);
+
+// SAFETY: an rte_ring is designed to be shared between lcores; each end
+// below is used by exactly one thread (SP/SC flags), and rte_ring_free is
+// called once, by the last owner of the Arc.
+unsafe impl Send for Ring {}
+// SAFETY: as above; the two ends touch disjoint producer/consumer state.
+unsafe impl Sync for Ring {}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // Mbufs still queued would leak: drain them first.
+        let mut raw = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_BURST];
+        loop {
+            // SAFETY: no end is left (we are the last Arc owner), so this
+            // thread is the only consumer.
+            let n = unsafe {
+                dpdk_sys::rte_ring_dequeue_burst(
+                    self.0.as_ptr(),
+                    raw.as_mut_ptr(),
+                    MAX_BURST as u32,
+                    std::ptr::null_mut(),
+                )
+            } as usize;
+            if n == 0 {
+                break;
+            }
+            for &p in &raw[..n.min(MAX_BURST)] {
+                if let Some(nn) = NonNull::new(p.cast::<dpdk_sys::rte_mbuf>()) {
+                    // SAFETY: only owned mbufs are ever enqueued; dropping
+                    // the Mbuf frees it.
+                    drop(unsafe { Mbuf::from_raw(nn) });
+                }
+            }
+        }
+        // SAFETY: the ring was created by rte_ring_create and nobody uses it.
+        unsafe { dpdk_sys::rte_ring_free(self.0.as_ptr()) };
+    }
+}
+
+/// The sending end: owned by one worker.
+pub struct RingProducer(Arc<Ring>);
+/// The receiving end: owned by one worker.
+pub struct RingConsumer(Arc<Ring>);
+
+impl std::fmt::Debug for RingProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RingProducer")
+    }
+}
+
+impl std::fmt::Debug for RingConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RingConsumer")
+    }
+}
+
+/// Creates a ring of `capacity` (a power of two) slots; one slot stays
+/// empty, as rte_ring requires.
+pub fn mbuf_ring(name: &str, capacity: u32) -> Result<(RingProducer, RingConsumer), DpdkError> {
+    let cname = CString::new(name).map_err(|_| DpdkError::msg("ring name", "contains NUL"))?;
+    // SAFETY: cname is a valid C string; SOCKET_ID_ANY (-1) is allowed.
+    let ring = unsafe {
+        dpdk_sys::rte_ring_create(cname.as_ptr(), capacity, -1, RING_F_SP_ENQ | RING_F_SC_DEQ)
+    };
+    let ring = NonNull::new(ring)
+        .ok_or_else(|| DpdkError::from_rc(format!("rte_ring_create({name})"), 0))?;
+    let ring = Arc::new(Ring(ring));
+    Ok((RingProducer(Arc::clone(&ring)), RingConsumer(ring)))
+}
+
+impl RingProducer {
+    /// Moves as many mbufs of `burst` as fit into the ring; the rest stay
+    /// in `burst` (the caller counts and frees them). Returns how many went.
+    #[inline]
+    pub fn enqueue(&mut self, burst: &mut MbufBurst) -> usize {
+        let mut raw = [std::ptr::null_mut::<dpdk_sys::rte_mbuf>(); MAX_BURST];
+        let n = burst.take_raw(&mut raw);
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: this producer is the ring's only producer (not Clone, one
+        // owner); raw[..n] are owned mbufs, and ownership passes to the ring
+        // for the first `sent`.
+        let sent = unsafe {
+            dpdk_sys::rte_ring_enqueue_burst(
+                (self.0).0.as_ptr(),
+                raw.as_ptr().cast::<*mut std::ffi::c_void>(),
+                n as u32,
+                std::ptr::null_mut(),
+            )
+        } as usize;
+        let sent = sent.min(n);
+        // SAFETY: the ring did not take raw[sent..n]; we still own them.
+        unsafe { burst.restore_raw(&raw[sent..n]) };
+        sent
+    }
+}
+
+impl RingConsumer {
+    /// Appends up to the room left in `burst`; returns how many arrived.
+    #[inline]
+    pub fn dequeue(&mut self, burst: &mut MbufBurst) -> usize {
+        let room = MAX_BURST - burst.len();
+        if room == 0 {
+            return 0;
+        }
+        let mut raw = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_BURST];
+        // SAFETY: this consumer is the ring's only consumer; raw has room
+        // for `room` pointers.
+        let n = unsafe {
+            dpdk_sys::rte_ring_dequeue_burst(
+                (self.0).0.as_ptr(),
+                raw.as_mut_ptr(),
+                room as u32,
+                std::ptr::null_mut(),
+            )
+        } as usize;
+        let n = n.min(room);
+        for &p in &raw[..n] {
+            if let Some(nn) = NonNull::new(p.cast::<dpdk_sys::rte_mbuf>()) {
+                // SAFETY: the producer enqueued owned mbufs; dequeuing hands
+                // that ownership to us.
+                let m = unsafe { Mbuf::from_raw(nn) };
+                // Cannot fail: we dequeued at most `room`.
+                let _ = burst.push(m);
+            }
+        }
+        n
+    }
+}

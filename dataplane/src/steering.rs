@@ -1,0 +1,94 @@
+//! One flow, one shard, in software (SPEC §3, AP-1).
+//!
+//! Every tracking key — 5-, 3- or 2-tuple (CT-3) — and every fragment of a
+//! datagram contains the client's and the VIP's addresses, so a worker
+//! chosen from the address pair alone owns all of a key's packets. A port
+//! whose RSS hashes on addresses only needs nothing more; a port that
+//! cannot (net_af_packet's fanout hashes on the kernel's flow hash, which
+//! includes ports; a NIC without RSS control) hands each tracked packet to
+//! its owner over a ring (`dpdk::mbuf_ring`). Untracked packets are
+//! stateless and stay where they arrived.
+
+use crate::hash::stable_hash_bytes;
+use crate::wire::ethernet::ETHERTYPE_IPV6;
+use crate::wire::L3Layout;
+
+/// A fixed seed: the choice only has to agree between this process's
+/// workers, but a fixed function keeps tests reproducible.
+const SEED: u64 = 0x5ee1_1ce0_57ee_7175;
+
+/// The worker (0..workers) that owns every packet between these addresses.
+#[inline]
+pub fn owner(frame: &[u8], layout: &L3Layout, workers: usize) -> usize {
+    // IPv4 source and destination are bytes 12..20 of the header; IPv6's
+    // are 8..40. The parser checked the header is in the frame; a short
+    // slice (cannot happen) hashes as empty, which is still a valid owner.
+    let addrs = if layout.ethertype == ETHERTYPE_IPV6 {
+        layout.l3_offset + 8..layout.l3_offset + 40
+    } else {
+        layout.l3_offset + 12..layout.l3_offset + 20
+    };
+    let h = stable_hash_bytes(SEED, frame.get(addrs).unwrap_or(&[]));
+    // Multiply-shift onto 0..workers: no division on the packet path.
+    (((h >> 32) * workers as u64) >> 32) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::parse::{parse, Parsed};
+
+    fn frame(src: [u8; 4], dst: [u8; 4], sport: u16, frag_offset: u16) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8];
+        f[12] = 0x08;
+        f[14] = 0x45;
+        f[16..18].copy_from_slice(&28u16.to_be_bytes());
+        f[20..22].copy_from_slice(&frag_offset.to_be_bytes());
+        f[22] = 64;
+        f[23] = 17;
+        f[26..30].copy_from_slice(&src);
+        f[30..34].copy_from_slice(&dst);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&5000u16.to_be_bytes());
+        f[38..40].copy_from_slice(&8u16.to_be_bytes());
+        f
+    }
+
+    fn layout(f: &[u8]) -> L3Layout {
+        match parse(f).unwrap() {
+            Parsed::Ip(ip) => L3Layout::from(&ip),
+            Parsed::Arp => unreachable!(),
+        }
+    }
+
+    /// CT-3 / HA-2: packets of one address pair — any ports, fragments
+    /// included — have one owner.
+    #[test]
+    fn ct_3_one_address_pair_one_owner_whatever_the_ports() {
+        for workers in 1..=8 {
+            let first = frame([10, 0, 0, 1], [10, 99, 1, 10], 1000, 0);
+            let o = owner(&first, &layout(&first), workers);
+            assert!(o < workers);
+            for sport in [1001, 40000, 65535] {
+                let f = frame([10, 0, 0, 1], [10, 99, 1, 10], sport, 0);
+                assert_eq!(owner(&f, &layout(&f), workers), o);
+            }
+            let later_fragment = frame([10, 0, 0, 1], [10, 99, 1, 10], 0, 185);
+            assert_eq!(owner(&later_fragment, &layout(&later_fragment), workers), o);
+        }
+    }
+
+    #[test]
+    fn owners_spread_over_workers() {
+        let workers = 4;
+        let mut counts = [0usize; 4];
+        for i in 0..4000u32 {
+            let src = (0x0a00_0000 + i).to_be_bytes();
+            let f = frame(src, [10, 99, 1, 10], 1000, 0);
+            counts[owner(&f, &layout(&f), workers)] += 1;
+        }
+        for c in counts {
+            assert!((800..1200).contains(&c), "{counts:?}");
+        }
+    }
+}
