@@ -312,9 +312,22 @@ pub fn render_status(snap: &ForwardingState, view: &View) -> String {
                 (None, true) => "healthy",
                 (None, false) => "unhealthy",
             };
+            let port = snap
+                .ports
+                .get(usize::from(b.egress.port))
+                .map_or("?", |p| p.name.as_str());
+            let next_hop = b.egress.next_hop_mac.map_or_else(
+                || "unresolved".to_string(),
+                |m| {
+                    format!(
+                        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} via {port}",
+                        m[0], m[1], m[2], m[3], m[4], m[5]
+                    )
+                },
+            );
             let _ = writeln!(
                 out,
-                "  backend {} id {} {state} weight {} zone {} pool {} share {:.2}%",
+                "  backend {} id {} {state} weight {} zone {} pool {} share {:.2}% next-hop {next_hop}",
                 b.address,
                 id.0,
                 b.weight,

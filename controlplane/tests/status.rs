@@ -116,7 +116,8 @@ fn share(status: &str, addr: &str) -> f64 {
     let l = line(status, addr);
     l.rsplit("share ")
         .next()
-        .and_then(|s| s.trim_end_matches('%').parse().ok())
+        .and_then(|s| s.split('%').next())
+        .and_then(|s| s.parse().ok())
         .unwrap_or(-1.0)
 }
 
