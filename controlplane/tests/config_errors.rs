@@ -70,6 +70,17 @@ fn replace(from: &str, to: &str) -> String {
 fn cases() -> Vec<Case> {
     vec![
         Case {
+            name: "TAP name too long for a kernel interface (AP-4)",
+            text: replace(
+                "address = \"192.0.2.1/24\"\n",
+                "address = \"192.0.2.1/24\"\ntap = \"sluice-uplink-tap0\"\n",
+            ),
+            at_line_with: "tap = ",
+            path: "dataplane.port \"uplink\".tap",
+            message: "\"sluice-uplink-tap0\" is not a usable interface name",
+            hint: "give 1-15 characters",
+        },
+        Case {
             name: "unknown field",
             text: replace("port = 80\n", "port = 80\nintervall = \"5s\"\n"),
             at_line_with: "intervall",

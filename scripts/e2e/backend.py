@@ -27,6 +27,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         name, state = self.server.backend_name, self.server.state_dir
         headers = {}
         if self.path.startswith("/health"):
+            # HC-8: the suite checks probes come from the appliance's address.
+            peer = self.client_address[0]
+            if peer not in self.server.health_peers:
+                self.server.health_peers.add(peer)
+                with open(os.path.join(state, name + ".health-peers"), "a") as f:
+                    f.write(peer + "\n")
             down = os.path.exists(os.path.join(state, name + ".down"))
             code, body = (503, "down\n") if down else (200, "ok\n")
             weight_file = os.path.join(state, name + ".weight")
@@ -71,7 +77,7 @@ def main():
     a = ap.parse_args()
     threading.Thread(target=serve_udp, args=(a.name, a.vip, a.udp_port), daemon=True).start()
     srv = Server(("0.0.0.0", 80), Handler)
-    srv.backend_name, srv.state_dir = a.name, a.state
+    srv.backend_name, srv.state_dir, srv.health_peers = a.name, a.state, set()
     srv.serve_forever()
 
 

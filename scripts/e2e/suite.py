@@ -6,7 +6,8 @@ DSR. Run as root:  scripts/e2e/suite.py --workers 1   (and 2)
 
 Cases (numbers as in the issue):
   6  ARP for and ping to the appliance's address are answered by the
-     kernel through the TAP (AP-4)
+     kernel through the TAP (AP-4); health probes come from the
+     appliance's address (HC-8)
   1  many TCP connections spread over the three backends (MG-1; shares)
   3  a backend's health check fails: marked down within the HC-4 window,
      new connections avoid it (EL-1), its established connection stays
@@ -63,6 +64,17 @@ def case_exception_path(lab):
     neigh = lab.run_in("c", "ip", "neigh", "show", APPLIANCE)
     mac = lab.run_in("lb", "cat", "/sys/class/net/lb0/address").strip()
     check(mac in neigh, f"client's ARP entry for {APPLIANCE} is the port's MAC {mac}")
+
+
+def case_probe_source(lab):
+    print("HC-8: health checks come from the appliance's own address")
+    peers = set()
+    for i in (1, 2, 3):
+        path = os.path.join(lab.state, f"b{i}.health-peers")
+        if os.path.exists(path):
+            with open(path) as f:
+                peers |= {line.strip() for line in f if line.strip()}
+    check(peers == {APPLIANCE}, f"probe sources {sorted(peers)} == [{APPLIANCE}]")
 
 
 def case_spread(lab, n):
@@ -160,6 +172,11 @@ def case_accounting(lab):
     report.append(f"port: rx {int(rx)} tx {int(tx)} punted {int(punted)} drops {drops}")
     check(rx > 0 and rx == tx + punted + sum(drops.values()),
           f"rx {rx} = tx {tx} + punted {punted} + drops {sum(drops.values())}")
+    if lab.workers > 1:
+        out = m.get('sluice_steered_packets_total{direction="out"}', 0)
+        inn = m.get('sluice_steered_packets_total{direction="in"}', 0)
+        report.append(f"steered between workers: out {int(out)} in {int(inn)}")
+        check(out > 0 and out == inn, f"software steering moved packets: out {out} = in {inn}")
     injected = m.get('sluice_port_injected_packets_total{port="uplink"}', 0)
     check(injected > 0, f"the kernel's packets went out through the TAP: {int(injected)}")
     # IPv6/multicast chatter from the switch side is not for us; nothing
@@ -189,6 +206,7 @@ def main():
         ready = wait_for(lambda: set(lab.backend_states().values()) == {"healthy"}, 10)
         check(ready is not None, f"all backends healthy after start (took {ready})")
         case_exception_path(lab)
+        case_probe_source(lab)
         case_spread(lab, a.connections)
         case_health(lab)
         case_reload(lab)
