@@ -97,7 +97,10 @@ fn resolver_loop(
     let mut warned: HashMap<IpAddr, String> = HashMap::new();
     loop {
         let addrs = targets.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        routes.retain(|a, (at, _)| addrs.contains(a) && at.elapsed() < ROUTE_TTL);
+        // A failed lookup is retried next round; a route is reused a while.
+        routes.retain(|a, (at, r)| {
+            addrs.contains(a) && r.is_some() && at.elapsed() < ROUTE_TTL
+        });
         let neighbours = neighbour_table().unwrap_or_default();
         let mut next = HashMap::with_capacity(addrs.len());
         let mut unresolved = false;

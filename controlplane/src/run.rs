@@ -155,6 +155,16 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     if taps.iter().any(Option::is_some) {
         let names = cfg.dataplane.ports.iter().map(|p| p.tap.clone()).collect();
         controller.attach_neighbours(NeighbourResolver::spawn(names)?);
+    } else {
+        for b in cfg.backend_services.iter().flat_map(|s| &s.backends) {
+            if b.mac.is_none() {
+                eprintln!(
+                    "sluice: backend {} has no `mac` and no port has a `tap` to resolve it \
+                     through the kernel: its packets are dropped as next_hop_unresolved",
+                    b.address
+                );
+            }
+        }
     }
     let snapshots = controller.snapshots();
     let stats: Vec<_> = (0..workers)
