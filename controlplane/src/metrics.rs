@@ -119,6 +119,15 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     punted.inc_by(sum(src, |w| w.punted.get()));
     out.extend(punted.collect());
 
+    let icmp = IntCounter::new(
+        "sluice_icmp_replies_total",
+        "ICMP fragmentation-needed / ICMPv6 packet-too-big answers sent to clients \
+         (AP-3). The answer replaces the packet it answers, so it counts in TX.",
+    )
+    .expect("valid metric definition");
+    icmp.inc_by(sum(src, |w| w.icmp_replies.get()));
+    out.extend(icmp.collect());
+
     let steered = counter_vec(
         "sluice_steered_packets_total",
         "Tracked packets moved between workers so that one worker's shard sees every \

@@ -98,9 +98,7 @@ fn resolver_loop(
     loop {
         let addrs = targets.lock().unwrap_or_else(|p| p.into_inner()).clone();
         // A failed lookup is retried next round; a route is reused a while.
-        routes.retain(|a, (at, r)| {
-            addrs.contains(a) && r.is_some() && at.elapsed() < ROUTE_TTL
-        });
+        routes.retain(|a, (at, r)| addrs.contains(a) && r.is_some() && at.elapsed() < ROUTE_TTL);
         let neighbours = neighbour_table().unwrap_or_default();
         let mut next = HashMap::with_capacity(addrs.len());
         let mut unresolved = false;

@@ -538,6 +538,16 @@ fn check(encap: &str) {
     assert_eq!(rx, cases.len() as u64, "{metrics}");
     assert_eq!(tx, output.len() as u64, "{metrics}");
     assert_eq!(rx, tx + drops, "RX = TX + drops\n{metrics}");
+    let replies = sent
+        .iter()
+        .filter(|(_, w)| matches!(w, Want::Reply { .. }))
+        .count() as u64;
+    assert!(replies > 0);
+    assert_eq!(
+        get("sluice_icmp_replies_total"),
+        replies,
+        "AP-3: every ICMP answer counted\n{metrics}"
+    );
     let mut want_drops: BTreeMap<&str, u64> = BTreeMap::new();
     for (_, w) in &cases {
         if let Want::Drop(r) = w {

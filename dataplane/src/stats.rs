@@ -111,6 +111,9 @@ pub struct WorkerStats {
     pub steered_out: Counter,
     /// Tracked packets received from other workers (steering).
     pub steered_in: Counter,
+    /// ICMP errors the worker answered with (AP-3: fragmentation needed /
+    /// packet too big), sent back out of the receive port.
+    pub icmp_replies: Counter,
     /// Indexed by `BackendId.0`; ids beyond the end are not counted per backend.
     pub backend_packets: Box<[Counter]>,
     /// Generation of the snapshot the worker last loaded.
@@ -128,6 +131,7 @@ impl WorkerStats {
             punted: Counter::default(),
             steered_out: Counter::default(),
             steered_in: Counter::default(),
+            icmp_replies: Counter::default(),
             backend_packets: (0..max_backends).map(|_| Counter::default()).collect(),
             snapshot_generation: Gauge::default(),
             polls: Counter::default(),

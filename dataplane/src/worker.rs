@@ -283,7 +283,10 @@ impl Lanes {
                     usize::from(port)
                 }
                 // AP-3: an ICMP answer leaves by the receive port.
-                Verdict::Reply => rx_port.unwrap_or_else(|| self.port_index(&m)),
+                Verdict::Reply => {
+                    self.stats.icmp_replies.add(1);
+                    rx_port.unwrap_or_else(|| self.port_index(&m))
+                }
                 Verdict::Punt => {
                     let port = rx_port.unwrap_or_else(|| self.port_index(&m));
                     punt(
