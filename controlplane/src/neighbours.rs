@@ -335,7 +335,10 @@ mod tests {
         assert_eq!(r.dev.as_deref(), Some("sl-b"));
         assert_eq!(r.gateway, None);
         let via = br#"[{"dst":"10.9.0.1","gateway":"10.0.0.1","dev":"sl-b","prefsrc":"10.0.0.2","flags":[],"uid":0,"cache":[]}]"#;
-        assert_eq!(parse_route(via).unwrap().gateway, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(
+            parse_route(via).unwrap().gateway,
+            Some("10.0.0.1".parse().unwrap())
+        );
     }
 
     #[test]
@@ -371,13 +374,17 @@ mod tests {
             dev: Some("eth0".into()),
             gateway: None,
         };
-        let (_, why) = resolve("192.0.2.1".parse().unwrap(), Some(&route), &taps(), &[]).unwrap_err();
+        let (_, why) =
+            resolve("192.0.2.1".parse().unwrap(), Some(&route), &taps(), &[]).unwrap_err();
         assert!(why.contains("eth0"), "{why}");
     }
 
     #[test]
     fn parses_macs() {
-        assert_eq!(parse_mac("02:aa:00:00:00:0f"), Some([2, 0xaa, 0, 0, 0, 0xf]));
+        assert_eq!(
+            parse_mac("02:aa:00:00:00:0f"),
+            Some([2, 0xaa, 0, 0, 0, 0xf])
+        );
         assert_eq!(parse_mac("02:aa:00:00:00"), None);
         assert_eq!(parse_mac("02:aa:00:00:00:0f:01"), None);
     }

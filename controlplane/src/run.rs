@@ -9,8 +9,8 @@ use controlplane::config::Config;
 use controlplane::control::Controller;
 use controlplane::control_socket::{self, Pending, Request};
 use controlplane::exception;
-use controlplane::neighbours::NeighbourResolver;
 use controlplane::metrics::{self, MetricsSources};
+use controlplane::neighbours::NeighbourResolver;
 use dataplane::dpdk::{Eal, Mempool, Port, PortConfig};
 use dataplane::snapshot::Millis;
 use dataplane::stats::WorkerStats;
@@ -104,7 +104,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     let nports = cfg.dataplane.ports.len();
     // Enough for every RX and TX ring plus per-lcore caches and bursts in flight.
-    let ntaps = cfg.dataplane.ports.iter().filter(|p| p.tap.is_some()).count();
+    let ntaps = cfg
+        .dataplane
+        .ports
+        .iter()
+        .filter(|p| p.tap.is_some())
+        .count();
     let rings = nports as u32 * (1024 + 1024) + ntaps as u32 * (512 + 512);
     let auto = (rings * workers as u32 + 4096).next_power_of_two() - 1;
     let mbufs = if cfg.dataplane.mbufs == 0 {
@@ -372,7 +377,10 @@ fn start_taps(
         let tap = Port::start(&exception::tap_vdev(i, iface), &pc, pool)
             .map_err(|e| setup(e.to_string()))?;
         // The kernel answers ARP/ND with the MAC the port's peers send to.
-        let mac = p.mac.or_else(|| port_macs.get(i).copied()).unwrap_or_default();
+        let mac = p
+            .mac
+            .or_else(|| port_macs.get(i).copied())
+            .unwrap_or_default();
         tap.set_mac(mac).map_err(|e| setup(e.to_string()))?;
         exception::configure_tap(p, iface).map_err(setup)?;
         eprintln!("sluice: port {:?}: exception path on TAP {iface}", p.name);
