@@ -56,7 +56,10 @@ drop_reasons! {
     EncapUnsupported => "encap_unsupported",
     /// Not enough headroom in the buffer to prepend the outer headers.
     NoHeadroom => "no_headroom",
-    /// Encapsulated packet exceeds the egress MTU and may not be fragmented.
+    /// Packet (encapsulated: its outer packet) exceeds the egress MTU and
+    /// can neither be answered with ICMP (AP-3: the reply paths name their
+    /// own reasons below) nor fragmented: in practice an oversize packet
+    /// whose fragments would number more than `fragment::MAX_FRAGMENTS`.
     MtuExceeded => "mtu_exceeded",
     /// Addressed to the appliance but no exception path is configured.
     NoExceptionPath => "no_exception_path",
@@ -76,6 +79,10 @@ drop_reasons! {
     /// Too big for the egress MTU; the ICMP answer was suppressed by the
     /// worker's rate limit.
     IcmpRateLimited => "icmp_rate_limited",
+    /// Too big for the egress MTU and fragmentable (IPv4 without DF, AP-3),
+    /// but the mbuf pool had too few buffers for its fragments: the whole
+    /// packet is dropped (no partial datagram is sent).
+    FragmentAllocFailed => "fragment_alloc_failed",
 }
 
 #[cfg(test)]

@@ -107,6 +107,13 @@ pub struct WorkerStats {
     pub drops: [Counter; DropReason::COUNT],
     /// Packets handed to the exception path (AP-4).
     pub punted: Counter,
+    /// Received packets sent on as IP fragments (AP-3: oversize IPv4
+    /// without DF), each counted once here.
+    pub fragmented: Counter,
+    /// Fragments made of them, every one handed to a TX queue: counted in
+    /// `tx_packets` once the driver takes it, else under `tx_queue_full`.
+    /// So RX = TX + punted + drops − (fragments − fragmented).
+    pub fragments: Counter,
     /// Indexed by `BackendId.0`; ids beyond the end are not counted per backend.
     pub backend_packets: Box<[Counter]>,
     /// Generation of the snapshot the worker last loaded.
@@ -122,6 +129,8 @@ impl WorkerStats {
             ports: Default::default(),
             drops: Default::default(),
             punted: Counter::default(),
+            fragmented: Counter::default(),
+            fragments: Counter::default(),
             backend_packets: (0..max_backends).map(|_| Counter::default()).collect(),
             snapshot_generation: Gauge::default(),
             polls: Counter::default(),

@@ -18,6 +18,8 @@ use crate::pipeline::{self, PipelineCtx, Stage, Verdict};
 use crate::snapshot::{Millis, SnapshotCell};
 use crate::stats::WorkerStats;
 
+mod fragments;
+
 /// Everything a worker owns. Built on the main lcore, moved to the worker.
 pub struct Worker {
     pub index: usize,
@@ -64,7 +66,7 @@ impl Worker {
     /// Polls until `stop` is set. Returns 0 (the lcore's exit code).
     pub fn run(self) -> i32 {
         let Worker {
-            index: _,
+            index,
             mut rx,
             mut tx,
             mut exception,
@@ -89,6 +91,7 @@ impl Worker {
         // The shard is allocated and touched here, on the worker's own lcore
         // (NUMA-local), before the first packet.
         let mut ctx = PipelineCtx::new(conntrack_capacity);
+        ctx.fragment_ids = crate::fragment::FragmentIds::for_worker(index);
         stats.conntrack.publish(&ctx.conntrack);
         let mut stages = [Stage::default(); MAX_BURST];
         let mut last_sweep = Millis(0);
@@ -156,6 +159,13 @@ impl Worker {
                         Verdict::Forward { port, backend } => {
                             stats.backend(backend, 1);
                             usize::from(port)
+                        }
+                        // AP-3: oversize IPv4 without DF, sent as fragments.
+                        Verdict::Fragment { port, backend } => {
+                            stats.backend(backend, 1);
+                            let out = usize::from(port);
+                            fragments::send(m, out, &state, &mut tx_bursts, &mut tx, &stats);
+                            continue;
                         }
                         // AP-3: an ICMP answer leaves by the receive port.
                         Verdict::Reply => port_idx,
