@@ -36,7 +36,9 @@ drop_reasons! {
     TruncatedEthernet => "truncated_ethernet",
     /// Ethertype neither IPv4, IPv6 nor anything the exception path takes.
     UnknownEthertype => "unknown_ethertype",
-    /// IPv4 header too short, bad version/IHL, or total length beyond the frame.
+    /// IPv4 header too short, bad version/IHL, or total length beyond the
+    /// frame; or, for a packet being fragmented (AP-3), a malformed option
+    /// list or fragment offsets past the 13-bit field.
     BadIpv4Header => "bad_ipv4_header",
     /// IPv6 header too short or payload length beyond the frame.
     BadIpv6Header => "bad_ipv6_header",
@@ -57,9 +59,10 @@ drop_reasons! {
     /// Not enough headroom in the buffer to prepend the outer headers.
     NoHeadroom => "no_headroom",
     /// Packet (encapsulated: its outer packet) exceeds the egress MTU and
-    /// can neither be answered with ICMP (AP-3: the reply paths name their
-    /// own reasons below) nor fragmented: in practice an oversize packet
-    /// whose fragments would number more than `fragment::MAX_FRAGMENTS`.
+    /// neither an ICMP answer (DF / IPv6; refusals of the answer have their
+    /// own reasons below) nor fragmentation (IPv4 without DF) is possible:
+    /// it would need more than `fragment::MAX_FRAGMENTS` fragments, or the
+    /// outer packet would pass 65,535 bytes (AP-3).
     MtuExceeded => "mtu_exceeded",
     /// Addressed to the appliance but no exception path is configured.
     NoExceptionPath => "no_exception_path",
