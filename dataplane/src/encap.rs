@@ -82,9 +82,11 @@ pub fn encapsulate<P: PacketBuf>(
     encapsulate_within(pkt, &ip.into(), encap, backend, port, flow_hash, limit)
 }
 
-/// [`encapsulate`] without the MTU check, for a packet about to be
-/// fragmented (AP-3: IPv4 without DF). The outer IPv4 header carries ID 0
-/// and DF clear; `fragment::prepare` sets the identification.
+/// [`encapsulate`] with the IP length limit raised from the MTU to 65,535
+/// bytes, for a packet about to be fragmented (AP-3: IPv4 without DF); a
+/// packet beyond that is refused (`MtuExceeded`) before anything is
+/// written, so every length field fits. The outer IPv4 header carries ID
+/// 0 and DF clear; `fragment::prepare` sets the identification.
 pub(crate) fn encapsulate_oversize<P: PacketBuf>(
     pkt: &mut P,
     ip: &L3Layout,
@@ -93,7 +95,8 @@ pub(crate) fn encapsulate_oversize<P: PacketBuf>(
     port: &PortState,
     flow_hash: u64,
 ) -> Result<(), DropReason> {
-    encapsulate_within(pkt, ip, encap, backend, port, flow_hash, usize::MAX)
+    let limit = usize::from(u16::MAX);
+    encapsulate_within(pkt, ip, encap, backend, port, flow_hash, limit)
 }
 
 /// The encapsulation, refusing (untouched) an IP packet that would leave

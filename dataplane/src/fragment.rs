@@ -107,7 +107,8 @@ impl Default for FragmentIds {
 /// [`split`]. An outer IPv4 header gets the worker's next identification;
 /// an outer IPv6 header gets a Fragment header (offset 0, M clear until
 /// [`split`] sets it) with the next 32-bit identification. With `l2` the
-/// client's packet is only given its new Ethernet header.
+/// client's packet is only given its new Ethernet header. On error the
+/// packet is as it came, like every dropped packet.
 #[cold]
 #[inline(never)]
 pub fn prepare<P: PacketBuf>(
@@ -119,10 +120,21 @@ pub fn prepare<P: PacketBuf>(
     flow_hash: u64,
     ids: &mut FragmentIds,
 ) -> Result<(), DropReason> {
-    encap::encapsulate_oversize(pkt, ip, encap, backend, port, flow_hash)?;
     if matches!(encap, Encapsulation::L2) {
-        return Ok(());
+        return encap::encapsulate_oversize(pkt, ip, encap, backend, port, flow_hash);
     }
+    if backend.address.is_ipv6() {
+        // The Fragment header goes in after the encapsulation: make sure
+        // the headroom holds both before writing anything. Probing with a
+        // prepend and its undo touches no byte of the packet.
+        let headers = L2_LEN + encap::overhead(encap, backend.address) + FRAGMENT_HEADER_LEN;
+        let need = headers.saturating_sub(ip.l3_offset);
+        if !pkt.prepend(need) {
+            return Err(DropReason::NoHeadroom);
+        }
+        let _undone = pkt.trim_front(need);
+    }
+    encap::encapsulate_oversize(pkt, ip, encap, backend, port, flow_hash)?;
     match ethertype(pkt.data()) {
         Some(ETHERTYPE_IPV4) => stamp_ipv4_ident(pkt.data_mut(), ids.next_v4()),
         Some(ETHERTYPE_IPV6) => insert_fragment_header(pkt, ids.next_v6()),
@@ -160,9 +172,9 @@ fn insert_fragment_header<P: PacketBuf>(pkt: &mut P, ident: u32) -> Result<(), D
     front.copy_within(FRAGMENT_HEADER_LEN.., 0);
     let (l2_ip, frag) = front.split_at_mut(L2_LEN + ipv6::HEADER_LEN);
     let ip = &mut l2_ip[L2_LEN..];
-    let payload_len = u16::from_be_bytes([ip[4], ip[5]])
-        .checked_add(FRAGMENT_HEADER_LEN as u16)
-        .ok_or(DropReason::MtuExceeded)?;
+    // No overflow: the outer packet is at most 65,535 bytes
+    // (`encapsulate_oversize`), its payload 40 less.
+    let payload_len = u16::from_be_bytes([ip[4], ip[5]]).saturating_add(FRAGMENT_HEADER_LEN as u16);
     ip[4..6].copy_from_slice(&payload_len.to_be_bytes());
     let next = std::mem::replace(&mut ip[6], IPV6_FRAGMENT);
     let id = ident.to_be_bytes();

@@ -487,6 +487,35 @@ fn ap_3_too_many_fragments_are_refused() {
     );
 }
 
+/// A packet that cannot be prepared is dropped as it came, like every
+/// drop: headroom for the tunnel but not for the IPv6 Fragment header →
+/// `no_headroom`; an outer packet beyond 65,535 bytes → `mtu_exceeded`.
+#[test]
+fn ap_3_failed_preparation_leaves_the_packet_untouched() {
+    let st = udp_service(1280, Encapsulation::Gre, true);
+    let (_, ip4) = udp4(1500, 0);
+    let frame = eth(&[], ETH_IPV4, &ip4);
+    // Ethernet + IPv6 + GRE is 44 bytes more than the client's Ethernet
+    // header; the Fragment header 8 more.
+    for (headroom, fits) in [(44, false), (51, false), (52, true)] {
+        let mut pkt = VecPacket::with_headroom(&frame, headroom);
+        let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
+        if fits {
+            assert!(matches!(v, Verdict::Fragment { .. }), "{headroom}: {v:?}");
+        } else {
+            assert_eq!(v, Verdict::Drop(DropReason::NoHeadroom), "{headroom}");
+            assert_eq!(pkt.data(), frame, "{headroom}: untouched");
+        }
+    }
+    let st = udp_service(MTU, Encapsulation::Gre, false);
+    let (_, huge) = udp4(65_535, 0);
+    let frame = eth(&[], ETH_IPV4, &huge);
+    let mut pkt = VecPacket::new(&frame);
+    let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
+    assert_eq!(v, Verdict::Drop(DropReason::MtuExceeded));
+    assert_eq!(pkt.data(), frame, "untouched");
+}
+
 /// The new verdict does not grow what stage 2 returns per packet.
 #[test]
 fn verdict_stays_small() {
