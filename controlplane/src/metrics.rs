@@ -64,7 +64,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         ),
         (
             "sluice_port_tx_packets_total",
-            "Packets sent on a dataplane port.",
+            "Frames sent on a dataplane port; each IP fragment counts (see sluice_fragments_created_total).",
             |p| p.tx_packets.get(),
         ),
         (
@@ -141,6 +141,27 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         .with_label_values(&["in"])
         .inc_by(sum(src, |w| w.steered_in.get()));
     out.extend(steered.collect());
+
+    // AP-3: oversize IPv4 without DF leaves as fragments. With these two,
+    // RX = TX + punted + drops - (fragments created - packets fragmented).
+    type WorkerField = fn(&WorkerStats) -> u64;
+    let fragment_counters: [(&str, &str, WorkerField); 2] = [
+        (
+            "sluice_fragmented_packets_total",
+            "Received packets sent on as IP fragments (oversize IPv4 without DF, AP-3).",
+            |w| w.fragmented.get(),
+        ),
+        (
+            "sluice_fragments_created_total",
+            "Fragments made of them, each then counted in sluice_port_tx_packets_total or as a tx_queue_full drop.",
+            |w| w.fragments.get(),
+        ),
+    ];
+    for (name, help, field) in fragment_counters {
+        let c = IntCounter::new(name, help).expect("valid metric definition");
+        c.inc_by(sum(src, field));
+        out.extend(c.collect());
+    }
 
     let snap = src.snapshot.load();
     let per_backend = counter_vec(
@@ -358,6 +379,10 @@ mod tests {
         w0.drops[DropReason::NoRule.index()].add(2);
         w1.drops[DropReason::NoRule.index()].add(3);
         w1.punted.add(7);
+        w0.fragmented.add(2);
+        w1.fragmented.add(1);
+        w0.fragments.add(5);
+        w1.fragments.add(2);
         w0.backend(BackendId(1), 4);
         w1.backend(BackendId(1), 6);
         let state = ForwardingState {
@@ -407,6 +432,8 @@ mod tests {
             "sluice_dropped_packets_total{reason=\"no_rule\"} 5",
             "sluice_dropped_packets_total{reason=\"shutdown\"} 0",
             "sluice_punted_packets_total 7",
+            "sluice_fragmented_packets_total 3",
+            "sluice_fragments_created_total 7",
             "sluice_backend_packets_total{backend=\"192.0.2.10\",service=\"web\"} 10",
             "sluice_snapshot_generation 42",
             "sluice_workers 2",
@@ -430,8 +457,8 @@ mod tests {
         let c = SluiceCollector::new(Arc::new(sources()));
         let r = prometheus::Registry::new();
         r.register(Box::new(c)).unwrap();
-        // 9 + 8 conntrack families.
-        assert_eq!(r.gather().len(), 17);
+        // 11 + 8 conntrack families.
+        assert_eq!(r.gather().len(), 19);
     }
 
     #[test]

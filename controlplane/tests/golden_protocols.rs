@@ -12,7 +12,11 @@
 //! packet-too-big quoting a flow → that flow's backend), FR-5 and AP-3
 //! (every encapsulation, outer IPv4 and IPv6, mixed families, outer
 //! checksums, GUE-over-IPv6 UDP checksum; oversize + DF → ICMP reply with
-//! the MTU left after the tunnel), and RX = TX + Σ drops exactly.
+//! the MTU left after the tunnel; oversize without DF → IP fragments ≤ MTU:
+//! the client's packet under `l2`, the outer IPv4 packet, or the outer IPv6
+//! packet with a Fragment header, reassembling to exactly what the backend
+//! would have received unfragmented), and RX = TX + Σ drops − (fragments
+//! created − packets fragmented) exactly.
 
 mod common;
 
@@ -121,6 +125,12 @@ enum Want {
     },
     /// Answered with ICMP carrying MTU − overhead (overhead of `family`).
     Reply {
+        family: u8,
+    },
+    /// AP-3: too big and DF clear: delivered like `Forward`, as IP
+    /// fragments (consecutive frames in the output).
+    Fragments {
+        group: String,
         family: u8,
     },
     Drop(&'static str),
@@ -338,14 +348,44 @@ fn input() -> Vec<(Vec<u8>, Want)> {
         arp_request([192, 0, 2, 99], PORT4),
         Want::Drop("no_exception_path"),
     ));
-    // Oversize IPv4 without DF: not fragmented yet, dropped and named.
+    // AP-3: oversize IPv4 without DF (1450 > MTU): fragmented, to IPv4
+    // backends (l2: the client's packet; tunnels: outer IPv4) and to IPv6
+    // backends (tunnels: outer IPv6 with a Fragment header), and once with
+    // options (l2: only the copied Router Alert in later fragments).
     v.push((
         eth(
             &[],
             0x0800,
             &ip4(client4(701), VIP4, 17, 12, 0, &udp(1, 53, 1422)),
         ),
-        Want::Drop("mtu_exceeded"),
+        Want::Fragments {
+            group: "frag-out4".into(),
+            family: 4,
+        },
+    ));
+    v.push((
+        eth(
+            &[],
+            0x0800,
+            &ip4(client4(702), VIP4_TO_V6, 17, 13, 0, &udp(2, 53, 1422)),
+        ),
+        Want::Fragments {
+            group: "frag-out6".into(),
+            family: 6,
+        },
+    ));
+    // Record Route (not copied), NOP, Router Alert (copied): IHL 8.
+    let opts = [7u8, 7, 4, 0, 0, 0, 0, 1, 148, 4, 0, 0];
+    v.push((
+        eth(
+            &[],
+            0x0800,
+            &ip4_with_options(client4(703), VIP4, 17, 14, &opts, &udp(3, 53, 1500)),
+        ),
+        Want::Fragments {
+            group: "frag-opts".into(),
+            family: 4,
+        },
     ));
     v
 }
@@ -441,6 +481,147 @@ fn want_dst_v6(a: &IpAddr) -> [u8; 16] {
     }
 }
 
+/// The next frames of `outs` up to and including the last fragment of a
+/// datagram (MF / M clear).
+fn take_fragments<'a>(outs: &mut impl Iterator<Item = &'a Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut train = Vec::new();
+    loop {
+        let f = outs.next().expect("a fragment");
+        let more = match u16::from_be_bytes([f[12], f[13]]) {
+            0x0800 => {
+                let ff = u16::from_be_bytes([f[20], f[21]]);
+                assert!(ff & (MF | 0x1fff) != 0, "an IPv4 fragment");
+                ff & MF != 0
+            }
+            0x86dd => {
+                assert_eq!(f[20], 44, "an IPv6 fragment");
+                f[57] & 1 != 0
+            }
+            t => panic!("ethertype {t:#x}"),
+        };
+        train.push(f.clone());
+        if !more {
+            return train;
+        }
+    }
+}
+
+/// RFC 791: the options of `opts` that non-first fragments carry (copy
+/// flag set), padded to 4 bytes. Written here independently of sluice.
+fn copied_options(opts: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < opts.len() {
+        match opts[i] {
+            0 => break,
+            1 => i += 1,
+            t => {
+                let len = usize::from(opts[i + 1]);
+                if t & 0x80 != 0 {
+                    out.extend_from_slice(&opts[i..i + len]);
+                }
+                i += len;
+            }
+        }
+    }
+    out.resize(out.len().div_ceil(4) * 4, 0);
+    out
+}
+
+/// AP-3: checks the fragments of one datagram — each IP packet ≤ MTU, one
+/// Ethernet header and identification, contiguous offsets in 8-byte
+/// multiples, MF on all but the last, valid IPv4 checksums, RFC 791 option
+/// copying — reassembles them (IPv4 also with etherparse's defragmenter,
+/// which must agree) and checks the reassembled packet like a forwarded
+/// one. Returns (backend, inner IP packet) as [`check_forward`] does.
+fn check_fragments(encap: &str, family: u8, input: &[u8], train: &[Vec<u8>]) -> (String, Vec<u8>) {
+    assert!(train.len() >= 2, "{encap}: fragmented into {}", train.len());
+    // Outer IPv6 (tunnels to IPv6 backends) has a Fragment header; l2 and
+    // outer IPv4 fragment an IPv4 header.
+    let v6 = encap != "l2" && family == 6;
+    let first = &train[0];
+    let mut payload = Vec::new();
+    for (i, f) in train.iter().enumerate() {
+        let more = i + 1 < train.len();
+        assert!(
+            f.len() - 14 <= usize::from(MTU),
+            "{encap}: fragment {i} ≤ MTU"
+        );
+        assert_eq!(f[..14], first[..14], "{encap}: one Ethernet header");
+        let (offset, bytes) = if v6 {
+            // By hand: etherparse 0.16 reads the Fragment header's offset
+            // and M from the wrong bits (JulianSchmid/etherparse#150).
+            assert_eq!(
+                usize::from(u16::from_be_bytes([f[18], f[19]])),
+                f.len() - 54,
+                "payload length"
+            );
+            let fo = u16::from_be_bytes([f[56], f[57]]);
+            assert_eq!(fo & 1 != 0, more, "{encap}: M flag");
+            assert_eq!(fo & 6, 0, "reserved bits");
+            assert_eq!(f[58..62], first[58..62], "{encap}: identification");
+            (usize::from(fo >> 3) * 8, &f[62..])
+        } else {
+            let p = SlicedPacket::from_ethernet(f).expect("fragment parses");
+            let Some(NetSlice::Ipv4(ip)) = &p.net else {
+                panic!("{encap}: IPv4 fragment")
+            };
+            let h = ip.header().to_header();
+            assert_eq!(h.header_checksum, h.calc_header_checksum(), "checksum");
+            assert!(!h.dont_fragment, "{encap}: DF clear");
+            assert_eq!(h.more_fragments, more, "{encap}: MF");
+            assert_eq!(h.identification, ip4_ident(first), "{encap}: one ID");
+            if encap == "l2" && i > 0 {
+                let opts = &first[34..14 + usize::from(first[14] & 0x0f) * 4];
+                assert_eq!(h.options.as_slice(), copied_options(opts), "RFC 791");
+            }
+            (
+                usize::from(h.fragment_offset.byte_offset()),
+                ip.payload().payload,
+            )
+        };
+        assert_eq!(offset, payload.len(), "{encap}: contiguous offsets");
+        if more {
+            assert_eq!(bytes.len() % 8, 0, "{encap}: 8-byte multiple");
+        }
+        payload.extend_from_slice(bytes);
+    }
+    // The packet the backend reassembles.
+    let rebuilt = if v6 {
+        let mut r = first[..54].to_vec();
+        r[18..20].copy_from_slice(&(payload.len() as u16).to_be_bytes());
+        r[20] = first[54];
+        r.extend_from_slice(&payload);
+        r
+    } else {
+        let mut pool = etherparse::defrag::IpDefragPool::<(), ()>::new();
+        let mut done = None;
+        for f in train {
+            let s = SlicedPacket::from_ethernet(f).unwrap();
+            done = done.or(pool.process_sliced_packet(&s, (), ()).expect("defrag"));
+        }
+        let done = done.expect("etherparse reassembles the datagram");
+        assert_eq!(done.payload, payload, "{encap}: etherparse agrees");
+        let ihl = usize::from(first[14] & 0x0f) * 4;
+        let mut r = first[..14 + ihl].to_vec();
+        r[16..18].copy_from_slice(&((ihl + payload.len()) as u16).to_be_bytes());
+        r[20] &= !0x20;
+        r[24..26].fill(0);
+        let c = csum(&r[14..]);
+        r[24..26].copy_from_slice(&c.to_be_bytes());
+        r.extend_from_slice(&payload);
+        r
+    };
+    if encap == "l2" {
+        assert_eq!(rebuilt[14..], input[14..], "l2: the client's packet again");
+    }
+    check_forward(encap, family, &rebuilt)
+}
+
+fn ip4_ident(frame: &[u8]) -> u16 {
+    u16::from_be_bytes([frame[18], frame[19]])
+}
+
 /// Checks an ICMP answer to the client: type, MTU, addresses, quote.
 fn check_reply(encap: &str, family: u8, input: &[u8], out: &[u8]) {
     assert_eq!(out[..6], CLIENT_MAC, "back to the client");
@@ -497,31 +678,47 @@ fn check(encap: &str) {
         .iter()
         .filter(|(_, w)| !matches!(w, Want::Drop(_)))
         .collect();
-    assert_eq!(
-        output.len(),
-        sent.len(),
-        "{encap}: every non-dropped packet leaves, in order"
-    );
     let mut owner: HashMap<String, String> = HashMap::new();
     let mut per_backend: BTreeMap<String, usize> = BTreeMap::new();
-    for (out, (inp, want)) in output.iter().zip(&sent) {
-        match want {
+    let (mut fragmented, mut fragments) = (0u64, 0u64);
+    // Every non-dropped packet leaves, in order; a fragmented one as
+    // consecutive frames.
+    let mut outs = output.iter();
+    for (inp, want) in &sent {
+        let (group, backend, inner) = match want {
             Want::Forward { group, family } => {
+                let out = outs
+                    .next()
+                    .unwrap_or_else(|| panic!("{encap}: {group} sent"));
                 let (backend, inner) = check_forward(encap, *family, out);
-                let ip_start = inp.len() - inner.len();
-                assert_eq!(
-                    inner,
-                    inp[ip_start..],
-                    "{encap}: inner packet untouched ({group})"
-                );
-                let prev = owner.entry(group.clone()).or_insert(backend.clone());
-                assert_eq!(*prev, backend, "{encap}: {group} on one backend");
-                *per_backend.entry(backend).or_default() += 1;
+                (group, backend, inner)
             }
-            Want::Reply { family } => check_reply(encap, *family, inp, out),
+            Want::Fragments { group, family } => {
+                let train = take_fragments(&mut outs);
+                fragmented += 1;
+                fragments += train.len() as u64;
+                let (backend, inner) = check_fragments(encap, *family, inp, &train);
+                (group, backend, inner)
+            }
+            Want::Reply { family } => {
+                let out = outs.next().expect("ICMP reply sent");
+                check_reply(encap, *family, inp, out);
+                continue;
+            }
             Want::Drop(_) => unreachable!(),
-        }
+        };
+        let ip_start = inp.len() - inner.len();
+        assert_eq!(
+            inner,
+            inp[ip_start..],
+            "{encap}: inner packet untouched ({group})"
+        );
+        let prev = owner.entry(group.clone()).or_insert(backend.clone());
+        assert_eq!(*prev, backend, "{encap}: {group} on one backend");
+        *per_backend.entry(backend).or_default() += 1;
     }
+    assert_eq!(outs.count(), 0, "{encap}: nothing sent beyond the input");
+    assert_eq!(fragmented, 3, "{encap}: three fragmented inputs");
     assert_eq!(
         per_backend.len(),
         6,
@@ -537,7 +734,22 @@ fn check(encap: &str) {
     let drops = sum_metrics(&m, "sluice_dropped_packets_total");
     assert_eq!(rx, cases.len() as u64, "{metrics}");
     assert_eq!(tx, output.len() as u64, "{metrics}");
-    assert_eq!(rx, tx + drops, "RX = TX + drops\n{metrics}");
+    assert_eq!(
+        get("sluice_fragmented_packets_total"),
+        fragmented,
+        "{metrics}"
+    );
+    assert_eq!(
+        get("sluice_fragments_created_total"),
+        fragments,
+        "{metrics}"
+    );
+    assert_eq!(fragments - fragmented, extra_fragments(&m));
+    assert_eq!(
+        rx + fragments - fragmented,
+        tx + drops,
+        "RX = TX + drops - (fragments created - packets fragmented)\n{metrics}"
+    );
     let replies = sent
         .iter()
         .filter(|(_, w)| matches!(w, Want::Reply { .. }))

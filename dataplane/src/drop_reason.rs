@@ -36,7 +36,9 @@ drop_reasons! {
     TruncatedEthernet => "truncated_ethernet",
     /// Ethertype neither IPv4, IPv6 nor anything the exception path takes.
     UnknownEthertype => "unknown_ethertype",
-    /// IPv4 header too short, bad version/IHL, or total length beyond the frame.
+    /// IPv4 header too short, bad version/IHL, or total length beyond the
+    /// frame; or, for a packet being fragmented (AP-3), a malformed option
+    /// list or fragment offsets past the 13-bit field.
     BadIpv4Header => "bad_ipv4_header",
     /// IPv6 header too short or payload length beyond the frame.
     BadIpv6Header => "bad_ipv6_header",
@@ -56,7 +58,11 @@ drop_reasons! {
     EncapUnsupported => "encap_unsupported",
     /// Not enough headroom in the buffer to prepend the outer headers.
     NoHeadroom => "no_headroom",
-    /// Encapsulated packet exceeds the egress MTU and may not be fragmented.
+    /// Packet (encapsulated: its outer packet) exceeds the egress MTU and
+    /// neither an ICMP answer (DF / IPv6; refusals of the answer have their
+    /// own reasons below) nor fragmentation (IPv4 without DF) is possible:
+    /// it would need more than `fragment::MAX_FRAGMENTS` fragments, or the
+    /// outer packet would pass 65,535 bytes (AP-3).
     MtuExceeded => "mtu_exceeded",
     /// Addressed to the appliance but no exception path is configured.
     NoExceptionPath => "no_exception_path",
@@ -78,6 +84,10 @@ drop_reasons! {
     /// Too big for the egress MTU; the ICMP answer was suppressed by the
     /// worker's rate limit.
     IcmpRateLimited => "icmp_rate_limited",
+    /// Too big for the egress MTU and fragmentable (IPv4 without DF, AP-3),
+    /// but the mbuf pool had too few buffers for its fragments: the whole
+    /// packet is dropped (no partial datagram is sent).
+    FragmentAllocFailed => "fragment_alloc_failed",
 }
 
 #[cfg(test)]

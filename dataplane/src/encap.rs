@@ -4,8 +4,10 @@
 //! sees the client's source and the VIP as destination).
 //!
 //! A backend whose family the egress port has no address for yields
-//! `EncapUnsupported`. An outer packet larger than the egress MTU is
-//! dropped with `MtuExceeded`.
+//! `EncapUnsupported`. An outer packet larger than the egress MTU yields
+//! `MtuExceeded` with the packet untouched; the pipeline then answers with
+//! ICMP (DF or IPv6, `icmp`) or encapsulates again without the limit and
+//! fragments (IPv4 without DF, `fragment`), both off the common path.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -76,7 +78,40 @@ pub fn encapsulate<P: PacketBuf>(
     port: &PortState,
     flow_hash: u64,
 ) -> Result<(), DropReason> {
-    let ip = &ip.into();
+    let limit = usize::from(port.mtu);
+    encapsulate_within(pkt, &ip.into(), encap, backend, port, flow_hash, limit)
+}
+
+/// [`encapsulate`] with the IP length limit raised from the MTU to 65,535
+/// bytes, for a packet about to be fragmented (AP-3: IPv4 without DF); a
+/// packet beyond that is refused (`MtuExceeded`) before anything is
+/// written, so every length field fits. The outer IPv4 header carries ID
+/// 0 and DF clear; `fragment::prepare` sets the identification.
+pub(crate) fn encapsulate_oversize<P: PacketBuf>(
+    pkt: &mut P,
+    ip: &L3Layout,
+    encap: Encapsulation,
+    backend: &BackendState,
+    port: &PortState,
+    flow_hash: u64,
+) -> Result<(), DropReason> {
+    let limit = usize::from(u16::MAX);
+    encapsulate_within(pkt, ip, encap, backend, port, flow_hash, limit)
+}
+
+/// The encapsulation, refusing (untouched) an IP packet that would leave
+/// longer than `limit` bytes. Always inlined: [`encapsulate`] compiles to
+/// what it was before fragmentation existed, the check one comparison.
+#[inline(always)]
+fn encapsulate_within<P: PacketBuf>(
+    pkt: &mut P,
+    ip: &L3Layout,
+    encap: Encapsulation,
+    backend: &BackendState,
+    port: &PortState,
+    flow_hash: u64,
+    limit: usize,
+) -> Result<(), DropReason> {
     let next_hop = backend
         .egress
         .next_hop_mac
@@ -91,7 +126,7 @@ pub fn encapsulate<P: PacketBuf>(
         }),
     };
     let Some(tunnel) = tunnel else {
-        return l2_dsr(pkt, ip, next_hop, port);
+        return l2_dsr(pkt, ip, next_hop, port, limit);
     };
     // FR-5: the outer family is the backend's; the inner one is whatever
     // the client sent (IPv4-in-IPv6 and IPv6-in-IPv4 included).
@@ -103,7 +138,7 @@ pub fn encapsulate<P: PacketBuf>(
     let inner_v6 = ip.ethertype == ETHERTYPE_IPV6;
     let tunnel_len = tunnel.header_len();
     let outer_ip_len = outer.header_len() + tunnel_len + ip.ip_len;
-    if outer_ip_len > usize::from(port.mtu) {
+    if outer_ip_len > limit {
         return Err(DropReason::MtuExceeded);
     }
     let headers = ethernet::HEADER_LEN + outer.header_len() + tunnel_len;
@@ -270,8 +305,9 @@ fn emit_outer_ipv4(
         dst,
         protocol: tunnel.outer_protocol(inner_v6),
         ttl: OUTER_TTL,
-        // ID 0 is allowed with DF (RFC 6864); without DF a tunnel packet
-        // this size is below the MTU and will not be fragmented by us.
+        // ID 0 is allowed with DF (RFC 6864); without DF a packet this
+        // size fits the MTU and is never fragmented by us, and an oversize
+        // one gets a per-worker ID from `fragment::prepare` (AP-3).
         ident: 0,
         // Copying DF keeps path-MTU discovery working end to end; IPv6 is
         // never fragmented in flight, so its tunnel must not be either.
@@ -289,8 +325,9 @@ fn l2_dsr<P: PacketBuf>(
     ip: &L3Layout,
     next_hop: MacAddr,
     port: &PortState,
+    limit: usize,
 ) -> Result<(), DropReason> {
-    if ip.ip_len > usize::from(port.mtu) {
+    if ip.ip_len > limit {
         return Err(DropReason::MtuExceeded);
     }
     replace_l2(pkt, ip, ethernet::HEADER_LEN)?;

@@ -156,9 +156,8 @@ fn rewrite<P: PacketBuf>(
 ) -> Result<(), DropReason> {
     let v6 = l.ethertype == ETHERTYPE_IPV6;
     if !v6 && !l.dont_fragment {
-        // IPv4 without DF would be fragmented; the sans-IO pipeline has no
-        // second buffer to write the second fragment into, so it is
-        // dropped and counted instead (documented as remaining work).
+        // IPv4 without DF is fragmented instead (`fragment`); stage 2 never
+        // sends it here. Kept so that no caller can answer it with ICMP.
         return Err(DropReason::MtuExceeded);
     }
     let data = pkt.data();

@@ -9,6 +9,7 @@ pub mod dpdk;
 pub mod drop_reason;
 pub mod encap;
 pub mod flow;
+pub mod fragment;
 pub mod hash;
 pub mod icmp;
 pub mod packet;

@@ -16,6 +16,10 @@ pub trait PacketBuf {
     fn trim_front(&mut self, n: usize) -> bool;
     /// Cuts the packet to `len` bytes (no-op if already shorter).
     fn truncate(&mut self, len: usize);
+    /// Grows the packet at the end by `n` bytes (contents of the new bytes
+    /// unspecified). Returns false, leaving the packet as it was, if the
+    /// tailroom is too small. Used to fill fresh buffers with fragments.
+    fn append(&mut self, n: usize) -> bool;
 }
 
 /// Default headroom, as DPDK's RTE_PKTMBUF_HEADROOM.
@@ -74,6 +78,12 @@ impl PacketBuf for VecPacket {
             self.buf.truncate(end);
         }
     }
+
+    /// Unbounded tailroom (a test buffer grows).
+    fn append(&mut self, n: usize) -> bool {
+        self.buf.resize(self.buf.len() + n, 0);
+        true
+    }
 }
 
 #[cfg(test)]
@@ -92,5 +102,7 @@ mod tests {
         assert!(!p.trim_front(2));
         p.truncate(0);
         assert!(p.data().is_empty());
+        assert!(p.append(2));
+        assert_eq!(p.data(), &[0, 0]);
     }
 }

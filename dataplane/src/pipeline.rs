@@ -12,6 +12,7 @@ use crate::conntrack::{self, Addrs, PacketMeta, Shard};
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::flow::packet_hash;
+use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::packet::PacketBuf;
 use crate::rules::RuleMiss;
@@ -25,6 +26,11 @@ use crate::wire::{self, icmp as icmp_wire, IpInfo, L3Layout, Parsed, Ports};
 pub enum Verdict {
     /// Transmit the (rewritten) packet on `port`; it went to `backend`.
     Forward { port: u16, backend: BackendId },
+    /// Like `Forward`, but the rewritten packet exceeds `port`'s MTU and
+    /// may be fragmented (AP-3: IPv4 without DF): the worker splits it with
+    /// `fragment::plan` / `fragment::split` to that port's MTU (in the
+    /// snapshot's `PortState`) and transmits every fragment.
+    Fragment { port: u16, backend: BackendId },
     /// Addressed to the appliance itself: hand to the exception path (AP-4).
     Punt,
     /// The packet was rewritten into an answer to its sender (ICMP
@@ -44,6 +50,9 @@ pub struct PipelineCtx {
     pub icmp_replies: icmp::TokenBucket,
     /// This worker's conntrack shard (SPEC §3, AP-1).
     pub conntrack: Shard,
+    /// Identification of the fragmented outer headers this worker
+    /// originates (AP-3); the worker sets it from its index.
+    pub fragment_ids: FragmentIds,
 }
 
 impl PipelineCtx {
@@ -54,6 +63,7 @@ impl PipelineCtx {
             now: Millis::default(),
             conntrack: Shard::with_capacity(conntrack_capacity),
             icmp_replies: Default::default(),
+            fragment_ids: FragmentIds::default(),
         }
     }
 }
@@ -279,7 +289,9 @@ pub fn prefetch_conntrack(
 }
 
 /// Stage 2: pick the backend (connection tracking, SPEC §3, over the
-/// Maglev table) and encapsulate.
+/// Maglev table) and encapsulate. Oversize packets are answered with ICMP
+/// (DF, IPv6) or left whole for the worker to fragment (IPv4 without DF,
+/// [`Verdict::Fragment`]), AP-3.
 #[inline]
 pub fn deliver<P: PacketBuf>(
     pkt: &mut P,
@@ -315,7 +327,21 @@ fn deliver_inner<P: PacketBuf>(
         .ports
         .get(usize::from(backend.egress.port))
         .ok_or(DropReason::NextHopUnresolved)?;
-    encap::encapsulate(pkt, b.layout, service.encapsulation, backend, port, b.hash)?;
+    let encap = service.encapsulation;
+    if let Err(e) = encap::encapsulate(pkt, b.layout, encap, backend, port, b.hash) {
+        // AP-3: an oversize IPv4 packet without DF is fragmented (cold
+        // path, reached only after the MTU comparison failed); DF and IPv6
+        // get ICMP in `deliver`.
+        if e != DropReason::MtuExceeded || b.layout.dont_fragment {
+            return Err(e);
+        }
+        let ids = &mut ctx.fragment_ids;
+        fragment::prepare(pkt, &b.layout, encap, backend, port, b.hash, ids)?;
+        return Ok(Verdict::Fragment {
+            port: backend.egress.port,
+            backend: id,
+        });
+    }
     Ok(Verdict::Forward {
         port: backend.egress.port,
         backend: id,

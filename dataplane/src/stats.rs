@@ -114,6 +114,13 @@ pub struct WorkerStats {
     /// ICMP errors the worker answered with (AP-3: fragmentation needed /
     /// packet too big), sent back out of the receive port.
     pub icmp_replies: Counter,
+    /// Received packets sent on as IP fragments (AP-3: oversize IPv4
+    /// without DF), each counted once here.
+    pub fragmented: Counter,
+    /// Fragments made of them, every one handed to a TX queue: counted in
+    /// `tx_packets` once the driver takes it, else under `tx_queue_full`.
+    /// So RX = TX + punted + drops − (fragments − fragmented).
+    pub fragments: Counter,
     /// Indexed by `BackendId.0`; ids beyond the end are not counted per backend.
     pub backend_packets: Box<[Counter]>,
     /// Generation of the snapshot the worker last loaded.
@@ -132,6 +139,8 @@ impl WorkerStats {
             steered_out: Counter::default(),
             steered_in: Counter::default(),
             icmp_replies: Counter::default(),
+            fragmented: Counter::default(),
+            fragments: Counter::default(),
             backend_packets: (0..max_backends).map(|_| Counter::default()).collect(),
             snapshot_generation: Gauge::default(),
             polls: Counter::default(),

@@ -19,6 +19,8 @@ use crate::snapshot::{ForwardingState, Millis, SnapshotCell};
 use crate::stats::WorkerStats;
 use crate::steering;
 
+mod fragments;
+
 /// Everything a worker owns. Built on the main lcore, moved to the worker.
 pub struct Worker {
     pub index: usize,
@@ -121,6 +123,7 @@ impl Worker {
             state,
             stats,
         };
+        lanes.ctx.fragment_ids = crate::fragment::FragmentIds::for_worker(index);
         lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
         let mut last_sweep = Millis(0);
 
@@ -281,6 +284,19 @@ impl Lanes {
                 Verdict::Forward { port, backend } => {
                     self.stats.backend(backend, 1);
                     usize::from(port)
+                }
+                // AP-3: oversize IPv4 without DF, sent as fragments.
+                Verdict::Fragment { port, backend } => {
+                    self.stats.backend(backend, 1);
+                    fragments::send(
+                        m,
+                        usize::from(port),
+                        state,
+                        &mut self.tx_bursts,
+                        &mut self.tx,
+                        &self.stats,
+                    );
+                    continue;
                 }
                 // AP-3: an ICMP answer leaves by the receive port.
                 Verdict::Reply => {

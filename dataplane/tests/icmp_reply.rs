@@ -119,15 +119,17 @@ fn ap_3_ipv6_oversize_answers_packet_too_big() {
     assert_eq!(icmp_bytes[8..], ip6[..1232], "quote");
 }
 
-/// AP-3: IPv4 without DF is not fragmented (no second buffer in the
-/// sans-IO pipeline yet): dropped under `mtu_exceeded`.
+/// AP-3: IPv4 without DF is not answered with ICMP but left, encapsulated
+/// whole, for the worker to fragment (`tests/fragment.rs` checks the
+/// fragments).
 #[test]
-fn ap_3_ipv4_without_df_oversize_is_dropped_and_named() {
+fn ap_3_ipv4_without_df_oversize_is_fragmented_not_answered() {
     let st = small_mtu_state();
-    let (frame, _) = udp4(usize::from(MTU), 0);
+    let (frame, ip4) = udp4(usize::from(MTU), 0);
     let (v, out) = run(&st, &mut PipelineCtx::default(), &frame);
-    assert_eq!(v, Verdict::Drop(DropReason::MtuExceeded));
-    assert_eq!(out, frame);
+    assert!(matches!(v, Verdict::Fragment { .. }), "{v:?}");
+    assert_eq!(out.len(), 14 + 24 + ip4.len(), "GRE-encapsulated, oversize");
+    assert_eq!(out[14 + 24..], ip4[..], "inner packet untouched");
 }
 
 /// AP-3: replies are rate-limited per worker (burst 100, 1000/s).

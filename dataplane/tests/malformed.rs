@@ -206,7 +206,10 @@ fn generated() -> Vec<(String, Vec<u8>, Option<DropReason>)> {
 fn run(frame: &[u8]) -> Verdict {
     let mut pkt = VecPacket::new(frame);
     let v = process(&mut pkt, 0, &state(), &mut PipelineCtx::default());
-    if !matches!(v, Verdict::Forward { .. } | Verdict::Reply) {
+    if !matches!(
+        v,
+        Verdict::Forward { .. } | Verdict::Fragment { .. } | Verdict::Reply
+    ) {
         assert_eq!(pkt.data(), frame, "not forwarded: untouched");
     }
     v

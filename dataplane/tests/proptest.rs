@@ -182,7 +182,7 @@ proptest! {
         let st = state();
         let mut pkt = VecPacket::with_headroom(&frame, headroom);
         let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
-        if let Verdict::Forward { .. } | Verdict::Reply = v {
+        if let Verdict::Forward { .. } | Verdict::Fragment { .. } | Verdict::Reply = v {
             prop_assert!(pkt.data().len() >= 14);
         } else {
             prop_assert_eq!(pkt.data(), &frame[..], "non-forwarded packets stay untouched");

@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
+use dataplane::fragment;
 use dataplane::packet::{PacketBuf, VecPacket};
 use dataplane::pipeline::{process, PipelineCtx, Verdict};
 use dataplane::rules::{ForwardingRule, RuleTable};
@@ -117,6 +118,20 @@ fuzz_target!(|data: &[u8]| {
     });
     match verdict {
         Verdict::Forward { .. } => assert!(pkt.data().len() >= 14),
+        // AP-3: oversize IPv4 without DF: the worker's fragmentation must
+        // not panic either, and every fragment fits the MTU.
+        Verdict::Fragment { port, .. } => {
+            let mtu = st.ports[usize::from(port)].mtu;
+            if let Ok(plan) = fragment::plan(pkt.data(), mtu, 2048) {
+                let mut extra = vec![VecPacket::new(&[]); plan.extra()];
+                if fragment::split(&mut pkt, &plan, extra.iter_mut()).is_ok() {
+                    for f in std::iter::once(&pkt).chain(&extra) {
+                        let n = f.data().len();
+                        assert!(n > 14 && n <= 14 + usize::from(mtu), "{n}");
+                    }
+                }
+            }
+        }
         // An ICMP error: L2 + IP + ICMP header at least, within the
         // RFC 1812 / RFC 4443 size bounds.
         Verdict::Reply => {

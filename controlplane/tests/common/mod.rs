@@ -167,6 +167,14 @@ pub fn sum_metrics(m: &BTreeMap<String, u64>, prefix: &str) -> u64 {
         .sum()
 }
 
+/// AP-3: frames sent beyond one per received packet — fragments created
+/// minus the packets they were made of — so that every packet is accounted
+/// for as RX + extra_fragments = TX + punted + Σ drops.
+pub fn extra_fragments(m: &BTreeMap<String, u64>) -> u64 {
+    let get = |k: &str| m.get(k).copied().unwrap_or(0);
+    get("sluice_fragments_created_total").saturating_sub(get("sluice_fragmented_packets_total"))
+}
+
 /// Prometheus text → {"name{labels}": value}.
 pub fn parse_metrics(text: &str) -> BTreeMap<String, u64> {
     text.lines()

@@ -51,6 +51,30 @@ pub fn ip4(
     h
 }
 
+/// IPv4 with options `opts` (a multiple of 4 bytes), DF clear.
+pub fn ip4_with_options(
+    src: [u8; 4],
+    dst: [u8; 4],
+    proto: u8,
+    id: u16,
+    opts: &[u8],
+    payload: &[u8],
+) -> Vec<u8> {
+    assert_eq!(opts.len() % 4, 0);
+    let ihl = 20 + opts.len();
+    let mut h = vec![0x40 | (ihl / 4) as u8, 0];
+    h.extend_from_slice(&((ihl + payload.len()) as u16).to_be_bytes());
+    h.extend_from_slice(&id.to_be_bytes());
+    h.extend_from_slice(&[0, 0, 64, proto, 0, 0]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(opts);
+    let c = csum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(payload);
+    h
+}
+
 pub fn ip6(src: Ipv6Addr, dst: Ipv6Addr, next: u8, payload: &[u8]) -> Vec<u8> {
     let mut h = vec![0x60, 0, 0, 0];
     h.extend_from_slice(&(payload.len() as u16).to_be_bytes());

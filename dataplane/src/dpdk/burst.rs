@@ -55,6 +55,36 @@ impl MbufBurst {
         self.slots[..self.len].iter().flatten()
     }
 
+    /// The mbufs in the burst, in order, to write into.
+    #[inline]
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Mbuf> + '_ {
+        self.slots[..self.len].iter_mut().flatten()
+    }
+
+    /// Fills the empty burst with `n` fresh mbufs from the pool `like`
+    /// came from: all of them or none (`rte_pktmbuf_alloc_bulk`). False
+    /// when the pool is short, the burst not empty or `n` above
+    /// [`MAX_BURST`]. For the fragments of an oversize packet (AP-3).
+    pub fn alloc_from_pool_of(&mut self, like: &Mbuf, n: usize) -> bool {
+        if !self.is_empty() || n > MAX_BURST {
+            return false;
+        }
+        let mut raw = [std::ptr::null_mut(); MAX_BURST];
+        // SAFETY: `like.pool()` is the live mempool `like` came from (the
+        // runtime frees the pool only after ports and workers, which own
+        // every mbuf, are gone); rte_pktmbuf_alloc_bulk is safe from any
+        // lcore, and `raw` has room for n ≤ MAX_BURST pointers.
+        let rc =
+            unsafe { dpdk_sys::rte_pktmbuf_alloc_bulk(like.pool(), raw.as_mut_ptr(), n as u32) };
+        if rc != 0 {
+            return false;
+        }
+        // SAFETY: on success the first n pointers are freshly allocated,
+        // reset mbufs that nobody else references: ours now.
+        unsafe { self.restore_raw(&raw[..n]) };
+        true
+    }
+
     /// Takes every mbuf out, in order, leaving the burst empty.
     #[inline]
     pub fn drain(&mut self) -> impl Iterator<Item = Mbuf> + '_ {
@@ -84,7 +114,8 @@ impl MbufBurst {
         n
     }
 
-    /// Puts mbufs the driver did not take back into the burst.
+    /// Puts mbufs the driver did not take back (or fresh ones) into the
+    /// burst; pointers beyond its room are not taken.
     ///
     /// # Safety
     /// Every pointer must be a valid mbuf the caller owns.
@@ -94,8 +125,10 @@ impl MbufBurst {
             if let Some(nn) = std::ptr::NonNull::new(p) {
                 // SAFETY: the caller guarantees ownership of each pointer.
                 let m = unsafe { Mbuf::from_raw(nn) };
-                // The burst was emptied by take_raw, so there is room for
-                // every pointer that came out of it.
+                // Callers pass at most what an empty burst holds (the
+                // pointers take_raw took out, or a bulk allocation of at
+                // most MAX_BURST); were there more, the surplus would be
+                // freed here, not leaked.
                 let _ = self.push(m);
             }
         }

@@ -51,6 +51,21 @@ impl Mbuf {
     pub fn is_contiguous(&self) -> bool {
         self.raw().nb_segs == 1
     }
+
+    /// Bytes of packet data a freshly allocated mbuf of this one's pool
+    /// holds (its buffer minus DPDK's default headroom): the largest frame
+    /// a fragment built in such an mbuf can be (AP-3).
+    #[inline]
+    pub fn fresh_room(&self) -> usize {
+        usize::from(self.raw().buf_len).saturating_sub(dpdk_sys::RTE_PKTMBUF_HEADROOM as usize)
+    }
+
+    /// The mempool this mbuf was allocated from (valid as long as any of
+    /// its mbufs is: the runtime frees the pool last).
+    #[inline]
+    pub(crate) fn pool(&self) -> *mut dpdk_sys::rte_mempool {
+        self.raw().pool
+    }
 }
 
 impl PacketBuf for Mbuf {
@@ -129,6 +144,25 @@ impl PacketBuf for Mbuf {
             m.data_len -= cut;
             m.pkt_len -= u32::from(cut);
         }
+    }
+
+    // rte_pktmbuf_append for a single segment (only fresh, single-segment
+    // mbufs are filled this way: fragments, AP-3).
+    #[inline]
+    fn append(&mut self, n: usize) -> bool {
+        // SAFETY: as in `prepend`; the check keeps data_off + data_len
+        // within buf_len, so the grown data stays inside the buffer.
+        let m = unsafe { self.ptr.as_mut() };
+        let Ok(n) = u16::try_from(n) else {
+            return false;
+        };
+        let end = usize::from(m.data_off) + usize::from(m.data_len) + usize::from(n);
+        if m.nb_segs != 1 || end > usize::from(m.buf_len) {
+            return false;
+        }
+        m.data_len += n;
+        m.pkt_len += u32::from(n);
+        true
     }
 }
 

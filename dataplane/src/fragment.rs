@@ -1,0 +1,474 @@
+//! Fragmentation of oversize IPv4 packets without DF (AP-3).
+//!
+//! When a packet (encapsulated: its outer packet) would exceed the egress
+//! MTU and the client's packet is IPv4 with DF clear, it leaves as IP
+//! fragments instead of being dropped:
+//!
+//! - `l2` (DSR) has no outer header, so the client's IPv4 packet itself is
+//!   fragmented, as a router would (RFC 791 §3.2): identification kept, the
+//!   packet's own offset and MF carried on (a fragment may be fragmented
+//!   again), every option in the first fragment and only the options with
+//!   the copy flag in the others. TTL is left alone, as DSR leaves it.
+//! - GRE, IP-in-IP and GUE in an outer IPv4 header: the outer packet is
+//!   fragmented. Its DF is clear (encap copies DF from the inner packet,
+//!   which has none), its identification comes from the worker's
+//!   [`FragmentIds`].
+//! - The same in an outer IPv6 header: the appliance is the source of the
+//!   outer packet, so it fragments it with a Fragment extension header
+//!   (RFC 8200 §4.5), identification again from [`FragmentIds`].
+//!
+//! IPv4 with DF and every IPv6 client packet are never fragmented: they are
+//! answered with ICMP fragmentation-needed / packet-too-big (`icmp`).
+//!
+//! Sans-IO, in three steps. [`prepare`] (the pipeline's stage 2, cold path)
+//! encapsulates without the MTU limit and readies the outer header; the
+//! pipeline returns `Verdict::Fragment`. The worker asks [`plan`] how many
+//! buffers the fragments take, allocates the extra ones from the mbuf pool
+//! (all or none) and calls [`split`], which writes fragments 2..n into them
+//! and cuts the original down to fragment 1. Nothing allocates or panics;
+//! unit tests run the same functions over `VecPacket`s.
+//!
+//! Every fragment's IP packet is at most the MTU and, so that it fits a
+//! fresh buffer, at most the buffer's room minus the Ethernet header;
+//! fragment payloads other than the last are multiples of 8 bytes.
+
+use crate::drop_reason::DropReason;
+use crate::encap;
+use crate::packet::PacketBuf;
+use crate::snapshot::{BackendState, Encapsulation, PortState};
+use crate::wire::checksum;
+use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::ipv6_ext::FRAGMENT_HEADER_LEN;
+use crate::wire::proto::IPV6_FRAGMENT;
+use crate::wire::L3Layout;
+
+/// Most fragments one packet may become (the first included). With the
+/// runtime's 2 KiB mbufs a packet becomes at most five (576-byte MTU); the
+/// bound keeps the worker's buffer array fixed. Beyond it: `mtu_exceeded`.
+pub const MAX_FRAGMENTS: usize = 64;
+
+/// The Ethernet header in front of every fragment: the encapsulation always
+/// writes a plain, untagged one.
+const L2_LEN: usize = ethernet::HEADER_LEN;
+const IPV4_MF: u16 = 0x2000;
+const IPV4_DF: u16 = 0x4000;
+const IPV4_OFFSET: u16 = 0x1fff;
+/// Highest IPv4 fragment offset, in 8-byte units (13 bits).
+const IPV4_MAX_OFFSET: usize = IPV4_OFFSET as usize;
+/// IPv4 option type bit: copy the option into every fragment.
+const OPTION_COPIED: u8 = 0x80;
+/// First fragment header of an IPv6 fragment: fixed header + Fragment.
+const V6_HDR: usize = ipv6::HEADER_LEN + FRAGMENT_HEADER_LEN;
+
+/// Identification values for the fragmented outer headers one worker
+/// originates (RFC 6864 §4.1: unique per source, destination and protocol
+/// while fragments may live). One counter per family, each starting at the
+/// bit-reversed worker index (0, 0x8000, 0x4000, 0xc000, …): whatever the
+/// number of workers, their sequences start as far apart as the ID space
+/// allows, so workers sending to one backend do not reuse each other's
+/// recent IDs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FragmentIds {
+    v4: u16,
+    v6: u32,
+}
+
+impl FragmentIds {
+    pub fn for_worker(index: usize) -> Self {
+        Self {
+            v4: (index as u16).reverse_bits(),
+            v6: (index as u32).reverse_bits(),
+        }
+    }
+
+    fn next_v4(&mut self) -> u16 {
+        let id = self.v4;
+        self.v4 = id.wrapping_add(1);
+        id
+    }
+
+    fn next_v6(&mut self) -> u32 {
+        let id = self.v6;
+        self.v6 = id.wrapping_add(1);
+        id
+    }
+}
+
+impl Default for FragmentIds {
+    fn default() -> Self {
+        Self::for_worker(0)
+    }
+}
+
+/// Stage 2's cold path for an oversize IPv4 packet without DF (the caller
+/// checked both): encapsulates it without the MTU limit and readies it for
+/// [`split`]. An outer IPv4 header gets the worker's next identification;
+/// an outer IPv6 header gets a Fragment header (offset 0, M clear until
+/// [`split`] sets it) with the next 32-bit identification. With `l2` the
+/// client's packet is only given its new Ethernet header. On error the
+/// packet is as it came, like every dropped packet.
+#[cold]
+#[inline(never)]
+pub fn prepare<P: PacketBuf>(
+    pkt: &mut P,
+    ip: &L3Layout,
+    encap: Encapsulation,
+    backend: &BackendState,
+    port: &PortState,
+    flow_hash: u64,
+    ids: &mut FragmentIds,
+) -> Result<(), DropReason> {
+    if matches!(encap, Encapsulation::L2) {
+        return encap::encapsulate_oversize(pkt, ip, encap, backend, port, flow_hash);
+    }
+    if backend.address.is_ipv6() {
+        // The Fragment header goes in after the encapsulation: make sure
+        // the headroom holds both before writing anything. Probing with a
+        // prepend and its undo touches no byte of the packet.
+        let headers = L2_LEN + encap::overhead(encap, backend.address) + FRAGMENT_HEADER_LEN;
+        let need = headers.saturating_sub(ip.l3_offset);
+        if !pkt.prepend(need) {
+            return Err(DropReason::NoHeadroom);
+        }
+        let _undone = pkt.trim_front(need);
+    }
+    encap::encapsulate_oversize(pkt, ip, encap, backend, port, flow_hash)?;
+    match ethertype(pkt.data()) {
+        Some(ETHERTYPE_IPV4) => stamp_ipv4_ident(pkt.data_mut(), ids.next_v4()),
+        Some(ETHERTYPE_IPV6) => insert_fragment_header(pkt, ids.next_v6()),
+        _ => Err(DropReason::EncapUnsupported),
+    }
+}
+
+fn ethertype(frame: &[u8]) -> Option<u16> {
+    let (_, t) = frame.first_chunk::<L2_LEN>()?.split_last_chunk::<2>()?;
+    Some(u16::from_be_bytes(*t))
+}
+
+/// Sets the identification of the (option-less) outer IPv4 header.
+fn stamp_ipv4_ident(frame: &mut [u8], ident: u16) -> Result<(), DropReason> {
+    let h = frame
+        .get_mut(L2_LEN..L2_LEN + ipv4::HEADER_LEN)
+        .and_then(|h| h.first_chunk_mut::<{ ipv4::HEADER_LEN }>())
+        .ok_or(DropReason::NoHeadroom)?;
+    h[4..6].copy_from_slice(&ident.to_be_bytes());
+    set_ipv4_checksum(h);
+    Ok(())
+}
+
+/// Moves the Ethernet and IPv6 headers 8 bytes to the front and writes a
+/// Fragment header into the gap: the outer packet becomes an atomic
+/// fragment of itself, the template [`split`] copies into every fragment.
+fn insert_fragment_header<P: PacketBuf>(pkt: &mut P, ident: u32) -> Result<(), DropReason> {
+    if !pkt.prepend(FRAGMENT_HEADER_LEN) {
+        return Err(DropReason::NoHeadroom);
+    }
+    let front = pkt
+        .data_mut()
+        .first_chunk_mut::<{ L2_LEN + V6_HDR }>()
+        .ok_or(DropReason::NoHeadroom)?;
+    front.copy_within(FRAGMENT_HEADER_LEN.., 0);
+    let (l2_ip, frag) = front.split_at_mut(L2_LEN + ipv6::HEADER_LEN);
+    let ip = &mut l2_ip[L2_LEN..];
+    // No overflow: the outer packet is at most 65,535 bytes
+    // (`encapsulate_oversize`), its payload 40 less.
+    let payload_len = u16::from_be_bytes([ip[4], ip[5]]).saturating_add(FRAGMENT_HEADER_LEN as u16);
+    ip[4..6].copy_from_slice(&payload_len.to_be_bytes());
+    let next = std::mem::replace(&mut ip[6], IPV6_FRAGMENT);
+    let id = ident.to_be_bytes();
+    frag.copy_from_slice(&[next, 0, 0, 0, id[0], id[1], id[2], id[3]]);
+    Ok(())
+}
+
+fn set_ipv4_checksum(h: &mut [u8]) {
+    if let Some(c) = h.get_mut(10..12) {
+        c.fill(0);
+    }
+    let c = checksum::checksum(h).to_be_bytes();
+    if let Some(f) = h.get_mut(10..12) {
+        f.copy_from_slice(&c);
+    }
+}
+
+/// How a frame's IP packet splits: header sizes, payload per fragment and
+/// the number of fragments. From [`plan`]; consumed by [`split`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    v6: bool,
+    /// IP header bytes of the first fragment (IPv4 with all its options;
+    /// IPv6 fixed header + Fragment header) and of the others (IPv4 with
+    /// only the copied options).
+    first_hdr: usize,
+    later_hdr: usize,
+    /// Fragmentable bytes in all, in the first fragment, and in each later
+    /// one (the last takes what is left).
+    payload: usize,
+    first_chunk: usize,
+    later_chunk: usize,
+    count: usize,
+}
+
+impl Plan {
+    /// Fragments in all, the original buffer (the first fragment) included.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// Fresh buffers [`split`] needs: one per fragment after the first.
+    pub fn extra(&self) -> usize {
+        self.count.saturating_sub(1)
+    }
+
+    /// Payload offset and length of fragment `i` (1-based after the first).
+    fn later_piece(&self, i: usize) -> (usize, usize) {
+        let off = self.first_chunk + i.saturating_sub(1) * self.later_chunk;
+        (off, self.later_chunk.min(self.payload.saturating_sub(off)))
+    }
+}
+
+/// Plans the fragments of `frame` (Ethernet + an IPv4 packet without DF or
+/// an IPv6 packet whose first extension header is the Fragment header that
+/// [`prepare`] inserted) so that every fragment's IP packet is at most
+/// `mtu` bytes and every fragment frame at most `room` bytes (what a fresh
+/// buffer holds).
+pub fn plan(frame: &[u8], mtu: u16, room: usize) -> Result<Plan, DropReason> {
+    let limit = usize::from(mtu).min(room.saturating_sub(L2_LEN));
+    let ip_bytes = frame.get(L2_LEN..).ok_or(DropReason::MtuExceeded)?;
+    let (v6, first_hdr, later_hdr, payload, base) = match ethertype(frame) {
+        Some(ETHERTYPE_IPV4) => {
+            let ip = Ipv4Packet::new_checked(ip_bytes).map_err(|_| DropReason::BadIpv4Header)?;
+            if ip.dont_frag() {
+                return Err(DropReason::MtuExceeded);
+            }
+            let later = ipv4::HEADER_LEN + copied_options(ip.options(), &mut [0; 40])?;
+            let base = usize::from(ip.frag_offset()) * 8;
+            (false, ip.header_len(), later, ip.payload().len(), base)
+        }
+        Some(ETHERTYPE_IPV6) => {
+            let ip = Ipv6Packet::new_checked(ip_bytes).map_err(|_| DropReason::BadIpv6Header)?;
+            if ip.next_header() != IPV6_FRAGMENT {
+                return Err(DropReason::MtuExceeded);
+            }
+            let payload = ip
+                .payload()
+                .len()
+                .checked_sub(FRAGMENT_HEADER_LEN)
+                .ok_or(DropReason::BadIpv6ExtensionHeader)?;
+            (true, V6_HDR, V6_HDR, payload, 0)
+        }
+        _ => return Err(DropReason::MtuExceeded),
+    };
+    let first_chunk = limit.saturating_sub(first_hdr) & !7;
+    let later_chunk = limit.saturating_sub(later_hdr) & !7;
+    if first_chunk == 0 || later_chunk == 0 {
+        return Err(DropReason::MtuExceeded);
+    }
+    let count = match payload.checked_sub(first_chunk) {
+        None | Some(0) => 1,
+        Some(rest) => 1 + rest.div_ceil(later_chunk),
+    };
+    if count > MAX_FRAGMENTS {
+        return Err(DropReason::MtuExceeded);
+    }
+    // The last fragment's offset must fit the 13-bit field (an IPv4
+    // fragment far into a datagram could overflow it when split again).
+    let last_off = base + first_chunk + count.saturating_sub(2) * later_chunk;
+    if count > 1 && last_off / 8 > IPV4_MAX_OFFSET {
+        return Err(DropReason::BadIpv4Header);
+    }
+    Ok(Plan {
+        v6,
+        first_hdr,
+        later_hdr,
+        payload,
+        first_chunk,
+        later_chunk,
+        count,
+    })
+}
+
+/// The options of an IPv4 header that go into non-first fragments (RFC
+/// 791: those with the copy flag), written to `out` and padded with
+/// end-of-list to a multiple of 4 bytes; returns their length. A malformed
+/// option list is `bad_ipv4_header`.
+fn copied_options(opts: &[u8], out: &mut [u8; 40]) -> Result<usize, DropReason> {
+    let mut i = 0;
+    let mut n = 0;
+    while let Some(&kind) = opts.get(i) {
+        match kind {
+            // End of option list: the rest is padding.
+            0 => break,
+            // No operation: one byte, not copied.
+            1 => i += 1,
+            _ => {
+                let len = usize::from(*opts.get(i + 1).ok_or(DropReason::BadIpv4Header)?);
+                let opt = opts
+                    .get(i..i + len)
+                    .filter(|_| len >= 2)
+                    .ok_or(DropReason::BadIpv4Header)?;
+                if kind & OPTION_COPIED != 0 {
+                    out.get_mut(n..n + len)
+                        .ok_or(DropReason::BadIpv4Header)?
+                        .copy_from_slice(opt);
+                    n += len;
+                }
+                i += len;
+            }
+        }
+    }
+    let padded = (n + 3) & !3;
+    out.get_mut(n..padded)
+        .ok_or(DropReason::BadIpv4Header)?
+        .fill(0);
+    Ok(padded)
+}
+
+/// Splits the frame in `pkt` as `plan` (made by [`plan`] for this frame)
+/// says: fragments 2..n are written into the buffers `extra` yields (their
+/// contents replaced), in order, and `pkt` is cut down to fragment 1.
+/// Fails, with `pkt` still whole, if `extra` runs out of buffers or one is
+/// too small (`fragment_alloc_failed`).
+pub fn split<'a, P: PacketBuf + 'a>(
+    pkt: &mut P,
+    plan: &Plan,
+    extra: impl IntoIterator<Item = &'a mut P>,
+) -> Result<(), DropReason> {
+    let src = pkt.data();
+    let (l2, rest) = src
+        .split_first_chunk::<L2_LEN>()
+        .ok_or(DropReason::MtuExceeded)?;
+    let orig_hdr = rest.get(..plan.first_hdr).ok_or(DropReason::MtuExceeded)?;
+    let payload = rest
+        .get(plan.first_hdr..plan.first_hdr + plan.payload)
+        .ok_or(DropReason::MtuExceeded)?;
+    // The header of the later fragments, and the offset and MF of the
+    // packet itself (non-zero for a fragment being fragmented again).
+    let mut later = [0u8; ipv4::MAX_HEADER_LEN];
+    let (base, more) = if plan.v6 {
+        let h = orig_hdr
+            .first_chunk::<V6_HDR>()
+            .ok_or(DropReason::MtuExceeded)?;
+        later[..V6_HDR].copy_from_slice(h);
+        let f = u16::from_be_bytes([h[42], h[43]]);
+        (usize::from(f >> 3) * 8, f & 1 != 0)
+    } else {
+        let h = orig_hdr
+            .first_chunk::<{ ipv4::HEADER_LEN }>()
+            .ok_or(DropReason::MtuExceeded)?;
+        let (fixed, opts) = later.split_at_mut(ipv4::HEADER_LEN);
+        fixed.copy_from_slice(h);
+        let mut copied = [0u8; 40];
+        let n = copied_options(orig_hdr.get(ipv4::HEADER_LEN..).unwrap_or(&[]), &mut copied)?;
+        let (Some(to), Some(from)) = (opts.get_mut(..n), copied.get(..n)) else {
+            return Err(DropReason::BadIpv4Header);
+        };
+        to.copy_from_slice(from);
+        fixed[0] = 0x40 | (plan.later_hdr / 4) as u8;
+        let f = u16::from_be_bytes([h[6], h[7]]);
+        (usize::from(f & IPV4_OFFSET) * 8, f & IPV4_MF != 0)
+    };
+    let later = later.get(..plan.later_hdr).ok_or(DropReason::MtuExceeded)?;
+
+    let mut bufs = extra.into_iter();
+    for i in 1..plan.count {
+        let (off, len) = plan.later_piece(i);
+        let buf = bufs.next().ok_or(DropReason::FragmentAllocFailed)?;
+        buf.truncate(0);
+        if !buf.append(L2_LEN + plan.later_hdr + len) {
+            return Err(DropReason::FragmentAllocFailed);
+        }
+        let chunk = payload.get(off..off + len).ok_or(DropReason::MtuExceeded)?;
+        let dst = buf.data_mut();
+        let (d_l2, d_rest) = dst
+            .split_first_chunk_mut::<L2_LEN>()
+            .filter(|(_, r)| r.len() == plan.later_hdr + len)
+            .ok_or(DropReason::FragmentAllocFailed)?;
+        *d_l2 = *l2;
+        // Exact lengths (checked above): neither copy can panic.
+        let (d_hdr, d_payload) = d_rest.split_at_mut(plan.later_hdr);
+        d_hdr.copy_from_slice(later);
+        d_payload.copy_from_slice(chunk);
+        let last = i + 1 == plan.count;
+        set_fragment_fields(d_hdr, plan.v6, len, base + off, more || !last);
+    }
+
+    let first_len = plan.first_chunk.min(plan.payload);
+    pkt.truncate(L2_LEN + plan.first_hdr + first_len);
+    if let Some(h) = pkt.data_mut().get_mut(L2_LEN..L2_LEN + plan.first_hdr) {
+        set_fragment_fields(h, plan.v6, first_len, base, more || plan.count > 1);
+    }
+    Ok(())
+}
+
+/// Writes length, offset and MF/M of one fragment's IP header `h` (IPv4
+/// with its options, or IPv6 + Fragment header) carrying `len` payload
+/// bytes at `offset`; IPv4's header checksum last.
+fn set_fragment_fields(h: &mut [u8], v6: bool, len: usize, offset: usize, more: bool) {
+    let units = (offset / 8) as u16;
+    if v6 {
+        let Some(h) = h.first_chunk_mut::<V6_HDR>() else {
+            return;
+        };
+        let payload_len = (FRAGMENT_HEADER_LEN + len) as u16;
+        h[4..6].copy_from_slice(&payload_len.to_be_bytes());
+        let f = (units << 3) | u16::from(more);
+        h[42..44].copy_from_slice(&f.to_be_bytes());
+    } else {
+        let total = (h.len() + len) as u16;
+        let Some(fixed) = h.first_chunk_mut::<{ ipv4::HEADER_LEN }>() else {
+            return;
+        };
+        fixed[2..4].copy_from_slice(&total.to_be_bytes());
+        // Keep the reserved bit as it came; DF is clear (checked by plan).
+        let old = u16::from_be_bytes([fixed[6], fixed[7]]);
+        let mf = if more { IPV4_MF } else { 0 };
+        let f = (old & !(IPV4_MF | IPV4_DF | IPV4_OFFSET)) | mf | (units & IPV4_OFFSET);
+        fixed[6..8].copy_from_slice(&f.to_be_bytes());
+        set_ipv4_checksum(h);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_start_apart_and_wrap() {
+        let mut a = FragmentIds::for_worker(0);
+        let mut b = FragmentIds::for_worker(1);
+        assert_eq!((a.next_v4(), b.next_v4()), (0, 0x8000));
+        assert_eq!((a.next_v6(), b.next_v6()), (0, 0x8000_0000));
+        assert_eq!(FragmentIds::for_worker(3).next_v4(), 0xc000);
+        let mut w = FragmentIds {
+            v4: u16::MAX,
+            v6: u32::MAX,
+        };
+        assert_eq!((w.next_v4(), w.next_v4()), (u16::MAX, 0));
+        assert_eq!((w.next_v6(), w.next_v6()), (u32::MAX, 0));
+    }
+
+    /// RFC 791: only options with the copy flag go into later fragments;
+    /// padded to 4 bytes; malformed lists are refused.
+    #[test]
+    fn copied_options_keep_the_flagged_ones() {
+        let mut out = [0u8; 40];
+        // NOP, Record Route (7, not copied, 7 bytes), Router Alert (148,
+        // copied, 4 bytes), LSRR (131, copied, 7 bytes), EOL, padding.
+        let opts = [
+            1, 7, 7, 4, 0, 0, 0, 0, 148, 4, 0, 0, 131, 7, 4, 1, 2, 3, 4, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(copied_options(&opts, &mut out), Ok(12));
+        assert_eq!(out[..12], [148, 4, 0, 0, 131, 7, 4, 1, 2, 3, 4, 0]);
+        assert_eq!(copied_options(&[1, 1, 1, 1], &mut out), Ok(0));
+        assert_eq!(copied_options(&[], &mut out), Ok(0));
+        for bad in [&[7u8][..], &[7, 1, 0, 0], &[148, 9, 0, 0]] {
+            assert_eq!(
+                copied_options(bad, &mut out),
+                Err(DropReason::BadIpv4Header),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! AP-3, the worker's side of fragmentation (`crate::fragment` is the
+//! sans-IO side): buffers for the extra fragments come from the mbuf pool,
+//! all or none, then every fragment goes onto the egress port's TX burst.
+//! In its own file so that the poll loop only gains one match arm.
+
+use super::flush;
+use crate::dpdk::{Mbuf, MbufBurst, TxQueue};
+use crate::drop_reason::DropReason;
+use crate::fragment;
+use crate::packet::PacketBuf;
+use crate::snapshot::ForwardingState;
+use crate::stats::WorkerStats;
+
+/// Splits `m` (a `Verdict::Fragment` for port `out`) to that port's MTU and
+/// queues every fragment, first to last. Counts the packet once under
+/// `fragmented` and each fragment under `fragments` (each is then counted
+/// in `tx_packets` or under `tx_queue_full` like any frame); a packet that
+/// cannot be split, or whose buffers the pool cannot supply, is one drop
+/// and sends nothing (`fragment_alloc_failed`, or `plan`'s reason).
+#[cold]
+#[inline(never)]
+pub(super) fn send(
+    mut m: Mbuf,
+    out: usize,
+    state: &ForwardingState,
+    tx_bursts: &mut [MbufBurst],
+    tx: &mut [TxQueue],
+    stats: &WorkerStats,
+) {
+    let (Some(port), Some(burst), Some(txq)) = (
+        state.ports.get(out),
+        tx_bursts.get_mut(out),
+        tx.get_mut(out),
+    ) else {
+        stats.count_drop(DropReason::TxQueueFull, 1);
+        return;
+    };
+    let plan = match fragment::plan(m.data(), port.mtu, m.fresh_room()) {
+        Ok(plan) => plan,
+        Err(reason) => {
+            stats.count_drop(reason, 1);
+            return;
+        }
+    };
+    let mut extra = MbufBurst::default();
+    if plan.extra() > 0 && !extra.alloc_from_pool_of(&m, plan.extra()) {
+        stats.count_drop(DropReason::FragmentAllocFailed, 1);
+        return;
+    }
+    if let Err(reason) = fragment::split(&mut m, &plan, extra.iter_mut()) {
+        // `m` and the fresh buffers go back to the pool on drop.
+        stats.count_drop(reason, 1);
+        return;
+    }
+    if plan.count() > 1 {
+        stats.fragmented.add(1);
+        stats.fragments.add(plan.count() as u64);
+    }
+    for f in std::iter::once(m).chain(extra.drain()) {
+        if let Err(f) = burst.push(f) {
+            flush(txq, burst, stats, out);
+            if burst.push(f).is_err() {
+                stats.count_drop(DropReason::TxQueueFull, 1);
+            }
+        }
+    }
+}
