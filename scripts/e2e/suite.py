@@ -18,8 +18,8 @@ Cases (numbers as in the issue):
      AP-5); new connections reach the new backend once it is healthy
   5  UDP datagrams larger than the MTU under CLIENT_IP affinity arrive
      whole at one backend (HA-2, CT-3)
-Accounting: RX = TX + punted + drops on the port, and no drop outside the
-expected reasons.
+Accounting: RX + extra fragments = TX + punted + drops on the port, and
+no drop outside the expected reasons.
 """
 
 import argparse
@@ -163,15 +163,20 @@ def case_udp_fragments(lab):
 
 
 def case_accounting(lab):
-    print("accounting: RX = TX + punted + drops")
+    print("accounting: RX + extra fragments = TX + punted + drops")
     m = lab.metrics()
     rx = m.get('sluice_port_rx_packets_total{port="uplink"}', 0)
     tx = m.get('sluice_port_tx_packets_total{port="uplink"}', 0)
     punted = m.get('sluice_port_punted_packets_total{port="uplink"}', 0)
     drops = {k: v for k, v in m.items() if k.startswith("sluice_dropped_packets_total") and v}
-    report.append(f"port: rx {int(rx)} tx {int(tx)} punted {int(punted)} drops {drops}")
-    check(rx > 0 and rx == tx + punted + sum(drops.values()),
-          f"rx {rx} = tx {tx} + punted {punted} + drops {sum(drops.values())}")
+    # Fragmentation (AP-3) turns one received packet into several sent.
+    extra = (m.get("sluice_fragments_created_total", 0)
+             - m.get("sluice_fragmented_packets_total", 0))
+    report.append(f"port: rx {int(rx)} tx {int(tx)} punted {int(punted)} drops {drops} "
+                  f"extra fragments {int(extra)}")
+    check(rx > 0 and rx + extra == tx + punted + sum(drops.values()),
+          f"rx {rx} + extra fragments {extra} = tx {tx} + punted {punted} "
+          f"+ drops {sum(drops.values())}")
     if lab.workers > 1:
         out = m.get('sluice_steered_packets_total{direction="out"}', 0)
         inn = m.get('sluice_steered_packets_total{direction="in"}', 0)
