@@ -106,6 +106,9 @@ pub struct Balance {
     pub ct_hash: Option<u64>,
     /// Whether the service tracks this packet's protocol (CT-2, CT-4).
     pub tracked: bool,
+    /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
+    /// quoted flow up in the shard (without recording anything).
+    pub icmp_error: bool,
 }
 
 /// Decides what to do with one packet received on `rx_port`, rewriting it in
@@ -159,8 +162,9 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
                 hash,
                 meta: PacketMeta::of(&ip),
                 ct_hash: None,
-                // ICMP is never tracked (CT-4).
+                // ICMP is never tracked (CT-4); the quoted flow may be.
                 tracked: false,
+                icmp_error: true,
             }));
         }
     }
@@ -191,6 +195,7 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         meta: PacketMeta::of(&ip),
         ct_hash: None,
         tracked: conntrack::policy::trackable(ip.protocol, service.affinity),
+        icmp_error: false,
     }))
 }
 
@@ -207,9 +212,22 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
 #[inline(never)]
 fn steer_icmp_error(
     frame: &[u8],
-    (protocol, icmp_type, v6, l4_offset, end, dst): (u8, u8, bool, usize, usize, IpAddr),
+    error: (u8, u8, bool, usize, usize, IpAddr),
     state: &ForwardingState,
 ) -> Option<(ServiceId, u64)> {
+    let (service_id, flow) = quoted_client_flow(frame, error, state)?;
+    let service = state.service(service_id)?;
+    Some((service_id, packet_hash(&flow, service.affinity)))
+}
+
+/// HA-4: the service and the client's flow (the quote with source and
+/// destination swapped; only the fields flow hashing and tracking read)
+/// of an ICMP error sent to a VIP that quotes a packet the VIP sent.
+fn quoted_client_flow(
+    frame: &[u8],
+    (protocol, icmp_type, v6, l4_offset, end, dst): (u8, u8, bool, usize, usize, IpAddr),
+    state: &ForwardingState,
+) -> Option<(ServiceId, IpInfo)> {
     if !icmp_wire::is_steered_error(protocol, icmp_type) {
         return None;
     }
@@ -223,9 +241,6 @@ fn steer_icmp_error(
         .rules
         .lookup(q.src, q.protocol, q.ports.map(|p| p.src))
         .ok()?;
-    let service = state.service(rule.service)?;
-    // The client's flow: the quote with source and destination swapped.
-    // Only the fields the flow hash reads matter.
     let client_flow = IpInfo {
         ethertype: 0,
         l3_offset: 0,
@@ -243,7 +258,72 @@ fn steer_icmp_error(
         tcp_flags: 0,
         icmp_type: None,
     };
-    Some((rule.service, packet_hash(&client_flow, service.affinity)))
+    Some((rule.service, client_flow))
+}
+
+/// The quoted client flow of a steered ICMP error, re-derived from the
+/// frame (stage 2 and steering; rare, so not carried through the burst).
+fn quoted_flow_of_frame(frame: &[u8], state: &ForwardingState) -> Option<(ServiceId, IpInfo)> {
+    let Ok(Parsed::Ip(ip)) = wire::parse(frame) else {
+        return None;
+    };
+    let icmp_type = ip.icmp_type?;
+    let end = ip.l3_offset + ip.ip_len;
+    let v6 = ip.ethertype == ETHERTYPE_IPV6;
+    quoted_client_flow(
+        frame,
+        (ip.protocol, icmp_type, v6, ip.l4_offset, end, ip.dst),
+        state,
+    )
+}
+
+/// HA-4 with connection tracking: an ICMP error goes to the backend the
+/// quoted flow's entry records (the one that sent the quoted packet, even
+/// if the table has changed since, CT-7), else where the flow's hash
+/// points in the client's zone table. Looks up only: an error neither
+/// creates nor refreshes an entry.
+#[cold]
+#[inline(never)]
+fn icmp_error_backend(
+    frame: &[u8],
+    b: &Balance,
+    service: &ServiceState,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Option<BackendId> {
+    let Some((_, flow)) = quoted_flow_of_frame(frame, state) else {
+        return service.table_for(None).and_then(|t| t.lookup(b.hash));
+    };
+    let by_table = || {
+        service
+            .table_for_client(&state.zones, flow.src)
+            .and_then(|t| t.lookup(b.hash))
+    };
+    let meta = PacketMeta::of(&flow);
+    let addrs = Addrs::new(flow.src, flow.dst);
+    let Some(key) = conntrack::session::tracking_key(&meta, &addrs, b.service, service) else {
+        return by_table();
+    };
+    let h = ctx.conntrack.hash(&key);
+    let recorded = ctx
+        .conntrack
+        .lookup(&key, h, ctx.now)
+        .and_then(|slot| ctx.conntrack.entry(slot))
+        .map(|e| e.backend);
+    match recorded {
+        Some(id) if state.backend(id).is_some() => Some(id),
+        _ => by_table(),
+    }
+}
+
+/// Steering (one flow, one shard): the client and VIP addresses of the
+/// flow a steered ICMP error quotes, so it meets that flow's shard.
+#[cold]
+pub fn icmp_error_flow_addresses(
+    frame: &[u8],
+    state: &ForwardingState,
+) -> Option<(IpAddr, IpAddr)> {
+    quoted_flow_of_frame(frame, state).map(|(_, f)| (f.src, f.dst))
 }
 
 /// Between the stages, over the whole burst: the conntrack shard is far
@@ -316,7 +396,9 @@ fn deliver_inner<P: PacketBuf>(
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
     // CT-2: an untracked packet of a service without zonal tables is hashed
     // onto its one table: no addresses to read back, no shard to consult.
-    let id = if !b.tracked && service.tables.len() <= 1 {
+    let id = if b.icmp_error {
+        icmp_error_backend(pkt.data(), b, service, state, ctx)
+    } else if !b.tracked && service.tables.len() <= 1 {
         service.tables.first().and_then(|t| t.lookup(b.hash))
     } else {
         select_backend(pkt.data(), b, service, state, ctx)

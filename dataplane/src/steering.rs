@@ -33,6 +33,29 @@ pub fn owner(frame: &[u8], layout: &L3Layout, workers: usize) -> usize {
     (((h >> 32) * workers as u64) >> 32) as usize
 }
 
+/// [`owner`] for addresses at hand rather than in a frame (ICMP errors,
+/// owned by the flow they quote): the same hash of the same bytes.
+pub fn owner_of(src: std::net::IpAddr, dst: std::net::IpAddr, workers: usize) -> usize {
+    use std::net::IpAddr::{V4, V6};
+    let mut bytes = [0u8; 32];
+    let n = match (src, dst) {
+        (V4(s), V4(d)) => {
+            bytes[..4].copy_from_slice(&s.octets());
+            bytes[4..8].copy_from_slice(&d.octets());
+            8
+        }
+        (V6(s), V6(d)) => {
+            bytes[..16].copy_from_slice(&s.octets());
+            bytes[16..].copy_from_slice(&d.octets());
+            32
+        }
+        // Mixed families cannot be one flow; any owner will do.
+        _ => 0,
+    };
+    let h = stable_hash_bytes(SEED, &bytes[..n]);
+    (((h >> 32) * workers as u64) >> 32) as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,6 +98,21 @@ mod tests {
             }
             let later_fragment = frame([10, 0, 0, 1], [10, 99, 1, 10], 0, 185);
             assert_eq!(owner(&later_fragment, &layout(&later_fragment), workers), o);
+        }
+    }
+
+    #[test]
+    fn owner_of_addresses_matches_owner_of_frame() {
+        let f = frame([10, 0, 0, 1], [10, 99, 1, 10], 1000, 0);
+        for workers in 1..=8 {
+            assert_eq!(
+                owner_of(
+                    "10.0.0.1".parse().unwrap(),
+                    "10.99.1.10".parse().unwrap(),
+                    workers
+                ),
+                owner(&f, &layout(&f), workers)
+            );
         }
     }
 

@@ -239,15 +239,19 @@ impl Lanes {
                 .zip(self.stages.iter())
                 .zip(self.steer_to.iter_mut())
             {
-                *to = match stage {
+                let owner = match stage {
                     Stage::Balance(b) if b.tracked => {
-                        let owner = steering::owner(m.data(), &b.layout, workers);
-                        if owner == self.index {
-                            NO_STEER
-                        } else {
-                            owner as u16
-                        }
+                        Some(steering::owner(m.data(), &b.layout, workers))
                     }
+                    // HA-4: an ICMP error meets the shard of the flow it quotes.
+                    Stage::Balance(b) if b.icmp_error => {
+                        pipeline::icmp_error_flow_addresses(m.data(), state)
+                            .map(|(src, dst)| steering::owner_of(src, dst, workers))
+                    }
+                    _ => None,
+                };
+                *to = match owner {
+                    Some(o) if o != self.index => o as u16,
                     _ => NO_STEER,
                 };
             }

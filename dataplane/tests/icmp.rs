@@ -9,7 +9,7 @@ use common::*;
 use dataplane::flow::{flow_hash, FlowKey};
 use dataplane::packet::{PacketBuf, VecPacket};
 use dataplane::pipeline::{process, PipelineCtx, Verdict};
-use dataplane::snapshot::BackendId;
+use dataplane::snapshot::{BackendId, MaglevTable};
 use dataplane::wire::Ports;
 use dataplane::DropReason;
 
@@ -163,4 +163,56 @@ fn ha_3_icmp_echo_under_client_ip_uses_the_2_tuple() {
         let key = FlowKey::two_tuple(ip(&client), ip(VIP_CLIENT_IP));
         assert_eq!(backend_of(run(&frame).0), owner(&key));
     }
+}
+
+/// HA-4 with connection tracking (CT-7): after the table changes, an ICMP
+/// error quoting an established flow still reaches the backend the flow's
+/// entry records — the one that sent the quoted packet — while an error
+/// about a flow with no entry follows the new table.
+#[test]
+fn ha_4_icmp_error_follows_the_flows_conntrack_entry() {
+    let client = "198.51.100.7";
+    let sport = 30001;
+    let key = FlowKey::five_tuple(
+        ip(client),
+        ip(VIP4),
+        TCP,
+        Ports {
+            src: sport,
+            dst: 80,
+        },
+    );
+    let before = owner(&key);
+    let other = BackendId(1 - before.0);
+    let mut ctx = PipelineCtx::default();
+    let syn = eth(
+        &[],
+        ETH_IPV4,
+        &ipv4(v4(client), v4(VIP4), TCP, DF, &tcp(sport, 80, 0x02, &[])),
+    );
+    let v = process(&mut VecPacket::new(&syn), 0, &state(), &mut ctx);
+    assert_eq!(backend_of(v), before);
+
+    // The table now sends every new flow to the other backend.
+    let mut changed = state();
+    let svc = &mut changed.services[usize::from(SVC_TCP80_L2)];
+    svc.tables = vec![MaglevTable {
+        slots: vec![other; 7].into(),
+    }];
+    let error = frag_needed_v4(client, sport, "192.0.2.254", VIP4);
+    let v = process(&mut VecPacket::new(&error), 0, &changed, &mut ctx);
+    assert_eq!(
+        backend_of(v),
+        before,
+        "the recorded backend, not the new table's"
+    );
+
+    let untracked = frag_needed_v4(client, sport + 1, "192.0.2.254", VIP4);
+    let v = process(&mut VecPacket::new(&untracked), 0, &changed, &mut ctx);
+    assert_eq!(
+        backend_of(v),
+        other,
+        "no entry: the flow's hash on the current table"
+    );
+    assert_eq!(ctx.conntrack.len(), 1, "an ICMP error records nothing");
 }
