@@ -195,7 +195,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--sluice", help="binary (default target/debug/sluice)")
-    ap.add_argument("--connections", type=int, default=300)
+    ap.add_argument("--connections", type=int, default=600)
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("e2e: needs root (network namespaces)")
