@@ -63,11 +63,13 @@ def main():
     try:
         print("== new connections per second, by backend")
         watch(stream, 4, "steady state")
-        print("== b2's HTTP server stops (health check: 1 s interval, 2 failures)")
+        print("== b2's HTTP server stops. New connections sent to it fail (its kernel refuses\n"
+              "   them) until the health check marks it down: 1 s interval, 0.5 s timeout,\n"
+              "   2 failures = a 2 s window (HC-4); then they avoid it")
         lab.stop_backend(2)
         watch(stream, 4, "b2 down")
         print("   status: " + ", ".join(f"{k} {v}" for k, v in lab.backend_states().items()))
-        print("== b2 comes back")
+        print("== b2 comes back (2 successful checks, HC-5)")
         lab.start_backend(2)
         watch(stream, 4, "b2 back")
         print("== reload: add b4 (sluice reload; established connections keep their backend)")
