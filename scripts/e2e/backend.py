@@ -2,7 +2,7 @@
 """A backend for the live end-to-end suite and the demo (runs in a backend's
 network namespace, which holds the VIP on `lo` for direct server return).
 
-- HTTP on 0.0.0.0:80 (HTTP/1.1, keep-alive): `/` answers `backend=<name>`;
+- HTTP on [::]:80, IPv4 and IPv6 (HTTP/1.1, keep-alive): `/` answers `backend=<name>`;
   `/health` answers 200, or 503 while the file `<state>/<name>.down` exists,
   so a test can fail the health check without touching established
   connections (SPEC CT-8). The weight header (HC-7) comes from
@@ -28,7 +28,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         headers = {}
         if self.path.startswith("/health"):
             # HC-8: the suite checks probes come from the appliance's address.
-            peer = self.client_address[0]
+            peer = self.client_address[0].removeprefix("::ffff:")
             if peer not in self.server.health_peers:
                 self.server.health_peers.add(peer)
                 with open(os.path.join(state, name + ".health-peers"), "a") as f:
@@ -55,6 +55,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    # Dual stack ([::]:80 also accepts IPv4, as ::ffff:a.b.c.d): the VIP is
+    # served over both families.
+    address_family = socket.AF_INET6
     daemon_threads = True
     allow_reuse_address = True
 
@@ -76,7 +79,7 @@ def main():
     ap.add_argument("--udp-port", type=int, default=5000)
     a = ap.parse_args()
     threading.Thread(target=serve_udp, args=(a.name, a.vip, a.udp_port), daemon=True).start()
-    srv = Server(("0.0.0.0", 80), Handler)
+    srv = Server(("::", 80), Handler)
     srv.backend_name, srv.state_dir, srv.health_peers = a.name, a.state, set()
     srv.serve_forever()
 

@@ -3,6 +3,7 @@
 client namespace). Every command prints one JSON object on stdout.
 
   spread N            N requests, each on a new TCP connection (new port)
+  spread6 N           the same to the IPv6 VIP
   hold SECONDS K      K keep-alive connections, each looping requests for
                       SECONDS; reports per connection the backends it saw
                       and its failures (a connection that fails reconnects,
@@ -20,6 +21,7 @@ import sys
 import time
 
 VIP = "10.99.1.10"
+VIP6 = "fd99:1::10"
 
 
 def get(conn):
@@ -31,10 +33,10 @@ def get(conn):
     return body.removeprefix("backend=")
 
 
-def spread(n):
+def spread(n, vip=VIP):
     counts, failures = {}, 0
     for _ in range(n):
-        conn = http.client.HTTPConnection(VIP, 80, timeout=2)
+        conn = http.client.HTTPConnection(vip, 80, timeout=2)
         try:
             b = get(conn)
             counts[b] = counts.get(b, 0) + 1
@@ -110,6 +112,8 @@ def main():
     cmd, args = sys.argv[1], [int(float(a)) if a.isdigit() else float(a) for a in sys.argv[2:]]
     if cmd == "spread":
         out = spread(int(args[0]))
+    elif cmd == "spread6":
+        out = spread(int(args[0]), VIP6)
     elif cmd == "hold":
         out = hold(args[0], int(args[1]))
     elif cmd == "stream":

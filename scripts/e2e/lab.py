@@ -25,6 +25,11 @@ SUBNET = "10.99.0"
 APPLIANCE = f"{SUBNET}.2"
 CLIENT = f"{SUBNET}.100"
 VIP = "10.99.1.10"
+# IPv6: the same layout (ND instead of ARP through the TAP).
+SUBNET6 = "fd99::"
+APPLIANCE6 = "fd99::2"
+CLIENT6 = "fd99::100"
+VIP6 = "fd99:1::10"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PREFIX = "sle"
@@ -102,10 +107,14 @@ class Lab:
                      "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.lb0.rp_filter=1")
         self.run_in("c", "ip", "addr", "add", f"{CLIENT}/24", "dev", "eth0")
         self.run_in("c", "ip", "route", "add", f"{VIP}/32", "via", APPLIANCE)
+        self.run_in("c", "ip", "addr", "add", f"{CLIENT6}/64", "dev", "eth0", "nodad")
+        self.run_in("c", "ip", "route", "add", f"{VIP6}/128", "via", APPLIANCE6)
         for i in range(1, 5):
             b = f"b{i}"
             self.run_in(b, "ip", "addr", "add", f"{self.backend_ip(i)}/24", "dev", "eth0")
             self.run_in(b, "ip", "addr", "add", f"{VIP}/32", "dev", "lo")
+            self.run_in(b, "ip", "addr", "add", f"{SUBNET6}{10 + i}/64", "dev", "eth0", "nodad")
+            self.run_in(b, "ip", "addr", "add", f"{VIP6}/128", "dev", "lo")
             # DSR backends: hold the VIP, never answer ARP for it.
             self._sysctl(b, "net.ipv4.conf.all.arp_ignore=1", "net.ipv4.conf.all.arp_announce=2",
                          "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.eth0.rp_filter=0",
@@ -177,6 +186,7 @@ workers = {self.workers}
 name = "uplink"
 device = "net_af_packet0,iface=lb0{qpairs}"
 address = "{APPLIANCE}/24"
+address6 = "{APPLIANCE6}/64"
 tap = "sl-up"
 
 [metrics]
@@ -212,6 +222,15 @@ backend = [
 [[forwarding_rule]]
 name = "web"
 vip = "{VIP}"
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+
+# The same backends (reached over IPv4) also serve the IPv6 VIP: with L2
+# DSR the frame only needs the backend's MAC, and the backend holds VIP6.
+[[forwarding_rule]]
+name = "web6"
+vip = "{VIP6}"
 protocol = "TCP"
 ports = "80"
 backend_service = "web"

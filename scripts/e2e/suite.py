@@ -6,7 +6,8 @@ DSR. Run as root:  scripts/e2e/suite.py --workers 1   (and 2)
 
 Cases (numbers as in the issue):
   6  ARP for and ping to the appliance's address are answered by the
-     kernel through the TAP (AP-4); health probes come from the
+     kernel through the TAP (AP-4), and the same over IPv6 (neighbour
+     discovery, ping6, TCP to an IPv6 VIP); health probes come from the
      appliance's address (HC-8)
   1  many TCP connections spread over the three backends (MG-1; shares)
   3  a backend's health check fails: marked down within the HC-4 window,
@@ -28,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lab import APPLIANCE, Lab  # noqa: E402
+from lab import APPLIANCE, APPLIANCE6, Lab  # noqa: E402
 
 # HC-4 with the suite's check: timeout 0.5 s × 2 + interval 1 s × 1.
 FAIL_WINDOW = 0.5 * 2 + 1.0 * 1
@@ -64,6 +65,19 @@ def case_exception_path(lab):
     neigh = lab.run_in("c", "ip", "neigh", "show", APPLIANCE)
     mac = lab.run_in("lb", "cat", "/sys/class/net/lb0/address").strip()
     check(mac in neigh, f"client's ARP entry for {APPLIANCE} is the port's MAC {mac}")
+
+
+def case_ipv6(lab):
+    print("case 6 (IPv6): neighbour discovery and ping6 through the TAP, a TCP VIP over IPv6")
+    r = lab.run_in("c", "ping", "-6", "-c", "3", "-i", "0.2", "-W", "1", APPLIANCE6, check=False)
+    check(" 0% packet loss" in r and "DUP" not in r, f"ping {APPLIANCE6}: 3/3 answered, once")
+    neigh = lab.run_in("c", "ip", "-6", "neigh", "show", APPLIANCE6)
+    mac = lab.run_in("lb", "cat", "/sys/class/net/lb0/address").strip()
+    check(mac in neigh, f"client's ND entry for {APPLIANCE6} is the port's MAC {mac}")
+    r = lab.client("spread6", 120)
+    report.append(f"IPv6 VIP: {r['counts']} over 120 connections (failures {r['failures']})")
+    check(r["failures"] == 0 and len(r["counts"]) == 3,
+          f"120 IPv6 connections, all answered, over all three backends: {r['counts']}")
 
 
 def case_probe_source(lab):
@@ -211,6 +225,7 @@ def main():
         ready = wait_for(lambda: set(lab.backend_states().values()) == {"healthy"}, 10)
         check(ready is not None, f"all backends healthy after start (took {ready})")
         case_exception_path(lab)
+        case_ipv6(lab)
         case_probe_source(lab)
         case_spread(lab, a.connections)
         case_health(lab)
