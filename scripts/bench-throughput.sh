@@ -40,8 +40,21 @@ RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
 TX_DEV="net_null0,no-rx=1"
 MEM=$(( MBUFS * 3 / 1000 + 512 ))   # MB: ~2.3 KB per mbuf plus EAL overhead
 
+# HUGE=1: both programs on 2 MB hugepages (reserved and mounted here if
+# needed) instead of --no-huge. Large FLOWS need it: net_pcap preloads the
+# whole capture into mbufs, which 4 KB pages cannot back at 1M flows.
+NOHUGE="--no-huge"
+if [ "${HUGE:-0}" = 1 ]; then
+  NOHUGE=""
+  pages=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+  need=$(( MEM / 2 + 128 ))
+  [ "$(cat $pages)" -ge "$need" ] || echo "$need" > $pages
+  mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
+  echo "hugepages: $(cat $pages) x 2 MB reserved"
+fi
+
 # --- reference: testpmd io forwarding, pcap → null --------------------------
-timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) dpdk-testpmd --no-huge -m "$MEM" --no-pci \
+timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) dpdk-testpmd $NOHUGE -m "$MEM" --no-pci \
   --file-prefix=bench-tp-$$ --lcores=0@0,1@1 --log-level=error \
   --vdev="$RX_DEV" --vdev="$TX_DEV" -- \
   --forward-mode=io --burst="$BURST" --total-num-mbufs="$MBUFS" --no-mlockall --stats-period=1 -a \
@@ -59,7 +72,7 @@ testpmd_pps=$(awk '/statistics for port 1 / {p=1} /statistics for port 0 / {p=0}
 # --- sluice: same devices, GRE to three backends on the null port ------------
 cat > "$work/bench.toml" <<TOML
 [dataplane]
-eal_args = ["--no-huge", "-m", "$MEM", "--no-pci", "--log-level=error"]
+eal_args = [$([ -n "$NOHUGE" ] && echo '"--no-huge", ')"-m", "$MEM", "--no-pci", "--log-level=error"]
 workers = 1
 mbufs = $MBUFS
 burst_size = $BURST
