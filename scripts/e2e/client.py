@@ -33,18 +33,23 @@ def get(conn):
     return body.removeprefix("backend=")
 
 
+def new_connection(vip, timeout, tally):
+    """One request on a new connection; counts its backend or the failure."""
+    conn = http.client.HTTPConnection(vip, 80, timeout=timeout)
+    try:
+        b = get(conn)
+        tally["counts"][b] = tally["counts"].get(b, 0) + 1
+    except (OSError, RuntimeError, http.client.HTTPException):
+        tally["failures"] += 1
+    finally:
+        conn.close()
+
+
 def spread(n, vip=VIP):
-    counts, failures = {}, 0
+    tally = {"counts": {}, "failures": 0}
     for _ in range(n):
-        conn = http.client.HTTPConnection(vip, 80, timeout=2)
-        try:
-            b = get(conn)
-            counts[b] = counts.get(b, 0) + 1
-        except (OSError, RuntimeError, http.client.HTTPException):
-            failures += 1
-        finally:
-            conn.close()
-    return {"counts": counts, "failures": failures}
+        new_connection(vip, 2, tally)
+    return tally
 
 
 def hold(seconds, k):
@@ -75,18 +80,11 @@ def stream(seconds):
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         tick = time.monotonic() + 1
-        counts, failures = {}, 0
+        tally = {"counts": {}, "failures": 0}
         while time.monotonic() < tick:
-            conn = http.client.HTTPConnection(VIP, 80, timeout=1)
-            try:
-                b = get(conn)
-                counts[b] = counts.get(b, 0) + 1
-            except (OSError, RuntimeError, http.client.HTTPException):
-                failures += 1
-            finally:
-                conn.close()
+            new_connection(VIP, 1, tally)
             time.sleep(0.005)
-        print(json.dumps({"counts": counts, "failures": failures}), flush=True)
+        print(json.dumps(tally), flush=True)
     return None
 
 
