@@ -176,6 +176,7 @@ class Lab:
 
     def write_config(self, backends):
         bl = ",\n  ".join(f'{{ address = "{self.backend_ip(i)}" }}' for i in backends)
+        bl6 = ",\n  ".join(f'{{ address = "{SUBNET6}{10 + i}" }}' for i in backends)
         qpairs = f",qpairs={self.workers}" if self.workers > 1 else ""
         text = f"""# Written by scripts/e2e/lab.py
 [dataplane]
@@ -226,14 +227,22 @@ protocol = "TCP"
 ports = "80"
 backend_service = "web"
 
-# The same backends (reached over IPv4) also serve the IPv6 VIP: with L2
-# DSR the frame only needs the backend's MAC, and the backend holds VIP6.
+# The IPv6 VIP's backends are the same hosts by their IPv6 addresses: their
+# next hops are resolved by neighbour discovery through the TAP.
+[[backend_service]]
+name = "web6"
+encapsulation = "l2"
+health_check = "http"
+backend = [
+  {bl6},
+]
+
 [[forwarding_rule]]
 name = "web6"
 vip = "{VIP6}"
 protocol = "TCP"
 ports = "80"
-backend_service = "web"
+backend_service = "web6"
 
 [[forwarding_rule]]
 name = "udp"
@@ -301,16 +310,20 @@ backend_service = "udp"
                     pass
         return out
 
-    def backend_states(self):
-        """{backend ip: healthy|unhealthy|draining} for service web."""
-        states, in_web = {}, False
+    def backend_states(self, service="web"):
+        """{backend ip: healthy|unhealthy|draining} for one service."""
+        return {ip: f[4] for ip, f in self.backend_lines(service).items()}
+
+    def backend_lines(self, service="web"):
+        """{backend ip: the fields of its `sluice status` line}."""
+        lines, inside = {}, False
         for line in self.status().splitlines():
             if line.startswith("service "):
-                in_web = line.startswith("service web:")
-            elif in_web and line.strip().startswith("backend "):
+                inside = line.startswith(f"service {service}:")
+            elif inside and line.strip().startswith("backend "):
                 f = line.split()
-                states[f[1]] = f[4]
-        return states
+                lines[f[1]] = f
+        return lines
 
     # ---- clients ------------------------------------------------------------
 

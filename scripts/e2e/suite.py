@@ -68,12 +68,22 @@ def case_exception_path(lab):
 
 
 def case_ipv6(lab):
-    print("case 6 (IPv6): neighbour discovery and ping6 through the TAP, a TCP VIP over IPv6")
+    print("case 6 (IPv6): neighbour discovery and ping6 through the TAP; a TCP VIP over IPv6 "
+          "with IPv6 backends resolved by ND")
     r = lab.run_in("c", "ping", "-6", "-c", "3", "-i", "0.2", "-W", "1", APPLIANCE6, check=False)
     check(" 0% packet loss" in r and "DUP" not in r, f"ping {APPLIANCE6}: 3/3 answered, once")
     neigh = lab.run_in("c", "ip", "-6", "neigh", "show", APPLIANCE6)
     mac = lab.run_in("lb", "cat", "/sys/class/net/lb0/address").strip()
     check(mac in neigh, f"client's ND entry for {APPLIANCE6} is the port's MAC {mac}")
+    ready = wait_for(lambda: set(lab.backend_states("web6").values()) == {"healthy"}, 10)
+    check(ready is not None, f"IPv6 backends healthy (HTTP checks over IPv6), took {ready}")
+    # Their next hops come from neighbour discovery through the TAP.
+    lines = lab.backend_lines("web6")
+    for i in (1, 2, 3):
+        mac = lab.run_in(f"b{i}", "cat", "/sys/class/net/eth0/address").strip()
+        f = lines.get(f"fd99::{10 + i}", [])
+        hop = f[f.index("next-hop") + 1] if "next-hop" in f else None
+        check(hop == mac, f"fd99::{10 + i}: next hop {hop} is b{i}'s MAC {mac} (ND via the TAP)")
     r = lab.client("spread6", 120)
     report.append(f"IPv6 VIP: {r['counts']} over 120 connections (failures {r['failures']})")
     check(r["failures"] == 0 and len(r["counts"]) == 3,
@@ -88,7 +98,9 @@ def case_probe_source(lab):
         if os.path.exists(path):
             with open(path) as f:
                 peers |= {line.strip() for line in f if line.strip()}
-    check(peers == {APPLIANCE}, f"probe sources {sorted(peers)} == [{APPLIANCE}]")
+    # IPv4 backends are probed from the IPv4 address, IPv6 ones from the IPv6.
+    want = {APPLIANCE, APPLIANCE6}
+    check(peers == want, f"probe sources {sorted(peers)} == {sorted(want)}")
 
 
 def case_spread(lab, n):
