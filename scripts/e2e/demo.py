@@ -85,7 +85,8 @@ def main():
     for k, v in sorted(lab.metrics().items()):
         wanted = ("port_rx", "port_tx_p", "punted", "injected", "dropped", "backend_packets",
                   "conntrack_entries", "backend_healthy{", "reloads")
-        if v and any(s in k for s in wanted) and 'service="udp"' not in k:
+        if v and any(s in k for s in wanted) and not any(
+                s in k for s in ('service="udp"', 'service="web6"')):
             print(f"   {k} {int(v) if v == int(v) else v}")
     rc = lab.stop_sluice()
     print(f"== sluice stopped (exit {rc}); cleaning up")
