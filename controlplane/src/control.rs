@@ -224,27 +224,20 @@ impl Controller {
     }
 
     /// Swaps in a validated configuration. What a running process cannot
-    /// change (ports, workers, EAL) must stay the same.
+    /// change ([`fixed_at_start_changes`]) must stay the same.
     pub fn apply(&mut self, cfg: Config) -> Result<(), String> {
-        let old = &self.cfg.dataplane;
-        let new = &cfg.dataplane;
-        let ports = |d: &config::DataplaneConfig| {
-            d.ports
-                .iter()
-                .map(|p| (p.name.clone(), p.device.clone()))
-                .collect::<Vec<_>>()
-        };
-        if ports(old) != ports(new) || old.workers != new.workers || old.eal_args != new.eal_args {
+        let fixed = fixed_at_start_changes(&self.cfg.dataplane, &cfg.dataplane);
+        if !fixed.is_empty() {
             self.shared
                 .view
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .reloads_failed += 1;
-            return Err(
-                "dataplane ports, workers and eal_args cannot change on reload; \
-                        restart sluice for that\n"
-                    .into(),
-            );
+            return Err(format!(
+                "{} cannot change on reload (ports, their TAPs, queues and memory are set up \
+                 at start); restart sluice for that. The running configuration is unchanged.\n",
+                fixed.join(", ")
+            ));
         }
         let keys = health::probe_keys(&cfg);
         match &self.checker {
@@ -268,6 +261,47 @@ impl Controller {
     pub fn status_text(&self) -> String {
         render_status(&self.cell.load(), &self.shared.view())
     }
+}
+
+/// The `[dataplane]` settings that differ between `old` and `new` although
+/// only a restart applies them (EAL, lcores, mempool, conntrack shards,
+/// ports and their TAPs are set up once); named as in the file.
+pub fn fixed_at_start_changes(
+    old: &config::DataplaneConfig,
+    new: &config::DataplaneConfig,
+) -> Vec<String> {
+    let mut changed = Vec::new();
+    let mut check = |differs: bool, what: String| {
+        if differs {
+            changed.push(what);
+        }
+    };
+    check(old.eal_args != new.eal_args, "dataplane.eal_args".into());
+    check(old.workers != new.workers, "dataplane.workers".into());
+    check(
+        old.burst_size != new.burst_size,
+        "dataplane.burst_size".into(),
+    );
+    check(old.mbufs != new.mbufs, "dataplane.mbufs".into());
+    check(
+        old.conntrack_capacity != new.conntrack_capacity,
+        "dataplane.conntrack_capacity".into(),
+    );
+    if old.ports.len() != new.ports.len() {
+        check(true, "the number of dataplane ports".into());
+        return changed;
+    }
+    for (o, n) in old.ports.iter().zip(&new.ports) {
+        let at = |field: &str| format!("dataplane.port {:?}.{field}", o.name);
+        check(o.name != n.name, at("name"));
+        check(o.device != n.device, at("device"));
+        check(o.mac != n.mac, at("mac"));
+        check(o.ipv4 != n.ipv4, at("address"));
+        check(o.ipv6 != n.ipv6, at("address6"));
+        check(o.mtu != n.mtu, at("mtu"));
+        check(o.tap != n.tap, at("tap"));
+    }
+    changed
 }
 
 /// Backends whose next hop the kernel must resolve (no static `mac`).
@@ -343,4 +377,43 @@ pub fn render_status(snap: &ForwardingState, view: &View) -> String {
         view.reloads_ok, view.reloads_failed
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[dataplane]
+eal_args = ["--no-huge"]
+[[dataplane.port]]
+name = "uplink"
+device = "net_null0"
+address = "192.0.2.1/24"
+tap = "sl-up"
+"#;
+
+    fn dp(text: &str) -> config::DataplaneConfig {
+        config::load_str(text, "test.toml").unwrap().dataplane
+    }
+
+    /// AP-5: a reload that changes what only a restart applies is refused
+    /// and names every such field; backends, rules and the like may change.
+    #[test]
+    fn ap_5_reload_names_settings_fixed_at_start() {
+        let old = dp(BASE);
+        assert!(fixed_at_start_changes(&old, &dp(BASE)).is_empty());
+        let new = dp(&BASE
+            .replace("192.0.2.1/24", "192.0.2.2/24")
+            .replace("sl-up", "sl-other")
+            .replace("[dataplane]", "[dataplane]\nworkers = 2"));
+        assert_eq!(
+            fixed_at_start_changes(&old, &new),
+            [
+                "dataplane.workers",
+                "dataplane.port \"uplink\".address",
+                "dataplane.port \"uplink\".tap",
+            ]
+        );
+    }
 }
