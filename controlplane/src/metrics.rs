@@ -169,18 +169,31 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         "Packets forwarded to a backend of the current configuration.",
         &["service", "backend"],
     );
+    let next_hop = prometheus::IntGaugeVec::new(
+        Opts::new(
+            "sluice_backend_next_hop_resolved",
+            "1 when the backend's next-hop MAC is known (static `mac`, or resolved \
+             through the kernel, AP-4); 0 while its packets are dropped as \
+             next_hop_unresolved.",
+        ),
+        &["service", "backend"],
+    )
+    .expect("valid metric definition");
     for svc in &snap.services {
         for &id in &svc.backends {
             let Some(b) = snap.backend(id) else { continue };
             let n = sum(src, |w| {
                 w.backend_packets.get(id.0 as usize).map_or(0, |c| c.get())
             });
-            per_backend
-                .with_label_values(&[svc.name.as_str(), &b.address.to_string()])
-                .inc_by(n);
+            let labels = [svc.name.as_str(), &b.address.to_string()];
+            per_backend.with_label_values(&labels).inc_by(n);
+            next_hop
+                .with_label_values(&labels)
+                .set(i64::from(b.egress.next_hop_mac.is_some()));
         }
     }
     out.extend(per_backend.collect());
+    out.extend(next_hop.collect());
 
     let generation = IntGauge::new(
         "sluice_snapshot_generation",
@@ -460,8 +473,8 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 24);
-        assert_eq!(described, 24, "every collected family is described");
+        assert_eq!(r.gather().len(), 25);
+        assert_eq!(described, 25, "every collected family is described");
     }
 
     #[test]

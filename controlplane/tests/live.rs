@@ -247,3 +247,56 @@ address = "198.18.0.1/24"
         .sum();
     assert_eq!(per_backend, (a.len() + b.len()) as u64);
 }
+
+/// AP-4: without an exception path a backend needs a static `mac`. One
+/// without it is reported at start, its packets are dropped as
+/// `next_hop_unresolved` (never sent with a made-up MAC), and
+/// `sluice_backend_next_hop_resolved` says which backend it is.
+#[test]
+fn backend_without_mac_or_tap_is_unresolved_and_said_so() {
+    let dir = tempdir("unresolved");
+    let frames = flows(200, [203, 0, 113, 10]);
+    write_pcap(&dir.join("in.pcap"), &frames);
+    let service = SERVICE.replace(
+        r#"{ address = "198.18.0.11", mac = "02:00:00:00:00:11" }"#,
+        r#"{ address = "198.18.0.11" }"#,
+    );
+    assert_ne!(service, SERVICE);
+    let cfg = format!(
+        r#"
+[dataplane]
+eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
+workers = 1
+[[dataplane.port]]
+name = "uplink"
+device = "net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/out.pcap"
+mac = "02:00:00:00:00:01"
+address = "198.18.0.1/24"
+{service}"#,
+        d = dir.display()
+    );
+    let cfg_path = dir.join("sluice.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let (stderr, text) = run_sluice_with(&cfg_path, &dir, &[]);
+    assert!(
+        stderr.contains("backend 198.18.0.11 has no `mac` and no port has a `tap`"),
+        "{stderr}"
+    );
+    let m = parse_metrics(&text);
+    let resolved = |b: &str| {
+        m.get(&format!(
+            "sluice_backend_next_hop_resolved{{backend=\"{b}\",service=\"web\"}}"
+        ))
+        .copied()
+    };
+    assert_eq!(resolved("198.18.0.10"), Some(1));
+    assert_eq!(resolved("198.18.0.11"), Some(0));
+    let unresolved = m["sluice_dropped_packets_total{reason=\"next_hop_unresolved\"}"];
+    let sent = read_pcap(&dir.join("out.pcap")).len() as u64;
+    assert!(unresolved > 0 && sent > 0, "both backends get flows");
+    assert_eq!(unresolved + sent, frames.len() as u64);
+    assert_eq!(
+        m["sluice_backend_packets_total{backend=\"198.18.0.11\",service=\"web\"}"], 0,
+        "nothing was sent to the unresolved backend"
+    );
+}

@@ -208,6 +208,9 @@ def case_accounting(lab):
         inn = m.get('sluice_steered_packets_total{direction="in"}', 0)
         report.append(f"steered between workers: out {int(out)} in {int(inn)}")
         check(out > 0 and out == inn, f"software steering moved packets: out {out} = in {inn}")
+    resolved = {k: v for k, v in m.items() if k.startswith("sluice_backend_next_hop_resolved")}
+    check(len(resolved) >= 8 and all(v == 1 for v in resolved.values()),
+          f"every backend's next hop resolved through the kernel ({len(resolved)} gauges)")
     injected = m.get('sluice_port_injected_packets_total{port="uplink"}', 0)
     check(injected > 0, f"the kernel's packets went out through the TAP: {int(injected)}")
     # IPv6/multicast chatter from the switch side is not for us; nothing
