@@ -300,6 +300,7 @@ pub fn fixed_at_start_changes(
         check(o.ipv6 != n.ipv6, at("address6"));
         check(o.mtu != n.mtu, at("mtu"));
         check(o.tap != n.tap, at("tap"));
+        check(o.gateways != n.gateways, at("gateway"));
     }
     changed
 }

@@ -23,7 +23,8 @@ pub fn tap_vdev(index: usize, iface: &str) -> String {
     format!("net_tap_sluice{index},iface={iface}")
 }
 
-/// Gives the TAP its addresses and MTU and brings it up.
+/// Gives the TAP its addresses and MTU, brings it up, and installs the
+/// port's default routes (`gateway`, `gateway6`) through it.
 pub fn configure_tap(port: &PortConfig, iface: &str) -> Result<(), String> {
     ip(&["link", "set", "dev", iface, "mtu", &port.mtu.to_string()])?;
     if let Some(c) = port.ipv4 {
@@ -37,7 +38,21 @@ pub fn configure_tap(port: &PortConfig, iface: &str) -> Result<(), String> {
         // solicitations and MLD reports out of it.
         None => sysctl(&format!("net/ipv6/conf/{iface}/disable_ipv6"), "1")?,
     }
-    ip(&["link", "set", "dev", iface, "up"])
+    ip(&["link", "set", "dev", iface, "up"])?;
+    for gw in &port.gateways {
+        let family = if gw.is_ipv4() { "-4" } else { "-6" };
+        ip(&[
+            family,
+            "route",
+            "replace",
+            "default",
+            "via",
+            &gw.to_string(),
+            "dev",
+            iface,
+        ])?;
+    }
+    Ok(())
 }
 
 fn cidr(c: Cidr) -> String {

@@ -70,6 +70,17 @@ fn replace(from: &str, to: &str) -> String {
 fn cases() -> Vec<Case> {
     vec![
         Case {
+            name: "gateway outside the port's subnet (AP-4)",
+            text: replace(
+                "address = \"192.0.2.1/24\"\n",
+                "address = \"192.0.2.1/24\"\ntap = \"sl-up\"\ngateway = \"198.51.100.1\"\n",
+            ),
+            at_line_with: "gateway = ",
+            path: "dataplane.port \"uplink\".gateway",
+            message: "gateway 198.51.100.1 is not inside the port's address subnet",
+            hint: "a gateway must be on the link",
+        },
+        Case {
             name: "TAP name too long for a kernel interface (AP-4)",
             text: replace(
                 "address = \"192.0.2.1/24\"\n",

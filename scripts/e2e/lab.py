@@ -30,6 +30,10 @@ SUBNET6 = "fd99::"
 APPLIANCE6 = "fd99::2"
 CLIENT6 = "fd99::100"
 VIP6 = "fd99:1::10"
+# The default gateway of the appliance's port (held by b4), and a backend
+# address behind it (nothing answers there: its next hop is the gateway).
+GATEWAY = f"{SUBNET}.1"
+REMOTE_BACKEND = "10.98.0.5"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PREFIX = "sle"
@@ -113,6 +117,8 @@ class Lab:
             b = f"b{i}"
             self.run_in(b, "ip", "addr", "add", f"{self.backend_ip(i)}/24", "dev", "eth0")
             self.run_in(b, "ip", "addr", "add", f"{VIP}/32", "dev", "lo")
+            if i == 4:
+                self.run_in(b, "ip", "addr", "add", f"{GATEWAY}/24", "dev", "eth0")
             self.run_in(b, "ip", "addr", "add", f"{SUBNET6}{10 + i}/64", "dev", "eth0", "nodad")
             self.run_in(b, "ip", "addr", "add", f"{VIP6}/128", "dev", "lo")
             # DSR backends: hold the VIP, never answer ARP for it.
@@ -189,6 +195,9 @@ device = "net_af_packet0,iface=lb0{qpairs}"
 address = "{APPLIANCE}/24"
 address6 = "{APPLIANCE6}/64"
 tap = "sl-up"
+# b4 doubles as the lab's router (it holds {GATEWAY}): backends outside the
+# subnet are reached through it.
+gateway = "{GATEWAY}"
 
 [metrics]
 listen = "127.0.0.1:9100"
@@ -219,6 +228,12 @@ health_check = "http"
 backend = [
   {bl},
 ]
+
+# No rule uses it: it shows a next hop resolved through the gateway.
+[[backend_service]]
+name = "remote"
+encapsulation = "gre"
+backend = [ {{ address = "{REMOTE_BACKEND}" }} ]
 
 [[forwarding_rule]]
 name = "web"

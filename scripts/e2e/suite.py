@@ -29,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lab import APPLIANCE, APPLIANCE6, Lab  # noqa: E402
+from lab import APPLIANCE, APPLIANCE6, GATEWAY, REMOTE_BACKEND, Lab  # noqa: E402
 
 # HC-4 with the suite's check: timeout 0.5 s × 2 + interval 1 s × 1.
 FAIL_WINDOW = 0.5 * 2 + 1.0 * 1
@@ -88,6 +88,21 @@ def case_ipv6(lab):
     report.append(f"IPv6 VIP: {r['counts']} over 120 connections (failures {r['failures']})")
     check(r["failures"] == 0 and len(r["counts"]) == 3,
           f"120 IPv6 connections, all answered, over all three backends: {r['counts']}")
+
+
+def case_gateway(lab):
+    print("routes: the port's gateway is installed on the TAP; an off-subnet backend's "
+          "next hop is the gateway's MAC")
+    routes = lab.run_in("lb", "ip", "route", "show", "default")
+    check(f"default via {GATEWAY} dev sl-up" in routes, f"default route: {routes.strip()}")
+    mac = lab.run_in("b4", "cat", "/sys/class/net/eth0/address").strip()
+
+    def hop():
+        f = lab.backend_lines("remote").get(REMOTE_BACKEND, [])
+        return f[f.index("next-hop") + 1] if "next-hop" in f else None
+
+    t = wait_for(lambda: hop() == mac, 5)
+    check(t is not None, f"{REMOTE_BACKEND}: next hop {hop()} is the gateway's MAC {mac}")
 
 
 def case_probe_source(lab):
@@ -241,6 +256,7 @@ def main():
         check(ready is not None, f"all backends healthy after start (took {ready})")
         case_exception_path(lab)
         case_ipv6(lab)
+        case_gateway(lab)
         case_probe_source(lab)
         case_spread(lab, a.connections)
         case_health(lab)

@@ -132,6 +132,9 @@ pub struct PortConfig {
     /// path (ARP/ND, ICMP and health checks to the appliance's addresses).
     /// None: no exception path; such packets are dropped and counted.
     pub tap: Option<String>,
+    /// Default routes the control plane installs on the TAP (AP-4): the
+    /// next hop for backends outside the port's subnets. One per family.
+    pub gateways: Vec<IpAddr>,
 }
 
 impl PortConfig {

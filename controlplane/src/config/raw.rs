@@ -46,6 +46,8 @@ pub(crate) struct RawPort {
     pub address6: Option<S<String>>,
     pub mtu: Option<S<i64>>,
     pub tap: Option<S<String>>,
+    pub gateway: Option<S<String>>,
+    pub gateway6: Option<S<String>>,
 }
 
 #[derive(Deserialize, Debug)]

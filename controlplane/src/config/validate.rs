@@ -313,6 +313,40 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
         }
         ok.then(|| name.clone())
     });
+    let mut gateways = Vec::new();
+    for (field, raw) in [("gateway", &p.gateway), ("gateway6", &p.gateway6)] {
+        let Some(raw) = raw else { continue };
+        let path = format!("{at}.{field}");
+        let Some(gw) = cx.parse(raw, &path, values::ip) else {
+            continue;
+        };
+        let subnet = if gw.is_ipv4() { ipv4 } else { ipv6 };
+        let problem = if tap.is_none() {
+            Some((
+                format!("{field} needs the port's exception path"),
+                "the route is installed on the port's TAP: add `tap = \"<name>\"`".to_string(),
+            ))
+        } else if gateways
+            .iter()
+            .any(|g: &IpAddr| g.is_ipv4() == gw.is_ipv4())
+        {
+            Some((
+                "the port has two gateways of one family".into(),
+                "give the IPv4 gateway in `gateway` and the IPv6 one in `gateway6`".into(),
+            ))
+        } else if !subnet.is_some_and(|c| c.contains(gw)) {
+            Some((
+                format!("gateway {gw} is not inside the port's address subnet of its family"),
+                "a gateway must be on the link: use an address inside `address`/`address6`".into(),
+            ))
+        } else {
+            None
+        };
+        match problem {
+            Some(pr) => cx.err(raw.span(), &path, pr),
+            None => gateways.push(gw),
+        }
+    }
     PortConfig {
         name: p.name.get_ref().clone(),
         device: p.device.get_ref().clone(),
@@ -321,6 +355,7 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
         ipv6,
         mtu,
         tap,
+        gateways,
     }
 }
 
