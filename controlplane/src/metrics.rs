@@ -113,10 +113,10 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
 
     let punted = IntCounter::new(
         "sluice_punted_packets_total",
-        "Packets handed to the host exception path (AP-4).",
+        "Packets handed to the host exception path (AP-4), all ports.",
     )
     .expect("valid metric definition");
-    punted.inc_by(sum(src, |w| w.punted.get()));
+    punted.inc_by(sum(src, |w| w.ports.iter().map(|p| p.punted.get()).sum()));
     out.extend(punted.collect());
 
     let icmp = IntCounter::new(
@@ -391,7 +391,7 @@ mod tests {
         w1.ports[1].tx_bytes.add(24);
         w0.drops[DropReason::NoRule.index()].add(2);
         w1.drops[DropReason::NoRule.index()].add(3);
-        w1.punted.add(7);
+        w1.ports[0].punted.add(7);
         w0.fragmented.add(2);
         w1.fragmented.add(1);
         w0.fragments.add(5);

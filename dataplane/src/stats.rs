@@ -105,8 +105,6 @@ impl ConntrackStats {
 pub struct WorkerStats {
     pub ports: [PortCounters; MAX_PORTS],
     pub drops: [Counter; DropReason::COUNT],
-    /// Packets handed to the exception path (AP-4).
-    pub punted: Counter,
     /// Tracked packets handed to the worker owning their key (steering).
     pub steered_out: Counter,
     /// Tracked packets received from other workers (steering).
@@ -135,7 +133,6 @@ impl WorkerStats {
         CachePadded::new(Self {
             ports: Default::default(),
             drops: Default::default(),
-            punted: Counter::default(),
             steered_out: Counter::default(),
             steered_in: Counter::default(),
             icmp_replies: Counter::default(),

@@ -453,7 +453,6 @@ fn punt(
 fn flush_punted(txq: &mut TxQueue, burst: &mut MbufBurst, stats: &WorkerStats, port_idx: usize) {
     let sent = txq.tx_burst(burst) as u64;
     let unsent = burst.clear() as u64;
-    stats.punted.add(sent);
     if let Some(pc) = stats.ports.get(port_idx) {
         pc.punted.add(sent);
     }
