@@ -59,14 +59,20 @@ fn cidr(c: Cidr) -> String {
     format!("{}/{}", c.addr, c.prefix)
 }
 
-/// Runs `ip ARGS`; the error names the command and what it printed.
-pub(crate) fn ip(args: &[&str]) -> Result<(), String> {
+/// Runs `ip ARGS` for its effect.
+fn ip(args: &[&str]) -> Result<(), String> {
+    run_ip(args).map(drop)
+}
+
+/// Runs `ip ARGS` and returns what it printed; the error names the command
+/// and what it said. Shared with the neighbour resolver.
+pub(crate) fn run_ip(args: &[&str]) -> Result<Vec<u8>, String> {
     let out = Command::new("ip")
         .args(args)
         .output()
         .map_err(|e| format!("ip {}: {e} (is iproute2 installed?)", args.join(" ")))?;
     if out.status.success() {
-        Ok(())
+        Ok(out.stdout)
     } else {
         Err(format!(
             "ip {}: {}",

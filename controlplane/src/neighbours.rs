@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::process::Command;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -287,15 +286,9 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
 }
 
 fn ip_json(args: &[&str]) -> Result<Vec<u8>, String> {
-    let out = Command::new("ip")
-        .arg("-j")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip -j {}: {e}", args.join(" ")))?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
-    }
-    Ok(out.stdout)
+    let mut all = vec!["-j"];
+    all.extend_from_slice(args);
+    crate::exception::run_ip(&all)
 }
 
 fn route_get(addr: IpAddr) -> Result<Route, String> {
