@@ -22,31 +22,49 @@ unsafe impl Send for Ring {}
 // SAFETY: as above; the two ends touch disjoint producer/consumer state.
 unsafe impl Sync for Ring {}
 
+impl Ring {
+    /// Moves up to the room left in `burst` out of the ring.
+    ///
+    /// # Safety
+    /// The caller must be the ring's only consumer.
+    unsafe fn dequeue_into(&self, burst: &mut MbufBurst) -> usize {
+        let room = MAX_BURST - burst.len();
+        if room == 0 {
+            return 0;
+        }
+        let mut raw = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_BURST];
+        // SAFETY: the caller is the only consumer; raw has room for `room`
+        // pointers.
+        let n = unsafe {
+            dpdk_sys::rte_ring_dequeue_burst(
+                self.0.as_ptr(),
+                raw.as_mut_ptr(),
+                room as u32,
+                std::ptr::null_mut(),
+            )
+        } as usize;
+        let n = n.min(room);
+        for &p in &raw[..n] {
+            if let Some(nn) = NonNull::new(p.cast::<dpdk_sys::rte_mbuf>()) {
+                // SAFETY: the producer enqueued owned mbufs; dequeuing hands
+                // that ownership to us.
+                let m = unsafe { Mbuf::from_raw(nn) };
+                // Cannot fail: we dequeued at most `room`.
+                let _ = burst.push(m);
+            }
+        }
+        n
+    }
+}
+
 impl Drop for Ring {
     fn drop(&mut self) {
-        // Mbufs still queued would leak: drain them first.
-        let mut raw = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_BURST];
-        loop {
-            // SAFETY: no end is left (we are the last Arc owner), so this
-            // thread is the only consumer.
-            let n = unsafe {
-                dpdk_sys::rte_ring_dequeue_burst(
-                    self.0.as_ptr(),
-                    raw.as_mut_ptr(),
-                    MAX_BURST as u32,
-                    std::ptr::null_mut(),
-                )
-            } as usize;
-            if n == 0 {
-                break;
-            }
-            for &p in &raw[..n.min(MAX_BURST)] {
-                if let Some(nn) = NonNull::new(p.cast::<dpdk_sys::rte_mbuf>()) {
-                    // SAFETY: only owned mbufs are ever enqueued; dropping
-                    // the Mbuf frees it.
-                    drop(unsafe { Mbuf::from_raw(nn) });
-                }
-            }
+        // Mbufs still queued would leak: free them first.
+        let mut burst = MbufBurst::default();
+        // SAFETY: no end is left (we are the last Arc owner), so this thread
+        // is the only consumer.
+        while unsafe { self.dequeue_into(&mut burst) } > 0 {
+            burst.clear();
         }
         // SAFETY: the ring was created by rte_ring_create and nobody uses it.
         unsafe { dpdk_sys::rte_ring_free(self.0.as_ptr()) };
@@ -116,31 +134,8 @@ impl RingConsumer {
     /// Appends up to the room left in `burst`; returns how many arrived.
     #[inline]
     pub fn dequeue(&mut self, burst: &mut MbufBurst) -> usize {
-        let room = MAX_BURST - burst.len();
-        if room == 0 {
-            return 0;
-        }
-        let mut raw = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_BURST];
-        // SAFETY: this consumer is the ring's only consumer; raw has room
-        // for `room` pointers.
-        let n = unsafe {
-            dpdk_sys::rte_ring_dequeue_burst(
-                (self.0).0.as_ptr(),
-                raw.as_mut_ptr(),
-                room as u32,
-                std::ptr::null_mut(),
-            )
-        } as usize;
-        let n = n.min(room);
-        for &p in &raw[..n] {
-            if let Some(nn) = NonNull::new(p.cast::<dpdk_sys::rte_mbuf>()) {
-                // SAFETY: the producer enqueued owned mbufs; dequeuing hands
-                // that ownership to us.
-                let m = unsafe { Mbuf::from_raw(nn) };
-                // Cannot fail: we dequeued at most `room`.
-                let _ = burst.push(m);
-            }
-        }
-        n
+        // SAFETY: this consumer is the ring's only consumer (not Clone, one
+        // owner).
+        unsafe { self.0.dequeue_into(burst) }
     }
 }
