@@ -328,11 +328,12 @@ impl Lanes {
                 self.stats.count_drop(DropReason::TxQueueFull, 1);
                 continue;
             };
-            if let Err(m) = burst.push(m) {
-                flush(txq, burst, &self.stats, out);
-                if burst.push(m).is_err() {
-                    self.stats.count_drop(DropReason::TxQueueFull, 1);
-                }
+            let stats = &self.stats;
+            if burst
+                .push_or_flush(m, |b| flush(txq, b, stats, out))
+                .is_err()
+            {
+                stats.count_drop(DropReason::TxQueueFull, 1);
             }
         }
         if steer {
@@ -408,11 +409,11 @@ fn steer_packet(
         stats.count_drop(DropReason::SteeringRingFull, 1);
         return;
     };
-    if let Err(m) = burst.push(m) {
-        send_steered(ring, burst, stats);
-        if burst.push(m).is_err() {
-            stats.count_drop(DropReason::SteeringRingFull, 1);
-        }
+    if burst
+        .push_or_flush(m, |b| send_steered(ring, b, stats))
+        .is_err()
+    {
+        stats.count_drop(DropReason::SteeringRingFull, 1);
     }
 }
 
@@ -441,11 +442,11 @@ fn punt(
         stats.count_drop(DropReason::NoExceptionPath, 1);
         return;
     };
-    if let Err(m) = burst.push(m) {
-        flush_punted(&mut q.tx, burst, stats, port_idx);
-        if burst.push(m).is_err() {
-            stats.count_drop(DropReason::ExceptionQueueFull, 1);
-        }
+    if burst
+        .push_or_flush(m, |b| flush_punted(&mut q.tx, b, stats, port_idx))
+        .is_err()
+    {
+        stats.count_drop(DropReason::ExceptionQueueFull, 1);
     }
 }
 

@@ -49,6 +49,20 @@ impl MbufBurst {
         }
     }
 
+    /// Appends; when the burst is full, first empties it with `flush` (a
+    /// transmit, a ring enqueue). Gives the mbuf back only if there is
+    /// still no room (the caller counts the drop).
+    #[inline]
+    pub fn push_or_flush(&mut self, m: Mbuf, flush: impl FnOnce(&mut Self)) -> Result<(), Mbuf> {
+        match self.push(m) {
+            Ok(()) => Ok(()),
+            Err(m) => {
+                flush(self);
+                self.push(m)
+            }
+        }
+    }
+
     /// The mbufs in the burst, in order.
     #[inline]
     pub fn iter(&self) -> impl Iterator<Item = &Mbuf> + '_ {

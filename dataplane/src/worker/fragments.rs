@@ -57,11 +57,11 @@ pub(super) fn send(
         stats.fragments.add(plan.count() as u64);
     }
     for f in std::iter::once(m).chain(extra.drain()) {
-        if let Err(f) = burst.push(f) {
-            flush(txq, burst, stats, out);
-            if burst.push(f).is_err() {
-                stats.count_drop(DropReason::TxQueueFull, 1);
-            }
+        if burst
+            .push_or_flush(f, |b| flush(txq, b, stats, out))
+            .is_err()
+        {
+            stats.count_drop(DropReason::TxQueueFull, 1);
         }
     }
 }
