@@ -187,12 +187,7 @@ fn two_workers_one_flow_one_shard_by_steering() {
     }
     write_pcap(&dir.join("a.pcap"), &a);
     write_pcap(&dir.join("b.pcap"), &b);
-    let owner = |f: &[u8]| {
-        let Ok(dataplane::wire::Parsed::Ip(ip)) = dataplane::wire::parse(f) else {
-            panic!("test frame does not parse")
-        };
-        dataplane::steering::owner(f, &dataplane::wire::L3Layout::from(&ip), 2)
-    };
+    let owner = |f: &[u8]| steering_owner(f, 2);
     let mut entries = [0u64; 2];
     let mut steered = 0u64;
     for (queue, frames) in [(0, &a), (1, &b)] {

@@ -211,12 +211,7 @@ address = "198.18.0.1/24"
     // net_pcap has no RSS, so tracked (TCP) packets go to the worker owning
     // their address pair (software steering), which sends them on its own
     // TX queue: out-a holds what worker 0 owns, from either input queue.
-    let owner = |f: &Vec<u8>| {
-        let Ok(dataplane::wire::Parsed::Ip(ip)) = dataplane::wire::parse(f) else {
-            panic!("test frame does not parse")
-        };
-        dataplane::steering::owner(f, &dataplane::wire::L3Layout::from(&ip), 2)
-    };
+    let owner = |f: &Vec<u8>| steering_owner(f, 2);
     let owned_by_0 = a.iter().chain(&b).filter(|f| owner(f) == 0).count();
     let steered =
         a.iter().filter(|f| owner(f) == 1).count() + b.iter().filter(|f| owner(f) == 0).count();

@@ -28,7 +28,13 @@ pub fn owner(frame: &[u8], layout: &L3Layout, workers: usize) -> usize {
     } else {
         layout.l3_offset + 12..layout.l3_offset + 20
     };
-    let h = stable_hash_bytes(SEED, frame.get(addrs).unwrap_or(&[]));
+    pick(frame.get(addrs).unwrap_or(&[]), workers)
+}
+
+/// The owner of an address pair given as bytes (source then destination).
+#[inline]
+fn pick(addr_bytes: &[u8], workers: usize) -> usize {
+    let h = stable_hash_bytes(SEED, addr_bytes);
     // Multiply-shift onto 0..workers: no division on the packet path.
     (((h >> 32) * workers as u64) >> 32) as usize
 }
@@ -52,8 +58,7 @@ pub fn owner_of(src: std::net::IpAddr, dst: std::net::IpAddr, workers: usize) ->
         // Mixed families cannot be one flow; any owner will do.
         _ => 0,
     };
-    let h = stable_hash_bytes(SEED, &bytes[..n]);
-    (((h >> 32) * workers as u64) >> 32) as usize
+    pick(&bytes[..n], workers)
 }
 
 #[cfg(test)]
