@@ -39,6 +39,21 @@ fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition")
 }
 
+/// One unlabelled counter family with value `v`.
+fn counter(name: &str, help: &str, v: u64) -> Vec<MetricFamily> {
+    // Names are compile-time constants checked by the tests.
+    let c = IntCounter::new(name, help).expect("valid metric definition");
+    c.inc_by(v);
+    c.collect()
+}
+
+/// One unlabelled gauge family with value `v`.
+fn gauge(name: &str, help: &str, v: u64) -> Vec<MetricFamily> {
+    let g = IntGauge::new(name, help).expect("valid metric definition");
+    g.set(i64::try_from(v).unwrap_or(i64::MAX));
+    g.collect()
+}
+
 fn sum(src: &MetricsSources, f: impl Fn(&WorkerStats) -> u64) -> u64 {
     src.workers
         .iter()
@@ -111,22 +126,18 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     }
     out.extend(drops.collect());
 
-    let punted = IntCounter::new(
+    out.extend(counter(
         "sluice_punted_packets_total",
         "Packets handed to the host exception path (AP-4), all ports.",
-    )
-    .expect("valid metric definition");
-    punted.inc_by(sum(src, |w| w.ports.iter().map(|p| p.punted.get()).sum()));
-    out.extend(punted.collect());
+        sum(src, |w| w.ports.iter().map(|p| p.punted.get()).sum()),
+    ));
 
-    let icmp = IntCounter::new(
+    out.extend(counter(
         "sluice_icmp_replies_total",
         "ICMP fragmentation-needed / ICMPv6 packet-too-big answers sent to clients \
          (AP-3). The answer replaces the packet it answers, so it counts in TX.",
-    )
-    .expect("valid metric definition");
-    icmp.inc_by(sum(src, |w| w.icmp_replies.get()));
-    out.extend(icmp.collect());
+        sum(src, |w| w.icmp_replies.get()),
+    ));
 
     let steered = counter_vec(
         "sluice_steered_packets_total",
@@ -158,9 +169,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         ),
     ];
     for (name, help, field) in fragment_counters {
-        let c = IntCounter::new(name, help).expect("valid metric definition");
-        c.inc_by(sum(src, field));
-        out.extend(c.collect());
+        out.extend(counter(name, help, sum(src, field)));
     }
 
     let snap = src.snapshot.load();
@@ -195,13 +204,11 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     out.extend(per_backend.collect());
     out.extend(next_hop.collect());
 
-    let generation = IntGauge::new(
+    out.extend(gauge(
         "sluice_snapshot_generation",
         "Generation of the currently published forwarding snapshot.",
-    )
-    .expect("valid metric definition");
-    generation.set(i64::try_from(snap.generation).unwrap_or(i64::MAX));
-    out.extend(generation.collect());
+        snap.generation,
+    ));
 
     out.extend(conntrack_families(src));
 
@@ -213,10 +220,11 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         &src.port_names,
     ));
 
-    let workers = IntGauge::new("sluice_workers", "Number of packet worker threads.")
-        .expect("valid metric definition");
-    workers.set(src.workers.len() as i64);
-    out.extend(workers.collect());
+    out.extend(gauge(
+        "sluice_workers",
+        "Number of packet worker threads.",
+        src.workers.len() as u64,
+    ));
     out
 }
 
@@ -281,9 +289,7 @@ fn conntrack_families(src: &MetricsSources) -> Vec<MetricFamily> {
         ),
     ];
     for (name, help, field) in counters {
-        let c = IntCounter::new(name, help).expect("valid metric definition");
-        c.inc_by(sum(src, |w| field(&w.conntrack)));
-        out.extend(c.collect());
+        out.extend(counter(name, help, sum(src, |w| field(&w.conntrack))));
     }
     out
 }
