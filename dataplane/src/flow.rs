@@ -186,8 +186,29 @@ pub fn packet_hash(ip: &IpInfo, affinity: SessionAffinity) -> u64 {
     hash_fields(ip.src, ip.dst, proto, ports)
 }
 
+/// The flow hash of an unfragmented IPv4 TCP or UDP packet (addresses as
+/// their big-endian values) under `affinity`: exactly what
+/// [`packet_hash`] gives for it, computed from plain integers for the
+/// worker's IPv4 fast path.
 #[inline(always)]
-fn hash_fields(src: IpAddr, dst: IpAddr, proto: Option<u8>, ports: Option<Ports>) -> u64 {
+pub fn ipv4_ports_hash(
+    src: u32,
+    dst: u32,
+    proto: u8,
+    ports: Ports,
+    affinity: SessionAffinity,
+) -> u64 {
+    let (proto, ports) = match affinity {
+        SessionAffinity::ClientIp => (None, None),
+        SessionAffinity::ClientIpProto => (Some(proto), None),
+        SessionAffinity::None | SessionAffinity::ClientIpPortProto => (Some(proto), Some(ports)),
+    };
+    let pair = (u64::from(src) << 32) | u64::from(dst);
+    stable_hash_pair(FLOW_HASH_SEED, pair, meta_word(proto, ports))
+}
+
+#[inline(always)]
+fn meta_word(proto: Option<u8>, ports: Option<Ports>) -> u64 {
     let mut meta = 0u64;
     if let Some(p) = proto {
         meta |= META_PROTO_PRESENT | (u64::from(p) << 32);
@@ -195,6 +216,12 @@ fn hash_fields(src: IpAddr, dst: IpAddr, proto: Option<u8>, ports: Option<Ports>
     if let Some(p) = ports {
         meta |= META_PORTS_PRESENT | (u64::from(p.src) << 16) | u64::from(p.dst);
     }
+    meta
+}
+
+#[inline(always)]
+fn hash_fields(src: IpAddr, dst: IpAddr, proto: Option<u8>, ports: Option<Ports>) -> u64 {
+    let meta = meta_word(proto, ports);
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             stable_hash_pair(FLOW_HASH_SEED, (v4_word(s) << 32) | v4_word(d), meta)

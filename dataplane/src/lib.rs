@@ -8,6 +8,7 @@ pub mod conntrack;
 pub mod dpdk;
 pub mod drop_reason;
 pub mod encap;
+pub mod fast_path;
 pub mod flow;
 pub mod fragment;
 pub mod hash;

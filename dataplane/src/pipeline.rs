@@ -132,6 +132,16 @@ pub fn process<P: PacketBuf>(
 /// only. Prefetches the Maglev slot the second stage will read.
 #[inline]
 pub fn classify(frame: &[u8], state: &ForwardingState) -> Stage {
+    if let Some(stage) = crate::fast_path::classify_ipv4(frame, state) {
+        return stage;
+    }
+    classify_general(frame, state)
+}
+
+/// Stage 1 through the general parser: every frame, every protocol. The
+/// same `Stage` as [`classify`] (which tries the IPv4 fast path first).
+#[inline]
+pub fn classify_general(frame: &[u8], state: &ForwardingState) -> Stage {
     match classify_inner(frame, state) {
         Ok(stage) => stage,
         Err(reason) => Stage::Done(Verdict::Drop(reason)),

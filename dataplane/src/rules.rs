@@ -88,6 +88,26 @@ impl RuleTable {
         }
     }
 
+    /// [`RuleTable::lookup`] for an IPv4 packet with ports, on plain
+    /// integers (the worker's IPv4 fast path); None on either miss.
+    #[inline(always)]
+    pub fn lookup_v4_ports(
+        &self,
+        dst: u32,
+        ip_proto: u8,
+        dst_port: u16,
+    ) -> Option<&ForwardingRule> {
+        let i = self.v4.binary_search_by_key(&dst, |v| v.0).ok()?;
+        self.v4.get(i)?.1.iter().find(|r| {
+            let proto_ok = match r.protocol {
+                RuleProtocol::Tcp => ip_proto == 6,
+                RuleProtocol::Udp => ip_proto == 17,
+                RuleProtocol::L3Default => true,
+            };
+            proto_ok && r.ports.first <= dst_port && dst_port <= r.ports.last
+        })
+    }
+
     pub fn is_vip(&self, addr: IpAddr) -> bool {
         self.rules_of(addr).is_some()
     }
