@@ -43,13 +43,7 @@ fn bytes(k: &TrackKey) -> [u8; 40] {
 }
 
 fn entry(k: TrackKey) -> Entry {
-    Entry {
-        key: k,
-        backend: BackendId(1),
-        pool_epoch: 0,
-        last_seen: Millis(1),
-        idle_timeout_ms: 60_000,
-    }
+    Entry::new(k, BackendId(1), 0, Millis(1), 60_000)
 }
 
 fn fill_shard(s: &mut Shard, keys: &[TrackKey]) {

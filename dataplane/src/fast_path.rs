@@ -76,8 +76,9 @@ pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
     let rule = state.rules.lookup_v4_ports(dst, proto, ports.dst)?;
     let service = state.service(rule.service)?;
     let hash = ipv4_ports_hash(src, dst, proto, ports, service.affinity);
-    if let Some(table) = service.table_for(None) {
-        table.prefetch(hash);
+    let tracked = policy::trackable(proto, service.affinity);
+    if !tracked {
+        crate::pipeline::prefetch_table(service, hash);
     }
     Some(Stage::Balance(Balance {
         layout: L3Layout {
@@ -95,7 +96,7 @@ pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
             ports: Some(ports),
         },
         ct_hash: None,
-        tracked: policy::trackable(proto, service.affinity),
+        tracked,
         icmp_error: false,
     }))
 }

@@ -195,8 +195,9 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
     // no backend to send to, which is what the counter says.
     let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
     let hash = packet_hash(&ip, service.affinity);
-    if let Some(table) = service.table_for(None) {
-        table.prefetch(hash);
+    let tracked = conntrack::policy::trackable(ip.protocol, service.affinity);
+    if !tracked {
+        prefetch_table(service, hash);
     }
     Ok(Stage::Balance(Balance {
         layout: L3Layout::from(&ip),
@@ -204,9 +205,20 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         hash,
         meta: PacketMeta::of(&ip),
         ct_hash: None,
-        tracked: conntrack::policy::trackable(ip.protocol, service.affinity),
+        tracked,
         icmp_error: false,
     }))
+}
+
+/// Starts loading the Maglev slot stage 2 will read for `hash`: at once
+/// for an untracked packet; for a tracked one only when the conntrack
+/// lookahead finds that it will need the table (a new key, or one away
+/// from its home slot), since a hit never reads it.
+#[inline(always)]
+pub fn prefetch_table(service: &ServiceState, hash: u64) {
+    if let Some(table) = service.table_for(None) {
+        table.prefetch(hash);
+    }
 }
 
 /// HA-4: when the packet is an ICMP/ICMPv6 error sent to a VIP (`dst`) and
@@ -337,44 +349,63 @@ pub fn icmp_error_flow_addresses(
 }
 
 /// Between the stages, over the whole burst: the conntrack shard is far
-/// larger than the caches, so its lines are fetched for every packet of the
-/// burst before any is delivered (`pass` 0: signature lines, 1: the
-/// matching entries), and the misses overlap instead of queueing up one
-/// packet at a time. Returns nothing; a hint only.
+/// larger than the caches, so each tracked packet's key is hashed and its
+/// home entry requested before any packet of the burst is delivered, and
+/// the misses overlap instead of queueing up one packet at a time. A hint
+/// only; stage 2 then looks further ahead with [`conntrack_lookahead`].
 #[inline]
 pub fn prefetch_conntrack(
     frame: &[u8],
     b: &mut Balance,
     state: &ForwardingState,
     ctx: &PipelineCtx,
-    pass: u8,
 ) {
-    // CT-2/CT-4: untracked packets (UDP under NONE, ICMP, …) skip both
-    // passes before touching the snapshot or the frame.
+    // CT-2/CT-4: untracked packets (UDP under NONE, ICMP, …) skip this
+    // before touching the snapshot or the frame.
     if !b.tracked {
         return;
     }
-    let h = match b.ct_hash {
-        Some(h) => h,
-        None => {
-            let Some(service) = state.service(b.service) else {
-                return;
-            };
-            let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
-                return;
-            };
-            let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
-                return;
-            };
-            let h = ctx.conntrack.hash(&key);
-            b.ct_hash = Some(h);
-            h
-        }
+    let Some(service) = state.service(b.service) else {
+        return;
     };
-    if pass == 0 {
-        ctx.conntrack.prefetch_buckets(h);
-    } else {
-        ctx.conntrack.prefetch_entries(h);
+    let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
+        return;
+    };
+    let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
+        return;
+    };
+    let h = ctx.conntrack.hash(&key);
+    b.ct_hash = Some(h);
+    // CT-1: a SYN most likely opens a key the shard does not hold yet.
+    ctx.conntrack
+        .prefetch_home(h, conntrack::policy::is_syn(&b.meta));
+}
+
+/// Stage 2's lookahead, a few packets before `b` is delivered, step 1
+/// (its home entry has arrived): requests the next line its lookup will
+/// read when the home entry is not its key's. Returns whether step 2
+/// ([`conntrack_lookahead_fallback`]) is needed, a few packets later.
+#[inline]
+pub fn conntrack_lookahead(b: &Balance, state: &ForwardingState, ctx: &PipelineCtx) -> bool {
+    let Some(h) = b.ct_hash else {
+        return false;
+    };
+    let likely_new = conntrack::policy::is_syn(&b.meta);
+    let away = ctx.conntrack.check_home(h, likely_new);
+    if likely_new || away {
+        if let Some(service) = state.service(b.service) {
+            prefetch_table(service, b.hash);
+        }
+    }
+    away
+}
+
+/// Step 2 of the lookahead, for a key away from its home slot (its first
+/// signature line has arrived): requests the entries that line matches.
+#[inline]
+pub fn conntrack_lookahead_fallback(b: &Balance, ctx: &PipelineCtx) {
+    if let Some(h) = b.ct_hash {
+        ctx.conntrack.prefetch_matches(h);
     }
 }
 

@@ -119,6 +119,7 @@ impl Worker {
             // lcore (NUMA-local), before the first packet.
             ctx: PipelineCtx::new(conntrack_capacity),
             stages: [Stage::default(); MAX_BURST],
+            ct_fallback: [false; MAX_BURST],
             steer_to: [NO_STEER; MAX_BURST],
             state,
             stats,
@@ -193,6 +194,14 @@ impl Worker {
     }
 }
 
+/// Stage 2 looks this many packets ahead to check a tracked packet's home
+/// entry (requested before stage 2 began, so present by now), and
+/// [`FALLBACK_AHEAD`] packets ahead to request what a key away from home
+/// needs next: each dependent line gets a few deliveries' time (~100 ns
+/// each at 10 Mpps) to arrive instead of stalling the lookup.
+const HOME_CHECK_AHEAD: usize = 8;
+const FALLBACK_AHEAD: usize = 4;
+
 /// `steer_to` value of a packet this worker handles itself.
 const NO_STEER: u16 = u16::MAX;
 
@@ -208,6 +217,9 @@ struct Lanes {
     steer_bursts: Vec<MbufBurst>,
     ctx: PipelineCtx,
     stages: [Stage; MAX_BURST],
+    /// Per packet of the burst: whether its conntrack lookup needs more
+    /// than its home entry (set by the lookahead, step 1).
+    ct_fallback: [bool; MAX_BURST],
     steer_to: [u16; MAX_BURST],
     state: Arc<ForwardingState>,
     stats: Arc<CachePadded<WorkerStats>>,
@@ -256,16 +268,35 @@ impl Lanes {
                 };
             }
         }
-        // Conntrack lines of the whole burst, in two passes, before any
-        // packet is delivered: the shard's misses overlap.
-        for pass in 0..2 {
-            for (m, stage) in burst.iter().zip(self.stages.iter_mut()) {
-                if let Stage::Balance(b) = stage {
-                    pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx, pass);
-                }
+        // Every tracked packet's home entry, before any packet is
+        // delivered: the shard's misses overlap.
+        for (m, stage) in burst.iter().zip(self.stages.iter_mut()) {
+            if let Stage::Balance(b) = stage {
+                pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx);
             }
         }
+        for j in 0..HOME_CHECK_AHEAD {
+            let fallback = (j < FALLBACK_AHEAD).then_some(j);
+            conntrack_ahead(
+                &self.stages,
+                &mut self.ct_fallback,
+                state,
+                &self.ctx,
+                j,
+                fallback,
+            );
+        }
         for (i, mut m) in burst.drain().enumerate() {
+            let (home_check, fallback) = (i + HOME_CHECK_AHEAD, Some(i + FALLBACK_AHEAD));
+            let (stages, ctx) = (&self.stages, &self.ctx);
+            conntrack_ahead(
+                stages,
+                &mut self.ct_fallback,
+                state,
+                ctx,
+                home_check,
+                fallback,
+            );
             let (Some(stage), Some(&to)) = (self.stages.get(i), self.steer_to.get(i)) else {
                 self.stats.count_drop(DropReason::Shutdown, 1);
                 continue;
@@ -388,6 +419,30 @@ impl Lanes {
                     inject(q, txq, scratch, &self.stats, port_idx);
                 }
             }
+        }
+    }
+}
+
+/// Stage 2's conntrack lookahead: step 1 for packet `home_check` (is its
+/// home entry its key's?), step 2 for packet `fallback` (the entries of
+/// its signature line, when step 1 said it needs them).
+#[inline(always)]
+fn conntrack_ahead(
+    stages: &[Stage],
+    needs_fallback: &mut [bool],
+    state: &ForwardingState,
+    ctx: &PipelineCtx,
+    home_check: usize,
+    fallback: Option<usize>,
+) {
+    if let (Some(Stage::Balance(b)), Some(flag)) =
+        (stages.get(home_check), needs_fallback.get_mut(home_check))
+    {
+        *flag = pipeline::conntrack_lookahead(b, state, ctx);
+    }
+    if let Some(j) = fallback {
+        if let (Some(Stage::Balance(b)), Some(true)) = (stages.get(j), needs_fallback.get(j)) {
+            pipeline::conntrack_lookahead_fallback(b, ctx);
         }
     }
 }

@@ -94,13 +94,7 @@ fn relocated_entries_are_still_found() {
     for i in 0..4096u64 {
         let k = key(i);
         let h = s.hash(&k);
-        let e = Entry {
-            key: k,
-            backend: BackendId(i as u32),
-            last_seen: Millis(1),
-            idle_timeout_ms: 60_000,
-            ..Default::default()
-        };
+        let e = Entry::new(k, BackendId(i as u32), 0, Millis(1), 60_000);
         if s.insert_absent(e, h, Millis(1)).is_ok() {
             stored.push(i);
         }

@@ -197,6 +197,14 @@ fn ct_5_idle_timeout_expires_by_compare_and_sweep() {
     let cap = w.shard.capacity();
     assert_eq!(w.shard.sweep(w.now, cap), 2);
     assert!(w.shard.is_empty());
+    // A swept key is gone from its home slot too: the next packet is a
+    // plain miss (no second expiry counted) and a fresh entry.
+    let expired = w.shard.counters.expirations;
+    let misses = w.shard.counters.misses;
+    w.send(&q);
+    assert_eq!(w.shard.counters.expirations, expired);
+    assert_eq!(w.shard.counters.misses, misses + 1);
+    assert_eq!(w.shard.len(), 1);
 }
 
 #[test]

@@ -100,13 +100,9 @@ pub fn select_hashed<'t>(
     };
     let tracking = service.tracking;
     let h = key_hash.unwrap_or_else(|| shard.hash(&key));
-    let fresh = |backend: BackendId| Entry {
-        key,
-        backend,
-        pool_epoch: service.pool_epoch,
-        last_seen: now,
-        idle_timeout_ms: u32::try_from(tracking.idle_timeout_ms).unwrap_or(u32::MAX),
-    };
+    let idle_timeout_ms = u32::try_from(tracking.idle_timeout_ms).unwrap_or(u32::MAX);
+    let fresh =
+        |backend: BackendId| Entry::new(key, backend, service.pool_epoch, now, idle_timeout_ms);
 
     // CT-1: a SYN that opens a new connection goes to eligibility and
     // replaces whatever the key recorded (CT-6 left it there).
@@ -125,7 +121,7 @@ pub fn select_hashed<'t>(
         return Some(id);
     };
     shard.counters.hits += 1;
-    let recorded = shard.entry(slot).copied()?;
+    let recorded = *shard.entry(slot)?;
     let chosen = match judge(&recorded, service, state, now) {
         Recorded::Keep => recorded.backend,
         Recorded::Invalid => by_table()?,
@@ -152,8 +148,6 @@ pub fn select_hashed<'t>(
     };
     // Refresh (CT-5) and carry the current epoch: an entry that survived a
     // flip (CT-11, drain on failover) belongs to the new pool.
-    if let Some(e) = shard.entry_mut(slot) {
-        *e = fresh(chosen);
-    }
+    shard.refresh(slot, chosen, service.pool_epoch, now, idle_timeout_ms);
     Some(chosen)
 }

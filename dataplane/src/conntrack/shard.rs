@@ -3,8 +3,13 @@
 //! keyed hash with a per-process random seed.
 //!
 //! Layout: a signature array (one 64-byte line per bucket: 16 × `u32`,
-//! 0 = empty) and an entry array (one 64-byte line per slot). A lookup reads
-//! at most two signature lines and, per signature match, one entry line.
+//! 0 = empty) and an entry array (one 64-byte line per slot). Each key has
+//! a home slot in its first bucket, chosen by its signature, which inserts
+//! take when it is free; every entry repeats its slot's signature. So a
+//! lookup first reads the home entry alone — one cache line, which the
+//! worker requests a burst ahead, where nearly every key of a table that
+//! is not full lives — and only when that is not the key reads at most two
+//! signature lines and, per signature match, one entry line.
 //! Both arrays are allocated and written once at start (so no page fault
 //! and no allocation ever happens on the packet path); nothing grows or
 //! rehashes afterwards.
@@ -30,11 +35,31 @@ pub struct Entry {
     /// The service's idle timeout when last matched (CT-5); kept here so
     /// the sweep needs no snapshot.
     pub idle_timeout_ms: u32,
+    /// Copy of the slot's signature (0: free), so a home-slot hit needs no
+    /// signature line. The shard keeps it equal to the signature array.
+    sig: u32,
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() <= 64);
 
 impl Entry {
+    pub fn new(
+        key: TrackKey,
+        backend: BackendId,
+        pool_epoch: u32,
+        last_seen: Millis,
+        idle_timeout_ms: u32,
+    ) -> Self {
+        Self {
+            key,
+            backend,
+            pool_epoch,
+            last_seen,
+            idle_timeout_ms,
+            sig: 0,
+        }
+    }
+
     #[inline]
     pub fn expired(&self, now: Millis) -> bool {
         now.0.saturating_sub(self.last_seen.0) >= u64::from(self.idle_timeout_ms)
@@ -157,6 +182,7 @@ impl Shard {
     /// writes every signature line).
     pub fn clear(&mut self) {
         self.sigs.fill(Sigs::default());
+        self.entries.fill(Entry::default());
         self.live = 0;
         self.cursor = 0;
     }
@@ -202,21 +228,61 @@ impl Shard {
         (sig, b1, b2)
     }
 
-    /// Burst pass 1: start loading `h`'s first signature line (where
-    /// first-bucket-first inserts put most keys).
+    /// The slot in bucket `b1` that a key with signature `sig` takes when
+    /// it is free (the signature's bit 0 is always set; bits 1–4 pick).
+    #[inline(always)]
+    fn home(b1: usize, sig: u32) -> usize {
+        b1 * SLOTS + ((sig >> 1) as usize % SLOTS)
+    }
+
+    /// Burst pass 1: start loading `h`'s home entry — the only line a hit
+    /// in its home slot reads. `likely_new` (a SYN, CT-1): the key is
+    /// probably absent, which only the signature lines can tell, so the
+    /// first one is requested too.
     #[inline]
-    pub fn prefetch_buckets(&self, h: u64) {
-        let (_, b1, _) = self.candidates(h);
-        if let Some(s) = self.sigs.get(b1) {
-            crate::dpdk::prefetch::prefetch_read(s);
+    pub fn prefetch_home(&self, h: u64, likely_new: bool) {
+        let (sig, b1, _) = self.candidates(h);
+        if let Some(e) = self.entries.get(Self::home(b1, sig)) {
+            crate::dpdk::prefetch::prefetch_read(e);
+        }
+        if likely_new {
+            if let Some(s) = self.sigs.get(b1) {
+                crate::dpdk::prefetch::prefetch_read(s);
+            }
         }
     }
 
-    /// Burst pass 2 (the first signature line is in cache by now): start
-    /// loading the entry lines whose signature matches `h`'s, or, with no
-    /// match there, the second bucket's signature line.
+    /// Lookahead step 1, a few packets before `h`'s lookup (the lines of
+    /// [`Shard::prefetch_home`] have arrived by then): whether the lookup
+    /// will need more than its home entry — the key lives elsewhere, or
+    /// is likely new — and if so, the next line it will read is requested
+    /// (the first signature line; for a likely new key, whose signature
+    /// line is here already, the entries it matches or else the second
+    /// signature line).
     #[inline]
-    pub fn prefetch_entries(&self, h: u64) {
+    pub fn check_home(&self, h: u64, likely_new: bool) -> bool {
+        let (sig, b1, _) = self.candidates(h);
+        if likely_new {
+            self.prefetch_matches(h);
+            return false;
+        }
+        let at_home = self
+            .entries
+            .get(Self::home(b1, sig))
+            .is_some_and(|e| e.sig == sig);
+        if !at_home {
+            if let Some(s) = self.sigs.get(b1) {
+                crate::dpdk::prefetch::prefetch_read(s);
+            }
+        }
+        !at_home
+    }
+
+    /// Lookahead step 2 (the first signature line has arrived): the entry
+    /// lines whose signature matches `h`'s, or else the second bucket's
+    /// signature line.
+    #[inline]
+    pub fn prefetch_matches(&self, h: u64) {
         let (sig, b1, b2) = self.candidates(h);
         let Some(sigs) = self.sigs.get(b1) else {
             return;
@@ -238,6 +304,14 @@ impl Shard {
     #[inline]
     fn find(&self, key: &TrackKey, h: u64) -> Option<usize> {
         let (sig, b1, b2) = self.candidates(h);
+        let home = Self::home(b1, sig);
+        if self
+            .entries
+            .get(home)
+            .is_some_and(|e| e.sig == sig && e.key == *key)
+        {
+            return Some(home);
+        }
         for b in [b1, b2] {
             let Some(sigs) = self.sigs.get(b) else {
                 continue;
@@ -275,9 +349,23 @@ impl Shard {
         self.entries.get(slot)
     }
 
+    /// Records a hit on `slot` (CT-5 refresh; CT-7/CT-8/CT-11: the backend
+    /// and pool epoch now in force). The key and signature stay.
     #[inline]
-    pub fn entry_mut(&mut self, slot: usize) -> Option<&mut Entry> {
-        self.entries.get_mut(slot)
+    pub fn refresh(
+        &mut self,
+        slot: usize,
+        backend: BackendId,
+        pool_epoch: u32,
+        now: Millis,
+        idle_timeout_ms: u32,
+    ) {
+        if let Some(e) = self.entries.get_mut(slot) {
+            e.backend = backend;
+            e.pool_epoch = pool_epoch;
+            e.last_seen = now;
+            e.idle_timeout_ms = idle_timeout_ms;
+        }
     }
 
     fn free(&mut self, slot: usize) {
@@ -291,6 +379,9 @@ impl Shard {
                 self.live -= 1;
             }
         }
+        if let Some(e) = self.entries.get_mut(slot) {
+            e.sig = 0;
+        }
     }
 
     /// Stores `entry` under `h`: overwrites the key's slot if present,
@@ -300,7 +391,10 @@ impl Shard {
     pub fn upsert(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {
         if let Some(slot) = self.find(&entry.key, h) {
             if let Some(e) = self.entries.get_mut(slot) {
-                *e = entry;
+                *e = Entry {
+                    sig: e.sig,
+                    ..entry
+                };
             }
             return Ok(slot);
         }
@@ -314,8 +408,14 @@ impl Shard {
         // signature line per hit); then the second; then one step of cuckoo
         // relocation (bounded: at most 32 residents' other buckets looked
         // at); then expired slots.
-        let slot = match self
-            .empty_slot(b1)
+        let home = Self::home(b1, sig);
+        let home_free = self
+            .sigs
+            .get(b1)
+            .and_then(|b| b.0.get(home % SLOTS))
+            .is_some_and(|&s| s == 0);
+        let slot = match (home_free.then_some(home))
+            .or_else(|| self.empty_slot(b1))
             .or_else(|| self.empty_slot(b2))
             .or_else(|| self.relocate_from(b1))
             .or_else(|| self.relocate_from(b2))
@@ -346,7 +446,7 @@ impl Shard {
             return Err(Full);
         };
         *s = sig;
-        *e = entry;
+        *e = Entry { sig, ..entry };
         self.live += 1;
         self.counters.inserts += 1;
         Ok(slot)
@@ -376,6 +476,7 @@ impl Shard {
             *self.entries.get_mut(to)? = e;
             *self.sigs.get_mut(alt)?.0.get_mut(to % SLOTS)? = s;
             *self.sigs.get_mut(b)?.0.get_mut(i)? = 0;
+            self.entries.get_mut(from)?.sig = 0;
             return Some(from);
         }
         None
@@ -403,12 +504,15 @@ impl Shard {
                 continue;
             };
             for (i, s) in sigs.0.iter_mut().enumerate() {
-                if *s != 0
-                    && self
-                        .entries
-                        .get(b * SLOTS + i)
-                        .is_some_and(|e| e.expired(now))
+                if *s == 0 {
+                    continue;
+                }
+                if let Some(e) = self
+                    .entries
+                    .get_mut(b * SLOTS + i)
+                    .filter(|e| e.expired(now))
                 {
+                    e.sig = 0;
                     *s = 0;
                     freed += 1;
                 }
