@@ -288,14 +288,16 @@ pub fn build_forwarding_state_with(
             .collect(),
     };
 
-    let state = ForwardingState {
+    let mut state = ForwardingState {
         generation,
         rules: RuleTable::new(rules),
         services,
         backends: backend_table,
         ports,
         zones,
+        outer_headers: Default::default(),
     };
+    state.outer_headers = dataplane::outer_header::OuterHeaders::build(&state);
     (state, reports)
 }
 

@@ -13,6 +13,7 @@ pub mod flow;
 pub mod fragment;
 pub mod hash;
 pub mod icmp;
+pub mod outer_header;
 pub mod packet;
 pub mod pipeline;
 pub mod rules;

@@ -445,6 +445,16 @@ fn deliver_inner<P: PacketBuf>(
         select_backend(pkt.data(), b, service, state, ctx)
     }
     .ok_or(DropReason::NoBackend)?;
+    // The common case: a prebuilt outer header for an inner IPv4 packet
+    // within the MTU (everything else falls through, packet untouched).
+    if let Some(h) = state.outer_headers.get(id) {
+        if h.apply(pkt, &b.layout) {
+            return Ok(Verdict::Forward {
+                port: h.port,
+                backend: id,
+            });
+        }
+    }
     let backend = state.backend(id).ok_or(DropReason::NoBackend)?;
     let port = state
         .ports

@@ -317,6 +317,10 @@ pub struct ForwardingState {
     /// Indexed by DPDK port index, in config order.
     pub ports: Vec<PortState>,
     pub zones: ZoneMap,
+    /// Each backend's prebuilt outer header (built from the fields above
+    /// by [`crate::outer_header::OuterHeaders::build`]; empty: every packet
+    /// takes the general encapsulation path).
+    pub outer_headers: crate::outer_header::OuterHeaders,
 }
 
 impl ForwardingState {

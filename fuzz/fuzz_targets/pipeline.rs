@@ -89,6 +89,7 @@ fn state(mtu: u16) -> ForwardingState {
             mtu,
         }],
         zones: Default::default(),
+        outer_headers: Default::default(),
     }
 }
 

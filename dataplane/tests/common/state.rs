@@ -160,5 +160,6 @@ pub fn state() -> ForwardingState {
             },
         ],
         zones: Default::default(),
+        outer_headers: Default::default(),
     }
 }

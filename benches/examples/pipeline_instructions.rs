@@ -1,0 +1,108 @@
+//! Runs the sans-IO pipeline (`classify` then `deliver`, as the worker
+//! does) over many distinct flows, for counting instructions per packet
+//! and per function with valgrind:
+//!
+//! ```sh
+//! cargo build --release -p sluice-benches --example pipeline_instructions
+//! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
+//!   target/release/examples/pipeline_instructions udp gre 100000
+//! callgrind_annotate --inclusive=yes /tmp/cg.out | head -40
+//! ```
+//!
+//! Arguments: traffic (`tcp` | `udp`), encapsulation (`gre` | `l2` |
+//! `ipip`), packets. The frames are reset between passes by `reset`, which
+//! shows up as its own function in the profile.
+
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+
+use dataplane::packet::VecPacket;
+use dataplane::pipeline::{self, PipelineCtx, Stage};
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let traffic = args.get(1).map_or("udp", String::as_str);
+    let encap = args.get(2).map_or("gre", String::as_str);
+    let packets: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    let (proto, port) = if traffic == "tcp" {
+        ("TCP", 80)
+    } else {
+        ("UDP", 53)
+    };
+    let cfg = format!(
+        r#"
+[dataplane]
+workers = 1
+[[dataplane.port]]
+name = "clients"
+device = "net_null0"
+mac = "02:00:00:00:00:01"
+address = "192.0.2.1/24"
+[[dataplane.port]]
+name = "backends"
+device = "net_null1"
+mac = "02:00:00:00:00:02"
+address = "198.18.0.1/24"
+[[backend_service]]
+name = "web"
+encapsulation = "{encap}"
+backend = [
+  {{ address = "198.18.0.10", mac = "02:00:00:00:00:10" }},
+  {{ address = "198.18.0.11", mac = "02:00:00:00:00:11" }},
+  {{ address = "198.18.0.12", mac = "02:00:00:00:00:12" }},
+]
+[[forwarding_rule]]
+name = "web-vip"
+vip = "203.0.113.10"
+protocol = "{proto}"
+ports = "{port}"
+backend_service = "web"
+"#
+    );
+    let cfg = controlplane::config::load_str(&cfg, "instructions.toml").expect("valid config");
+    let mut ids = controlplane::publish::BackendIds::default();
+    let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+    let state = controlplane::publish::build_forwarding_state(&cfg, &macs, &mut ids, 1);
+    let vip = Ipv4Addr::new(203, 0, 113, 10);
+    let frames: Vec<Vec<u8>> = (0..1024u32)
+        .map(|i| match traffic {
+            "tcp" => sluice_benches::tcp_flow_frame(i, vip, macs[0], false),
+            _ => sluice_benches::udp_flow_frame(i, vip, macs[0]),
+        })
+        .collect();
+    let mut pkts: Vec<VecPacket> = frames
+        .iter()
+        .map(|f| VecPacket::with_headroom(f, 128))
+        .collect();
+    let mut ctx = PipelineCtx::new(1 << 16);
+    let mut stages = vec![Stage::default(); pkts.len()];
+    let mut forwarded = 0usize;
+    for pass in 0..packets.div_ceil(frames.len()) {
+        if pass > 0 {
+            reset(&mut pkts, &frames);
+        }
+        for (p, s) in pkts.iter().zip(stages.iter_mut()) {
+            *s = pipeline::classify(dataplane::PacketBuf::data(p), &state);
+        }
+        for (p, s) in pkts.iter_mut().zip(stages.iter_mut()) {
+            if let Stage::Balance(b) = s {
+                pipeline::prefetch_conntrack(dataplane::PacketBuf::data(p), b, &state, &ctx);
+            }
+        }
+        for (p, s) in pkts.iter_mut().zip(stages.iter()) {
+            let v = match s {
+                Stage::Done(v) => *v,
+                Stage::Balance(b) => pipeline::deliver(p, b, &state, &mut ctx),
+            };
+            forwarded += usize::from(matches!(v, dataplane::Verdict::Forward { .. }));
+        }
+    }
+    println!("forwarded {}", black_box(forwarded));
+}
+
+#[inline(never)]
+fn reset(pkts: &mut [VecPacket], frames: &[Vec<u8>]) {
+    for (p, f) in pkts.iter_mut().zip(frames) {
+        *p = VecPacket::with_headroom(f, 128);
+    }
+}
