@@ -76,6 +76,7 @@ backend_service = "web"
         .collect();
     let mut ctx = PipelineCtx::new(1 << 16);
     let mut stages = vec![Stage::default(); pkts.len()];
+    let mut keys = vec![None; pkts.len()];
     let mut forwarded = 0usize;
     for pass in 0..packets.div_ceil(frames.len()) {
         if pass > 0 {
@@ -84,15 +85,15 @@ backend_service = "web"
         for (p, s) in pkts.iter().zip(stages.iter_mut()) {
             *s = pipeline::classify(dataplane::PacketBuf::data(p), &state);
         }
-        for (p, s) in pkts.iter_mut().zip(stages.iter_mut()) {
+        for ((p, s), k) in pkts.iter_mut().zip(stages.iter_mut()).zip(keys.iter_mut()) {
             if let Stage::Balance(b) = s {
-                pipeline::prefetch_conntrack(dataplane::PacketBuf::data(p), b, &state, &ctx);
+                *k = pipeline::prefetch_conntrack(dataplane::PacketBuf::data(p), b, &state, &ctx);
             }
         }
-        for (p, s) in pkts.iter_mut().zip(stages.iter()) {
+        for ((p, s), k) in pkts.iter_mut().zip(stages.iter()).zip(keys.iter()) {
             let v = match s {
                 Stage::Done(v) => *v,
-                Stage::Balance(b) => pipeline::deliver(p, b, &state, &mut ctx),
+                Stage::Balance(b) => pipeline::deliver_keyed(p, b, k.as_ref(), &state, &mut ctx),
             };
             forwarded += usize::from(matches!(v, dataplane::Verdict::Forward { .. }));
         }

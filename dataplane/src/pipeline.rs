@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::conntrack::{self, Addrs, PacketMeta, Shard};
+use crate::conntrack::{self, Addrs, PacketMeta, Shard, TrackKey};
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::flow::packet_hash;
@@ -353,32 +353,29 @@ pub fn icmp_error_flow_addresses(
 /// home entry requested before any packet of the burst is delivered, and
 /// the misses overlap instead of queueing up one packet at a time. A hint
 /// only; stage 2 then looks further ahead with [`conntrack_lookahead`].
+/// Returns the packet's tracking key (None: not tracked), which stage 2
+/// takes back through [`deliver_keyed`] instead of building it again.
 #[inline]
 pub fn prefetch_conntrack(
     frame: &[u8],
     b: &mut Balance,
     state: &ForwardingState,
     ctx: &PipelineCtx,
-) {
+) -> Option<TrackKey> {
     // CT-2/CT-4: untracked packets (UDP under NONE, ICMP, …) skip this
     // before touching the snapshot or the frame.
     if !b.tracked {
-        return;
+        return None;
     }
-    let Some(service) = state.service(b.service) else {
-        return;
-    };
-    let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
-        return;
-    };
-    let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
-        return;
-    };
+    let service = state.service(b.service)?;
+    let addrs = Addrs::from_frame(frame, &b.layout)?;
+    let key = conntrack::tracking_key(&b.meta, &addrs, b.service, service)?;
     let h = ctx.conntrack.hash(&key);
     b.ct_hash = Some(h);
     // CT-1: a SYN most likely opens a key the shard does not hold yet.
     ctx.conntrack
         .prefetch_home(h, conntrack::policy::is_syn(&b.meta));
+    Some(key)
 }
 
 /// Stage 2's lookahead, a few packets before `b` is delivered, step 1
@@ -420,7 +417,21 @@ pub fn deliver<P: PacketBuf>(
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Verdict {
-    match deliver_inner(pkt, b, state, ctx) {
+    deliver_keyed(pkt, b, None, state, ctx)
+}
+
+/// [`deliver`] with the packet's tracking key when the worker has it from
+/// [`prefetch_conntrack`] (which also set `b.ct_hash`); None: built here
+/// if the packet is tracked.
+#[inline]
+pub fn deliver_keyed<P: PacketBuf>(
+    pkt: &mut P,
+    b: &Balance,
+    key: Option<&TrackKey>,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Verdict {
+    match deliver_inner(pkt, b, key, state, ctx) {
         Ok(v) => v,
         // AP-3: answer the client with the path MTU (cold path).
         Err(DropReason::MtuExceeded) => icmp::answer_mtu_exceeded(pkt, b, state, ctx),
@@ -431,6 +442,7 @@ pub fn deliver<P: PacketBuf>(
 fn deliver_inner<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
+    key: Option<&TrackKey>,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Result<Verdict, DropReason> {
@@ -442,7 +454,7 @@ fn deliver_inner<P: PacketBuf>(
     } else if !b.tracked && service.tables.len() <= 1 {
         service.tables.first().and_then(|t| t.lookup(b.hash))
     } else {
-        select_backend(pkt.data(), b, service, state, ctx)
+        select_backend(pkt.data(), b, key, service, state, ctx)
     }
     .ok_or(DropReason::NoBackend)?;
     // The common case: a prebuilt outer header for an inner IPv4 packet
@@ -487,10 +499,24 @@ fn deliver_inner<P: PacketBuf>(
 fn select_backend(
     frame: &[u8],
     b: &Balance,
+    key: Option<&TrackKey>,
     service: &ServiceState,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Option<BackendId> {
+    if let (Some(key), Some(h)) = (key, b.ct_hash) {
+        return conntrack::session::select_tracked(
+            &mut ctx.conntrack,
+            &b.meta,
+            key,
+            h,
+            service,
+            || service.table_for_client(&state.zones, key.src_ip()),
+            state,
+            b.hash,
+            ctx.now,
+        );
+    }
     match Addrs::from_frame(frame, &b.layout) {
         Some(addrs) => conntrack::session::select_hashed(
             &mut ctx.conntrack,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
+use crate::conntrack::TrackKey;
 use crate::dpdk::MAX_BURST;
 use crate::dpdk::{MbufBurst, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
 use crate::drop_reason::DropReason;
@@ -120,6 +121,7 @@ impl Worker {
             ctx: PipelineCtx::new(conntrack_capacity),
             stages: [Stage::default(); MAX_BURST],
             ct_fallback: [false; MAX_BURST],
+            ct_keys: [TrackKey::default(); MAX_BURST],
             steer_to: [NO_STEER; MAX_BURST],
             state,
             stats,
@@ -220,6 +222,9 @@ struct Lanes {
     /// Per packet of the burst: whether its conntrack lookup needs more
     /// than its home entry (set by the lookahead, step 1).
     ct_fallback: [bool; MAX_BURST],
+    /// Per packet of the burst: its tracking key, built once by the
+    /// prefetch pass (valid where its `Balance::ct_hash` is set).
+    ct_keys: [TrackKey; MAX_BURST],
     steer_to: [u16; MAX_BURST],
     state: Arc<ForwardingState>,
     stats: Arc<CachePadded<WorkerStats>>,
@@ -270,9 +275,15 @@ impl Lanes {
         }
         // Every tracked packet's home entry, before any packet is
         // delivered: the shard's misses overlap.
-        for (m, stage) in burst.iter().zip(self.stages.iter_mut()) {
+        for ((m, stage), key) in burst
+            .iter()
+            .zip(self.stages.iter_mut())
+            .zip(self.ct_keys.iter_mut())
+        {
             if let Stage::Balance(b) = stage {
-                pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx);
+                if let Some(k) = pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx) {
+                    *key = k;
+                }
             }
         }
         for j in 0..HOME_CHECK_AHEAD {
@@ -313,7 +324,12 @@ impl Lanes {
             }
             let verdict = match stage {
                 Stage::Done(v) => *v,
-                Stage::Balance(b) => pipeline::deliver(&mut m, b, state, &mut self.ctx),
+                Stage::Balance(b) => {
+                    // The key is this burst's only where the prefetch
+                    // pass set the shard hash next to it.
+                    let key = b.ct_hash.and(self.ct_keys.get(i));
+                    pipeline::deliver_keyed(&mut m, b, key, state, &mut self.ctx)
+                }
             };
             let out = match verdict {
                 Verdict::Forward { port, backend } => {

@@ -124,6 +124,17 @@ pub struct TrackKey {
 }
 
 impl TrackKey {
+    /// The client's address (every tuple kind keeps it), e.g. for its zone
+    /// (ZA-3).
+    pub fn src_ip(&self) -> std::net::IpAddr {
+        Addrs {
+            src: self.src,
+            dst: self.dst,
+            v6: self.meta & (1 << 42) != 0,
+        }
+        .src_ip()
+    }
+
     pub fn new(kind: TupleKind, a: &Addrs, m: &PacketMeta, service: ServiceId) -> Self {
         let (kind_bits, proto, ports) = match (kind, m.ports) {
             (TupleKind::Two, _) => (0u64, 0u64, 0u64),

@@ -91,15 +91,35 @@ pub fn select_hashed<'t>(
     key_hash: Option<u64>,
     now: Millis,
 ) -> Option<BackendId> {
+    // CT-2, CT-4: hash every packet, record nothing.
+    let Some(key) = tracking_key(m, addrs, service_id, service) else {
+        return table().and_then(|t| t.lookup(hash));
+    };
+    let h = key_hash.unwrap_or_else(|| shard.hash(&key));
+    select_tracked(shard, m, &key, h, service, table, state, hash, now)
+}
+
+/// [`select`] for a tracked packet whose key (`tracking_key`) and its
+/// shard hash `h` are known already: the worker computes both once per
+/// packet, in the pass that prefetches the shard.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn select_tracked<'t>(
+    shard: &mut Shard,
+    m: &PacketMeta,
+    key: &TrackKey,
+    h: u64,
+    service: &ServiceState,
+    table: impl Fn() -> Option<&'t MaglevTable>,
+    state: &ForwardingState,
+    hash: u64,
+    now: Millis,
+) -> Option<BackendId> {
     // Called only when a packet needs eligibility (new or re-selected):
     // the zone lookup behind it is not paid on hits.
     let by_table = || table().and_then(|t| t.lookup(hash));
-    // CT-2, CT-4: hash every packet, record nothing.
-    let Some(key) = tracking_key(m, addrs, service_id, service) else {
-        return by_table();
-    };
+    let key = *key;
     let tracking = service.tracking;
-    let h = key_hash.unwrap_or_else(|| shard.hash(&key));
     let idle_timeout_ms = u32::try_from(tracking.idle_timeout_ms).unwrap_or(u32::MAX);
     let fresh =
         |backend: BackendId| Entry::new(key, backend, service.pool_epoch, now, idle_timeout_ms);
