@@ -18,14 +18,20 @@ enum Recorded {
     Unhealthy,
 }
 
-fn judge(e: &Entry, service: &ServiceState, state: &ForwardingState, now: Millis) -> Recorded {
-    let Some(b) = state.backend(e.backend) else {
+fn judge(
+    backend: BackendId,
+    pool_epoch: u32,
+    service: &ServiceState,
+    state: &ForwardingState,
+    now: Millis,
+) -> Recorded {
+    let Some(b) = state.backend(backend) else {
         return Recorded::Invalid;
     };
     if b.draining_until.is_some_and(|until| now >= until) {
         return Recorded::Invalid;
     }
-    if e.pool_epoch != service.pool_epoch && !service.drain_on_failover {
+    if pool_epoch != service.pool_epoch && !service.drain_on_failover {
         return Recorded::Invalid;
     }
     if b.healthy {
@@ -141,9 +147,10 @@ pub fn select_tracked<'t>(
         return Some(id);
     };
     shard.counters.hits += 1;
-    let recorded = *shard.entry(slot)?;
-    let chosen = match judge(&recorded, service, state, now) {
-        Recorded::Keep => recorded.backend,
+    // Two fields, not a copy of the whole entry line.
+    let (recorded, epoch) = shard.entry(slot).map(|e| (e.backend, e.pool_epoch))?;
+    let chosen = match judge(recorded, epoch, service, state, now) {
+        Recorded::Keep => recorded,
         Recorded::Invalid => by_table()?,
         Recorded::Unhealthy => {
             if persists(
@@ -152,7 +159,7 @@ pub fn select_tracked<'t>(
                 service.affinity,
                 m.proto,
             ) {
-                recorded.backend
+                recorded
             } else {
                 // CT-8 "does not persist": move to the table's choice if
                 // that one is healthy; with no healthy backend, stay.
@@ -161,7 +168,7 @@ pub fn select_tracked<'t>(
                         shard.counters.reselected_unhealthy += 1;
                         id
                     }
-                    _ => recorded.backend,
+                    _ => recorded,
                 }
             }
         }

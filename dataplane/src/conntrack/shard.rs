@@ -219,6 +219,8 @@ impl Shard {
         fold_mul(h, 0x9e37_79b9_7f4a_7c15)
     }
 
+    /// Signature and both candidate buckets (`find` derives the same
+    /// values inline, the second bucket only when the home slot misses).
     #[inline]
     fn candidates(&self, h: u64) -> (u32, usize, usize) {
         let sig = ((h >> 32) as u32) | 1;
@@ -303,7 +305,8 @@ impl Shard {
 
     #[inline]
     fn find(&self, key: &TrackKey, h: u64) -> Option<usize> {
-        let (sig, b1, b2) = self.candidates(h);
+        let sig = ((h >> 32) as u32) | 1;
+        let b1 = (h as usize) & self.mask;
         let home = Self::home(b1, sig);
         if self
             .entries
@@ -312,6 +315,7 @@ impl Shard {
         {
             return Some(home);
         }
+        let b2 = self.other_bucket(b1, sig);
         for b in [b1, b2] {
             let Some(sigs) = self.sigs.get(b) else {
                 continue;
