@@ -219,12 +219,16 @@ impl Shard {
         fold_mul(h, 0x9e37_79b9_7f4a_7c15)
     }
 
-    /// Signature and both candidate buckets (`find` derives the same
-    /// values inline, the second bucket only when the home slot misses).
+    /// Signature and first bucket: all a home-slot lookup needs.
+    #[inline(always)]
+    fn sig_and_bucket(&self, h: u64) -> (u32, usize) {
+        (((h >> 32) as u32) | 1, (h as usize) & self.mask)
+    }
+
+    /// Signature and both candidate buckets.
     #[inline]
     fn candidates(&self, h: u64) -> (u32, usize, usize) {
-        let sig = ((h >> 32) as u32) | 1;
-        let b1 = (h as usize) & self.mask;
+        let (sig, b1) = self.sig_and_bucket(h);
         // Derived from the signature alone (bits independent of b1's).
         let b2 = self.other_bucket(b1, sig);
         (sig, b1, b2)
@@ -243,7 +247,7 @@ impl Shard {
     /// first one is requested too.
     #[inline]
     pub fn prefetch_home(&self, h: u64, likely_new: bool) {
-        let (sig, b1, _) = self.candidates(h);
+        let (sig, b1) = self.sig_and_bucket(h);
         if let Some(e) = self.entries.get(Self::home(b1, sig)) {
             crate::dpdk::prefetch::prefetch_read(e);
         }
@@ -263,11 +267,11 @@ impl Shard {
     /// signature line).
     #[inline]
     pub fn check_home(&self, h: u64, likely_new: bool) -> bool {
-        let (sig, b1, _) = self.candidates(h);
         if likely_new {
             self.prefetch_matches(h);
             return false;
         }
+        let (sig, b1) = self.sig_and_bucket(h);
         let at_home = self
             .entries
             .get(Self::home(b1, sig))
@@ -305,8 +309,7 @@ impl Shard {
 
     #[inline]
     fn find(&self, key: &TrackKey, h: u64) -> Option<usize> {
-        let sig = ((h >> 32) as u32) | 1;
-        let b1 = (h as usize) & self.mask;
+        let (sig, b1) = self.sig_and_bucket(h);
         let home = Self::home(b1, sig);
         if self
             .entries
