@@ -21,8 +21,7 @@ struct Target {
     weight: Arc<Mutex<String>>,
 }
 
-fn target(addr: SocketAddr) -> Target {
-    let l = TcpListener::bind(addr).unwrap();
+fn target(l: TcpListener) -> Target {
     let status = Arc::new(AtomicU16::new(200));
     let weight = Arc::new(Mutex::new(String::from("1")));
     let (s, w) = (status.clone(), weight.clone());
@@ -135,11 +134,19 @@ fn scrape(port: u16) -> String {
 #[test]
 fn health_weights_and_reload_through_the_binary() {
     let dir = tempdir("status-live");
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    drop(l);
-    let a = target(SocketAddr::from(([127, 0, 0, 1], port)));
-    let b = target(SocketAddr::from(([127, 0, 0, 2], port)));
+    // One port free on both addresses, both listeners bound before use (a
+    // port picked, released and bound again could be taken in between by
+    // a test running in parallel).
+    let (la, lb, port) = (0..100)
+        .find_map(|_| {
+            let la = TcpListener::bind("127.0.0.1:0").ok()?;
+            let port = la.local_addr().ok()?.port();
+            let lb = TcpListener::bind(SocketAddr::from(([127, 0, 0, 2], port))).ok()?;
+            Some((la, lb, port))
+        })
+        .expect("a port free on 127.0.0.1 and 127.0.0.2");
+    let a = target(la);
+    let b = target(lb);
     let metrics = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -3,6 +3,11 @@ use super::Mbuf;
 /// Largest burst a queue is polled or flushed with.
 pub const MAX_BURST: usize = 64;
 
+/// A burst slot has the size of the driver's mbuf pointer (the null
+/// pointer being `None`), so the slots can be lent to it as an array.
+const _: () =
+    assert!(std::mem::size_of::<Option<Mbuf>>() == std::mem::size_of::<*mut dpdk_sys::rte_mbuf>());
+
 /// A fixed-size array of owned mbufs: a burst to process or to transmit.
 /// Lives on the worker's stack or in its struct; never allocates.
 #[derive(Debug)]
@@ -111,6 +116,59 @@ impl MbufBurst {
     #[inline]
     pub fn clear(&mut self) -> usize {
         self.drain().count()
+    }
+
+    /// The empty tail of the burst as a driver's pointer array (an RX
+    /// call writes received mbufs there) and its length. Follow with
+    /// [`MbufBurst::commit_raw`].
+    #[inline]
+    pub(crate) fn spare_raw(&mut self) -> (*mut *mut dpdk_sys::rte_mbuf, usize) {
+        let tail = self.slots.get_mut(self.len..).unwrap_or_default();
+        // Option<Mbuf> is a nullable *mut rte_mbuf (asserted at the top),
+        // and every slot past `len` is None (null).
+        (tail.as_mut_ptr().cast(), tail.len())
+    }
+
+    /// Takes the `n` mbufs a driver wrote into [`MbufBurst::spare_raw`].
+    ///
+    /// # Safety
+    /// The first `n` spare slots must now hold valid mbufs the caller owns.
+    #[inline]
+    pub(crate) unsafe fn commit_raw(&mut self, n: usize) {
+        let end = (self.len + n).min(MAX_BURST);
+        for m in self.slots[self.len..end].iter().flatten() {
+            self.bytes += u64::from(m.pkt_len());
+        }
+        self.len = end;
+    }
+
+    /// The held mbufs as a driver's pointer array (a TX call takes them
+    /// from there) and their number. Follow with [`MbufBurst::release_sent`].
+    #[inline]
+    pub(crate) fn held_raw(&mut self) -> (*mut *mut dpdk_sys::rte_mbuf, usize) {
+        (self.slots.as_mut_ptr().cast(), self.len)
+    }
+
+    /// Gives up the first `sent` mbufs, which the driver now owns; the ones
+    /// it did not take move to the front.
+    ///
+    /// # Safety
+    /// The driver must have taken exactly the first `sent` of
+    /// [`MbufBurst::held_raw`]'s mbufs.
+    #[inline]
+    pub(crate) unsafe fn release_sent(&mut self, sent: usize) {
+        let n = self.len;
+        let sent = sent.min(n);
+        for slot in &mut self.slots[..sent] {
+            std::mem::forget(slot.take());
+        }
+        self.len = n - sent;
+        if self.len == 0 {
+            self.bytes = 0;
+            return;
+        }
+        self.slots[..n].rotate_left(sent);
+        self.bytes = self.iter().map(|m| u64::from(m.pkt_len())).sum();
     }
 
     /// Moves the first `n` mbufs out as raw pointers into `out` (for a TX

@@ -4,7 +4,11 @@ use crate::packet::PacketBuf;
 
 /// An owned, single-segment packet buffer. Freed on drop; ownership passes
 /// to the driver on transmit ([`Mbuf::into_raw`]).
+// Transparent over a non-null pointer: `Option<Mbuf>` then has the layout
+// of a nullable `*mut rte_mbuf`, so a burst's slots are handed to the
+// driver as its pointer array without copying (`MbufBurst::spare_raw`).
 #[derive(Debug)]
+#[repr(transparent)]
 pub struct Mbuf {
     ptr: NonNull<dpdk_sys::rte_mbuf>,
 }

@@ -2,8 +2,8 @@
 
 use std::ffi::CString;
 
-use super::burst::{MbufBurst, MAX_BURST};
-use super::{DpdkError, Mbuf, Mempool};
+use super::burst::MbufBurst;
+use super::{DpdkError, Mempool};
 
 // RSS hash-function bits from rte_ethdev.h (RTE_BIT64 macros, which bindgen
 // cannot evaluate).
@@ -342,25 +342,18 @@ impl RxQueue {
     /// Receives up to `max` packets (capped by the room left in `burst`).
     #[inline]
     pub fn rx_burst(&mut self, burst: &mut MbufBurst, max: usize) -> usize {
-        let room = (MAX_BURST - burst.len()).min(max);
+        let (slots, room) = burst.spare_raw();
+        let room = room.min(max);
         if room == 0 {
             return 0;
         }
-        let mut raw = [std::ptr::null_mut::<dpdk_sys::rte_mbuf>(); MAX_BURST];
         // SAFETY: this RxQueue is the only user of (port, queue) (not Clone,
-        // one per worker); raw has room for `room` pointers.
-        let n = unsafe {
-            dpdk_sys::rte_eth_rx_burst(self.port, self.queue, raw.as_mut_ptr(), room as u16)
-        };
+        // one per worker); `slots` has room for `room` pointers (the
+        // burst's empty tail, which it lends for this call only).
+        let n = unsafe { dpdk_sys::rte_eth_rx_burst(self.port, self.queue, slots, room as u16) };
         let n = usize::from(n).min(room);
-        for &p in &raw[..n] {
-            if let Some(nn) = std::ptr::NonNull::new(p) {
-                // SAFETY: the driver hands us ownership of each received mbuf.
-                let m = unsafe { Mbuf::from_raw(nn) };
-                // Cannot fail: we asked for at most `room` packets.
-                let _ = burst.push(m);
-            }
-        }
+        // SAFETY: the driver wrote `n` received mbufs, which it hands to us.
+        unsafe { burst.commit_raw(n) };
         n
     }
 }
@@ -374,20 +367,19 @@ impl TxQueue {
     /// (the caller counts and frees them). Returns how many were sent.
     #[inline]
     pub fn tx_burst(&mut self, burst: &mut MbufBurst) -> usize {
-        let mut raw = [std::ptr::null_mut::<dpdk_sys::rte_mbuf>(); MAX_BURST];
-        let n = burst.take_raw(&mut raw);
+        let (slots, n) = burst.held_raw();
         if n == 0 {
             return 0;
         }
-        // SAFETY: this TxQueue is the only user of (port, queue); raw[..n]
+        // SAFETY: this TxQueue is the only user of (port, queue); slots[..n]
         // are valid mbufs whose ownership passes to the driver for the ones
         // it accepts (the first `sent`).
         let sent = usize::from(unsafe {
-            dpdk_sys::rte_eth_tx_burst(self.port, self.queue, raw.as_mut_ptr(), n as u16)
+            dpdk_sys::rte_eth_tx_burst(self.port, self.queue, slots, n as u16)
         })
         .min(n);
-        // SAFETY: the driver did not take raw[sent..n]; we still own them.
-        unsafe { burst.restore_raw(&raw[sent..n]) };
+        // SAFETY: the driver took exactly the first `sent`.
+        unsafe { burst.release_sent(sent) };
         sent
     }
 }
