@@ -30,6 +30,19 @@ const DF: u16 = 0x4000;
 /// The stage of a frame this path understands, or None (general path).
 #[inline(always)]
 pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
+    let mut stage = Stage::default();
+    classify_ipv4_into(frame, state, &mut stage).then_some(stage)
+}
+
+/// [`classify_ipv4`] written into `out`; false (and `out` untouched) when
+/// the general path must decide.
+#[inline(always)]
+pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) -> bool {
+    classify_ipv4_inner(frame, state, out).is_some()
+}
+
+#[inline(always)]
+fn classify_ipv4_inner(frame: &[u8], state: &ForwardingState, out: &mut Stage) -> Option<()> {
     let eth: &[u8; ETH_LEN] = frame.first_chunk()?;
     let l3 = match u16::from_be_bytes([eth[12], eth[13]]) {
         ETHERTYPE_IPV4 => ETH_LEN,
@@ -80,7 +93,7 @@ pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
     if !tracked {
         crate::pipeline::prefetch_table(service, hash);
     }
-    Some(Stage::Balance(Balance {
+    *out = Stage::Balance(Balance {
         layout: L3Layout {
             ethertype: ETHERTYPE_IPV4,
             l3_offset: l3,
@@ -98,5 +111,6 @@ pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
         ct_hash: None,
         tracked,
         icmp_error: false,
-    }))
+    });
+    Some(())
 }

@@ -138,6 +138,15 @@ pub fn classify(frame: &[u8], state: &ForwardingState) -> Stage {
     classify_general(frame, state)
 }
 
+/// [`classify`] written into `out` (the worker's per-burst stage slot), so
+/// the fast path builds its `Balance` in place instead of in a temporary.
+#[inline]
+pub fn classify_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) {
+    if !crate::fast_path::classify_ipv4_into(frame, state, out) {
+        *out = classify_general(frame, state);
+    }
+}
+
 /// Stage 1 through the general parser: every frame, every protocol. The
 /// same `Stage` as [`classify`] (which tries the IPv4 fast path first).
 #[inline]

@@ -243,11 +243,11 @@ impl Lanes {
         // headroom lines too measured slower on net_pcap, whose copies leave
         // them hot; revisit on real NICs.)
         for (m, stage) in burst.iter().zip(self.stages.iter_mut()) {
-            *stage = if m.is_contiguous() {
-                pipeline::classify(m.data(), state)
+            if m.is_contiguous() {
+                pipeline::classify_into(m.data(), state, stage);
             } else {
-                Stage::Done(Verdict::Drop(DropReason::MultiSegment))
-            };
+                *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
+            }
         }
         if steer {
             let workers = self.steer_bursts.len();
