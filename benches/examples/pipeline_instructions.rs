@@ -87,7 +87,15 @@ backend_service = "web"
         }
         for ((p, s), k) in pkts.iter_mut().zip(stages.iter_mut()).zip(keys.iter_mut()) {
             if let Stage::Balance(b) = s {
-                *k = pipeline::prefetch_conntrack(dataplane::PacketBuf::data(p), b, &state, &ctx);
+                let mut key = Default::default();
+                *k = pipeline::prefetch_conntrack(
+                    dataplane::PacketBuf::data(p),
+                    b,
+                    &state,
+                    &ctx,
+                    &mut key,
+                )
+                .then_some(key);
             }
         }
         for ((p, s), k) in pkts.iter_mut().zip(stages.iter()).zip(keys.iter()) {

@@ -362,29 +362,38 @@ pub fn icmp_error_flow_addresses(
 /// home entry requested before any packet of the burst is delivered, and
 /// the misses overlap instead of queueing up one packet at a time. A hint
 /// only; stage 2 then looks further ahead with [`conntrack_lookahead`].
-/// Returns the packet's tracking key (None: not tracked), which stage 2
-/// takes back through [`deliver_keyed`] instead of building it again.
+/// Writes the packet's tracking key into `key` and returns true (false:
+/// not tracked, `key` untouched); stage 2 takes it back through
+/// [`deliver_keyed`] instead of building it again.
 #[inline]
 pub fn prefetch_conntrack(
     frame: &[u8],
     b: &mut Balance,
     state: &ForwardingState,
     ctx: &PipelineCtx,
-) -> Option<TrackKey> {
+    key: &mut TrackKey,
+) -> bool {
     // CT-2/CT-4: untracked packets (UDP under NONE, ICMP, …) skip this
     // before touching the snapshot or the frame.
     if !b.tracked {
-        return None;
+        return false;
     }
-    let service = state.service(b.service)?;
-    let addrs = Addrs::from_frame(frame, &b.layout)?;
-    let key = conntrack::tracking_key(&b.meta, &addrs, b.service, service)?;
-    let h = ctx.conntrack.hash(&key);
+    let Some(service) = state.service(b.service) else {
+        return false;
+    };
+    let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
+        return false;
+    };
+    let Some(k) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
+        return false;
+    };
+    *key = k;
+    let h = ctx.conntrack.hash(key);
     b.ct_hash = Some(h);
     // CT-1: a SYN most likely opens a key the shard does not hold yet.
     ctx.conntrack
         .prefetch_home(h, conntrack::policy::is_syn(&b.meta));
-    Some(key)
+    true
 }
 
 /// Stage 2's lookahead, a few packets before `b` is delivered, step 1

@@ -281,9 +281,7 @@ impl Lanes {
             .zip(self.ct_keys.iter_mut())
         {
             if let Stage::Balance(b) = stage {
-                if let Some(k) = pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx) {
-                    *key = k;
-                }
+                pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx, key);
             }
         }
         for j in 0..HOME_CHECK_AHEAD {

@@ -124,11 +124,11 @@ pub fn select_tracked<'t>(
     // Called only when a packet needs eligibility (new or re-selected):
     // the zone lookup behind it is not paid on hits.
     let by_table = || table().and_then(|t| t.lookup(hash));
-    let key = *key;
     let tracking = service.tracking;
     let idle_timeout_ms = u32::try_from(tracking.idle_timeout_ms).unwrap_or(u32::MAX);
+    // The key is copied into an entry only when one is written.
     let fresh =
-        |backend: BackendId| Entry::new(key, backend, service.pool_epoch, now, idle_timeout_ms);
+        |backend: BackendId| Entry::new(*key, backend, service.pool_epoch, now, idle_timeout_ms);
 
     // CT-1: a SYN that opens a new connection goes to eligibility and
     // replaces whatever the key recorded (CT-6 left it there).
@@ -139,7 +139,7 @@ pub fn select_tracked<'t>(
     }
 
     // CT-3.
-    let Some(slot) = shard.lookup(&key, h, now) else {
+    let Some(slot) = shard.lookup(key, h, now) else {
         shard.counters.misses += 1;
         let id = by_table()?;
         // Full: still forwarded (stateless Maglev); the shard counted it.
