@@ -114,7 +114,9 @@ impl OuterHeader {
         }
         pkt.truncate(len + ip.ip_len);
         let data = pkt.data_mut();
-        // One fixed-size copy per header kind.
+        // One fixed-size copy per header kind. From here on nothing can
+        // fail: the packet is now `len` + `ip_len` bytes long, at least as
+        // long as the header (the false returns below are unreachable).
         let copied = match len {
             GRE_LEN => put::<GRE_LEN>(data, &self.bytes),
             IPIP_LEN => put::<IPIP_LEN>(data, &self.bytes),
