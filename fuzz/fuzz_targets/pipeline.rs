@@ -72,7 +72,7 @@ fn state(mtu: u16) -> ForwardingState {
             },
         })
     };
-    ForwardingState {
+    let mut state = ForwardingState {
         generation: 1,
         rules: RuleTable::new(rules),
         services,
@@ -90,7 +90,10 @@ fn state(mtu: u16) -> ForwardingState {
         }],
         zones: Default::default(),
         outer_headers: Default::default(),
-    }
+    };
+    // As the control plane does: the prebuilt outer headers are fuzzed too.
+    state.outer_headers = dataplane::outer_header::OuterHeaders::build(&state);
+    state
 }
 
 thread_local! {
