@@ -88,19 +88,19 @@ impl MbufBurst {
         if !self.is_empty() || n > MAX_BURST {
             return false;
         }
-        let mut raw = [std::ptr::null_mut(); MAX_BURST];
+        let (slots, _) = self.spare_raw();
         // SAFETY: `like.pool()` is the live mempool `like` came from (the
         // runtime frees the pool only after ports and workers, which own
         // every mbuf, are gone); rte_pktmbuf_alloc_bulk is safe from any
-        // lcore, and `raw` has room for n ≤ MAX_BURST pointers.
-        let rc =
-            unsafe { dpdk_sys::rte_pktmbuf_alloc_bulk(like.pool(), raw.as_mut_ptr(), n as u32) };
+        // lcore, and `slots` (the whole empty burst) has room for
+        // n ≤ MAX_BURST pointers.
+        let rc = unsafe { dpdk_sys::rte_pktmbuf_alloc_bulk(like.pool(), slots, n as u32) };
         if rc != 0 {
             return false;
         }
         // SAFETY: on success the first n pointers are freshly allocated,
         // reset mbufs that nobody else references: ours now.
-        unsafe { self.restore_raw(&raw[..n]) };
+        unsafe { self.commit_raw(n) };
         true
     }
 
@@ -171,43 +171,6 @@ impl MbufBurst {
         self.bytes = self.iter().map(|m| u64::from(m.pkt_len())).sum();
     }
 
-    /// Moves the first `n` mbufs out as raw pointers into `out` (for a TX
-    /// call), compacting what remains to the front.
-    #[inline]
-    pub(crate) fn take_raw(&mut self, out: &mut [*mut dpdk_sys::rte_mbuf; MAX_BURST]) -> usize {
-        let n = self.len;
-        for (dst, slot) in out.iter_mut().zip(self.slots[..n].iter_mut()) {
-            if let Some(m) = slot.take() {
-                *dst = m.into_raw();
-            }
-        }
-        self.len = 0;
-        self.bytes = 0;
-        n
-    }
-
-    /// Puts mbufs the driver did not take back (or fresh ones) into the
-    /// burst; pointers beyond its room are not taken.
-    ///
-    /// # Safety
-    /// Every pointer must be a valid mbuf the caller owns.
-    #[inline]
-    pub(crate) unsafe fn restore_raw(&mut self, ptrs: &[*mut dpdk_sys::rte_mbuf]) {
-        for &p in ptrs {
-            if let Some(nn) = std::ptr::NonNull::new(p) {
-                // SAFETY: the caller guarantees ownership of each pointer.
-                let m = unsafe { Mbuf::from_raw(nn) };
-                // Callers pass at most what an empty burst holds (the
-                // pointers take_raw took out, or a bulk allocation of at
-                // most MAX_BURST); were there more, the surplus would be
-                // freed here, not leaked.
-                let _ = self.push(m);
-            }
-        }
-    }
-}
-
-impl MbufBurst {
     /// Sum of the packet lengths in the burst.
     #[inline]
     pub fn total_len(&self) -> u64 {

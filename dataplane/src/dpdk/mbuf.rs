@@ -3,7 +3,8 @@ use std::ptr::NonNull;
 use crate::packet::PacketBuf;
 
 /// An owned, single-segment packet buffer. Freed on drop; ownership passes
-/// to the driver on transmit ([`Mbuf::into_raw`]).
+/// to and from drivers through a burst's slots (`MbufBurst::held_raw`,
+/// `MbufBurst::spare_raw`).
 // Transparent over a non-null pointer: `Option<Mbuf>` then has the layout
 // of a nullable `*mut rte_mbuf`, so a burst's slots are handed to the
 // driver as its pointer array without copying (`MbufBurst::spare_raw`).
@@ -19,19 +20,6 @@ pub struct Mbuf {
 unsafe impl Send for Mbuf {}
 
 impl Mbuf {
-    /// # Safety
-    /// `ptr` must be a valid mbuf that the caller owns and gives to us.
-    pub(crate) unsafe fn from_raw(ptr: NonNull<dpdk_sys::rte_mbuf>) -> Self {
-        Self { ptr }
-    }
-
-    /// Gives up ownership (the driver frees it after transmission).
-    pub(crate) fn into_raw(self) -> *mut dpdk_sys::rte_mbuf {
-        let p = self.ptr.as_ptr();
-        std::mem::forget(self);
-        p
-    }
-
     #[inline]
     fn raw(&self) -> &dpdk_sys::rte_mbuf {
         // SAFETY: we own a valid mbuf for our whole lifetime.

@@ -5,8 +5,8 @@ use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::burst::{MbufBurst, MAX_BURST};
-use super::{DpdkError, Mbuf};
+use super::burst::MbufBurst;
+use super::DpdkError;
 
 // From rte_ring_core.h (macros bindgen cannot see through).
 const RING_F_SP_ENQ: u32 = 0x0001;
@@ -28,31 +28,24 @@ impl Ring {
     /// # Safety
     /// The caller must be the ring's only consumer.
     unsafe fn dequeue_into(&self, burst: &mut MbufBurst) -> usize {
-        let room = MAX_BURST - burst.len();
+        let (slots, room) = burst.spare_raw();
         if room == 0 {
             return 0;
         }
-        let mut raw = [std::ptr::null_mut::<std::ffi::c_void>(); MAX_BURST];
-        // SAFETY: the caller is the only consumer; raw has room for `room`
-        // pointers.
+        // SAFETY: the caller is the only consumer; `slots` has room for
+        // `room` pointers (the burst's empty tail, lent for this call).
         let n = unsafe {
             dpdk_sys::rte_ring_dequeue_burst(
                 self.0.as_ptr(),
-                raw.as_mut_ptr(),
+                slots.cast::<*mut std::ffi::c_void>(),
                 room as u32,
                 std::ptr::null_mut(),
             )
         } as usize;
         let n = n.min(room);
-        for &p in &raw[..n] {
-            if let Some(nn) = NonNull::new(p.cast::<dpdk_sys::rte_mbuf>()) {
-                // SAFETY: the producer enqueued owned mbufs; dequeuing hands
-                // that ownership to us.
-                let m = unsafe { Mbuf::from_raw(nn) };
-                // Cannot fail: we dequeued at most `room`.
-                let _ = burst.push(m);
-            }
-        }
+        // SAFETY: the producer enqueued owned mbufs; dequeuing the first `n`
+        // hands that ownership to us.
+        unsafe { burst.commit_raw(n) };
         n
     }
 }
@@ -107,25 +100,24 @@ impl RingProducer {
     /// in `burst` (the caller counts and frees them). Returns how many went.
     #[inline]
     pub fn enqueue(&mut self, burst: &mut MbufBurst) -> usize {
-        let mut raw = [std::ptr::null_mut::<dpdk_sys::rte_mbuf>(); MAX_BURST];
-        let n = burst.take_raw(&mut raw);
+        let (slots, n) = burst.held_raw();
         if n == 0 {
             return 0;
         }
         // SAFETY: this producer is the ring's only producer (not Clone, one
-        // owner); raw[..n] are owned mbufs, and ownership passes to the ring
-        // for the first `sent`.
+        // owner); slots[..n] are owned mbufs, and ownership passes to the
+        // ring for the first `sent`.
         let sent = unsafe {
             dpdk_sys::rte_ring_enqueue_burst(
                 (self.0).0.as_ptr(),
-                raw.as_ptr().cast::<*mut std::ffi::c_void>(),
+                slots.cast::<*mut std::ffi::c_void>().cast_const(),
                 n as u32,
                 std::ptr::null_mut(),
             )
         } as usize;
         let sent = sent.min(n);
-        // SAFETY: the ring did not take raw[sent..n]; we still own them.
-        unsafe { burst.restore_raw(&raw[sent..n]) };
+        // SAFETY: the ring took exactly the first `sent`.
+        unsafe { burst.release_sent(sent) };
         sent
     }
 }
