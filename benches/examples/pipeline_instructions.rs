@@ -87,15 +87,7 @@ backend_service = "web"
         }
         for ((p, s), k) in pkts.iter_mut().zip(stages.iter_mut()).zip(keys.iter_mut()) {
             if let Stage::Balance(b) = s {
-                let mut key = Default::default();
-                *k = pipeline::prefetch_conntrack(
-                    dataplane::PacketBuf::data(p),
-                    b,
-                    &state,
-                    &ctx,
-                    &mut key,
-                )
-                .then_some(key);
+                pipeline::prefetch_conntrack(dataplane::PacketBuf::data(p), b, &state, &ctx, k);
             }
         }
         for ((p, s), k) in pkts.iter_mut().zip(stages.iter()).zip(keys.iter()) {

@@ -108,7 +108,6 @@ fn classify_ipv4_inner(frame: &[u8], state: &ForwardingState, out: &mut Stage) -
             fragmented: false,
             ports: Some(ports),
         },
-        ct_hash: None,
         tracked,
         icmp_error: false,
     });

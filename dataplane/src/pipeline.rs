@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use crate::conntrack::{self, Addrs, PacketMeta, Shard, TrackKey};
+use crate::conntrack::{self, Addrs, PacketMeta, Shard, Tracked};
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::flow::packet_hash;
@@ -100,10 +100,6 @@ pub struct Balance {
     /// Protocol, TCP flags, fragment status, ports: what conntrack needs
     /// besides the addresses (which stage 2 reads back from the frame).
     pub meta: PacketMeta,
-    /// The conntrack shard's hash of the tracking key, once the worker's
-    /// prefetch pass has computed it (None: not yet, or not trackable), so
-    /// stage 2 does not hash the key a second and third time.
-    pub ct_hash: Option<u64>,
     /// Whether the service tracks this packet's protocol (CT-2, CT-4).
     pub tracked: bool,
     /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
@@ -180,7 +176,6 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
                 service,
                 hash,
                 meta: PacketMeta::of(&ip),
-                ct_hash: None,
                 // ICMP is never tracked (CT-4); the quoted flow may be.
                 tracked: false,
                 icmp_error: true,
@@ -213,7 +208,6 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         service: rule.service,
         hash,
         meta: PacketMeta::of(&ip),
-        ct_hash: None,
         tracked,
         icmp_error: false,
     }))
@@ -358,42 +352,40 @@ pub fn icmp_error_flow_addresses(
 }
 
 /// Between the stages, over the whole burst: the conntrack shard is far
-/// larger than the caches, so each tracked packet's key is hashed and its
-/// home entry requested before any packet of the burst is delivered, and
-/// the misses overlap instead of queueing up one packet at a time. A hint
-/// only; stage 2 then looks further ahead with [`conntrack_lookahead`].
-/// Writes the packet's tracking key into `key` and returns true (false:
-/// not tracked, `key` untouched); stage 2 takes it back through
-/// [`deliver_keyed`] instead of building it again.
+/// larger than the caches, so each tracked packet's key is built and
+/// hashed and its home entry requested before any packet of the burst is
+/// delivered, and the misses overlap instead of queueing up one packet at
+/// a time. Writes the key and hash into `out` (None: not tracked); stage 2
+/// takes them back through [`deliver_keyed`] and looks further ahead with
+/// [`conntrack_lookahead`].
 #[inline]
 pub fn prefetch_conntrack(
     frame: &[u8],
-    b: &mut Balance,
+    b: &Balance,
     state: &ForwardingState,
     ctx: &PipelineCtx,
-    key: &mut TrackKey,
-) -> bool {
+    out: &mut Option<Tracked>,
+) {
+    *out = None;
     // CT-2/CT-4: untracked packets (UDP under NONE, ICMP, …) skip this
     // before touching the snapshot or the frame.
     if !b.tracked {
-        return false;
+        return;
     }
     let Some(service) = state.service(b.service) else {
-        return false;
+        return;
     };
     let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
-        return false;
+        return;
     };
-    let Some(k) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
-        return false;
+    let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
+        return;
     };
-    *key = k;
-    let h = ctx.conntrack.hash(key);
-    b.ct_hash = Some(h);
+    let t = out.insert(Tracked { key, hash: 0 });
+    t.hash = ctx.conntrack.hash(&t.key);
     // CT-1: a SYN most likely opens a key the shard does not hold yet.
     ctx.conntrack
-        .prefetch_home(h, conntrack::policy::is_syn(&b.meta));
-    true
+        .prefetch_home(t.hash, conntrack::policy::is_syn(&b.meta));
 }
 
 /// Stage 2's lookahead, a few packets before `b` is delivered, step 1
@@ -401,12 +393,14 @@ pub fn prefetch_conntrack(
 /// read when the home entry is not its key's. Returns whether step 2
 /// ([`conntrack_lookahead_fallback`]) is needed, a few packets later.
 #[inline]
-pub fn conntrack_lookahead(b: &Balance, state: &ForwardingState, ctx: &PipelineCtx) -> bool {
-    let Some(h) = b.ct_hash else {
-        return false;
-    };
+pub fn conntrack_lookahead(
+    b: &Balance,
+    t: &Tracked,
+    state: &ForwardingState,
+    ctx: &PipelineCtx,
+) -> bool {
     let likely_new = conntrack::policy::is_syn(&b.meta);
-    let away = ctx.conntrack.check_home(h, likely_new);
+    let away = ctx.conntrack.check_home(t.hash, likely_new);
     if likely_new || away {
         if let Some(service) = state.service(b.service) {
             prefetch_table(service, b.hash);
@@ -418,10 +412,8 @@ pub fn conntrack_lookahead(b: &Balance, state: &ForwardingState, ctx: &PipelineC
 /// Step 2 of the lookahead, for a key away from its home slot (its first
 /// signature line has arrived): requests the entries that line matches.
 #[inline]
-pub fn conntrack_lookahead_fallback(b: &Balance, ctx: &PipelineCtx) {
-    if let Some(h) = b.ct_hash {
-        ctx.conntrack.prefetch_matches(h);
-    }
+pub fn conntrack_lookahead_fallback(t: &Tracked, ctx: &PipelineCtx) {
+    ctx.conntrack.prefetch_matches(t.hash);
 }
 
 /// Stage 2: pick the backend (connection tracking, SPEC §3, over the
@@ -438,18 +430,18 @@ pub fn deliver<P: PacketBuf>(
     deliver_keyed(pkt, b, None, state, ctx)
 }
 
-/// [`deliver`] with the packet's tracking key when the worker has it from
-/// [`prefetch_conntrack`] (which also set `b.ct_hash`); None: built here
-/// if the packet is tracked.
+/// [`deliver`] with the packet's tracking key and hash when the worker has
+/// them from [`prefetch_conntrack`]; None: built here if the packet is
+/// tracked.
 #[inline]
 pub fn deliver_keyed<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
-    key: Option<&TrackKey>,
+    tracked: Option<&Tracked>,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Verdict {
-    match deliver_inner(pkt, b, key, state, ctx) {
+    match deliver_inner(pkt, b, tracked, state, ctx) {
         Ok(v) => v,
         // AP-3: answer the client with the path MTU (cold path).
         Err(DropReason::MtuExceeded) => icmp::answer_mtu_exceeded(pkt, b, state, ctx),
@@ -460,7 +452,7 @@ pub fn deliver_keyed<P: PacketBuf>(
 fn deliver_inner<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
-    key: Option<&TrackKey>,
+    tracked: Option<&Tracked>,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Result<Verdict, DropReason> {
@@ -472,7 +464,7 @@ fn deliver_inner<P: PacketBuf>(
     } else if !b.tracked && service.tables.len() <= 1 {
         service.tables.first().and_then(|t| t.lookup(b.hash))
     } else {
-        select_backend(pkt.data(), b, key, service, state, ctx)
+        select_backend(pkt.data(), b, tracked, service, state, ctx)
     }
     .ok_or(DropReason::NoBackend)?;
     // The common case: a prebuilt outer header for an inner IPv4 packet
@@ -517,26 +509,26 @@ fn deliver_inner<P: PacketBuf>(
 fn select_backend(
     frame: &[u8],
     b: &Balance,
-    key: Option<&TrackKey>,
+    tracked: Option<&Tracked>,
     service: &ServiceState,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Option<BackendId> {
-    if let (Some(key), Some(h)) = (key, b.ct_hash) {
+    if let Some(t) = tracked {
         return conntrack::session::select_tracked(
             &mut ctx.conntrack,
             &b.meta,
-            key,
-            h,
+            &t.key,
+            t.hash,
             service,
-            || service.table_for_client(&state.zones, key.src_ip()),
+            || service.table_for_client(&state.zones, t.key.src_ip()),
             state,
             b.hash,
             ctx.now,
         );
     }
     match Addrs::from_frame(frame, &b.layout) {
-        Some(addrs) => conntrack::session::select_hashed(
+        Some(addrs) => conntrack::session::select(
             &mut ctx.conntrack,
             &b.meta,
             &addrs,
@@ -547,7 +539,6 @@ fn select_backend(
             || service.table_for_client(&state.zones, addrs.src_ip()),
             state,
             b.hash,
-            b.ct_hash,
             ctx.now,
         ),
         // Unreachable for a parsed frame; stateless Maglev then.

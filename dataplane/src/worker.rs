@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::conntrack::TrackKey;
+use crate::conntrack::Tracked;
 use crate::dpdk::MAX_BURST;
 use crate::dpdk::{MbufBurst, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
 use crate::drop_reason::DropReason;
 use crate::packet::PacketBuf;
-use crate::pipeline::{self, PipelineCtx, Stage, Verdict};
+use crate::pipeline::{self, Balance, PipelineCtx, Stage, Verdict};
 use crate::snapshot::{ForwardingState, Millis, SnapshotCell};
 use crate::stats::WorkerStats;
 use crate::steering;
@@ -120,8 +120,10 @@ impl Worker {
             // lcore (NUMA-local), before the first packet.
             ctx: PipelineCtx::new(conntrack_capacity),
             stages: [Stage::default(); MAX_BURST],
-            ct_fallback: [false; MAX_BURST],
-            ct_keys: [TrackKey::default(); MAX_BURST],
+            conntrack: BurstConntrack {
+                tracked: [None; MAX_BURST],
+                needs_fallback: [false; MAX_BURST],
+            },
             steer_to: [NO_STEER; MAX_BURST],
             state,
             stats,
@@ -219,12 +221,7 @@ struct Lanes {
     steer_bursts: Vec<MbufBurst>,
     ctx: PipelineCtx,
     stages: [Stage; MAX_BURST],
-    /// Per packet of the burst: whether its conntrack lookup needs more
-    /// than its home entry (set by the lookahead, step 1).
-    ct_fallback: [bool; MAX_BURST],
-    /// Per packet of the burst: its tracking key, built once by the
-    /// prefetch pass (valid where its `Balance::ct_hash` is set).
-    ct_keys: [TrackKey; MAX_BURST],
+    conntrack: BurstConntrack,
     steer_to: [u16; MAX_BURST],
     state: Arc<ForwardingState>,
     stats: Arc<CachePadded<WorkerStats>>,
@@ -275,37 +272,34 @@ impl Lanes {
         }
         // Every tracked packet's home entry, before any packet is
         // delivered: the shard's misses overlap.
-        for ((m, stage), key) in burst
+        for ((m, stage), tracked) in burst
             .iter()
-            .zip(self.stages.iter_mut())
-            .zip(self.ct_keys.iter_mut())
+            .zip(self.stages.iter())
+            .zip(self.conntrack.tracked.iter_mut())
         {
+            // Written for every tracked packet (Some, or None if no key
+            // could be built); read only for those.
             if let Stage::Balance(b) = stage {
-                pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx, key);
+                if b.tracked {
+                    pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx, tracked);
+                }
             }
         }
+        let n = burst.len();
         for j in 0..HOME_CHECK_AHEAD {
-            let fallback = (j < FALLBACK_AHEAD).then_some(j);
-            conntrack_ahead(
-                &self.stages,
-                &mut self.ct_fallback,
-                state,
-                &self.ctx,
-                j,
-                fallback,
-            );
+            self.conntrack
+                .check_home(&self.stages, state, &self.ctx, n, j);
+        }
+        for j in 0..FALLBACK_AHEAD {
+            self.conntrack.fetch_fallback(&self.stages, &self.ctx, n, j);
         }
         for (i, mut m) in burst.drain().enumerate() {
-            let (home_check, fallback) = (i + HOME_CHECK_AHEAD, Some(i + FALLBACK_AHEAD));
-            let (stages, ctx) = (&self.stages, &self.ctx);
-            conntrack_ahead(
-                stages,
-                &mut self.ct_fallback,
-                state,
-                ctx,
-                home_check,
-                fallback,
-            );
+            let ahead = i + HOME_CHECK_AHEAD;
+            self.conntrack
+                .check_home(&self.stages, state, &self.ctx, n, ahead);
+            let ahead = i + FALLBACK_AHEAD;
+            self.conntrack
+                .fetch_fallback(&self.stages, &self.ctx, n, ahead);
             let (Some(stage), Some(&to)) = (self.stages.get(i), self.steer_to.get(i)) else {
                 self.stats.count_drop(DropReason::Shutdown, 1);
                 continue;
@@ -323,10 +317,11 @@ impl Lanes {
             let verdict = match stage {
                 Stage::Done(v) => *v,
                 Stage::Balance(b) => {
-                    // The key is this burst's only where the prefetch
-                    // pass set the shard hash next to it.
-                    let key = b.ct_hash.and(self.ct_keys.get(i));
-                    pipeline::deliver_keyed(&mut m, b, key, state, &mut self.ctx)
+                    let tracked = match b.tracked {
+                        true => self.conntrack.tracked.get(i).and_then(Option::as_ref),
+                        false => None,
+                    };
+                    pipeline::deliver_keyed(&mut m, b, tracked, state, &mut self.ctx)
                 }
             };
             let out = match verdict {
@@ -437,26 +432,59 @@ impl Lanes {
     }
 }
 
-/// Stage 2's conntrack lookahead: step 1 for packet `home_check` (is its
-/// home entry its key's?), step 2 for packet `fallback` (the entries of
-/// its signature line, when step 1 said it needs them).
-#[inline(always)]
-fn conntrack_ahead(
-    stages: &[Stage],
-    needs_fallback: &mut [bool],
-    state: &ForwardingState,
-    ctx: &PipelineCtx,
-    home_check: usize,
-    fallback: Option<usize>,
-) {
-    if let (Some(Stage::Balance(b)), Some(flag)) =
-        (stages.get(home_check), needs_fallback.get_mut(home_check))
-    {
-        *flag = pipeline::conntrack_lookahead(b, state, ctx);
+/// A burst's conntrack state between the stages: each packet's tracking
+/// key and shard hash (built once, by the prefetch pass) and whether its
+/// lookup needs more than its home entry (stage 2's lookahead).
+struct BurstConntrack {
+    tracked: [Option<Tracked>; MAX_BURST],
+    needs_fallback: [bool; MAX_BURST],
+}
+
+impl BurstConntrack {
+    /// Packet `j`'s stage and key, if it is among the burst's first `n`
+    /// and tracked.
+    #[inline(always)]
+    fn at<'a>(
+        &'a self,
+        stages: &'a [Stage],
+        n: usize,
+        j: usize,
+    ) -> Option<(&'a Balance, &'a Tracked)> {
+        // The stage first: an untracked packet's key slot is not read.
+        match stages.get(j) {
+            Some(Stage::Balance(b)) if j < n && b.tracked => {
+                Some((b, self.tracked.get(j)?.as_ref()?))
+            }
+            _ => None,
+        }
     }
-    if let Some(j) = fallback {
-        if let (Some(Stage::Balance(b)), Some(true)) = (stages.get(j), needs_fallback.get(j)) {
-            pipeline::conntrack_lookahead_fallback(b, ctx);
+
+    /// Lookahead step 1 for packet `j`: is its home entry its key's?
+    #[inline(always)]
+    fn check_home(
+        &mut self,
+        stages: &[Stage],
+        state: &ForwardingState,
+        ctx: &PipelineCtx,
+        n: usize,
+        j: usize,
+    ) {
+        let away = self
+            .at(stages, n, j)
+            .is_some_and(|(b, t)| pipeline::conntrack_lookahead(b, t, state, ctx));
+        if let Some(flag) = self.needs_fallback.get_mut(j) {
+            *flag = away;
+        }
+    }
+
+    /// Lookahead step 2 for packet `j`: the entries of its signature line,
+    /// when step 1 found it away from home.
+    #[inline(always)]
+    fn fetch_fallback(&self, stages: &[Stage], ctx: &PipelineCtx, n: usize, j: usize) {
+        if self.needs_fallback.get(j) == Some(&true) {
+            if let Some((_, t)) = self.at(stages, n, j) {
+                pipeline::conntrack_lookahead_fallback(t, ctx);
+            }
         }
     }
 }

@@ -111,6 +111,14 @@ impl Addrs {
     }
 }
 
+/// A packet's tracking key and its shard hash, computed once per packet
+/// by the worker's prefetch pass and handed to stage 2.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Tracked {
+    pub key: TrackKey,
+    pub hash: u64,
+}
+
 /// A tracking key (CT-3): the fields its tuple kind uses, plus the service
 /// (two services may share a VIP with different port ranges, and a 2-tuple
 /// key must not mix them). 40 bytes.

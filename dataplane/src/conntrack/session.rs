@@ -76,32 +76,11 @@ pub fn select<'t>(
     hash: u64,
     now: Millis,
 ) -> Option<BackendId> {
-    select_hashed(
-        shard, m, addrs, service_id, service, table, state, hash, None, now,
-    )
-}
-
-/// [`select`] with the shard hash of the tracking key already computed
-/// (`key_hash`, by the worker's prefetch pass) when available.
-#[inline]
-#[allow(clippy::too_many_arguments)]
-pub fn select_hashed<'t>(
-    shard: &mut Shard,
-    m: &PacketMeta,
-    addrs: &Addrs,
-    service_id: ServiceId,
-    service: &ServiceState,
-    table: impl Fn() -> Option<&'t MaglevTable>,
-    state: &ForwardingState,
-    hash: u64,
-    key_hash: Option<u64>,
-    now: Millis,
-) -> Option<BackendId> {
     // CT-2, CT-4: hash every packet, record nothing.
     let Some(key) = tracking_key(m, addrs, service_id, service) else {
         return table().and_then(|t| t.lookup(hash));
     };
-    let h = key_hash.unwrap_or_else(|| shard.hash(&key));
+    let h = shard.hash(&key);
     select_tracked(shard, m, &key, h, service, table, state, hash, now)
 }
 
