@@ -31,18 +31,14 @@ const DF: u16 = 0x4000;
 #[inline(always)]
 pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
     let mut stage = Stage::default();
-    classify_ipv4_into(frame, state, &mut stage).then_some(stage)
+    classify_ipv4_into(frame, state, &mut stage).map(|()| stage)
 }
 
-/// [`classify_ipv4`] written into `out`; false (and `out` untouched) when
-/// the general path must decide.
+/// [`classify_ipv4`] written into `out` (built in place, not returned
+/// through a temporary); None, with `out` untouched, when the general path
+/// must decide.
 #[inline(always)]
-pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) -> bool {
-    classify_ipv4_inner(frame, state, out).is_some()
-}
-
-#[inline(always)]
-fn classify_ipv4_inner(frame: &[u8], state: &ForwardingState, out: &mut Stage) -> Option<()> {
+pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) -> Option<()> {
     let eth: &[u8; ETH_LEN] = frame.first_chunk()?;
     let l3 = match u16::from_be_bytes([eth[12], eth[13]]) {
         ETHERTYPE_IPV4 => ETH_LEN,

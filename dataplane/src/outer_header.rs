@@ -30,8 +30,6 @@ pub struct OuterHeader {
     bytes: [u8; MAX_LEN],
     /// Bytes used: 14 (layer 2), 34 (IP-in-IP), 38 (GRE).
     len: u8,
-    /// Whether there is an outer IPv4 header to patch.
-    tunnel: bool,
     /// Ones' complement sum of the outer IPv4 header with total length,
     /// flags and checksum zero (not yet folded).
     partial_sum: u32,
@@ -57,7 +55,6 @@ impl OuterHeader {
                 return Some(Self {
                     bytes,
                     len: ethernet::HEADER_LEN as u8,
-                    tunnel: false,
                     partial_sum: 0,
                     max_inner_len: u16::try_from(mtu).unwrap_or(u16::MAX),
                     port: backend.egress.port,
@@ -88,7 +85,6 @@ impl OuterHeader {
         Some(Self {
             bytes,
             len: (ethernet::HEADER_LEN + overhead) as u8,
-            tunnel: true,
             partial_sum,
             max_inner_len: u16::try_from(mtu.saturating_sub(overhead)).unwrap_or(u16::MAX),
             port: backend.egress.port,
@@ -122,7 +118,8 @@ impl OuterHeader {
             IPIP_LEN => put::<IPIP_LEN>(data, &self.bytes),
             _ => put::<{ ethernet::HEADER_LEN }>(data, &self.bytes),
         };
-        if !self.tunnel || !copied {
+        // Layer 2 has no outer IPv4 header to patch.
+        if len == ethernet::HEADER_LEN || !copied {
             return copied;
         }
         let Some(h) = data

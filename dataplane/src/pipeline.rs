@@ -128,17 +128,16 @@ pub fn process<P: PacketBuf>(
 /// only. Prefetches the Maglev slot the second stage will read.
 #[inline]
 pub fn classify(frame: &[u8], state: &ForwardingState) -> Stage {
-    if let Some(stage) = crate::fast_path::classify_ipv4(frame, state) {
-        return stage;
-    }
-    classify_general(frame, state)
+    let mut stage = Stage::default();
+    classify_into(frame, state, &mut stage);
+    stage
 }
 
 /// [`classify`] written into `out` (the worker's per-burst stage slot), so
 /// the fast path builds its `Balance` in place instead of in a temporary.
 #[inline]
 pub fn classify_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) {
-    if !crate::fast_path::classify_ipv4_into(frame, state, out) {
+    if crate::fast_path::classify_ipv4_into(frame, state, out).is_none() {
         *out = classify_general(frame, state);
     }
 }
