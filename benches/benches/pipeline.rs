@@ -21,44 +21,7 @@ use dataplane::ForwardingState;
 const BATCH: usize = 32;
 
 fn state(encap: &str) -> ForwardingState {
-    let cfg = format!(
-        r#"
-[dataplane]
-workers = 1
-[[dataplane.port]]
-name = "clients"
-device = "net_null0"
-mac = "02:00:00:00:00:01"
-address = "192.0.2.1/24"
-[[dataplane.port]]
-name = "backends"
-device = "net_null1"
-mac = "02:00:00:00:00:02"
-address = "198.18.0.1/24"
-[[backend_service]]
-name = "web"
-encapsulation = "{encap}"
-backend = [
-  {{ address = "198.18.0.10", mac = "02:00:00:00:00:10" }},
-  {{ address = "198.18.0.11", mac = "02:00:00:00:00:11" }},
-  {{ address = "198.18.0.12", mac = "02:00:00:00:00:12" }},
-]
-[[forwarding_rule]]
-name = "web-vip"
-vip = "203.0.113.10"
-protocol = "TCP"
-ports = "80"
-backend_service = "web"
-"#
-    );
-    let cfg = controlplane::config::load_str(&cfg, "bench.toml").expect("valid bench config");
-    let mut ids = controlplane::publish::BackendIds::default();
-    controlplane::publish::build_forwarding_state(
-        &cfg,
-        &[[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]],
-        &mut ids,
-        1,
-    )
+    sluice_benches::web_state(encap, "TCP", "80")
 }
 
 fn frames() -> Vec<Vec<u8>> {

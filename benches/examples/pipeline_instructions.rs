@@ -25,44 +25,12 @@ fn main() {
     let encap = args.get(2).map_or("gre", String::as_str);
     let packets: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let (proto, port) = if traffic == "tcp" {
-        ("TCP", 80)
+        ("TCP", "80")
     } else {
-        ("UDP", 53)
+        ("UDP", "53")
     };
-    let cfg = format!(
-        r#"
-[dataplane]
-workers = 1
-[[dataplane.port]]
-name = "clients"
-device = "net_null0"
-mac = "02:00:00:00:00:01"
-address = "192.0.2.1/24"
-[[dataplane.port]]
-name = "backends"
-device = "net_null1"
-mac = "02:00:00:00:00:02"
-address = "198.18.0.1/24"
-[[backend_service]]
-name = "web"
-encapsulation = "{encap}"
-backend = [
-  {{ address = "198.18.0.10", mac = "02:00:00:00:00:10" }},
-  {{ address = "198.18.0.11", mac = "02:00:00:00:00:11" }},
-  {{ address = "198.18.0.12", mac = "02:00:00:00:00:12" }},
-]
-[[forwarding_rule]]
-name = "web-vip"
-vip = "203.0.113.10"
-protocol = "{proto}"
-ports = "{port}"
-backend_service = "web"
-"#
-    );
-    let cfg = controlplane::config::load_str(&cfg, "instructions.toml").expect("valid config");
-    let mut ids = controlplane::publish::BackendIds::default();
-    let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
-    let state = controlplane::publish::build_forwarding_state(&cfg, &macs, &mut ids, 1);
+    let state = sluice_benches::web_state(encap, proto, port);
+    let macs = sluice_benches::WEB_PORT_MACS;
     let vip = Ipv4Addr::new(203, 0, 113, 10);
     let frames: Vec<Vec<u8>> = (0..1024u32)
         .map(|i| match traffic {

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::net::Ipv4Addr;
 
+use dataplane::ForwardingState;
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapWriter};
 
@@ -56,6 +57,49 @@ pub fn write_pcap<W: Write>(w: W, frames: impl Iterator<Item = Vec<u8>>) -> std:
             .map_err(std::io::Error::other)?;
     }
     Ok(())
+}
+
+/// The port MACs of [`web_state`]'s two ports ("clients", "backends").
+pub const WEB_PORT_MACS: [[u8; 6]; 2] = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+
+/// The snapshot the pipeline benchmarks run against, built by the control
+/// plane from a config: ports "clients" and "backends", service "web"
+/// (`encapsulation`) with three backends, and rule "web-vip" for
+/// 203.0.113.10 `protocol` `ports`.
+pub fn web_state(encapsulation: &str, protocol: &str, ports: &str) -> ForwardingState {
+    let cfg = format!(
+        r#"
+[dataplane]
+workers = 1
+[[dataplane.port]]
+name = "clients"
+device = "net_null0"
+mac = "02:00:00:00:00:01"
+address = "192.0.2.1/24"
+[[dataplane.port]]
+name = "backends"
+device = "net_null1"
+mac = "02:00:00:00:00:02"
+address = "198.18.0.1/24"
+[[backend_service]]
+name = "web"
+encapsulation = "{encapsulation}"
+backend = [
+  {{ address = "198.18.0.10", mac = "02:00:00:00:00:10" }},
+  {{ address = "198.18.0.11", mac = "02:00:00:00:00:11" }},
+  {{ address = "198.18.0.12", mac = "02:00:00:00:00:12" }},
+]
+[[forwarding_rule]]
+name = "web-vip"
+vip = "203.0.113.10"
+protocol = "{protocol}"
+ports = "{ports}"
+backend_service = "web"
+"#
+    );
+    let cfg = controlplane::config::load_str(&cfg, "bench.toml").expect("valid bench config");
+    let mut ids = controlplane::publish::BackendIds::default();
+    controlplane::publish::build_forwarding_state(&cfg, &WEB_PORT_MACS, &mut ids, 1)
 }
 
 #[cfg(test)]

@@ -8,26 +8,14 @@ use std::net::IpAddr;
 use common::*;
 use dataplane::encap::{encapsulate, gue_src_port};
 use dataplane::packet::{PacketBuf, VecPacket};
-use dataplane::snapshot::{BackendId, BackendState, Egress, Encapsulation, PortState, ServiceId};
+use dataplane::snapshot::{BackendState, Encapsulation, PortState};
 use dataplane::wire::{parse, IpInfo, Parsed};
 use dataplane::DropReason;
 
 const HASH: u64 = 0x0123_4567_89ab_cdef;
 
 fn backend(address: IpAddr, next_hop: Option<[u8; 6]>) -> BackendState {
-    BackendState {
-        id: BackendId(3),
-        service: ServiceId(0),
-        address,
-        healthy: true,
-        weight: 1,
-        pool: Default::default(),
-        draining_until: None,
-        egress: Egress {
-            port: 0,
-            next_hop_mac: next_hop,
-        },
-    }
+    common::state::backend_state(3, 0, address, 0, next_hop)
 }
 
 fn port(mtu: u16) -> PortState {

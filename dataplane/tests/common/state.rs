@@ -71,7 +71,19 @@ fn backend(
     port: u16,
     mac: Option<[u8; 6]>,
 ) -> Option<BackendState> {
-    Some(BackendState {
+    Some(backend_state(id, svc, address, port, mac))
+}
+
+/// A healthy, unweighted primary backend `id` of service `svc` at
+/// `address`, reached out of `port` via `mac` (None: unresolved).
+pub fn backend_state(
+    id: u32,
+    svc: u16,
+    address: IpAddr,
+    port: u16,
+    mac: Option<[u8; 6]>,
+) -> BackendState {
+    BackendState {
         id: BackendId(id),
         service: ServiceId(svc),
         address,
@@ -83,7 +95,7 @@ fn backend(
             port,
             next_hop_mac: mac,
         },
-    })
+    }
 }
 
 pub fn state() -> ForwardingState {
