@@ -85,10 +85,12 @@ fn per_op(d: Duration, ops: usize) -> f64 {
 }
 
 fn run_size(c: &mut Criterion, eal: &Eal, n: usize) -> Row {
-    let slots = (n * 5 / 4).next_power_of_two();
+    // A shard sized for N connections, as the worker builds it; rte_hash
+    // gets the same number of slots.
+    let mut shard = Shard::with_capacity_and_seed(n, 42);
+    let slots = shard.slots();
     let keys: Vec<TrackKey> = (0..n as u64).map(key).collect();
     let kb: Vec<[u8; 40]> = keys.iter().map(bytes).collect();
-    let mut shard = Shard::with_capacity_and_seed(slots, 42);
     let mut rte = RteHash::<40>::new(eal, &format!("ct_bench_{n}"), slots as u32)
         .expect("rte_hash_create (EAL memory: -m)");
 
@@ -193,7 +195,7 @@ fn main() {
     let rows: Vec<Row> = sizes.iter().map(|&n| run_size(&mut c, &eal, n)).collect();
     c.final_summary();
     println!(
-        "\nconntrack: {} bytes per slot (64-byte entry + 4-byte signature); slots = next_pow2(1.25 × N)",
+        "\nconntrack: {} bytes per slot (64-byte entry + 4-byte signature); slots = Shard::slots_for(N) = next_pow2(1.25 × N)",
         Shard::bytes_per_slot()
     );
     println!(

@@ -234,7 +234,7 @@ fn conntrack_families(src: &MetricsSources) -> Vec<MetricFamily> {
     use dataplane::stats::ConntrackStats;
     let mut out = Vec::new();
     type Field = fn(&ConntrackStats) -> u64;
-    let gauges: [(&str, &str, Field); 2] = [
+    let gauges: [(&str, &str, Field); 3] = [
         (
             "sluice_conntrack_entries",
             "Occupied conntrack slots per worker (expired ones not yet swept included).",
@@ -242,8 +242,13 @@ fn conntrack_families(src: &MetricsSources) -> Vec<MetricFamily> {
         ),
         (
             "sluice_conntrack_capacity",
-            "Conntrack slots reserved per worker.",
+            "Connections each worker's conntrack shard is sized to hold (conntrack_capacity).",
             |c| c.capacity.get(),
+        ),
+        (
+            "sluice_conntrack_slots",
+            "Conntrack slots reserved per worker (1.25 x capacity rounded up to a power of two; 68 bytes each).",
+            |c| c.slots.get(),
         ),
     ];
     for (name, help, field) in gauges {
@@ -457,6 +462,7 @@ mod tests {
             "sluice_snapshot_generation 42",
             "sluice_workers 2",
             "sluice_conntrack_entries{worker=\"1\"} 0",
+            "sluice_conntrack_slots{worker=\"1\"} 0",
             "sluice_conntrack_insert_failed_total 0",
         ] {
             assert!(
@@ -479,8 +485,8 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 25);
-        assert_eq!(described, 25, "every collected family is described");
+        assert_eq!(r.gather().len(), 26);
+        assert_eq!(described, 26, "every collected family is described");
     }
 
     #[test]

@@ -148,6 +148,10 @@ fn check(persistence: &str, name: &str, persists: bool) {
         m["sluice_conntrack_entries{worker=\"0\"}"],
         2 * u64::from(FLOWS)
     );
+    // conntrack_capacity = 4096 connections: 1.25 × that in slots,
+    // rounded up to a power of two.
+    assert_eq!(m["sluice_conntrack_capacity{worker=\"0\"}"], 4096);
+    assert_eq!(m["sluice_conntrack_slots{worker=\"0\"}"], 8192);
 }
 
 /// Two workers, one flow → one shard (AP-1, CT-3): net_pcap gives one RX

@@ -67,12 +67,16 @@ pub struct PortCounters {
 
 /// The worker's conntrack shard as the scrape sees it (SPEC §3). The shard
 /// counts in plain worker-local integers; the worker copies them here once
-/// per poll, so these are monotonic except `entries` and `capacity`.
+/// per poll, so these are monotonic except `entries`, `capacity` and
+/// `slots`.
 #[derive(Debug, Default)]
 pub struct ConntrackStats {
     /// Occupied slots (expired entries not yet swept included).
     pub entries: Gauge,
+    /// Connections the shard is sized for (`conntrack_capacity`).
     pub capacity: Gauge,
+    /// Slots reserved for them (memory: 68 bytes each).
+    pub slots: Gauge,
     pub inserts: Gauge,
     pub hits: Gauge,
     pub misses: Gauge,
@@ -90,6 +94,7 @@ impl ConntrackStats {
         let c = &shard.counters;
         self.entries.set(shard.len() as u64);
         self.capacity.set(shard.capacity() as u64);
+        self.slots.set(shard.slots() as u64);
         self.inserts.set(c.inserts);
         self.hits.set(c.hits);
         self.misses.set(c.misses);

@@ -16,14 +16,14 @@ fn flow(i: u32) -> Pkt {
 fn full_shard_forwards_statelessly_and_counts_insert_failures() {
     let mut w = World::new(3, A::None, M::PerConnection, P::DefaultForProtocol);
     w.shard = Shard::with_capacity_and_seed(1024, 99);
-    let n = 4 * w.shard.capacity() as u32;
+    let n = 4 * w.shard.slots() as u32;
     for i in 0..n {
         let p = flow(i);
         assert_eq!(w.send(&p), w.table_choice(&p), "flow {i} forwarded");
     }
     let c = w.shard.counters;
-    assert_eq!(w.shard.len(), w.shard.capacity(), "filled to the last slot");
-    assert_eq!(c.inserts as usize, w.shard.capacity());
+    assert_eq!(w.shard.len(), w.shard.slots(), "filled to the last slot");
+    assert_eq!(c.inserts as usize, w.shard.slots());
     assert_eq!(c.insert_failed, u64::from(n) - c.inserts);
     assert_eq!(c.misses, u64::from(n));
 
@@ -54,7 +54,7 @@ fn fill_factor_before_the_first_failure_is_high() {
         w.send(&flow(i));
         i += 1;
     }
-    let fill = w.shard.len() as f64 / w.shard.capacity() as f64;
+    let fill = w.shard.len() as f64 / w.shard.slots() as f64;
     assert!(fill > 0.9, "first failure at {fill:.3} full");
 }
 
@@ -70,7 +70,7 @@ fn sweep_is_bounded_and_reclaims_everything_eventually() {
     let freed = w.shard.sweep(w.now, 32);
     assert!(freed <= 32);
     let mut total = freed;
-    for _ in 0..(4096 / 32) {
+    for _ in 0..(w.shard.slots() / 32) {
         total += w.shard.sweep(w.now, 32);
     }
     assert_eq!(total, 3000);
@@ -107,4 +107,31 @@ fn relocated_entries_are_still_found() {
         assert_eq!(s.entry(slot).unwrap().backend, BackendId(i as u32));
     }
     assert_eq!(s.len(), stored.len());
+}
+
+/// Issue 4 (config `conntrack_capacity`): a shard holds the connections it
+/// was sized for — at the worst rounding (capacity just under 0.8 × a
+/// power of two) it is 80 % full and no insert fails.
+#[test]
+fn a_shard_holds_its_configured_capacity() {
+    for capacity in [1024usize, 52_428, 100_000] {
+        let mut w = World::new(3, A::None, M::PerConnection, P::DefaultForProtocol);
+        w.shard = Shard::with_capacity_and_seed(capacity, 17);
+        assert_eq!(w.shard.capacity(), capacity);
+        assert!(
+            w.shard.slots() * 4 >= capacity * 5,
+            "1.25 × capacity in slots"
+        );
+        assert!(w.shard.slots().is_power_of_two());
+        for i in 0..capacity as u32 {
+            let p = flow(i);
+            assert_eq!(w.send(&p), w.table_choice(&p), "flow {i} forwarded");
+        }
+        let c = w.shard.counters;
+        assert_eq!(
+            c.insert_failed, 0,
+            "capacity {capacity}: every connection stored"
+        );
+        assert_eq!(w.shard.len(), capacity);
+    }
 }

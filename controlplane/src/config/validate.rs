@@ -200,11 +200,13 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         "dataplane.mbufs",
         "mbufs",
     );
-    // Per worker; at 68 bytes a slot, 2^27 slots is 8.5 GiB.
+    // Connections per worker. The shard reserves 1.25 × that in slots,
+    // rounded up to a power of two (`Shard::slots_for`): at most 2^27
+    // slots of 68 bytes, 8.5 GiB.
     let conntrack_capacity = cx.int(
         &d.conntrack_capacity,
         1_048_576u32,
-        (1024, 1 << 27),
+        (1024, 100_000_000),
         "dataplane.conntrack_capacity",
         "conntrack_capacity",
     );
