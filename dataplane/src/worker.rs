@@ -125,6 +125,7 @@ impl Worker {
                 needs_fallback: [false; MAX_BURST],
             },
             steer_to: [NO_STEER; MAX_BURST],
+            dropped: MbufBurst::default(),
             state,
             stats,
         };
@@ -223,6 +224,8 @@ struct Lanes {
     stages: [Stage; MAX_BURST],
     conntrack: BurstConntrack,
     steer_to: [u16; MAX_BURST],
+    /// This burst's dropped packets, freed in bulk at its end.
+    dropped: MbufBurst,
     state: Arc<ForwardingState>,
     stats: Arc<CachePadded<WorkerStats>>,
 }
@@ -360,6 +363,11 @@ impl Lanes {
                 }
                 Verdict::Drop(reason) => {
                     self.stats.count_drop(reason, 1);
+                    // Freed together at the end of the burst: a flood of
+                    // unwanted packets costs one mempool put per burst.
+                    let _ = self.dropped.push_or_flush(m, |b| {
+                        b.clear();
+                    });
                     continue;
                 }
             };
@@ -376,6 +384,7 @@ impl Lanes {
                 stats.count_drop(DropReason::TxQueueFull, 1);
             }
         }
+        self.dropped.clear();
         if steer {
             self.steer_to = [NO_STEER; MAX_BURST];
         }
