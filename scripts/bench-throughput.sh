@@ -9,6 +9,10 @@
 # TRAFFIC=syn: every packet a SYN (CT-1: a new connection each time);
 # TRAFFIC=udp: UDP to :53 under affinity NONE, not tracked (CT-4): the
 # stateless path (parse, rule, hash, Maglev, GRE).
+# TRAFFIC=drop: UDP to an address no rule matches: receive, classify,
+# count the drop (no_rule), free. The floor under every other mode: what
+# sluice costs on this harness before it balances anything. Its rate is
+# the receive rate of the clients port (nothing is transmitted).
 # CT_CAPACITY: the worker's conntrack_capacity (default: the config default,
 # 1,048,576 — 95 % full with FLOWS=1000000).
 # Each run lasts SECONDS; the rate is the transmit rate on the null port over
@@ -27,8 +31,12 @@ case "$TRAFFIC" in
   tcp) GEN_FLAG=""; RULE_PROTO=TCP; RULE_PORT=80 ;;
   syn) GEN_FLAG="--syn"; RULE_PROTO=TCP; RULE_PORT=80 ;;
   udp) GEN_FLAG="--udp"; RULE_PROTO=UDP; RULE_PORT=53 ;;
-  *) echo "TRAFFIC must be tcp, syn or udp" >&2; exit 2 ;;
+  drop) GEN_FLAG="--udp"; RULE_PROTO=UDP; RULE_PORT=53 ;;
+  *) echo "TRAFFIC must be tcp, syn, udp or drop" >&2; exit 2 ;;
 esac
+# The traffic's destination: the VIP, or (drop) an address nothing owns.
+DST=203.0.113.10
+[ "$TRAFFIC" = drop ] && DST=203.0.113.99
 WARMUP=${WARMUP:-3}
 MBUFS=$(( (FLOWS + 65536) | 1 ))
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
@@ -36,7 +44,7 @@ cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 
 cargo build --release --locked -q -p controlplane -p sluice-benches --bins
-target/release/pktgen "$FLOWS" "$work/flows.pcap" 203.0.113.10 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
+target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
 
 RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
 TX_DEV="net_null0,no-rx=1"
@@ -112,7 +120,11 @@ ports = "$RULE_PORT"
 backend_service = "web"
 TOML
 
-tx_of() { curl -s http://127.0.0.1:19100/metrics | awk '/^sluice_port_tx_packets_total\{port="backends"\}/ {print $2}'; }
+# Forwarded packets (transmitted on the backends port), or for TRAFFIC=drop
+# the packets received and dropped.
+COUNTED='sluice_port_tx_packets_total{port="backends"}'
+[ "$TRAFFIC" = drop ] && COUNTED='sluice_port_rx_packets_total{port="clients"}'
+tx_of() { curl -s http://127.0.0.1:19100/metrics | awk -v m="$COUNTED" '$1 == m {print $2}'; }
 target/release/sluice run --config "$work/bench.toml" --duration $((SECONDS_PER_RUN + WARMUP + 2)) \
   --metrics-dump "$work/sluice-metrics.txt" > "$work/sluice.log" 2>&1 &
 sl=$!
