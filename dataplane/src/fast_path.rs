@@ -5,15 +5,18 @@
 //! The general parser handles every protocol, IPv6 extension headers,
 //! fragments and ICMP errors, and builds an `IpInfo` of `IpAddr`s that the
 //! flow hash then matches on again; for the frames this path accepts, it
-//! reads each field once, at a fixed offset, as a plain integer. Anything
-//! else — and every rule miss — returns None, and the caller runs the
-//! general path, which decides the same `Stage` for every frame this one
-//! accepts (property-tested in `tests/fast_path.rs` over random and
-//! mutated frames).
+//! reads each field once, at a fixed offset, as a plain integer. Rule
+//! misses are decided here too (a flood of traffic for addresses or ports
+//! sluice does not serve costs no second parse). Anything else returns
+//! None, and the caller runs the general path, which decides the same
+//! `Stage` for every frame this one accepts (property-tested in
+//! `tests/fast_path.rs` over random and mutated frames).
 
 use crate::conntrack::{policy, PacketMeta};
+use crate::drop_reason::DropReason;
 use crate::flow::ipv4_ports_hash;
-use crate::pipeline::{Balance, Stage};
+use crate::pipeline::{Balance, Stage, Verdict};
+use crate::rules::RuleMiss;
 use crate::snapshot::ForwardingState;
 use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::wire::proto::{TCP, UDP};
@@ -82,7 +85,13 @@ pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage
         src: u16::from_be_bytes([ip[20], ip[21]]),
         dst: u16::from_be_bytes([ip[22], ip[23]]),
     };
-    let rule = state.rules.lookup_v4_ports(dst, proto, ports.dst)?;
+    let rule = match state.rules.lookup_v4_ports(dst, proto, ports.dst) {
+        Ok(rule) => rule,
+        Err(miss) => {
+            *out = Stage::Done(rule_miss(miss, dst, state));
+            return Some(());
+        }
+    };
     let service = state.service(rule.service)?;
     let hash = ipv4_ports_hash(src, dst, proto, ports, service.affinity);
     let tracked = policy::trackable(proto, service.affinity);
@@ -108,4 +117,16 @@ pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage
         icmp_error: false,
     });
     Some(())
+}
+
+/// What the general path decides for TCP or UDP that no rule takes: to
+/// one of the appliance's own addresses, the exception path (AP-4);
+/// otherwise a counted drop.
+#[cold]
+fn rule_miss(miss: RuleMiss, dst: u32, state: &ForwardingState) -> Verdict {
+    match miss {
+        RuleMiss::NoRule => Verdict::Drop(DropReason::NoRule),
+        RuleMiss::NotVip if state.ports.iter().any(|p| p.ipv4 == Some(dst.into())) => Verdict::Punt,
+        RuleMiss::NotVip => Verdict::Drop(DropReason::NotForUs),
+    }
 }

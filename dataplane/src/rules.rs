@@ -89,23 +89,20 @@ impl RuleTable {
     }
 
     /// [`RuleTable::lookup`] for an IPv4 packet with ports, on plain
-    /// integers (the worker's IPv4 fast path); None on either miss.
+    /// integers (the worker's IPv4 fast path).
     #[inline(always)]
     pub fn lookup_v4_ports(
         &self,
         dst: u32,
         ip_proto: u8,
         dst_port: u16,
-    ) -> Option<&ForwardingRule> {
-        let i = self.v4.binary_search_by_key(&dst, |v| v.0).ok()?;
-        self.v4.get(i)?.1.iter().find(|r| {
-            let proto_ok = match r.protocol {
-                RuleProtocol::Tcp => ip_proto == 6,
-                RuleProtocol::Udp => ip_proto == 17,
-                RuleProtocol::L3Default => true,
-            };
-            proto_ok && r.ports.first <= dst_port && dst_port <= r.ports.last
-        })
+    ) -> Result<&ForwardingRule, RuleMiss> {
+        let i = self
+            .v4
+            .binary_search_by_key(&dst, |v| v.0)
+            .map_err(|_| RuleMiss::NotVip)?;
+        let rules = self.v4.get(i).ok_or(RuleMiss::NotVip)?;
+        find_rule(&rules.1, ip_proto, Some(dst_port))
     }
 
     pub fn is_vip(&self, addr: IpAddr) -> bool {
@@ -122,18 +119,29 @@ impl RuleTable {
         dst_port: Option<u16>,
     ) -> Result<&ForwardingRule, RuleMiss> {
         let rules = self.rules_of(dst).ok_or(RuleMiss::NotVip)?;
-        rules
-            .iter()
-            .find(|r| {
-                let proto_ok = match r.protocol {
-                    RuleProtocol::Tcp => ip_proto == 6,
-                    RuleProtocol::Udp => ip_proto == 17,
-                    RuleProtocol::L3Default => true,
-                };
-                proto_ok && r.ports.matches(dst_port)
-            })
-            .ok_or(RuleMiss::NoRule)
+        find_rule(rules, ip_proto, dst_port)
     }
+}
+
+/// The first of a VIP's rules that takes the protocol and port (FR-1 …
+/// FR-4).
+#[inline(always)]
+fn find_rule(
+    rules: &[ForwardingRule],
+    ip_proto: u8,
+    dst_port: Option<u16>,
+) -> Result<&ForwardingRule, RuleMiss> {
+    rules
+        .iter()
+        .find(|r| {
+            let proto_ok = match r.protocol {
+                RuleProtocol::Tcp => ip_proto == 6,
+                RuleProtocol::Udp => ip_proto == 17,
+                RuleProtocol::L3Default => true,
+            };
+            proto_ok && r.ports.matches(dst_port)
+        })
+        .ok_or(RuleMiss::NoRule)
 }
 
 fn push_rule<K: PartialEq>(list: &mut Vec<(K, Vec<ForwardingRule>)>, key: K, rule: ForwardingRule) {

@@ -2,13 +2,21 @@
 //! general parser (`pipeline::classify_general`): whenever the fast path
 //! accepts a frame, both decide the same `Stage` — service, flow hash
 //! (HA-1, HA-3: every session affinity), layout, conntrack metadata and
-//! trackability (CT-2, CT-4). Frames are valid ones with a few bytes
+//! trackability (CT-2, CT-4) — or the same verdict for a rule miss (FR-1,
+//! AP-4). Frames are valid ones with a few bytes
 //! overwritten and cut at a random length, so the length, version, IHL,
 //! fragment, VLAN and TCP data-offset checks are all crossed.
 
 mod common;
 
 use common::state::{state, VIP4, VIP_CLIENT_IP, VIP_EMPTY, VIP_UNRESOLVED};
+use dataplane::drop_reason::DropReason;
+use dataplane::pipeline::Verdict;
+
+/// Port 0's own IPv4 address in the shared test state (AP-4).
+const APPLIANCE4: &str = "10.0.0.1";
+/// Nobody's address: neither a VIP nor the appliance's.
+const NOT_VIP4: &str = "192.0.2.99";
 use common::*;
 use dataplane::fast_path::classify_ipv4;
 use dataplane::pipeline::{classify_general, Stage};
@@ -108,9 +116,28 @@ fn well_formed_ipv4_tcp_and_udp_to_a_vip_take_the_fast_path() {
             SYN,
             b"",
         );
-        for f in [&no_rule, &not_vip, &fragment] {
-            assert_eq!(classify_ipv4(f, &st), None);
+        let to_appliance = frame(
+            false,
+            false,
+            APPLIANCE4,
+            [198, 51, 100, 7],
+            (1, 53),
+            0,
+            0,
+            b"",
+        );
+        // Rule misses are decided here too (FR-1: no rule; AP-4: the
+        // appliance's own address goes to the exception path), as the
+        // general path decides them.
+        for (f, want) in [
+            (&no_rule, Verdict::Drop(DropReason::NoRule)),
+            (&not_vip, Verdict::Drop(DropReason::NotForUs)),
+            (&to_appliance, Verdict::Punt),
+        ] {
+            assert_eq!(classify_ipv4(f, &st), Some(Stage::Done(want)));
+            assert_eq!(classify_general(f, &st), Stage::Done(want));
         }
+        assert_eq!(classify_ipv4(&fragment, &st), None);
         // A service with an empty table is still balanced (stage 2 drops it).
         assert_eq!(
             classify_ipv4(&empty_svc, &st),
@@ -128,7 +155,7 @@ proptest! {
         affinity in 0usize..4,
         vlan in any::<bool>(),
         is_tcp in any::<bool>(),
-        vip in prop::sample::select(vec![VIP4, VIP_CLIENT_IP, VIP_EMPTY, VIP_UNRESOLVED]),
+        vip in prop::sample::select(vec![VIP4, VIP_CLIENT_IP, VIP_EMPTY, VIP_UNRESOLVED, NOT_VIP4, APPLIANCE4]),
         src in any::<[u8; 4]>(),
         sport in any::<u16>(),
         dport in prop::sample::select(vec![53u16, 80, 81, 443, 0, 65535]),
