@@ -10,11 +10,12 @@
 # TRAFFIC=udp: UDP to :53 under affinity NONE, not tracked (CT-4): the
 # stateless path (parse, rule, hash, Maglev, GRE).
 # TRAFFIC=drop: UDP to an address no rule matches: receive, classify,
-# count the drop (no_rule), free. The floor under every other mode: what
+# count the drop (not_for_us), free. The floor under every other mode: what
 # sluice costs on this harness before it balances anything. Its rate is
 # the receive rate of the clients port (nothing is transmitted).
-# CT_CAPACITY: the worker's conntrack_capacity (default: the config default,
-# 1,048,576 — 95 % full with FLOWS=1000000).
+# CT_CAPACITY: the worker's conntrack_capacity in connections (default: the
+# config default, 1,048,576, which reserves 2,097,152 slots: 48 % full with
+# FLOWS=1000000).
 # Each run lasts SECONDS; the rate is the transmit rate on the null port over
 # the steady-state part of the run. Timing never fails anything: the script
 # prints numbers, its last line is
