@@ -131,10 +131,18 @@ fn hc_2_hc_5_hc_7_http_probe_follows_the_server() {
 fn hc_1_tcp_probe_marks_a_closed_listener_down() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let dead = {
-        let t = TcpListener::bind("127.0.0.1:0").unwrap();
-        t.local_addr().unwrap()
-    };
+    // Bound but not listening: connections are refused (RST), and the
+    // port stays ours, so no test running alongside can listen on it.
+    let closed = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    closed
+        .bind(
+            &"127.0.0.1:0"
+                .parse::<std::net::SocketAddr>()
+                .unwrap()
+                .into(),
+        )
+        .unwrap();
+    let dead = closed.local_addr().unwrap().as_socket().unwrap();
     let hc = HealthChecker::spawn().unwrap();
     let k = key(addr, ProbeKind::Tcp);
     let kd = key(dead, ProbeKind::Tcp);
