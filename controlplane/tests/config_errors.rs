@@ -205,6 +205,17 @@ fn cases() -> Vec<Case> {
             hint: "address6",
         },
         Case {
+            name: "conntrack capacity beyond the slot ceiling",
+            text: replace(
+                "eal_args = [\"--no-huge\"]\n",
+                "eal_args = [\"--no-huge\"]\nconntrack_capacity = 200000000\n",
+            ),
+            at_line_with: "conntrack_capacity",
+            path: "dataplane.conntrack_capacity",
+            message: "200000000 is out of range",
+            hint: "from 1024 to 100000000",
+        },
+        Case {
             name: "ratio out of range",
             text: replace(
                 "health_check = \"tcp-80\"\n",
