@@ -92,9 +92,24 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let hup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
 
+    // Before EAL and the mempool: the shards are reserved and written at
+    // start, so a capacity the machine cannot back is refused here, by name.
+    let workers = usize::from(cfg.dataplane.workers);
+    let capacity = cfg.dataplane.conntrack_capacity as usize;
+    controlplane::memory_budget::check_conntrack(
+        workers,
+        capacity,
+        controlplane::memory_budget::available_bytes(),
+    )
+    .map_err(RunError::Setup)?;
+    eprintln!(
+        "sluice: conntrack: {capacity} connections per worker in {} slots, {} MiB per worker",
+        dataplane::conntrack::Shard::slots_for(capacity),
+        controlplane::memory_budget::conntrack_bytes(1, capacity) >> 20
+    );
+
     let args = eal_args(&cfg);
     let eal = Eal::init(&args)?;
-    let workers = usize::from(cfg.dataplane.workers);
     let lcores = eal.worker_lcores();
     if lcores.len() < workers {
         return Err(RunError::Setup(format!(

@@ -68,6 +68,45 @@ fn run_refuses_to_start_on_a_broken_config() {
     );
 }
 
+/// Issue 4 (`conntrack_capacity`, memory reserved at start): shards the
+/// process cannot back are refused before EAL starts, by setting name, with
+/// the capacity that would fit — not an allocation abort or the OOM killer
+/// half-way through start-up. An address-space limit (`ulimit -v`, 1 GiB)
+/// makes the shortage the same on every machine: 8 workers × 136 MiB.
+#[test]
+fn run_refuses_conntrack_tables_the_process_cannot_hold() {
+    let dir = tempdir("cli-run-ct-memory");
+    let cfg = dir.join("big.toml");
+    let text = BROKEN
+        .replace("workers = 1", "workers = 8")
+        .replace("192.0.2.300", "192.0.2.30")
+        .replace("backend_service = \"nope\"", "backend_service = \"web\"");
+    std::fs::write(&cfg, text).unwrap();
+    let check = Command::new(sluice_bin())
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    let script = format!(
+        "ulimit -v 1048576 && exec {} run --config {} --duration 1",
+        sluice_bin(),
+        cfg.display()
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("dataplane.conntrack_capacity = 1048576: 8 worker(s) × 2097152 slots"),
+        "{err}"
+    );
+    assert!(
+        err.contains("lower dataplane.conntrack_capacity to at most"),
+        "{err}"
+    );
+    assert!(!err.contains("EAL:"), "refused before EAL: {err}");
+}
+
 #[test]
 fn check_config_accepts_the_shipped_examples() {
     let conf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf");
