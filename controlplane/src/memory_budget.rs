@@ -18,16 +18,42 @@ pub fn conntrack_bytes(workers: usize, capacity: usize) -> u64 {
 
 /// The memory this process can get: the kernel's `MemAvailable` (what it
 /// can hand out without swapping), or less if an address-space limit
-/// (`ulimit -v`) says so. None when neither can be read.
+/// (`ulimit -v`) or the process's memory cgroup limit (a container's, v1
+/// or v2) says so. None when none of them can be read.
 pub fn available_bytes() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
-    let limits = std::fs::read_to_string("/proc/self/limits").ok();
-    let avail = meminfo.as_deref().and_then(mem_available);
-    let limit = limits.as_deref().and_then(address_space_limit);
-    match (avail, limit) {
-        (Some(a), Some(l)) => Some(a.min(l)),
-        (a, l) => a.or(l),
-    }
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let avail = read("/proc/meminfo").as_deref().and_then(mem_available);
+    let limit = read("/proc/self/limits")
+        .as_deref()
+        .and_then(address_space_limit);
+    let cgroup = read("/proc/self/cgroup")
+        .as_deref()
+        .and_then(|c| cgroup_limit(c, |p| read(p)));
+    [avail, limit, cgroup].into_iter().flatten().min()
+}
+
+/// The memory limit of the process's memory cgroup, from the files `read`
+/// returns; None without a limit or when the files are not there (e.g. a
+/// cgroup namespace hides the path). The limit, not limit minus usage:
+/// usage counts page cache the kernel would reclaim for the shards, and a
+/// refusal must never be wrong.
+fn cgroup_limit(self_cgroup: &str, read: impl Fn(&str) -> Option<String>) -> Option<u64> {
+    let file = if let Some(path) = self_cgroup
+        .lines()
+        .find_map(|l| l.split_once(":memory:").map(|(_, p)| p))
+    {
+        format!(
+            "/sys/fs/cgroup/memory{}/memory.limit_in_bytes",
+            path.trim_end_matches('/')
+        )
+    } else {
+        let path = self_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+        format!("/sys/fs/cgroup{}/memory.max", path.trim_end_matches('/'))
+    };
+    // v2 writes no limit as "max" (does not parse), v1 as a page-rounded
+    // i64::MAX.
+    let limit = read(&file)?.trim().parse::<u64>().ok()?;
+    (limit < 1 << 60).then_some(limit)
 }
 
 /// `MemAvailable:   12345678 kB` → bytes.
@@ -113,6 +139,38 @@ mod tests {
         let limited =
             "Max address space         4096000000           unlimited            bytes     \n";
         assert_eq!(address_space_limit(limited), Some(4_096_000_000));
+    }
+
+    #[test]
+    fn reads_the_memory_cgroup_limit_v1_and_v2() {
+        let files = |pairs: &'static [(&'static str, &'static str)]| {
+            move |p: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == p)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let v1 = "4:memory:/pod/a\n0::/\n";
+        let limited = files(&[(
+            "/sys/fs/cgroup/memory/pod/a/memory.limit_in_bytes",
+            "1073741824\n",
+        )]);
+        assert_eq!(cgroup_limit(v1, limited), Some(1 << 30));
+        let unlimited = files(&[(
+            "/sys/fs/cgroup/memory/pod/a/memory.limit_in_bytes",
+            "9223372036854771712\n",
+        )]);
+        assert_eq!(cgroup_limit(v1, unlimited), None);
+        let v2 = "0::/system.slice/sluice.service\n";
+        let limited = files(&[(
+            "/sys/fs/cgroup/system.slice/sluice.service/memory.max",
+            "2147483648\n",
+        )]);
+        assert_eq!(cgroup_limit(v2, limited), Some(2 << 30));
+        let max = files(&[("/sys/fs/cgroup/memory.max", "max\n")]);
+        assert_eq!(cgroup_limit("0::/\n", max), None);
+        assert_eq!(cgroup_limit("0::/\n", files(&[])), None);
     }
 
     /// The default (1,048,576 connections: 2,097,152 slots of 68 bytes) on
