@@ -13,10 +13,8 @@
 //! `tests/fast_path.rs` over random and mutated frames).
 
 use crate::conntrack::{policy, PacketMeta};
-use crate::drop_reason::DropReason;
 use crate::flow::ipv4_ports_hash;
-use crate::pipeline::{Balance, Stage, Verdict};
-use crate::rules::RuleMiss;
+use crate::pipeline::{Balance, Stage};
 use crate::snapshot::ForwardingState;
 use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::wire::proto::{TCP, UDP};
@@ -87,8 +85,11 @@ pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage
     };
     let rule = match state.rules.lookup_v4_ports(dst, proto, ports.dst) {
         Ok(rule) => rule,
+        // Only TCP and UDP get here, so "for the appliance" is just its
+        // own address (no neighbour discovery).
         Err(miss) => {
-            *out = Stage::Done(rule_miss(miss, dst, state));
+            let own = || crate::pipeline::is_own_address(state, dst.to_be_bytes().into());
+            *out = Stage::Done(crate::pipeline::rule_miss(miss, own));
             return Some(());
         }
     };
@@ -117,16 +118,4 @@ pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage
         icmp_error: false,
     });
     Some(())
-}
-
-/// What the general path decides for TCP or UDP that no rule takes: to
-/// one of the appliance's own addresses, the exception path (AP-4);
-/// otherwise a counted drop.
-#[cold]
-fn rule_miss(miss: RuleMiss, dst: u32, state: &ForwardingState) -> Verdict {
-    match miss {
-        RuleMiss::NoRule => Verdict::Drop(DropReason::NoRule),
-        RuleMiss::NotVip if state.ports.iter().any(|p| p.ipv4 == Some(dst.into())) => Verdict::Punt,
-        RuleMiss::NotVip => Verdict::Drop(DropReason::NotForUs),
-    }
 }

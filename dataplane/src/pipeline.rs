@@ -188,11 +188,11 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
     // the order does not change any verdict.
     let rule = match state.rules.lookup(ip.dst, ip.protocol, dst_port) {
         Ok(rule) => rule,
-        Err(RuleMiss::NoRule) => return Err(DropReason::NoRule),
-        Err(RuleMiss::NotVip) if is_for_appliance(&ip, state) => {
-            return Ok(Stage::Done(Verdict::Punt))
+        Err(miss) => {
+            return Ok(Stage::Done(rule_miss(miss, || {
+                is_for_appliance(&ip, state)
+            })))
         }
-        Err(RuleMiss::NotVip) => return Err(DropReason::NotForUs),
     };
     // A rule naming a missing service is a broken snapshot; there is then
     // no backend to send to, which is what the counter says.
@@ -550,11 +550,28 @@ fn select_backend(
 /// link-local unicast (neighbour unreachability probes to the kernel's
 /// link-local address), go to the kernel.
 fn is_for_appliance(ip: &IpInfo, state: &ForwardingState) -> bool {
-    let own = state.ports.iter().any(|p| match ip.dst {
+    is_own_address(state, ip.dst) || is_neighbour_discovery(ip)
+}
+
+/// One of the appliance's own port addresses.
+pub(crate) fn is_own_address(state: &ForwardingState, addr: IpAddr) -> bool {
+    state.ports.iter().any(|p| match addr {
         IpAddr::V4(a) => p.ipv4 == Some(a),
         IpAddr::V6(a) => p.ipv6 == Some(a),
-    });
-    own || is_neighbour_discovery(ip)
+    })
+}
+
+/// FR-1, AP-4: the verdict for a packet no rule takes — the exception path
+/// when it is for the appliance (`for_appliance`, asked only for a
+/// destination that is no VIP), else a counted drop. The general path and
+/// the IPv4 fast path both decide misses here.
+#[cold]
+pub(crate) fn rule_miss(miss: RuleMiss, for_appliance: impl FnOnce() -> bool) -> Verdict {
+    match miss {
+        RuleMiss::NoRule => Verdict::Drop(DropReason::NoRule),
+        RuleMiss::NotVip if for_appliance() => Verdict::Punt,
+        RuleMiss::NotVip => Verdict::Drop(DropReason::NotForUs),
+    }
 }
 
 fn is_neighbour_discovery(ip: &IpInfo) -> bool {
