@@ -7,6 +7,7 @@ pub mod control_socket;
 pub mod exception;
 pub mod health;
 pub mod maglev;
+pub mod mbuf_pool;
 pub mod memory_budget;
 pub mod metrics;
 pub mod metrics_control;

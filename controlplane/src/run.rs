@@ -9,6 +9,7 @@ use controlplane::config::Config;
 use controlplane::control::Controller;
 use controlplane::control_socket::{self, Pending, Request};
 use controlplane::exception;
+use controlplane::mbuf_pool;
 use controlplane::metrics::{self, MetricsSources};
 use controlplane::neighbours::NeighbourResolver;
 use dataplane::dpdk::{mbuf_ring, Eal, Mempool, Port, PortConfig};
@@ -120,21 +121,13 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         )));
     }
     let nports = cfg.dataplane.ports.len();
-    // Enough for every RX and TX ring plus per-lcore caches and bursts in flight.
-    let ntaps = cfg
-        .dataplane
-        .ports
-        .iter()
-        .filter(|p| p.tap.is_some())
-        .count();
-    let rings = nports as u32 * (1024 + 1024) + ntaps as u32 * (512 + 512) + 1024 * workers as u32;
-    let auto = (rings * workers as u32 + 4096).next_power_of_two() - 1;
-    let mbufs = if cfg.dataplane.mbufs == 0 {
-        auto
-    } else {
-        cfg.dataplane.mbufs
-    };
-    let pool = Mempool::new("sluice_mbufs", mbufs, 256, dpdk_sys_default_buf_size())?;
+    let mbufs = mbuf_pool::mbuf_count(&cfg.dataplane);
+    let data_room = mbuf_pool::data_room(&cfg.dataplane.ports);
+    let pool = Mempool::new("sluice_mbufs", mbufs, 256, data_room)?;
+    eprintln!(
+        "sluice: packet pool: {mbufs} mbufs of {data_room} bytes (frames up to {} bytes)",
+        usize::from(data_room) - dataplane::dpdk::MBUF_HEADROOM
+    );
 
     let mut ports = Vec::with_capacity(nports);
     for p in &cfg.dataplane.ports {
@@ -480,12 +473,6 @@ fn start_taps(
 
 /// How long `--exit-on-idle` waits for the first packet.
 const IDLE_STARTUP_GRACE: Duration = Duration::from_secs(5);
-
-/// Mbuf data room: DPDK's default (2048 + headroom), enough for a 1500-byte
-/// MTU plus any encapsulation in one segment.
-fn dpdk_sys_default_buf_size() -> u16 {
-    2048 + 128
-}
 
 /// EAL leaves its runtime directory behind; remove ours if we made it.
 fn remove_runtime_dir(args: &[String]) {

@@ -44,9 +44,11 @@ use crate::wire::ipv6_ext::FRAGMENT_HEADER_LEN;
 use crate::wire::proto::IPV6_FRAGMENT;
 use crate::wire::L3Layout;
 
-/// Most fragments one packet may become (the first included). With the
-/// runtime's 2 KiB mbufs a packet becomes at most five (576-byte MTU); the
-/// bound keeps the worker's buffer array fixed. Beyond it: `mtu_exceeded`.
+/// Most fragments one packet may become (the first included). The
+/// runtime's mbufs hold at most 9,408 bytes (data room sized for the
+/// largest MTU, 9216), which become at most 19 fragments at the smallest
+/// MTU (576, with 40 bytes of copied IPv4 options in each); the bound keeps
+/// the worker's buffer array fixed. Beyond it: `mtu_exceeded`.
 pub const MAX_FRAGMENTS: usize = 64;
 
 /// The Ethernet header in front of every fragment: the encapsulation always

@@ -469,8 +469,31 @@ fn ap_3_fragments_fit_the_buffer_room() {
     assert_eq!(payload, unfragmented(&st, &frame, backend.0)[34..]);
 }
 
+/// The largest frame a runtime buffer can hold: the data room sized for
+/// the largest MTU (9216 + Ethernet + two VLAN tags + 128 bytes headroom,
+/// rounded to 64: 9408), all of it filled when the encapsulation has used
+/// the headroom up.
+const LARGEST_FRAME: usize = 9408;
+
+/// Issue 12 item 5: jumbo buffers keep `MAX_FRAGMENTS` out of reach. The
+/// largest frame any buffer holds, towards the smallest MTU (576), becomes
+/// 17 fragments; IPv4 options repeated in every fragment (at most 40
+/// bytes) make it 19.
+#[test]
+fn ap_3_the_largest_buffer_stays_within_max_fragments() {
+    let (_, ip4) = udp4(LARGEST_FRAME - 14, 0);
+    let frame = eth(&[], ETH_IPV4, &ip4);
+    assert_eq!(frame.len(), LARGEST_FRAME);
+    let plan = fragment::plan(&frame, 576, LARGEST_FRAME).unwrap();
+    assert_eq!(plan.count(), (LARGEST_FRAME - 14 - 20).div_ceil(552));
+    assert!(plan.count() <= MAX_FRAGMENTS);
+    let out = split_all(VecPacket::new(&frame), 576, LARGEST_FRAME).unwrap();
+    let (_, payload) = reassemble(&out, 576);
+    assert_eq!(payload, ip4[20..]);
+}
+
 /// More than MAX_FRAGMENTS pieces: `mtu_exceeded` (unreachable with the
-/// runtime's 2 KiB buffers, bounded anyway); DF set: never planned.
+/// runtime's buffers, see above; bounded anyway); DF set: never planned.
 #[test]
 fn ap_3_too_many_fragments_are_refused() {
     let untagged = |ip4: &[u8]| eth(&[], ETH_IPV4, ip4);

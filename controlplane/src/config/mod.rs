@@ -7,6 +7,7 @@
 //! field path and a hint. See `docs/configuration.md` for every field.
 
 mod diagnostics;
+mod frames;
 mod model;
 mod raw;
 mod rules;

@@ -26,8 +26,7 @@ pub(crate) struct RawConfig {
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawDataplane {
-    #[serde(default)]
-    pub eal_args: Vec<String>,
+    pub eal_args: Option<S<Vec<String>>>,
     pub workers: Option<S<i64>>,
     pub burst_size: Option<S<i64>>,
     pub mbufs: Option<S<i64>>,

@@ -150,6 +150,7 @@ pub(crate) fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Confi
         diags: Diagnostics::new(origin),
     };
     let dataplane = dataplane_section(&mut cx, &raw.dataplane);
+    super::frames::check(&mut cx, raw.dataplane.get_ref(), &dataplane);
     let metrics = metrics_section(&mut cx, raw.metrics.as_ref());
     let zones = zones_section(&mut cx, &raw.zone);
     let health_checks = health_checks_section(&mut cx, &raw.health_check);
@@ -226,7 +227,11 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
     cx.unique(d.port.iter().map(|p| &p.get_ref().name), "dataplane.port");
     let ports = d.port.iter().map(|p| port(cx, p)).collect();
     DataplaneConfig {
-        eal_args: d.eal_args.clone(),
+        eal_args: d
+            .eal_args
+            .as_ref()
+            .map(|a| a.get_ref().clone())
+            .unwrap_or_default(),
         workers,
         burst_size,
         mbufs,

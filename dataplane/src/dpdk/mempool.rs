@@ -3,6 +3,14 @@ use std::ptr::NonNull;
 
 use super::DpdkError;
 
+/// Bytes in front of a received frame in every mbuf
+/// (`RTE_PKTMBUF_HEADROOM`): where the encapsulation prepends its headers.
+/// Part of the data room.
+pub const MBUF_HEADROOM: usize = dpdk_sys::RTE_PKTMBUF_HEADROOM as usize;
+
+// The sans-IO pipeline's test buffers model the same headroom.
+const _: () = assert!(MBUF_HEADROOM == crate::packet::DEFAULT_HEADROOM);
+
 /// A packet-buffer mempool (`rte_pktmbuf_pool_create`).
 #[derive(Debug)]
 pub struct Mempool {

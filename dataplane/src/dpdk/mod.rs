@@ -21,6 +21,6 @@ pub use burst::{MbufBurst, MAX_BURST};
 pub use eal::{Eal, TscClock};
 pub use error::DpdkError;
 pub use mbuf::Mbuf;
-pub use mempool::Mempool;
+pub use mempool::{Mempool, MBUF_HEADROOM};
 pub use port::{LinkStatus, Port, PortConfig, PortHwStats, RxQueue, TxQueue};
 pub use ring::{mbuf_ring, RingConsumer, RingProducer};

@@ -128,7 +128,17 @@ impl Port {
                 ),
             ));
         }
+        let mtu = cfg
+            .mtu
+            .map(|m| device_mtu(&info, &name, m))
+            .transpose()?
+            .flatten();
         let mut conf = dpdk_sys::rte_eth_conf::default();
+        if let Some(m) = mtu {
+            // The largest frame the port receives; configure validates it
+            // against the device and the PMD sizes its RX path from it.
+            conf.rxmode.mtu = u32::from(m);
+        }
         let addresses_only =
             RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6;
         let pairs_on_one_queue = cfg.rx_queues == 1
@@ -203,10 +213,17 @@ impl Port {
                 ));
             }
         }
-        if let Some(mtu) = cfg.mtu {
-            // SAFETY: port id valid. Virtual devices may not support it: the
-            // MTU the pipeline enforces comes from the config anyway.
-            let _ = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
+        if let Some(mtu) = mtu {
+            // SAFETY: port id valid. Drivers without an MTU operation
+            // (-ENOTSUP) took it from rxmode above; the MTU the pipeline
+            // enforces on what it sends comes from the config anyway.
+            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
+            if rc != 0 && rc != -(dpdk_sys::ENOTSUP as i32) {
+                return Err(DpdkError::from_rc(
+                    format!("rte_eth_dev_set_mtu({name}, {mtu})"),
+                    rc,
+                ));
+            }
         }
         // SAFETY: port configured and queues set up.
         let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
@@ -318,6 +335,51 @@ impl Drop for Port {
             dpdk_sys::rte_eth_dev_close(self.id);
         }
     }
+}
+
+/// The MTU to configure on a device for a port `mtu`: `mtu` when the
+/// device takes frames that large, None for `net_af_packet` (DPDK 22.11
+/// reports a fixed 1518-byte limit for it but receives whatever its
+/// `framesz` slot holds, which `check-config` compares with the MTU), an
+/// error naming the device's largest MTU otherwise.
+fn device_mtu(
+    info: &dpdk_sys::rte_eth_dev_info,
+    name: &str,
+    mtu: u16,
+) -> Result<Option<u16>, DpdkError> {
+    // As ethdev derives it: the device's frame overhead is what its
+    // largest frame exceeds its largest MTU by, or Ethernet header + CRC.
+    let max_frame = info.max_rx_pktlen;
+    let overhead = if info.max_mtu != u16::MAX && max_frame > u32::from(info.max_mtu) {
+        max_frame - u32::from(info.max_mtu)
+    } else {
+        18
+    };
+    let largest = u32::from(info.max_mtu).min(max_frame.saturating_sub(overhead));
+    if u32::from(mtu) <= largest {
+        return Ok(Some(mtu));
+    }
+    if driver_name(info) == "net_af_packet" {
+        return Ok(None);
+    }
+    Err(DpdkError::msg(
+        format!("configure {name}"),
+        format!(
+            "mtu {mtu} is above the device's largest MTU {largest} ({max_frame}-byte frames): \
+             lower the port's mtu to at most {largest}"
+        ),
+    ))
+}
+
+fn driver_name(info: &dpdk_sys::rte_eth_dev_info) -> String {
+    if info.driver_name.is_null() {
+        return String::new();
+    }
+    // SAFETY: non-null driver_name points to the driver's static,
+    // NUL-terminated name (rte_eth_dev_info_get filled `info`).
+    unsafe { std::ffi::CStr::from_ptr(info.driver_name) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// One RX queue of one port. Not `Clone`: exactly one owner polls it.

@@ -1,0 +1,186 @@
+//! The packet pool's shape: how much one mbuf holds and how many there are.
+//!
+//! The data room is sized from the largest frame any port can hand the
+//! pipeline, so every received frame fits one segment (the pipeline drops
+//! chained mbufs as `multi_segment`): the largest port MTU plus an Ethernet
+//! header and two VLAN tags, never less than DPDK's default 2 KiB, plus
+//! DPDK's headroom, into which the encapsulation prepends its headers (at
+//! most 14 + 40 + 8 + 4 + 8 = 74 bytes, minus the client's own Ethernet
+//! header it replaces). A `net_af_packet` port also needs its whole frame
+//! slot (`framesz`) to fit: the PMD refuses queues whose slot an mbuf
+//! cannot take.
+
+use crate::config::{DataplaneConfig, PortConfig};
+use dataplane::dpdk::MBUF_HEADROOM;
+
+/// Ethernet header plus two VLAN tags (802.1ad + 802.1Q), which the
+/// pipeline accepts in front of the IP packet.
+pub const MAX_L2_LEN: usize = 14 + 2 * 4;
+
+/// The smallest frame room: DPDK's default (`RTE_MBUF_DEFAULT_DATAROOM`).
+const MIN_FRAME_ROOM: usize = 2048;
+
+/// The largest data room (a `u16` in DPDK, kept a multiple of 64).
+pub const MAX_DATA_ROOM: u16 = 65_472;
+
+/// The largest `net_af_packet` `framesz` whose slot one mbuf can take.
+pub const AF_PACKET_MAX_FRAMESZ: usize =
+    MAX_DATA_ROOM as usize - MBUF_HEADROOM + AF_PACKET_SLOT_DATA_OVERHEAD;
+
+/// `net_af_packet`'s default frame slot (`framesz` devarg), in bytes.
+pub const AF_PACKET_DEFAULT_FRAMESZ: usize = 2048;
+
+/// Bytes of a `net_af_packet` frame slot in front of the frame: the
+/// kernel places the MAC header at `TPACKET_ALIGN(TPACKET2_HDRLEN + 16) -
+/// 14` = 66 (TPACKET_V2), and truncates what does not fit behind it.
+pub const AF_PACKET_SLOT_OVERHEAD: usize = 66;
+
+/// What DPDK's `net_af_packet` copies out of a slot at most:
+/// `framesz - (TPACKET2_HDRLEN - sizeof(sockaddr_ll))`. Its queue setup
+/// refuses a pool whose mbufs cannot take that much.
+const AF_PACKET_SLOT_DATA_OVERHEAD: usize = 32;
+
+/// The largest frame, VLAN tags included, that a port of `mtu` receives.
+pub fn frame_len(mtu: u16) -> usize {
+    usize::from(mtu) + MAX_L2_LEN
+}
+
+/// The value of `key` in a DPDK vdev string (`net_x0,key=value,...`).
+pub fn devarg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
+    device
+        .split(',')
+        .skip(1)
+        .find_map(|kv| kv.split_once('=').filter(|(k, _)| k.trim() == key))
+        .map(|(_, v)| v.trim())
+}
+
+/// Whether the port's device is DPDK's `net_af_packet` driver.
+pub fn is_af_packet(device: &str) -> bool {
+    device.starts_with("net_af_packet")
+}
+
+/// A `net_af_packet` port's frame slot in bytes (its `framesz` devarg or
+/// the default). None for other drivers, or when `framesz` is not a number.
+pub fn af_packet_framesz(device: &str) -> Option<usize> {
+    if !is_af_packet(device) {
+        return None;
+    }
+    match devarg(device, "framesz") {
+        None => Some(AF_PACKET_DEFAULT_FRAMESZ),
+        Some(v) => v.parse().ok(),
+    }
+}
+
+/// Frame bytes one mbuf must hold for `port`.
+fn port_frame_room(port: &PortConfig) -> usize {
+    let slot = af_packet_framesz(&port.device)
+        .map_or(0, |f| f.saturating_sub(AF_PACKET_SLOT_DATA_OVERHEAD));
+    frame_len(port.mtu).max(slot)
+}
+
+/// The mbuf data room for these ports: headroom plus the largest frame
+/// room, rounded up to a cache line. At most 128 + 9216 + 22 (and what a
+/// `framesz` asks, capped so the result stays a `u16`).
+pub fn data_room(ports: &[PortConfig]) -> u16 {
+    let frame = ports
+        .iter()
+        .map(port_frame_room)
+        .fold(MIN_FRAME_ROOM, usize::max);
+    let room = (MBUF_HEADROOM + frame).next_multiple_of(64);
+    u16::try_from(room).unwrap_or(MAX_DATA_ROOM)
+}
+
+/// Mbufs in the pool: `dataplane.mbufs`, or (0) enough for every RX and TX
+/// ring, each TAP's rings and the per-lcore caches and bursts in flight.
+pub fn mbuf_count(dp: &DataplaneConfig) -> u32 {
+    if dp.mbufs != 0 {
+        return dp.mbufs;
+    }
+    let workers = u32::from(dp.workers);
+    let nports = dp.ports.len() as u32;
+    let ntaps = dp.ports.iter().filter(|p| p.tap.is_some()).count() as u32;
+    let rings = nports * (1024 + 1024) + ntaps * (512 + 512) + 1024 * workers;
+    (rings * workers + 4096).next_power_of_two() - 1
+}
+
+/// A lower bound of the memory the pool takes: per mbuf the mempool's
+/// object header (one cache line), `struct rte_mbuf` (two) and the data
+/// room. DPDK adds padding and the pool's ring on top.
+pub fn pool_bytes_at_least(count: u32, data_room: u16) -> u64 {
+    let per_mbuf = 64 + 128 + u64::from(data_room).next_multiple_of(64);
+    u64::from(count) * per_mbuf
+}
+
+/// The EAL memory the arguments ask for, in MiB: `-m N` / `-m=N` / `-mN`
+/// (under `--no-huge`, all the memory EAL has). None when not given.
+pub fn eal_memory_mib(eal_args: &[String]) -> Option<u64> {
+    let mut it = eal_args.iter();
+    while let Some(a) = it.next() {
+        let value = match a.strip_prefix("-m") {
+            Some("") => it.next().map(String::as_str),
+            Some(rest) => Some(rest.strip_prefix('=').unwrap_or(rest)),
+            None => None,
+        };
+        if let Some(v) = value {
+            return v.trim().parse().ok();
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(device: &str, mtu: u16) -> PortConfig {
+        PortConfig {
+            name: "p".into(),
+            device: device.into(),
+            mac: None,
+            ipv4: None,
+            ipv6: None,
+            mtu,
+            tap: None,
+            gateways: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_data_room_holds_the_largest_port_frame_behind_the_headroom() {
+        // 1500-byte ports keep DPDK's default 2 KiB (+ headroom).
+        assert_eq!(data_room(&[port("net_pcap0", 1500)]), 2048 + 128);
+        assert_eq!(data_room(&[port("net_pcap0", 2026)]), 2048 + 128);
+        for mtu in [2027u16, 4000, 9000, 9216] {
+            let ports = [port("net_pcap0", 1500), port("net_pcap1", mtu)];
+            let room = usize::from(data_room(&ports));
+            assert!(
+                room >= MBUF_HEADROOM + usize::from(mtu) + MAX_L2_LEN,
+                "{mtu}"
+            );
+            assert!(
+                room < MBUF_HEADROOM + usize::from(mtu) + MAX_L2_LEN + 64,
+                "{mtu}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_af_packet_slot_fits_one_mbuf() {
+        let p = port("net_af_packet0,iface=lb0,framesz=16384,blocksz=16384", 1500);
+        assert!(usize::from(data_room(&[p])) >= MBUF_HEADROOM + 16384 - 32);
+        assert_eq!(af_packet_framesz("net_af_packet0,iface=lb0"), Some(2048));
+        assert_eq!(af_packet_framesz("net_pcap0,framesz=4096"), None);
+    }
+
+    #[test]
+    fn eal_memory_is_read_in_every_spelling() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            eal_memory_mib(&args(&["--no-huge", "-m", "256"])),
+            Some(256)
+        );
+        assert_eq!(eal_memory_mib(&args(&["-m=512"])), Some(512));
+        assert_eq!(eal_memory_mib(&args(&["-m64"])), Some(64));
+        assert_eq!(eal_memory_mib(&args(&["--no-huge", "--no-pci"])), None);
+    }
+}

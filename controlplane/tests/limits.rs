@@ -1,0 +1,142 @@
+//! Limits an operator can trust (issue 12 items 5 and 6, AP-5): what the
+//! buffers, the EAL memory or the data plane's id space cannot hold, and
+//! what would misroute, is refused by `sluice check-config` — through the
+//! real binary — with file:line, the field, what is wrong and the fix.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+const BASE: &str = r#"[dataplane]
+eal_args = ["--no-huge", "-m", "256", "--no-pci"]
+workers = 1
+
+[[dataplane.port]]
+name = "uplink"
+device = "net_null0"
+address = "192.0.2.1/24"
+
+[[backend_service]]
+name = "web"
+backend = [ { address = "192.0.2.10", mac = "02:00:00:00:00:10" } ]
+
+[[forwarding_rule]]
+name = "web-vip"
+vip = "203.0.113.10"
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+"#;
+
+fn replace(from: &str, to: &str) -> String {
+    assert!(BASE.contains(from), "{from:?}");
+    BASE.replacen(from, to, 1)
+}
+
+/// Runs `sluice check-config` on `text` (written to `dir/sluice.toml`):
+/// (exit code, stderr).
+fn check_config(dir: &Path, text: &str) -> (Option<i32>, String) {
+    let cfg = dir.join("sluice.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let out = Command::new(sluice_bin())
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+struct Refusal {
+    case: &'static str,
+    text: String,
+    /// The error's line is the first containing this text.
+    at_line_with: &'static str,
+    path: &'static str,
+    message: &'static str,
+    hint: &'static str,
+}
+
+fn assert_refused(r: &Refusal) {
+    let dir = tempdir(&format!("limits-{}", r.case));
+    let (code, err) = check_config(&dir, &r.text);
+    let ctx = format!("case {}:\n{err}", r.case);
+    assert_eq!(code, Some(2), "refused with exit 2: {ctx}");
+    let line = r
+        .text
+        .lines()
+        .position(|l| l.contains(r.at_line_with))
+        .unwrap()
+        + 1;
+    let first = err
+        .lines()
+        .find(|l| l.contains(": error: "))
+        .unwrap_or_else(|| panic!("no error line: {ctx}"));
+    assert!(
+        first.contains(&format!("sluice.toml:{line}:")),
+        "want line {line}: {ctx}"
+    );
+    assert!(
+        first.contains(&format!(": error: {}: ", r.path)),
+        "wrong field: {ctx}"
+    );
+    assert!(first.contains(r.message), "wrong message: {ctx}");
+    let hint = err
+        .lines()
+        .skip_while(|l| *l != first)
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        hint.starts_with("  hint: ") && hint.contains(r.hint),
+        "wrong hint: {ctx}"
+    );
+}
+
+/// Issue 12 item 5 (AP-3): a port MTU that a `net_af_packet` frame slot
+/// cannot hold (the kernel would truncate every longer frame), and a pool
+/// of jumbo-sized buffers larger than the EAL memory (`sluice run` would
+/// die in `rte_pktmbuf_pool_create` naming neither setting).
+#[test]
+fn ap_3_frames_the_buffers_cannot_hold_are_refused() {
+    for r in [
+        Refusal {
+            case: "af-packet-framesz",
+            text: replace(
+                "device = \"net_null0\"\n",
+                "device = \"net_af_packet0,iface=lb0\"\nmtu = 9000\n",
+            ),
+            at_line_with: "net_af_packet0",
+            path: "dataplane.port \"uplink\".device",
+            message: "mtu 9000 needs 9014-byte frames, but net_af_packet's frame slot \
+                      (framesz=2048) holds frames of at most 1982 bytes",
+            hint: "add framesz=9088,blocksz=16384 to the device string, or lower the port's \
+                   mtu to at most 1968",
+        },
+        Refusal {
+            case: "eal-memory",
+            text: replace("\"256\"", "\"64\"")
+                .replace("workers = 1", "workers = 2")
+                .replace(
+                    "address = \"192.0.2.1/24\"\n",
+                    "address = \"192.0.2.1/24\"\nmtu = 9000\n",
+                ),
+            at_line_with: "eal_args",
+            path: "dataplane.eal_args",
+            message: "the packet pool needs at least 146 MiB (16383 mbufs of 9152 bytes, sized \
+                      for the largest port mtu 9000) but EAL has 64 MiB",
+            hint: "raise -m to at least 210",
+        },
+    ] {
+        assert_refused(&r);
+    }
+    // The same pool at MTU 1500 fits the same memory.
+    let dir = tempdir("limits-eal-memory-1500");
+    let text = replace("\"256\"", "\"64\"").replace("workers = 1", "workers = 2");
+    let (code, err) = check_config(&dir, &text);
+    assert_eq!(code, Some(0), "{err}");
+}
