@@ -215,7 +215,11 @@ pub fn build_forwarding_state_with(
     let mut live = HashMap::new();
     update_draining(cfg, memory, inputs.now);
     for (si, svc) in cfg.backend_services.iter().enumerate() {
-        let service_id = ServiceId(si as u16);
+        // Validation bounds the services to the id space; past it a service
+        // gets no id and its rules are left out (no_rule), never another's.
+        let Some(service_id) = ServiceId::from_index(si) else {
+            break;
+        };
         let mut members = Vec::with_capacity(svc.backends.len());
         let views = backend_views(cfg, svc, inputs);
         for (b, view) in svc.backends.iter().zip(&views) {
@@ -264,12 +268,14 @@ pub fn build_forwarding_state_with(
     let rules = cfg
         .forwarding_rules
         .iter()
-        .map(|r| ForwardingRule {
-            name: r.name.clone(),
-            vip: r.vip,
-            protocol: r.protocol,
-            ports: r.ports,
-            service: ServiceId(r.backend_service as u16),
+        .filter_map(|r| {
+            Some(ForwardingRule {
+                name: r.name.clone(),
+                vip: r.vip,
+                protocol: r.protocol,
+                ports: r.ports,
+                service: ServiceId::from_index(r.backend_service)?,
+            })
         })
         .collect();
 

@@ -140,3 +140,36 @@ fn ap_3_frames_the_buffers_cannot_hold_are_refused() {
     let (code, err) = check_config(&dir, &text);
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// `n` minimal backend services after BASE's own, the last with a rule.
+fn with_services(n: usize) -> String {
+    let mut text = BASE.to_string();
+    for i in 1..n {
+        text.push_str(&format!("\n[[backend_service]]\nname = \"s{i}\"\n"));
+    }
+    text.push_str(&format!(
+        "\n[[forwarding_rule]]\nname = \"last\"\nvip = \"203.0.113.11\"\nprotocol = \"TCP\"\n\
+         ports = \"80\"\nbackend_service = \"s{}\"\n",
+        n - 1
+    ));
+    text
+}
+
+/// Issue 12 item 6 (a): service ids are 16 bits. 65,536 services were
+/// accepted and the last one's id truncated to 0: its rule sent every
+/// packet to the first service's backends. Refused at the first service
+/// past the limit; 65,535 are accepted.
+#[test]
+fn more_services_than_ids_are_refused() {
+    assert_refused(&Refusal {
+        case: "services",
+        text: with_services(65_536),
+        at_line_with: "name = \"s65535\"",
+        path: "backend_service \"s65535\"",
+        message: "65536 backend services configured; at most 65535 are supported",
+        hint: "merge services",
+    });
+    let dir = tempdir("limits-services-ok");
+    let (code, err) = check_config(&dir, &with_services(65_535));
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -26,6 +26,21 @@ pub struct BackendId(pub u32);
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ServiceId(pub u16);
 
+impl ServiceId {
+    /// Most services a snapshot holds: ids are 16 bits, `u16::MAX` unused.
+    pub const MAX_SERVICES: usize = u16::MAX as usize;
+
+    /// The id of the service at `index` in the configuration; None beyond
+    /// [`Self::MAX_SERVICES`] (never truncated: a truncated id would send
+    /// one service's traffic to another).
+    pub fn from_index(index: usize) -> Option<Self> {
+        u16::try_from(index)
+            .ok()
+            .filter(|&i| usize::from(i) < Self::MAX_SERVICES)
+            .map(Self)
+    }
+}
+
 /// IP protocols a forwarding rule can name (FR-1).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum RuleProtocol {
@@ -385,6 +400,17 @@ impl SnapshotCell {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 12 item 6: a service index past the id space gets no id, where
+    /// `index as u16` gave service 65,536 the id of service 0.
+    #[test]
+    fn service_ids_are_never_truncated() {
+        assert_eq!(ServiceId::from_index(0), Some(ServiceId(0)));
+        assert_eq!(ServiceId::from_index(65_534), Some(ServiceId(65_534)));
+        assert_eq!(ServiceId::from_index(65_535), None);
+        assert_eq!(ServiceId::from_index(65_536), None);
+        assert_eq!(ServiceId::from_index(usize::MAX), None);
+    }
 
     /// MG-5: readers racing a writer that swaps 10,000 times always see a
     /// complete snapshot (generation and its services agree), and the version

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use dataplane::ServiceId;
+
 use super::model::*;
 use super::raw::*;
 use super::validate::{
@@ -21,6 +23,23 @@ pub(crate) fn services_section(
     ports: &[PortConfig],
 ) -> Vec<BackendServiceConfig> {
     cx.unique(services.iter().map(|s| &s.name), "backend_service");
+    if let Some(first_extra) = services.get(ServiceId::MAX_SERVICES) {
+        cx.err(
+            first_extra.name.span(),
+            &format!("backend_service {:?}", first_extra.name.get_ref()),
+            (
+                format!(
+                    "{} backend services configured; at most {} are supported (the data \
+                     plane's service id is 16 bits)",
+                    services.len(),
+                    ServiceId::MAX_SERVICES
+                ),
+                "merge services that share backends, or split the configuration over \
+                 several appliances"
+                    .into(),
+            ),
+        );
+    }
     services
         .iter()
         .map(|s| service(cx, s, zones, raw_hcs, hcs, ports))
