@@ -58,7 +58,7 @@ struct Refusal {
     /// The error's line is the first containing this text.
     at_line_with: &'static str,
     path: &'static str,
-    message: &'static str,
+    message: String,
     hint: &'static str,
 }
 
@@ -85,7 +85,7 @@ fn assert_refused(r: &Refusal) {
         first.contains(&format!(": error: {}: ", r.path)),
         "wrong field: {ctx}"
     );
-    assert!(first.contains(r.message), "wrong message: {ctx}");
+    assert!(first.contains(&r.message), "wrong message: {ctx}");
     let hint = err
         .lines()
         .skip_while(|l| *l != first)
@@ -113,7 +113,8 @@ fn ap_3_frames_the_buffers_cannot_hold_are_refused() {
             at_line_with: "net_af_packet0",
             path: "dataplane.port \"uplink\".device",
             message: "mtu 9000 needs 9014-byte frames, but net_af_packet's frame slot \
-                      (framesz=2048) holds frames of at most 1982 bytes",
+                      (framesz=2048) holds frames of at most 1982 bytes"
+                .into(),
             hint: "add framesz=9088,blocksz=16384 to the device string, or lower the port's \
                    mtu to at most 1968",
         },
@@ -128,7 +129,8 @@ fn ap_3_frames_the_buffers_cannot_hold_are_refused() {
             at_line_with: "eal_args",
             path: "dataplane.eal_args",
             message: "the packet pool needs at least 146 MiB (16383 mbufs of 9152 bytes, sized \
-                      for the largest port mtu 9000) but EAL has 64 MiB",
+                      for the largest port mtu 9000) but EAL has 64 MiB"
+                .into(),
             hint: "raise -m to at least 210",
         },
     ] {
@@ -166,10 +168,39 @@ fn more_services_than_ids_are_refused() {
         text: with_services(65_536),
         at_line_with: "name = \"s65535\"",
         path: "backend_service \"s65535\"",
-        message: "65536 backend services configured; at most 65535 are supported",
+        message: "65536 backend services configured; at most 65535 are supported".into(),
         hint: "merge services",
     });
     let dir = tempdir("limits-services-ok");
     let (code, err) = check_config(&dir, &with_services(65_535));
     assert_eq!(code, Some(0), "{err}");
+}
+
+/// Issue 12 item 6 (b), FR-5: special-purpose addresses are no VIPs —
+/// 127.0.0.1 used to be accepted, and replayed packets to it were
+/// forwarded to a backend.
+#[test]
+fn special_purpose_vips_are_refused() {
+    for (vip, what) in [
+        ("127.0.0.1", "a loopback address, 127.0.0.0/8"),
+        ("0.0.0.0", "an unspecified (\"this network\") address"),
+        ("255.255.255.255", "the limited broadcast address"),
+        ("224.0.0.251", "a multicast address, 224.0.0.0/4"),
+        ("169.254.10.1", "a link-local address, 169.254.0.0/16"),
+        ("::1", "the loopback address, ::1"),
+        ("::", "the unspecified address, ::"),
+        ("ff02::1", "a multicast address, ff00::/8"),
+        ("fe80::10", "a link-local address, fe80::/10"),
+        ("::ffff:127.0.0.1", "an IPv4-mapped form (::ffff:0:0/96)"),
+    ] {
+        let message = format!("VIP {vip} is {what}");
+        assert_refused(&Refusal {
+            case: "vip",
+            text: replace("vip = \"203.0.113.10\"", &format!("vip = \"{vip}\"")),
+            at_line_with: "vip = ",
+            path: "forwarding_rule \"web-vip\".vip",
+            message,
+            hint: "a VIP must be a unicast address clients route to the appliance",
+        });
+    }
 }

@@ -6,6 +6,7 @@
 //! value and cross-reference, collecting all errors with their line, column,
 //! field path and a hint. See `docs/configuration.md` for every field.
 
+mod addresses;
 mod diagnostics;
 mod frames;
 mod model;

@@ -18,6 +18,18 @@ pub(crate) fn rules_section(
         let at = format!("forwarding_rule {:?}", r.name.get_ref());
         let vip = cx.parse(&r.vip, &format!("{at}.vip"), values::ip);
         if let Some(v) = vip {
+            if let Some(what) = super::addresses::special_purpose(v) {
+                cx.err(
+                    r.vip.span(),
+                    &format!("{at}.vip"),
+                    (
+                        format!("VIP {v} is {what}"),
+                        "a VIP must be a unicast address clients route to the appliance: use \
+                         a global or private unicast address"
+                            .into(),
+                    ),
+                );
+            }
             if let Some(p) = ports.iter().find(|p| p.address_for(v) == Some(v)) {
                 cx.err(
                     r.vip.span(),
