@@ -204,3 +204,132 @@ fn special_purpose_vips_are_refused() {
         });
     }
 }
+
+/// Runs `cmd`, killing it after `limit`: (exit code, output), or None when
+/// it had to be killed (it hung).
+fn run_bounded(mut cmd: Command, limit: std::time::Duration) -> Option<(Option<i32>, String)> {
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            let out = child.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            return Some((out.status.code(), text));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let ok = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(ok.success());
+}
+
+const PROMPT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Issue 12 item 6 (d), AP-5: a configuration path that is a FIFO, a
+/// directory or larger than 16 MiB is refused at once by `check-config`
+/// and `run` (a FIFO used to block `check-config` forever).
+#[test]
+fn config_paths_that_are_no_regular_files_are_refused_without_blocking() {
+    let dir = tempdir("limits-config-path");
+    let fifo = dir.join("fifo.toml");
+    mkfifo(&fifo);
+    let big = dir.join("big.toml");
+    let mut text = BASE.to_string();
+    text.push_str(&"#".repeat(17 << 20));
+    let big_len = text.len();
+    std::fs::write(&big, text).unwrap();
+    let too_big = format!("the configuration file is {big_len} bytes; at most 16777216 (16 MiB)");
+    for (path, message) in [
+        (
+            &fifo,
+            "the configuration path is a FIFO, not a regular file",
+        ),
+        (
+            &dir,
+            "the configuration path is a directory, not a regular file",
+        ),
+        (&big, too_big.as_str()),
+    ] {
+        for args in [&["check-config"][..], &["run", "--config"][..]] {
+            let mut cmd = Command::new(sluice_bin());
+            cmd.args(args).arg(path);
+            let (code, err) =
+                run_bounded(cmd, PROMPT).unwrap_or_else(|| panic!("sluice {args:?} {path:?} hung"));
+            assert_eq!(code, Some(2), "{args:?} {path:?}: {err}");
+            assert!(
+                err.contains(&format!("{}: error: {message}", path.display())),
+                "{args:?} {path:?}: {err}"
+            );
+            assert!(err.contains("hint: "), "{err}");
+        }
+    }
+}
+
+/// Issue 12 item 6 (d), AP-5: a reload whose configuration path has become
+/// a FIFO fails at once and keeps the running configuration, instead of
+/// blocking the control thread (and with it every later reload, status
+/// and the shutdown).
+#[test]
+fn a_reload_from_a_fifo_fails_at_once_and_keeps_running() {
+    let dir = tempdir("limits-reload-fifo");
+    let cfg = dir.join("sluice.toml");
+    let text = replace("device = \"net_null0\"", "device = \"net_null0,no-rx=1\"")
+        .replace("\"--no-pci\"]", "\"--no-pci\", \"--log-level=error\"]");
+    std::fs::write(&cfg, text).unwrap();
+    let sock = dir.join("control.sock");
+    let mut child = KillOnDrop(
+        Command::new(sluice_bin())
+            .args(["run", "--no-metrics-server", "--duration", "30", "--config"])
+            .arg(&cfg)
+            .arg("--control-socket")
+            .arg(&sock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ask = |what: &str| {
+        let mut cmd = Command::new(sluice_bin());
+        cmd.arg(what).arg("--control-socket").arg(&sock);
+        run_bounded(cmd, PROMPT).unwrap_or_else(|| panic!("sluice {what} hung"))
+    };
+    let t0 = std::time::Instant::now();
+    while ask("status").0 != Some(0) {
+        assert!(t0.elapsed() < PROMPT, "sluice did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    mkfifo(&cfg);
+    let (code, text) = ask("reload");
+    assert_ne!(code, Some(0), "{text}");
+    assert!(
+        text.contains("the configuration path is a FIFO, not a regular file"),
+        "{text}"
+    );
+    let (code, status) = ask("status");
+    assert_eq!(code, Some(0), "still serving: {status}");
+    assert!(status.contains("reloads ok 0 failed 1"), "{status}");
+    let _ = Command::new("kill").arg(child.0.id().to_string()).status();
+    let stopped = child.0.wait().unwrap();
+    assert!(stopped.success(), "{stopped}");
+}
+
+/// A child process killed when the test ends, also by a failed assertion.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

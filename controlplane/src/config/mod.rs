@@ -21,23 +21,90 @@ use std::path::Path;
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use model::*;
 
+/// Largest configuration file read. 65,535 services with a backend each
+/// take ~5 MiB; anything much larger is not a configuration.
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
 /// Reads and validates a configuration file.
 pub fn load_file(path: &Path) -> Result<Config, Diagnostics> {
     let origin = path.display().to_string();
-    match std::fs::read_to_string(path) {
+    match read_config(path) {
         Ok(text) => load_str(&text, &origin),
-        Err(e) => {
+        Err((message, hint)) => {
             let mut d = Diagnostics::new(origin);
             d.push(Diagnostic {
                 line: None,
                 column: None,
                 path: String::new(),
-                message: format!("cannot read the configuration file: {e}"),
-                hint: "check the path and the file's permissions".into(),
+                message,
+                hint,
             });
             Err(d)
         }
     }
+}
+
+/// The file's text, if it is a regular file of at most
+/// [`MAX_CONFIG_BYTES`]. Opened without blocking and checked on the open
+/// descriptor (no race with a rename), so a FIFO or a device can neither
+/// block `check-config` nor a reload, and nothing endless is read.
+fn read_config(path: &Path) -> Result<String, (String, String)> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+    let unreadable = |e: std::io::Error| {
+        (
+            format!("cannot read the configuration file: {e}"),
+            "check the path and the file's permissions".to_string(),
+        )
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?;
+    let kind = meta.file_type();
+    let not_regular = if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else if kind.is_char_device() || kind.is_block_device() {
+        Some("a device")
+    } else {
+        None
+    };
+    if let Some(what) = not_regular {
+        return Err((
+            format!("the configuration path is {what}, not a regular file"),
+            "give the path of the TOML file itself (write it elsewhere and rename it into \
+             place to replace it atomically)"
+                .into(),
+        ));
+    }
+    let too_big = |len: u64| {
+        (
+            format!(
+                "the configuration file is {len} bytes; at most {MAX_CONFIG_BYTES} ({} MiB) are read",
+                MAX_CONFIG_BYTES >> 20
+            ),
+            "check the path: no configuration is this large".to_string(),
+        )
+    };
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(too_big(meta.len()));
+    }
+    // The file may grow after fstat: read one byte past the cap at most.
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(unreadable)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(too_big(text.len() as u64));
+    }
+    Ok(text)
 }
 
 /// Validates configuration text; `origin` names it in diagnostics (usually
