@@ -23,6 +23,37 @@ pub fn tap_vdev(index: usize, iface: &str) -> String {
     format!("net_tap_sluice{index},iface={iface}")
 }
 
+/// The TAP names of `ports` that already name an interface in this
+/// network namespace. `net_tap` would attach to an existing TAP (taking
+/// over another program's interface, or a stale one with its addresses and
+/// routes) or fail part-way through start-up on any other kind, so
+/// `sluice run` refuses them before EAL starts; `check-config` warns.
+pub fn existing_taps(ports: &[PortConfig]) -> Vec<(String, String)> {
+    // /proc/self/net is the reading process's network namespace.
+    let dev = std::fs::read_to_string("/proc/self/net/dev").unwrap_or_default();
+    ports
+        .iter()
+        .filter_map(|p| Some((p.name.clone(), p.tap.clone()?)))
+        .filter(|(_, tap)| interface_listed(&dev, tap))
+        .collect()
+}
+
+/// Whether `/proc/net/dev` text lists interface `name`.
+fn interface_listed(dev: &str, name: &str) -> bool {
+    dev.lines()
+        .filter_map(|l| l.split_once(':'))
+        .any(|(iface, _)| iface.trim() == name)
+}
+
+/// The operator's error for an existing TAP interface.
+pub fn existing_tap_error(port: &str, tap: &str) -> String {
+    format!(
+        "dataplane.port {port:?}.tap: interface {tap:?} already exists on this host: sluice \
+         creates its TAP itself and would take over or fail on it; choose another tap name, or \
+         delete the interface (ip link del {tap}) if it is left over"
+    )
+}
+
 /// Gives the TAP its addresses and MTU, brings it up, and installs the
 /// port's default routes (`gateway`, `gateway6`) through it.
 pub fn configure_tap(port: &PortConfig, iface: &str) -> Result<(), String> {
@@ -90,6 +121,15 @@ fn sysctl(key: &str, value: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interfaces_are_found_in_proc_net_dev() {
+        let dev = "Inter-|   Receive\n face |bytes\n    lo: 1 2 3\n  eth0: 4 5 6\n";
+        assert!(interface_listed(dev, "lo"));
+        assert!(interface_listed(dev, "eth0"));
+        assert!(!interface_listed(dev, "eth"));
+        assert!(!interface_listed(dev, "face |bytes"));
+    }
 
     #[test]
     fn tap_vdev_names_the_driver_first() {

@@ -157,7 +157,18 @@ fn check_config(files: &[PathBuf]) -> ExitCode {
     let mut failed = false;
     for f in files {
         match controlplane::config::load_file(f) {
-            Ok(_) => println!("{}: ok", f.display()),
+            Ok(cfg) => {
+                println!("{}: ok", f.display());
+                // The file is valid; whether its TAP names are free is a
+                // matter of the host it runs on, which may not be this one.
+                for (port, tap) in controlplane::exception::existing_taps(&cfg.dataplane.ports) {
+                    eprintln!(
+                        "{}: warning: {} (sluice run refuses to start on this host)",
+                        f.display(),
+                        controlplane::exception::existing_tap_error(&port, &tap)
+                    );
+                }
+            }
             Err(diags) => {
                 failed = true;
                 eprintln!("{diags}");

@@ -93,6 +93,15 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let hup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
 
+    // Before EAL: net_tap must create each TAP, not attach to an interface
+    // that is already there.
+    if let Some((port, tap)) = exception::existing_taps(&cfg.dataplane.ports)
+        .into_iter()
+        .next()
+    {
+        return Err(RunError::Setup(exception::existing_tap_error(&port, &tap)));
+    }
+
     // Before EAL and the mempool: the shards are reserved and written at
     // start, so a capacity the machine cannot back is refused here, by name.
     let workers = usize::from(cfg.dataplane.workers);

@@ -333,3 +333,89 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Issue 12 item 6 (c), AP-4: TAP names the kernel reserves or refuses,
+/// and one TAP name for two ports, are refused by `check-config` ("lo" was
+/// accepted and handed to net_tap).
+#[test]
+fn reserved_and_shared_tap_names_are_refused() {
+    let with_tap = |tap: &str| {
+        replace(
+            "address = \"192.0.2.1/24\"\n",
+            &format!("address = \"192.0.2.1/24\"\ntap = \"{tap}\"\n"),
+        )
+    };
+    for tap in ["lo", "all", "default"] {
+        assert_refused(&Refusal {
+            case: "tap-reserved",
+            text: with_tap(tap),
+            at_line_with: "tap = ",
+            path: "dataplane.port \"uplink\".tap",
+            message: format!("{tap:?} is a reserved interface name"),
+            hint: "choose a name of your own",
+        });
+    }
+    for tap in ["..", "sluice-uplink-01", "sl up", "sl/up", "sl:up", ""] {
+        assert_refused(&Refusal {
+            case: "tap-invalid",
+            text: with_tap(tap),
+            at_line_with: "tap = ",
+            path: "dataplane.port \"uplink\".tap",
+            message: format!("{tap:?} is not a usable interface name"),
+            hint: "give 1-15 characters",
+        });
+    }
+    let two_ports = format!(
+        "{}\n[[dataplane.port]]\nname = \"second\"\ndevice = \"net_null1\"\n\
+         address = \"198.51.100.1/24\"\ntap = 'sl-up'\n",
+        with_tap("sl-up")
+    );
+    assert_refused(&Refusal {
+        case: "tap-shared",
+        text: two_ports,
+        at_line_with: "tap = 'sl-up'",
+        path: "dataplane.port \"second\".tap",
+        message: "TAP \"sl-up\" is also the TAP of port \"uplink\" (line 9)".into(),
+        hint: "give each port's TAP its own name",
+    });
+}
+
+/// Issue 12 item 6 (c), AP-4: a TAP name that is already an interface on
+/// the host: `sluice run` refuses before EAL, by field and name;
+/// `check-config` accepts the file (it may be meant for another host) and
+/// warns. Before, net_tap attached to the other program's persistent TAP
+/// and sluice ran on it. In a private network namespace, so the host is
+/// left alone.
+#[test]
+fn run_refuses_a_tap_name_that_exists_on_the_host() {
+    let dir = tempdir("limits-tap-exists");
+    let cfg = dir.join("sluice.toml");
+    let text = replace(
+        "address = \"192.0.2.1/24\"\n",
+        "address = \"192.0.2.1/24\"\ntap = \"slx-taken\"\n",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let script = format!(
+        "ip tuntap add slx-taken mode tap && {bin} check-config {cfg} && exec {bin} run \
+         --no-metrics-server --no-control-socket --duration 1 --config {cfg}",
+        bin = sluice_bin(),
+        cfg = cfg.display()
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-n", "sh", "-c", &script]);
+    let (code, out) = run_bounded(cmd, PROMPT).expect("sluice hung");
+    let refusal = "dataplane.port \"uplink\".tap: interface \"slx-taken\" already exists on \
+                   this host";
+    assert!(
+        out.contains("sluice.toml: ok"),
+        "check-config accepts the file: {out}"
+    );
+    assert!(
+        out.contains(&format!("warning: {refusal}")),
+        "check-config warns: {out}"
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains(&format!("sluice: {refusal}")), "{out}");
+    assert!(out.contains("ip link del slx-taken"), "{out}");
+    assert!(!out.contains("EAL:"), "refused before EAL: {out}");
+}

@@ -9,6 +9,7 @@
 mod addresses;
 mod diagnostics;
 mod frames;
+mod interfaces;
 mod model;
 mod raw;
 mod rules;

@@ -226,6 +226,13 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
     }
     cx.unique(d.port.iter().map(|p| &p.get_ref().name), "dataplane.port");
     let ports = d.port.iter().map(|p| port(cx, p)).collect();
+    super::interfaces::unique_taps(
+        cx,
+        d.port.iter().filter_map(|p| {
+            let p = p.get_ref();
+            Some((p.name.get_ref().as_str(), p.tap.as_ref()?))
+        }),
+    );
     DataplaneConfig {
         eal_args: d
             .eal_args
@@ -300,26 +307,10 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
         &format!("{at}.mtu"),
         "mtu",
     );
-    let tap = p.tap.as_ref().and_then(|t| {
-        let name = t.get_ref();
-        let ok = !name.is_empty()
-            && name.len() <= 15
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !ok {
-            cx.err(
-                t.span(),
-                &format!("{at}.tap"),
-                (
-                    format!("{name:?} is not a usable interface name"),
-                    "give 1-15 characters of letters, digits, '-', '_' or '.' (e.g. \"sl-uplink\")"
-                        .into(),
-                ),
-            );
-        }
-        ok.then(|| name.clone())
-    });
+    let tap = p
+        .tap
+        .as_ref()
+        .and_then(|t| super::interfaces::tap_name(cx, t, &at));
     let mut gateways = Vec::new();
     for (field, raw) in [("gateway", &p.gateway), ("gateway6", &p.gateway6)] {
         let Some(raw) = raw else { continue };
