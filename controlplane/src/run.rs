@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use controlplane::admin_http::{self, AdminServer, AdminState, Published};
 use controlplane::config::Config;
 use controlplane::control::Controller;
 use controlplane::control_socket::{self, Pending, Request};
@@ -92,6 +93,22 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let hup = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
 
+    if let Err(e) = admin_http::raise_open_files_limit() {
+        eprintln!("sluice: cannot raise the open files limit to its hard limit: {e}");
+    }
+    // Before EAL: a taken address fails here, in a second, by name.
+    let admin = AdminState::new();
+    let _admin_server = if opts.metrics_server {
+        let server = start_admin(&cfg, &opts, &admin)?;
+        eprintln!(
+            "sluice: metrics on http://{0}/metrics (also /healthz, /ready)",
+            server.local_addr()
+        );
+        Some(server)
+    } else {
+        None
+    };
+
     // Before EAL and the mempool: the shards are reserved and written at
     // start, so a capacity the machine cannot back is refused here, by name.
     let workers = usize::from(cfg.dataplane.workers);
@@ -110,6 +127,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
 
     let args = eal_args(&cfg);
     let eal = Eal::init(&args)?;
+    admin.beat();
     let lcores = eal.worker_lcores();
     if lcores.len() < workers {
         return Err(RunError::Setup(format!(
@@ -135,6 +153,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         cfg.dataplane.mbufs
     };
     let pool = Mempool::new("sluice_mbufs", mbufs, 256, dpdk_sys_default_buf_size())?;
+    admin.beat();
 
     let mut ports = Vec::with_capacity(nports);
     for p in &cfg.dataplane.ports {
@@ -154,6 +173,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         let port = Port::start(&p.device, &pc, &pool)
             .map_err(|e| RunError::Setup(format!("port {:?} ({}): {e}", p.name, p.device)))?;
         ports.push(port);
+        admin.beat();
     }
     let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
     let taps = start_taps(&cfg, &port_macs, workers as u16, &pool)?;
@@ -200,11 +220,6 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         }
         None => None,
     };
-    if opts.metrics_server {
-        metrics::serve(cfg.metrics.listen, Arc::clone(&sources))?;
-        eprintln!("sluice: metrics on http://{}/metrics", cfg.metrics.listen);
-    }
-
     let stop = Arc::new(AtomicBool::new(false));
     let clock = ctl_clock;
     let mut steering = steering_rings(&ports, workers)?;
@@ -265,6 +280,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // /metrics and /ready answer from here on; withdrawn before the ports
+    // close, on every path out of this function.
+    admin.publish(Arc::clone(&sources));
+    let published = Published(&admin);
 
     let hook = opts.test_mark_unhealthy.clone().map(|h| {
         crate::test_hook::spawn(
@@ -292,6 +311,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         &stats,
         &mut controller,
         requests.as_ref(),
+        &admin,
     );
 
     stop.store(true, Ordering::Relaxed);
@@ -301,6 +321,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     for &lcore in &launched {
         eal.wait(lcore);
     }
+    drop(published);
     // The final metrics are rendered while the ports are still open: closing
     // a port resets its hardware counters.
     let final_metrics = opts
@@ -325,6 +346,32 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     Ok(())
 }
 
+/// Binds the admin HTTP endpoint at `metrics.listen`; a refusal names the
+/// field, the file and the way out.
+fn start_admin(
+    cfg: &Config,
+    opts: &RunOptions,
+    admin: &Arc<AdminState>,
+) -> Result<AdminServer, RunError> {
+    let listen = cfg.metrics.listen;
+    AdminServer::start(listen, Arc::clone(admin)).map_err(|e| {
+        let file = opts
+            .config_path
+            .as_ref()
+            .map(|p| format!(" in {}", p.display()))
+            .unwrap_or_default();
+        let fix = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "another process listens there: set [metrics] listen to a free address"
+        } else {
+            "set [metrics] listen to an address of this host"
+        };
+        RunError::Setup(format!(
+            "metrics.listen = \"{listen}\"{file}: cannot listen: {e}; {fix}, \
+             or run with --no-metrics-server; nothing started"
+        ))
+    })
+}
+
 /// Waits on the main lcore until a signal, the duration, or idleness says stop.
 ///
 /// Between checks it is the control thread (AP-2): health results, draining
@@ -336,6 +383,7 @@ fn supervise(
     stats: &[Arc<crossbeam_utils::CachePadded<WorkerStats>>],
     controller: &mut Controller,
     requests: Option<&std::sync::mpsc::Receiver<Pending>>,
+    admin: &AdminState,
 ) {
     let reload = |controller: &mut Controller| {
         let result = controller.reload();
@@ -356,6 +404,7 @@ fn supervise(
     let mut last_rx = rx_total();
     let mut last_change = Instant::now();
     loop {
+        admin.beat();
         std::thread::sleep(Duration::from_millis(10));
         if term.load(Ordering::Relaxed) {
             eprintln!("sluice: signal received, stopping");
