@@ -121,6 +121,7 @@ impl Drop for Published<'_> {
 /// connection.
 pub struct AdminServer {
     addr: SocketAddr,
+    tid: rustix::thread::Pid,
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
     thread: Option<JoinHandle<()>>,
@@ -157,15 +158,33 @@ impl AdminServer {
             stop: Arc::clone(&stop),
             accept: AcceptBackoff::default(),
         };
+        let (tid_tx, tid_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("sluice-admin".into())
-            .spawn(move || server.run())?;
+            .spawn(move || {
+                let _ = tid_tx.send(rustix::thread::gettid());
+                server.run()
+            })?;
+        let tid = tid_rx
+            .recv()
+            .map_err(|_| io::Error::other("admin thread ended at start"))?;
         Ok(Self {
             addr,
+            tid,
             stop,
             waker,
             thread: Some(thread),
         })
+    }
+
+    /// Moves the endpoint's thread onto the calling thread's CPUs. It starts
+    /// before EAL, so it would otherwise float over the workers' CPUs too
+    /// and a scrape could take time from a polling worker; called from the
+    /// main lcore once EAL has pinned it.
+    pub fn share_cpus_of_current_thread(&self) -> io::Result<()> {
+        let cpus = rustix::thread::sched_getaffinity(None)?;
+        rustix::thread::sched_setaffinity(Some(self.tid), &cpus)?;
+        Ok(())
     }
 
     /// The bound address (the port chosen when `listen` had port 0).

@@ -98,7 +98,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     // Before EAL: a taken address fails here, in a second, by name.
     let admin = AdminState::new();
-    let _admin_server = if opts.metrics_server {
+    let admin_server = if opts.metrics_server {
         let server = start_admin(&cfg, &opts, &admin)?;
         eprintln!(
             "sluice: metrics on http://{0}/metrics (also /healthz, /ready)",
@@ -130,6 +130,11 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let mut runtime_dir = RuntimeDir::of(&args);
     let eal = Eal::init(&args)?;
     runtime_dir.initialised();
+    if let Some(server) = &admin_server {
+        if let Err(e) = server.share_cpus_of_current_thread() {
+            eprintln!("sluice: admin http thread keeps its CPUs: {e}");
+        }
+    }
     admin.beat();
     let lcores = eal.worker_lcores();
     if lcores.len() < workers {

@@ -286,6 +286,32 @@ fn healthz_and_ready_answer() {
     assert!(body.contains("links: p0 up"), "{body}");
     let (status, _) = get(a.port, "/", Duration::from_secs(5)).unwrap();
     assert_eq!(status, 404);
+    // Started before EAL, the endpoint's thread is then confined to the main
+    // lcore's CPUs, off the workers'.
+    let cpus = |task: &str| {
+        std::fs::read_to_string(format!("/proc/{}/task/{task}/status", a.pid()))
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Cpus_allowed_list:")
+                    .map(|v| v.trim().to_string())
+            })
+            .unwrap()
+    };
+    let admin_task = std::fs::read_dir(format!("/proc/{}/task", a.pid()))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .find(|t| {
+            std::fs::read_to_string(format!("/proc/{}/task/{t}/comm", a.pid()))
+                .is_ok_and(|c| c.trim() == "sluice-admin")
+        })
+        .expect("a sluice-admin thread");
+    assert_eq!(
+        cpus(&admin_task),
+        cpus(&a.pid().to_string()),
+        "admin thread CPUs"
+    );
 }
 
 /// AP-5 / issue 12: a taken metrics address fails `sluice run` at once,
