@@ -345,7 +345,9 @@ impl Server {
     fn run(mut self) {
         let mut events = Events::with_capacity(256);
         while !self.stop.load(Ordering::Relaxed) {
-            let timeout = self.next_wakeup().map(|t| t - Instant::now().min(t));
+            let timeout = self
+                .next_wakeup()
+                .map(|t| t.saturating_duration_since(Instant::now()));
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("sluice: admin http: poll: {e}");
