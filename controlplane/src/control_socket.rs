@@ -1,14 +1,16 @@
 //! The control socket (AP-5): a unix stream socket, mode 0600 (root only),
-//! one request per connection: `reload` or `status`. The reply's first line
-//! is `ok` or `error`; the rest is text for the operator.
+//! in a directory created 0700, one request per connection: `reload` or
+//! `status`. The reply's first line is `ok` or `error`; the rest is text for
+//! the operator. The client trusts an answer only from a server running as
+//! root or as the client's own user (SO_PEERCRED).
 //!
 //! The listener thread only forwards requests: the control thread owns the
 //! configuration and answers them between supervision steps.
 
 use std::io::{self, BufRead as _, BufReader, Read as _, Write as _};
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
@@ -32,7 +34,7 @@ pub struct Pending {
 /// forwards requests from a new thread.
 pub fn serve(path: &Path) -> io::Result<Receiver<Pending>> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        create_private_dirs(dir)?;
     }
     if UnixStream::connect(path).is_ok() {
         return Err(io::Error::new(
@@ -55,6 +57,25 @@ pub fn serve(path: &Path) -> io::Result<Receiver<Pending>> {
             }
         })?;
     Ok(rx)
+}
+
+/// Creates `dir` and its missing ancestors mode 0700 whatever the umask;
+/// directories that already exist are left as they are (the operator's).
+pub fn create_private_dirs(dir: &Path) -> io::Result<()> {
+    let missing: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    for d in missing.iter().rev() {
+        match std::fs::DirBuilder::new().mode(0o700).create(d) {
+            Ok(()) => std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?,
+            // Created in between by someone else: not ours to change.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn handle(mut conn: UnixStream, tx: &Sender<Pending>) -> io::Result<()> {
@@ -81,13 +102,94 @@ fn handle(mut conn: UnixStream, tx: &Sender<Pending>) -> io::Result<()> {
     conn.write_all(text.as_bytes())
 }
 
-/// Client side: sends `request`, returns (ok, text).
+/// Client side: sends `request`, returns (ok, text). Refuses a server that
+/// runs as neither root nor the caller's user before sending anything.
 pub fn request(path: &Path, request: &str) -> io::Result<(bool, String)> {
-    let mut conn = UnixStream::connect(path)
-        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+    let mut conn = UnixStream::connect(path).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot reach the running sluice at {}: {e}", path.display()),
+        )
+    })?;
+    let own = rustix::process::getuid().as_raw();
+    trusted_peer(peer_uid(&conn)?, own).map_err(|why| {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing the control socket {}: {why}", path.display()),
+        )
+    })?;
     conn.write_all(format!("{request}\n").as_bytes())?;
     let mut reply = String::new();
     conn.read_to_string(&mut reply)?;
     let (head, body) = reply.split_once('\n').unwrap_or((reply.as_str(), ""));
     Ok((head == "ok", body.to_string()))
+}
+
+/// The uid of the process at the other end of `conn` (SO_PEERCRED: as of
+/// its `listen`/`connect`, not forgeable by the peer).
+pub fn peer_uid(conn: &UnixStream) -> io::Result<u32> {
+    Ok(rustix::net::sockopt::socket_peercred(conn)?.uid.as_raw())
+}
+
+/// AP-5: an answer is trusted from root (the appliance) or from the
+/// caller's own user; anyone else may have put a socket at the path.
+pub fn trusted_peer(peer: u32, own: u32) -> Result<(), String> {
+    if peer == 0 || peer == own {
+        Ok(())
+    } else {
+        Err(format!(
+            "the process answering there runs as uid {peer}, neither root nor you \
+             (uid {own}): refusing to talk to it; another user may have put a socket at \
+             this path: check who owns it and its directory"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+
+    #[test]
+    fn answers_are_trusted_from_root_or_the_same_user_only() {
+        assert_eq!(trusted_peer(0, 1000), Ok(()));
+        assert_eq!(trusted_peer(1000, 1000), Ok(()));
+        assert_eq!(trusted_peer(0, 0), Ok(()));
+        let refused = trusted_peer(1001, 1000).unwrap_err();
+        assert!(
+            refused.contains("uid 1001") && refused.contains("(uid 1000)"),
+            "{refused}"
+        );
+        assert!(trusted_peer(65534, 0).is_err());
+    }
+
+    #[test]
+    fn peer_uid_reads_the_other_end() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let own = rustix::process::getuid().as_raw();
+        assert_eq!(peer_uid(&a).unwrap(), own);
+        // The same socket judged as a client of another user would be.
+        assert!(trusted_peer(peer_uid(&a).unwrap(), own).is_ok());
+        if own != 0 {
+            assert!(trusted_peer(peer_uid(&a).unwrap(), own + 1).is_err());
+        }
+    }
+
+    #[test]
+    fn created_directories_are_0700_and_existing_ones_untouched() {
+        let base = std::env::temp_dir().join(format!("sluice-ctl-dirs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let deep = base.join("a/b");
+        create_private_dirs(&deep).unwrap();
+        for d in [base.join("a"), deep.clone()] {
+            let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o700, "{}", d.display());
+        }
+        let mode = std::fs::metadata(&base).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o755, "an existing directory keeps its mode");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }

@@ -1,6 +1,8 @@
 //! sluice control plane: configuration, Maglev tables, snapshot publishing
 //! and metrics. The `sluice` binary (main.rs) drives these.
 
+pub mod admin_http;
+pub mod admin_request;
 pub mod config;
 pub mod control;
 pub mod control_socket;

@@ -147,7 +147,7 @@ fn ask(socket: &std::path::Path, request: &str) -> ExitCode {
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("sluice: cannot reach the running sluice: {e}");
+            eprintln!("sluice: {e}");
             ExitCode::FAILURE
         }
     }

@@ -6,10 +6,7 @@
 //! than kept in a registry and updated, so a scrape never writes anything a
 //! worker reads and two concurrent scrapes cannot interfere.
 
-use std::io::{self, Read as _};
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use crossbeam_utils::CachePadded;
 use dataplane::snapshot::SnapshotCell;
@@ -348,47 +345,8 @@ impl Collector for SluiceCollector {
     }
 }
 
-/// Serves `GET /metrics` on `listen` from a new thread; any other request
-/// gets 404. Returns once the socket is bound, so a bind failure (address in
-/// use, bad permission) is reported to the caller rather than lost.
-pub fn serve(listen: SocketAddr, src: Arc<MetricsSources>) -> io::Result<JoinHandle<()>> {
-    let server = tiny_http::Server::http(listen).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::AddrNotAvailable,
-            format!("metrics listen {listen}: {e}"),
-        )
-    })?;
-    std::thread::Builder::new()
-        .name("sluice-metrics".into())
-        .spawn(move || {
-            for mut req in server.incoming_requests() {
-                // Drain any body so keep-alive connections stay in sync.
-                let _ = io::copy(&mut req.as_reader().take(1 << 16), &mut io::sink());
-                let path = req.url().split('?').next().unwrap_or("");
-                let response = if *req.method() == tiny_http::Method::Get && path == "/metrics" {
-                    let content_type = tiny_http::Header::from_bytes(
-                        &b"Content-Type"[..],
-                        &b"text/plain; version=0.0.4; charset=utf-8"[..],
-                    )
-                    .ok();
-                    let mut r = tiny_http::Response::from_string(render(&src));
-                    if let Some(h) = content_type {
-                        r = r.with_header(h);
-                    }
-                    r
-                } else {
-                    tiny_http::Response::from_string("not found: try GET /metrics\n")
-                        .with_status_code(404)
-                };
-                let _ = req.respond(response);
-            }
-        })
-}
-
 #[cfg(test)]
 mod tests {
-    use std::io::Write as _;
-
     use dataplane::snapshot::{BackendId, BackendState, ForwardingState, ServiceId, ServiceState};
 
     use super::*;
@@ -487,35 +445,5 @@ mod tests {
         // need a snapshot with backends; these have none).
         assert_eq!(r.gather().len(), 26);
         assert_eq!(described, 26, "every collected family is described");
-    }
-
-    #[test]
-    fn serve_answers_metrics_and_404() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let _h = serve(addr, Arc::new(sources())).unwrap();
-        let get = |path: &str| {
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).unwrap();
-            out
-        };
-        let ok = get("/metrics");
-        assert!(
-            ok.starts_with("HTTP/1.0 200") || ok.starts_with("HTTP/1.1 200"),
-            "{ok}"
-        );
-        assert!(ok.contains("sluice_workers 2"));
-        let nf = get("/");
-        assert!(nf.contains(" 404 "), "{nf}");
-        assert!(
-            serve(addr, Arc::new(sources())).is_err(),
-            "bind errors reach the caller"
-        );
     }
 }

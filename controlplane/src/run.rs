@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use controlplane::admin_http::{self, AdminServer, AdminState, Published};
 use controlplane::config::Config;
 use controlplane::control::Controller;
 use controlplane::control_socket::{self, Pending, Request};
@@ -101,6 +102,21 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     {
         return Err(RunError::Setup(exception::existing_tap_error(&port, &tap)));
     }
+    if let Err(e) = admin_http::raise_open_files_limit() {
+        eprintln!("sluice: cannot raise the open files limit to its hard limit: {e}");
+    }
+    // Before EAL: a taken address fails here, in a second, by name.
+    let admin = AdminState::new();
+    let admin_server = if opts.metrics_server {
+        let server = start_admin(&cfg, &opts, &admin)?;
+        eprintln!(
+            "sluice: metrics on http://{0}/metrics (also /healthz, /ready)",
+            server.local_addr()
+        );
+        Some(server)
+    } else {
+        None
+    };
 
     // Before EAL and the mempool: the shards are reserved and written at
     // start, so a capacity the machine cannot back is refused here, by name.
@@ -119,7 +135,16 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     );
 
     let args = eal_args(&cfg);
+    // Declared before `eal`: dropped after it, on every path out.
+    let mut runtime_dir = RuntimeDir::of(&args);
     let eal = Eal::init(&args)?;
+    runtime_dir.initialised();
+    if let Some(server) = &admin_server {
+        if let Err(e) = server.share_cpus_of_current_thread() {
+            eprintln!("sluice: admin http thread keeps its CPUs: {e}");
+        }
+    }
+    admin.beat();
     let lcores = eal.worker_lcores();
     if lcores.len() < workers {
         return Err(RunError::Setup(format!(
@@ -137,6 +162,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         "sluice: packet pool: {mbufs} mbufs of {data_room} bytes (frames up to {} bytes)",
         usize::from(data_room) - dataplane::dpdk::MBUF_HEADROOM
     );
+    admin.beat();
 
     let mut ports = Vec::with_capacity(nports);
     for p in &cfg.dataplane.ports {
@@ -156,6 +182,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         let port = Port::start(&p.device, &pc, &pool)
             .map_err(|e| RunError::Setup(format!("port {:?} ({}): {e}", p.name, p.device)))?;
         ports.push(port);
+        admin.beat();
     }
     let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
     let taps = start_taps(&cfg, &port_macs, workers as u16, &pool)?;
@@ -202,11 +229,6 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         }
         None => None,
     };
-    if opts.metrics_server {
-        metrics::serve(cfg.metrics.listen, Arc::clone(&sources))?;
-        eprintln!("sluice: metrics on http://{}/metrics", cfg.metrics.listen);
-    }
-
     let stop = Arc::new(AtomicBool::new(false));
     let clock = ctl_clock;
     let mut steering = steering_rings(&ports, workers)?;
@@ -267,6 +289,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    // /metrics and /ready answer from here on; withdrawn before the ports
+    // close, on every path out of this function.
+    admin.publish(Arc::clone(&sources));
+    let published = Published(&admin);
 
     let hook = opts.test_mark_unhealthy.clone().map(|h| {
         crate::test_hook::spawn(
@@ -294,6 +320,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         &stats,
         &mut controller,
         requests.as_ref(),
+        &admin,
     );
 
     stop.store(true, Ordering::Relaxed);
@@ -303,6 +330,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     for &lcore in &launched {
         eal.wait(lcore);
     }
+    drop(published);
     // The final metrics are rendered while the ports are still open: closing
     // a port resets its hardware counters.
     let final_metrics = opts
@@ -323,8 +351,34 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     drop(sources);
     drop(pool);
     drop(eal);
-    remove_runtime_dir(&args);
+    drop(runtime_dir);
     Ok(())
+}
+
+/// Binds the admin HTTP endpoint at `metrics.listen`; a refusal names the
+/// field, the file and the way out.
+fn start_admin(
+    cfg: &Config,
+    opts: &RunOptions,
+    admin: &Arc<AdminState>,
+) -> Result<AdminServer, RunError> {
+    let listen = cfg.metrics.listen;
+    AdminServer::start(listen, Arc::clone(admin)).map_err(|e| {
+        let file = opts
+            .config_path
+            .as_ref()
+            .map(|p| format!(" in {}", p.display()))
+            .unwrap_or_default();
+        let fix = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "another process listens there: set [metrics] listen to a free address"
+        } else {
+            "set [metrics] listen to an address of this host"
+        };
+        RunError::Setup(format!(
+            "metrics.listen = \"{listen}\"{file}: cannot listen: {e}; {fix}, \
+             or run with --no-metrics-server; nothing started"
+        ))
+    })
 }
 
 /// Waits on the main lcore until a signal, the duration, or idleness says stop.
@@ -338,6 +392,7 @@ fn supervise(
     stats: &[Arc<crossbeam_utils::CachePadded<WorkerStats>>],
     controller: &mut Controller,
     requests: Option<&std::sync::mpsc::Receiver<Pending>>,
+    admin: &AdminState,
 ) {
     let reload = |controller: &mut Controller| {
         let result = controller.reload();
@@ -358,6 +413,7 @@ fn supervise(
     let mut last_rx = rx_total();
     let mut last_change = Instant::now();
     loop {
+        admin.beat();
         std::thread::sleep(Duration::from_millis(10));
         if term.load(Ordering::Relaxed) {
             eprintln!("sluice: signal received, stopping");
@@ -483,10 +539,52 @@ fn start_taps(
 /// How long `--exit-on-idle` waits for the first packet.
 const IDLE_STARTUP_GRACE: Duration = Duration::from_secs(5);
 
-/// EAL leaves its runtime directory behind; remove ours if we made it.
-fn remove_runtime_dir(args: &[String]) {
-    let own = format!("--file-prefix=sluice-{}", std::process::id());
-    if args.contains(&own) {
-        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/sluice-{}", std::process::id()));
+/// EAL's runtime directory (`/var/run/dpdk/<prefix>` for root, else under
+/// `$XDG_RUNTIME_DIR` or `/tmp`), which EAL creates at init and leaves
+/// behind (megabytes of memseg files with hugepages), removed when this is
+/// dropped: after EAL's cleanup, on success and failure alike. The
+/// per-process prefix sluice adds is always ours; an operator's
+/// `--file-prefix` only once EAL init succeeded (a failed init may mean
+/// another primary process holds it).
+struct RuntimeDir {
+    path: Option<std::path::PathBuf>,
+    ours: bool,
+}
+
+impl RuntimeDir {
+    fn of(args: &[String]) -> Self {
+        let own = format!("sluice-{}", std::process::id());
+        let prefix = args
+            .iter()
+            .zip(args.iter().skip(1).map(Some).chain([None]))
+            .filter_map(|(a, next)| match a.strip_prefix("--file-prefix=") {
+                Some(p) => Some(p.to_string()),
+                None if a == "--file-prefix" => next.cloned(),
+                None => None,
+            })
+            .last();
+        let base = if rustix::process::getuid().is_root() {
+            std::path::PathBuf::from("/var/run")
+        } else {
+            std::env::var_os("XDG_RUNTIME_DIR")
+                .map_or_else(|| "/tmp".into(), std::path::PathBuf::from)
+        };
+        Self {
+            ours: prefix.as_deref() == Some(own.as_str()),
+            path: prefix.map(|p| base.join("dpdk").join(p)),
+        }
+    }
+
+    /// EAL init succeeded: this process is the directory's primary.
+    fn initialised(&mut self) {
+        self.ours = self.path.is_some();
+    }
+}
+
+impl Drop for RuntimeDir {
+    fn drop(&mut self) {
+        if let (true, Some(path)) = (self.ours, &self.path) {
+            let _ = std::fs::remove_dir_all(path);
+        }
     }
 }

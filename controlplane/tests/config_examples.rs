@@ -36,7 +36,7 @@ fn example_values_and_defaults() {
     assert_eq!(dp.ports[0].mac, Some([2, 0, 0, 0, 0, 1]));
     assert_eq!(dp.ports[0].mtu, 1500);
     assert!(dp.ports[0].ipv4.is_some() && dp.ports[0].ipv6.is_some());
-    assert_eq!(cfg.metrics.listen.to_string(), "127.0.0.1:9100");
+    assert_eq!(cfg.metrics.listen.to_string(), "127.0.0.1:9064");
     let web = cfg.service("web").unwrap();
     assert_eq!(web.locality_lb_policy, LocalityLbPolicy::WeightedMaglev);
     assert_eq!(web.backends[2].pool, Pool::Failover);
@@ -64,5 +64,5 @@ fn hc_3_ct_5_mg_1_defaults() {
     assert!(svc.failover_policy.is_none());
     assert_eq!(svc.backends[0].weight, 1);
     assert_eq!(cfg.dataplane.workers, 1);
-    assert_eq!(cfg.metrics.listen.to_string(), "127.0.0.1:9100");
+    assert_eq!(cfg.metrics.listen.to_string(), "127.0.0.1:9064");
 }

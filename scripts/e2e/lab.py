@@ -200,7 +200,7 @@ tap = "sl-up"
 gateway = "{GATEWAY}"
 
 [metrics]
-listen = "127.0.0.1:9100"
+listen = "127.0.0.1:9064"
 
 [[health_check]]
 name = "http"
@@ -312,7 +312,7 @@ backend_service = "udp"
         r = self.run_in("lb", sys.executable, "-c",
                         "import urllib.request,sys;"
                         "sys.stdout.write(urllib.request.urlopen("
-                        "'http://127.0.0.1:9100/metrics', timeout=2).read().decode())",
+                        "'http://127.0.0.1:9064/metrics', timeout=2).read().decode())",
                         check=not quiet)
         out = {}
         text = r if isinstance(r, str) else ""

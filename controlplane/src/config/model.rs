@@ -157,7 +157,7 @@ impl PortConfig {
 
 #[derive(Clone, Debug)]
 pub struct MetricsConfig {
-    /// Default `127.0.0.1:9100`.
+    /// Default `127.0.0.1:9064`.
     pub listen: SocketAddr,
 }
 

@@ -358,7 +358,7 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
 }
 
 fn metrics_section(cx: &mut Ctx<'_>, m: Option<&RawMetrics>) -> MetricsConfig {
-    let default: SocketAddr = ([127, 0, 0, 1], 9100).into();
+    let default: SocketAddr = ([127, 0, 0, 1], 9064).into();
     let listen = m
         .and_then(|m| m.listen.as_ref())
         .and_then(|l| {
@@ -366,7 +366,7 @@ fn metrics_section(cx: &mut Ctx<'_>, m: Option<&RawMetrics>) -> MetricsConfig {
                 s.parse::<SocketAddr>().map_err(|_| {
                     (
                         format!("invalid listen address {s:?}"),
-                        "write IP:PORT, e.g. \"127.0.0.1:9100\" or \"[::1]:9100\"".into(),
+                        "write IP:PORT, e.g. \"127.0.0.1:9064\" or \"[::1]:9064\"".into(),
                     )
                 })
             })

@@ -280,9 +280,16 @@ impl Port {
     }
 
     pub fn link(&self) -> LinkStatus {
+        Self::link_of(self.id)
+    }
+
+    /// Link state of port `id` (usable from the admin HTTP thread, which
+    /// does not own the `Port`); an invalid id reads as down.
+    pub fn link_of(id: u16) -> LinkStatus {
         let mut link = dpdk_sys::rte_eth_link::default();
-        // SAFETY: port id valid; link is a valid out-struct.
-        unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id, &mut link) };
+        // SAFETY: link is a valid out-struct; an invalid id returns an error
+        // and leaves it zeroed (down).
+        unsafe { dpdk_sys::rte_eth_link_get_nowait(id, &mut link) };
         LinkStatus {
             up: link.link_status() != 0,
             speed_mbps: link.link_speed,
