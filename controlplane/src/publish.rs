@@ -422,6 +422,7 @@ fn service_state(
             mode: tracking.tracking_mode,
             persistence: tracking.persistence,
             idle_timeout_ms: millis(tracking.idle_timeout),
+            half_open_timeout_ms: millis(tracking.half_open_timeout),
         },
         draining_timeout_ms: millis(svc.connection_draining_timeout),
         drain_on_failover: svc
