@@ -258,7 +258,7 @@ fn conntrack_families(src: &MetricsSources) -> Vec<MetricFamily> {
         }
         out.extend(v.collect());
     }
-    let counters: [(&str, &str, Field); 6] = [
+    let counters: [(&str, &str, Field); 7] = [
         (
             "sluice_conntrack_inserts_total",
             "Conntrack entries created.",
@@ -281,8 +281,13 @@ fn conntrack_families(src: &MetricsSources) -> Vec<MetricFamily> {
         ),
         (
             "sluice_conntrack_insert_failed_total",
-            "New flows not recorded because their slots were all live; forwarded by Maglev.",
+            "New flows not recorded because their slots were all live and none half-open (table full); forwarded by Maglev.",
             |c| c.insert_failed.get(),
+        ),
+        (
+            "sluice_conntrack_half_open_evictions_total",
+            "Half-open (SYN-only) entries replaced by a new flow in a full part of the table.",
+            |c| c.half_open_evicted.get(),
         ),
         (
             "sluice_conntrack_reselected_unhealthy_total",

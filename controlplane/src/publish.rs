@@ -428,6 +428,7 @@ fn service_state(
             mode: tracking.tracking_mode,
             persistence: tracking.persistence,
             idle_timeout_ms: millis(tracking.idle_timeout),
+            half_open_timeout_ms: millis(tracking.half_open_timeout),
         },
         draining_timeout_ms: millis(svc.connection_draining_timeout),
         drain_on_failover: svc
@@ -471,7 +472,7 @@ address = "198.51.100.1/24"
 [[backend_service]]
 name = "web"
 maglev_table_size = 251
-connection_tracking = { idle_timeout = "90s" }
+connection_tracking = { idle_timeout = "90s", half_open_timeout = "3s" }
 backend = [
   { address = "192.0.2.10", mac = "02:00:00:00:00:10" },
   { address = "198.51.100.11", weight = 3 },
@@ -507,6 +508,9 @@ backend_service = "empty"
         assert_eq!(st.ports[0].ipv4, Some("192.0.2.1".parse().unwrap()));
         let web = &st.services[0];
         assert_eq!(web.tracking.idle_timeout_ms, 90_000);
+        assert_eq!(web.tracking.half_open_timeout_ms, 3_000);
+        // Default 5 s; never above idle_timeout.
+        assert_eq!(st.services[1].tracking.half_open_timeout_ms, 5_000);
         assert_eq!(web.backends.len(), 3);
         assert_eq!(web.tables.len(), 1);
         assert_eq!(web.tables[0].slots.len(), 251);

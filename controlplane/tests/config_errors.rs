@@ -148,6 +148,39 @@ fn cases() -> Vec<Case> {
             hint: "NEVER_PERSIST",
         },
         Case {
+            name: "half_open_timeout longer than idle_timeout (CT-5, SYN floods)",
+            text: replace(
+                "health_check = \"tcp-80\"\n",
+                "health_check = \"tcp-80\"\nconnection_tracking = { idle_timeout = \"30s\", half_open_timeout = \"2m\" }\n",
+            ),
+            at_line_with: "half_open_timeout",
+            path: "backend_service \"web\".connection_tracking.half_open_timeout",
+            message: "half_open_timeout (120s) is longer than idle_timeout (30s)",
+            hint: "lower half_open_timeout (default \"5s\") or raise idle_timeout",
+        },
+        Case {
+            name: "half_open_timeout zero",
+            text: replace(
+                "health_check = \"tcp-80\"\n",
+                "health_check = \"tcp-80\"\nconnection_tracking = { half_open_timeout = \"0s\" }\n",
+            ),
+            at_line_with: "half_open_timeout",
+            path: "backend_service \"web\".connection_tracking.half_open_timeout",
+            message: "half_open_timeout must be positive",
+            hint: "\"5s\" (the default)",
+        },
+        Case {
+            name: "half_open_timeout not a duration",
+            text: replace(
+                "health_check = \"tcp-80\"\n",
+                "health_check = \"tcp-80\"\nconnection_tracking = { half_open_timeout = \"5\" }\n",
+            ),
+            at_line_with: "half_open_timeout",
+            path: "backend_service \"web\".connection_tracking.half_open_timeout",
+            message: "invalid duration \"5\"",
+            hint: "\"5s\"",
+        },
+        Case {
             name: "MG-1 non-prime table",
             text: replace("name = \"web\"\n", "name = \"web\"\nmaglev_table_size = 65536\n"),
             at_line_with: "65536",

@@ -142,6 +142,9 @@ pub struct ConnectionTracking {
     pub persistence: PersistenceOnUnhealthy,
     /// CT-5, default 60 s.
     pub idle_timeout_ms: u64,
+    /// CT-5 for half-open entries: how long an entry written by a SYN
+    /// lives until a later packet of its connection arrives; default 5 s.
+    pub half_open_timeout_ms: u64,
 }
 
 impl Default for ConnectionTracking {
@@ -150,6 +153,7 @@ impl Default for ConnectionTracking {
             mode: TrackingMode::default(),
             persistence: PersistenceOnUnhealthy::default(),
             idle_timeout_ms: 60_000,
+            half_open_timeout_ms: 5_000,
         }
     }
 }

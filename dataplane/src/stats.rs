@@ -81,8 +81,11 @@ pub struct ConntrackStats {
     pub hits: Gauge,
     pub misses: Gauge,
     pub expirations: Gauge,
-    /// New flows forwarded statelessly because every candidate slot was live.
+    /// New flows forwarded statelessly because every candidate slot was live
+    /// and none half-open (table full).
     pub insert_failed: Gauge,
+    /// Half-open entries replaced by a new flow in a full bucket pair.
+    pub half_open_evicted: Gauge,
     /// Tracked packets moved off an unhealthy backend (CT-8).
     pub reselected_unhealthy: Gauge,
 }
@@ -100,6 +103,7 @@ impl ConntrackStats {
         self.misses.set(c.misses);
         self.expirations.set(c.expirations);
         self.insert_failed.set(c.insert_failed);
+        self.half_open_evicted.set(c.half_open_evicted);
         self.reselected_unhealthy.set(c.reselected_unhealthy);
     }
 }

@@ -1,7 +1,7 @@
 //! SPEC §3 (CT-1 … CT-11) against a reference model: random sequences of
 //! packets (TCP SYN/ACK/FIN/RST, UDP, fragments, ESP, GRE, ICMP, IPv4 and
-//! IPv6), health flips, backend removals (draining), pool flips, table
-//! changes, clock jumps and sweeps, through the real shard and through a
+//! IPv6; half-open entries with their own timeout), health flips, backend
+//! removals (draining), pool flips, table changes, clock jumps and sweeps, through the real shard and through a
 //! plain `HashMap` model restating the spec; the chosen backend must agree
 //! on every packet. 100,000 cases by default (`CONNTRACK_MODEL_CASES`).
 
@@ -85,6 +85,9 @@ struct MEntry {
     backend: BackendId,
     epoch: u32,
     last_seen: Millis,
+    /// Written by a SYN and hit by nothing but SYNs since: expires after
+    /// the half-open timeout instead of the idle timeout.
+    half_open: bool,
 }
 
 #[derive(Default)]
@@ -128,13 +131,14 @@ impl Model {
                 ports: if five { p.ports } else { None },
             },
         };
-        let record = |t: &mut HashMap<MKey, MEntry>, b: BackendId| {
+        let record = |t: &mut HashMap<MKey, MEntry>, b: BackendId, half_open: bool| {
             t.insert(
                 key.clone(),
                 MEntry {
                     backend: b,
                     epoch: s.pool_epoch,
                     last_seen: w.now,
+                    half_open,
                 },
             );
         };
@@ -143,18 +147,26 @@ impl Model {
         let five_affinity = aff == A::None || aff == A::ClientIpPortProto;
         if syn && (mode == M::PerConnection || five_affinity) {
             let b = pick?;
-            record(&mut self.table, b);
+            record(&mut self.table, b, true);
             return Some(b);
         }
-        // CT-5: idle for the whole timeout = absent.
+        // CT-5: idle for the whole timeout (the half-open one for an entry
+        // only SYNs have matched) = absent.
+        let timeout = |e: &MEntry| {
+            if e.half_open {
+                s.tracking.half_open_timeout_ms
+            } else {
+                s.tracking.idle_timeout_ms
+            }
+        };
         let live = self
             .table
             .get(&key)
-            .filter(|e| w.now.0 - e.last_seen.0 < s.tracking.idle_timeout_ms)
+            .filter(|e| w.now.0 - e.last_seen.0 < timeout(e))
             .cloned();
         let Some(e) = live else {
             let b = pick?;
-            record(&mut self.table, b);
+            record(&mut self.table, b, syn);
             return Some(b);
         };
         let backend = w.state.backend(e.backend);
@@ -179,7 +191,7 @@ impl Model {
                 _ => e.backend,
             }
         };
-        record(&mut self.table, chosen);
+        record(&mut self.table, chosen, e.half_open && syn);
         Some(chosen)
     }
 }
@@ -227,6 +239,7 @@ proptest! {
         w.svc().drain_on_failover = drain_on_failover;
         w.svc().draining_timeout_ms = draining;
         w.svc().tracking.idle_timeout_ms = 10_000;
+        w.svc().tracking.half_open_timeout_ms = 5_000;
         let mut model = Model::default();
         for (i, op) in ops.iter().enumerate() {
             match *op {

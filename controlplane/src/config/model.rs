@@ -215,6 +215,9 @@ pub struct ConnectionTrackingConfig {
     pub persistence: PersistenceOnUnhealthy,
     /// CT-5, default 60 s.
     pub idle_timeout: Duration,
+    /// CT-5 for half-open entries (written by a SYN, no later packet yet),
+    /// default 5 s; at most `idle_timeout`.
+    pub half_open_timeout: Duration,
 }
 
 impl Default for ConnectionTrackingConfig {
@@ -223,6 +226,7 @@ impl Default for ConnectionTrackingConfig {
             tracking_mode: TrackingMode::PerConnection,
             persistence: PersistenceOnUnhealthy::DefaultForProtocol,
             idle_timeout: Duration::from_secs(60),
+            half_open_timeout: Duration::from_secs(5),
         }
     }
 }

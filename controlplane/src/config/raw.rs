@@ -104,6 +104,7 @@ pub(crate) struct RawTracking {
     pub tracking_mode: Option<S<String>>,
     pub connection_persistence_on_unhealthy_backends: Option<S<String>>,
     pub idle_timeout: Option<S<String>>,
+    pub half_open_timeout: Option<S<String>>,
 }
 
 #[derive(Deserialize, Debug)]

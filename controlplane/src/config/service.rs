@@ -323,7 +323,52 @@ fn tracking(cx: &mut Ctx<'_>, t: Option<&RawTracking>, at: &str) -> ConnectionTr
             ),
         );
     }
+    half_open_timeout(cx, t, &mut out, &at);
     out
+}
+
+/// How long an entry written by a SYN lives without a later packet of its
+/// connection: positive, and no longer than `idle_timeout` (the entry
+/// would outlive an established one; a SYN flood would hold the table).
+fn half_open_timeout(
+    cx: &mut Ctx<'_>,
+    t: &RawTracking,
+    out: &mut ConnectionTrackingConfig,
+    at: &str,
+) {
+    let path = format!("{at}.half_open_timeout");
+    let Some(v) = &t.half_open_timeout else {
+        out.half_open_timeout = out.half_open_timeout.min(out.idle_timeout);
+        return;
+    };
+    let Some(d) = cx.parse(v, &path, values::duration) else {
+        return;
+    };
+    if d.is_zero() {
+        cx.err(
+            v.span(),
+            &path,
+            (
+                "half_open_timeout must be positive".into(),
+                "use e.g. \"5s\" (the default)".into(),
+            ),
+        );
+    } else if d > out.idle_timeout {
+        cx.err(
+            v.span(),
+            &path,
+            (
+                format!(
+                    "half_open_timeout ({}) is longer than idle_timeout ({})",
+                    values::show_duration(d),
+                    values::show_duration(out.idle_timeout)
+                ),
+                "a SYN-only entry must not outlive an established one: lower half_open_timeout (default \"5s\") or raise idle_timeout".into(),
+            ),
+        );
+    } else {
+        out.half_open_timeout = d;
+    }
 }
 
 fn zonal(cx: &mut Ctx<'_>, z: Option<&RawZonal>, at: &str) -> ZonalAffinityConfig {

@@ -30,6 +30,16 @@ pub(crate) fn duration(s: &str) -> Result<Duration, Problem> {
     ms.map(Duration::from_millis).ok_or_else(bad)
 }
 
+/// A duration as `duration` reads it: whole seconds as "5s", else "500ms".
+pub(crate) fn show_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    }
+}
+
 pub(crate) fn mac(s: &str) -> Result<[u8; 6], Problem> {
     let bad = || {
         (

@@ -3,7 +3,7 @@
 //! are read from the snapshot by the entry's stable [`BackendId`] (CT-7,
 //! CT-8, CT-10, CT-11): an entry never points into a snapshot.
 
-use super::policy::{key_kind, persists, syn_is_new_connection, trackable};
+use super::policy::{is_syn, key_kind, persists, syn_is_new_connection, trackable};
 use super::{Addrs, Entry, PacketMeta, Shard, TrackKey};
 use crate::snapshot::{BackendId, ForwardingState, MaglevTable, Millis, ServiceId, ServiceState};
 
@@ -105,9 +105,18 @@ pub fn select_tracked<'t>(
     let by_table = || table().and_then(|t| t.lookup(hash));
     let tracking = service.tracking;
     let idle_timeout_ms = u32::try_from(tracking.idle_timeout_ms).unwrap_or(u32::MAX);
-    // The key is copied into an entry only when one is written.
-    let fresh =
-        |backend: BackendId| Entry::new(*key, backend, service.pool_epoch, now, idle_timeout_ms);
+    let syn = is_syn(m);
+    // The key is copied into an entry only when one is written. A SYN
+    // writes a half-open entry with the short timeout (CT-5:
+    // `half_open_timeout`; a SYN flood must not hold the table).
+    let fresh = |backend: BackendId| {
+        if syn {
+            let t = u32::try_from(tracking.half_open_timeout_ms).unwrap_or(u32::MAX);
+            Entry::new(*key, backend, service.pool_epoch, now, t).half_open()
+        } else {
+            Entry::new(*key, backend, service.pool_epoch, now, idle_timeout_ms)
+        }
+    };
 
     // CT-1: a SYN that opens a new connection goes to eligibility and
     // replaces whatever the key recorded (CT-6 left it there).
@@ -154,6 +163,7 @@ pub fn select_tracked<'t>(
     };
     // Refresh (CT-5) and carry the current epoch: an entry that survived a
     // flip (CT-11, drain on failover) belongs to the new pool.
-    shard.refresh(slot, chosen, service.pool_epoch, now, idle_timeout_ms);
+    // A non-SYN packet completes a half-open entry.
+    shard.refresh(slot, chosen, service.pool_epoch, now, idle_timeout_ms, syn);
     Some(chosen)
 }

@@ -21,6 +21,18 @@
 //! and finds only half its keys in their home slot (see the tests); an
 //! operator who configures a capacity expects that many connections to be
 //! held, and held fast.
+//!
+//! Half-open entries (written by a SYN; no later packet of the connection
+//! seen yet) carry [`HALF_OPEN`] in their stored signature, in the
+//! signature array and the entry alike, and their service's short
+//! `half_open_timeout`. They are what a SYN flood fills a table with, so a
+//! full bucket pair gives one of them up to a new key (the oldest of at
+//! most [`EVICTION_PROBES`]) before it fails. Every search ignores the
+//! bit: a signature is 31 bits with bit 0 set. The first non-SYN packet
+//! that hits the entry ([`Shard::refresh`]) clears it. A failed insert
+//! reads a bounded number of lines: its two signature lines, at most
+//! [`EVICTION_PROBES`] entries and [`RELOCATION_PROBES`] other buckets'
+//! signature lines.
 
 use crate::snapshot::{BackendId, Millis};
 
@@ -28,6 +40,19 @@ use super::TrackKey;
 
 /// Slots per bucket: 16 signatures fill one cache line.
 pub const SLOTS: usize = 16;
+
+/// Bit of a stored signature (signature array and [`Entry`]) marking a
+/// half-open entry. Never part of a key's signature.
+pub const HALF_OPEN: u32 = 1 << 31;
+
+/// Half-open entries of a full bucket pair whose age an insert compares
+/// (one entry line each) before it evicts the oldest.
+pub const EVICTION_PROBES: usize = 4;
+
+/// Residents of a full bucket pair (half of them in each bucket) whose
+/// other bucket an insert looks at for a free slot (one signature line
+/// each): the cuckoo step, bounded.
+pub const RELOCATION_PROBES: usize = 16;
 
 /// One tracked flow. Exactly one cache line for IPv4 and IPv6 keys alike.
 #[repr(C, align(64))]
@@ -43,8 +68,9 @@ pub struct Entry {
     /// The service's idle timeout when last matched (CT-5); kept here so
     /// the sweep needs no snapshot.
     pub idle_timeout_ms: u32,
-    /// Copy of the slot's signature (0: free), so a home-slot hit needs no
-    /// signature line. The shard keeps it equal to the signature array.
+    /// Copy of the slot's stored signature (0: free; [`HALF_OPEN`] set for
+    /// a half-open entry), so a home-slot hit needs no signature line. The
+    /// shard keeps it equal to the signature array.
     sig: u32,
 }
 
@@ -68,6 +94,20 @@ impl Entry {
         }
     }
 
+    /// The same entry, half-open: written by a SYN (its `idle_timeout_ms`
+    /// is then the service's half-open timeout). The shard keeps the mark
+    /// until a non-SYN packet refreshes the entry.
+    pub fn half_open(mut self) -> Self {
+        self.sig = HALF_OPEN;
+        self
+    }
+
+    /// No packet but SYNs seen since the entry was written.
+    #[inline]
+    pub fn is_half_open(&self) -> bool {
+        self.sig & HALF_OPEN != 0
+    }
+
     #[inline]
     pub fn expired(&self, now: Millis) -> bool {
         now.0.saturating_sub(self.last_seen.0) >= u64::from(self.idle_timeout_ms)
@@ -81,12 +121,23 @@ struct Sigs([u32; SLOTS]);
 impl Sigs {
     /// Bit i set where signature i equals `sig`: written branch-free so
     /// the compiler turns it into vector compares and a move-mask.
+    /// `sig` is a key's signature (without [`HALF_OPEN`]) or 0 (free
+    /// slots).
     #[inline(always)]
     fn mask(&self, sig: u32) -> u32 {
         self.0
             .iter()
             .enumerate()
-            .fold(0, |m, (i, &s)| m | (u32::from(s == sig) << i))
+            .fold(0, |m, (i, &s)| m | (u32::from(s & !HALF_OPEN == sig) << i))
+    }
+
+    /// Bit i set where slot i holds a half-open entry.
+    #[inline]
+    fn half_open(&self) -> u32 {
+        self.0
+            .iter()
+            .enumerate()
+            .fold(0, |m, (i, &s)| m | (u32::from(s & HALF_OPEN != 0) << i))
     }
 }
 
@@ -98,11 +149,15 @@ pub struct Counters {
     pub hits: u64,
     pub misses: u64,
     pub expirations: u64,
+    /// Inserts that found every candidate slot live and none half-open
+    /// (table full): the flow is forwarded statelessly.
     pub insert_failed: u64,
+    /// Half-open entries replaced by a new key in a full bucket pair.
+    pub half_open_evicted: u64,
     pub reselected_unhealthy: u64,
 }
 
-/// No free or expired slot among the key's candidates.
+/// No free, expired or half-open slot among the key's candidates.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Full;
 
@@ -118,6 +173,10 @@ pub struct Shard {
     live: usize,
     cursor: usize,
     pub counters: Counters,
+    /// Lines a full bucket pair's insert read beyond its two signature
+    /// lines (tests: the bound).
+    #[cfg(test)]
+    probed: std::cell::Cell<usize>,
 }
 
 impl std::fmt::Debug for Shard {
@@ -196,6 +255,8 @@ impl Shard {
             live: 0,
             cursor: 0,
             counters: Counters::default(),
+            #[cfg(test)]
+            probed: std::cell::Cell::new(0),
         }
     }
 
@@ -249,7 +310,10 @@ impl Shard {
     /// Signature and first bucket: all a home-slot lookup needs.
     #[inline(always)]
     fn sig_and_bucket(&self, h: u64) -> (u32, usize) {
-        (((h >> 32) as u32) | 1, (h as usize) & self.mask)
+        (
+            (((h >> 32) as u32) | 1) & !HALF_OPEN,
+            (h as usize) & self.mask,
+        )
     }
 
     /// Signature and both candidate buckets.
@@ -302,7 +366,7 @@ impl Shard {
         let at_home = self
             .entries
             .get(Self::home(b1, sig))
-            .is_some_and(|e| e.sig == sig);
+            .is_some_and(|e| e.sig & !HALF_OPEN == sig);
         if !at_home {
             if let Some(s) = self.sigs.get(b1) {
                 crate::dpdk::prefetch::prefetch_read(s);
@@ -341,7 +405,7 @@ impl Shard {
         if self
             .entries
             .get(home)
-            .is_some_and(|e| e.sig == sig && e.key == *key)
+            .is_some_and(|e| e.sig & !HALF_OPEN == sig && e.key == *key)
         {
             return Some(home);
         }
@@ -384,7 +448,9 @@ impl Shard {
     }
 
     /// Records a hit on `slot` (CT-5 refresh; CT-7/CT-8/CT-11: the backend
-    /// and pool epoch now in force). The key and signature stay.
+    /// and pool epoch now in force). The key and signature stay. A
+    /// half-open entry stays half-open (and keeps its short timeout) while
+    /// only SYNs hit it (`syn`); any other packet completes it.
     #[inline]
     pub fn refresh(
         &mut self,
@@ -393,21 +459,42 @@ impl Shard {
         pool_epoch: u32,
         now: Millis,
         idle_timeout_ms: u32,
+        syn: bool,
     ) {
-        if let Some(e) = self.entries.get_mut(slot) {
-            e.backend = backend;
-            e.pool_epoch = pool_epoch;
-            e.last_seen = now;
+        let Some(e) = self.entries.get_mut(slot) else {
+            return;
+        };
+        e.backend = backend;
+        e.pool_epoch = pool_epoch;
+        e.last_seen = now;
+        if !e.is_half_open() {
             e.idle_timeout_ms = idle_timeout_ms;
+        } else if !syn {
+            self.establish(slot, idle_timeout_ms);
         }
     }
 
-    fn free(&mut self, slot: usize) {
-        if let Some(s) = self
-            .sigs
+    /// Half-open → established: clears [`HALF_OPEN`] in both copies of
+    /// the stored signature and gives the entry the idle timeout.
+    #[cold]
+    fn establish(&mut self, slot: usize, idle_timeout_ms: u32) {
+        if let Some(e) = self.entries.get_mut(slot) {
+            e.sig &= !HALF_OPEN;
+            e.idle_timeout_ms = idle_timeout_ms;
+        }
+        if let Some(s) = self.stored_sig(slot) {
+            *s &= !HALF_OPEN;
+        }
+    }
+
+    fn stored_sig(&mut self, slot: usize) -> Option<&mut u32> {
+        self.sigs
             .get_mut(slot / SLOTS)
             .and_then(|b| b.0.get_mut(slot % SLOTS))
-        {
+    }
+
+    fn free(&mut self, slot: usize) {
+        if let Some(s) = self.stored_sig(slot) {
             if *s != 0 {
                 *s = 0;
                 self.live -= 1;
@@ -418,30 +505,32 @@ impl Shard {
         }
     }
 
-    /// Stores `entry` under `h`: overwrites the key's slot if present,
-    /// else takes an empty slot, else reclaims an expired one; `Full` when
-    /// every candidate slot holds a live entry (the caller forwards
-    /// statelessly and counts it).
+    /// Stores `entry` under `h`: overwrites the key's slot if present
+    /// (half-open or not as `entry` is), else inserts it as
+    /// [`Shard::insert_absent`] does.
     pub fn upsert(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {
         if let Some(slot) = self.find(&entry.key, h) {
-            if let Some(e) = self.entries.get_mut(slot) {
-                *e = Entry {
-                    sig: e.sig,
-                    ..entry
-                };
-            }
+            let stored = self
+                .entries
+                .get(slot)
+                .map_or(0, |e| (e.sig & !HALF_OPEN) | (entry.sig & HALF_OPEN));
+            self.write(slot, stored, entry);
             return Ok(slot);
         }
         self.insert_absent(entry, h, now)
     }
 
-    /// Like [`Shard::upsert`] for a key known to be absent (just missed).
+    /// Like [`Shard::upsert`] for a key known to be absent (just missed):
+    /// takes the key's home slot if free, else a free slot of its first
+    /// bucket, then of its second; else reclaims its home slot if expired;
+    /// else, reading at most [`EVICTION_PROBES`] entries, an expired one
+    /// or the oldest half-open one (when the pair holds half-open entries,
+    /// only those are read); else moves one of at most
+    /// [`RELOCATION_PROBES`] residents to its other bucket. `Full` when
+    /// none of that frees a slot (the caller forwards statelessly; counted
+    /// as `insert_failed`).
     pub fn insert_absent(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {
         let (sig, b1, b2) = self.candidates(h);
-        // First bucket first, so that most keys are found in it (one
-        // signature line per hit); then the second; then one step of cuckoo
-        // relocation (bounded: at most 32 residents' other buckets looked
-        // at); then expired slots.
         let home = Self::home(b1, sig);
         let home_free = self
             .sigs
@@ -451,39 +540,141 @@ impl Shard {
         let slot = match (home_free.then_some(home))
             .or_else(|| self.empty_slot(b1))
             .or_else(|| self.empty_slot(b2))
-            .or_else(|| self.relocate_from(b1))
-            .or_else(|| self.relocate_from(b2))
         {
             Some(slot) => slot,
-            None => match self
-                .expired_slot(b1, now)
-                .or_else(|| self.expired_slot(b2, now))
-            {
-                Some(slot) => {
-                    self.free(slot);
-                    self.counters.expirations += 1;
-                    slot
-                }
+            None => match self.reclaim(home, b1, b2, sig, now) {
+                Some(slot) => slot,
                 None => {
                     self.counters.insert_failed += 1;
                     return Err(Full);
                 }
             },
         };
-        let (Some(s), Some(e)) = (
-            self.sigs
-                .get_mut(slot / SLOTS)
-                .and_then(|b| b.0.get_mut(slot % SLOTS)),
-            self.entries.get_mut(slot),
-        ) else {
-            self.counters.insert_failed += 1;
-            return Err(Full);
-        };
-        *s = sig;
-        *e = Entry { sig, ..entry };
+        self.write(slot, sig | (entry.sig & HALF_OPEN), entry);
         self.live += 1;
         self.counters.inserts += 1;
         Ok(slot)
+    }
+
+    /// A full bucket pair's way to a free slot, bounded: the home slot if
+    /// its entry expired (the line is in cache: the lookup read it), a
+    /// half-open entry, a relocation. The slot returned is free.
+    fn reclaim(
+        &mut self,
+        home: usize,
+        b1: usize,
+        b2: usize,
+        sig: u32,
+        now: Millis,
+    ) -> Option<usize> {
+        if self.entries.get(home).is_some_and(|e| e.expired(now)) {
+            self.free(home);
+            self.counters.expirations += 1;
+            return Some(home);
+        }
+        if let Some((slot, expired)) = self.evictable(b1, b2, sig, now) {
+            self.free(slot);
+            if expired {
+                self.counters.expirations += 1;
+            } else {
+                self.counters.half_open_evicted += 1;
+            }
+            return Some(slot);
+        }
+        // Where a bucket's probes start: from the key's signature, so keys
+        // sharing a bucket try different residents.
+        let start = (sig >> 5) as usize;
+        // Every probed resident's other signature line is requested
+        // first, so that their misses overlap instead of queueing.
+        for b in [b1, b2] {
+            self.prefetch_relocation_targets(b, start);
+        }
+        self.relocate_from(b1, start)
+            .or_else(|| self.relocate_from(b2, start))
+    }
+
+    fn prefetch_relocation_targets(&self, b: usize, start: usize) {
+        let Some(sigs) = self.sigs.get(b) else {
+            return;
+        };
+        for k in 0..RELOCATION_PROBES / 2 {
+            let stored = sigs.0[(start + k) % SLOTS];
+            if let Some(alt) = self.sigs.get(self.other_bucket(b, stored & !HALF_OPEN)) {
+                crate::dpdk::prefetch::prefetch_read(alt);
+            }
+        }
+    }
+
+    /// A slot of the full buckets `b1` and `b2` to take, from at most
+    /// [`EVICTION_PROBES`] entries read (starting at a position drawn from
+    /// `sig`): the first expired one, else the oldest half-open one, with
+    /// whether it expired. When the signature lines show half-open
+    /// entries only those are read; when there are none, other entries
+    /// are read for expiry alone.
+    fn evictable(&self, b1: usize, b2: usize, sig: u32, now: Millis) -> Option<(usize, bool)> {
+        let m1 = u64::from(self.sigs.get(b1)?.half_open());
+        let m2 = if b2 == b1 {
+            0
+        } else {
+            u64::from(self.sigs.get(b2)?.half_open())
+        };
+        // One 32-slot ring over both buckets, rotated to a random start.
+        let at = |i: u32| {
+            if i < 16 {
+                b1 * SLOTS + i as usize
+            } else {
+                b2 * SLOTS + (i - 16) as usize
+            }
+        };
+        let mut both = m1 | (m2 << 16);
+        let half_open = both != 0;
+        if !half_open {
+            both = if b2 == b1 { 0xffff } else { 0xffff_ffff };
+        }
+        let r = (sig >> 7) % 32;
+        let mut m = ((both >> r) | (both << (32 - r))) & 0xffff_ffff;
+        // The probed slots, their lines requested together (overlapping
+        // misses), then read.
+        let mut probes = [0usize; EVICTION_PROBES];
+        let mut n = 0;
+        for p in probes.iter_mut() {
+            if m == 0 {
+                break;
+            }
+            *p = at((m.trailing_zeros() + r) % 32);
+            m &= m - 1;
+            n += 1;
+            if let Some(e) = self.entries.get(*p) {
+                crate::dpdk::prefetch::prefetch_read(e);
+            }
+        }
+        let mut best: Option<(usize, Millis)> = None;
+        for &slot in probes.iter().take(n) {
+            #[cfg(test)]
+            self.probed.set(self.probed.get() + 1);
+            let e = self.entries.get(slot)?;
+            if e.expired(now) {
+                return Some((slot, true));
+            }
+            if half_open && best.is_none_or(|(_, seen)| e.last_seen < seen) {
+                best = Some((slot, e.last_seen));
+            }
+        }
+        best.map(|(slot, _)| (slot, false))
+    }
+
+    /// Writes `entry` into `slot` with the stored signature `stored`
+    /// (signature array and entry alike).
+    fn write(&mut self, slot: usize, stored: u32, entry: Entry) {
+        if let Some(s) = self.stored_sig(slot) {
+            *s = stored;
+        }
+        if let Some(e) = self.entries.get_mut(slot) {
+            *e = Entry {
+                sig: stored,
+                ..entry
+            };
+        }
     }
 
     /// The other candidate bucket of a key with signature `sig` in `b`
@@ -493,22 +684,27 @@ impl Shard {
         (b ^ (u64::from(sig).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize) & self.mask
     }
 
-    /// Frees a slot of the full bucket `b` by moving one resident to an
-    /// empty slot of its other bucket; returns the freed slot.
-    fn relocate_from(&mut self, b: usize) -> Option<usize> {
+    /// Frees a slot of the full bucket `b` by moving one of at most half
+    /// of [`RELOCATION_PROBES`] residents (from slot `start`, wrapping) to
+    /// an empty slot of its other bucket; returns the freed slot.
+    fn relocate_from(&mut self, b: usize, start: usize) -> Option<usize> {
         let sigs = self.sigs.get(b)?.0;
-        for (i, &s) in sigs.iter().enumerate() {
-            let alt = self.other_bucket(b, s);
+        for k in 0..RELOCATION_PROBES / 2 {
+            let i = (start + k) % SLOTS;
+            let stored = *sigs.get(i)?;
+            let alt = self.other_bucket(b, stored & !HALF_OPEN);
             if alt == b {
                 continue;
             }
+            #[cfg(test)]
+            self.probed.set(self.probed.get() + 1);
             let Some(to) = self.empty_slot(alt) else {
                 continue;
             };
             let from = b * SLOTS + i;
             let e = *self.entries.get(from)?;
             *self.entries.get_mut(to)? = e;
-            *self.sigs.get_mut(alt)?.0.get_mut(to % SLOTS)? = s;
+            *self.sigs.get_mut(alt)?.0.get_mut(to % SLOTS)? = stored;
             *self.sigs.get_mut(b)?.0.get_mut(i)? = 0;
             self.entries.get_mut(from)?.sig = 0;
             return Some(from);
@@ -519,11 +715,6 @@ impl Shard {
     fn empty_slot(&self, b: usize) -> Option<usize> {
         let m = self.sigs.get(b)?.mask(0);
         (m != 0).then(|| b * SLOTS + m.trailing_zeros() as usize)
-    }
-
-    fn expired_slot(&self, b: usize, now: Millis) -> Option<usize> {
-        let base = b * SLOTS;
-        (base..base + SLOTS).find(|&slot| self.entries.get(slot).is_some_and(|e| e.expired(now)))
     }
 
     /// Incremental expiry (CT-5): examines about `slots` slots from a
@@ -559,64 +750,7 @@ impl Shard {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+mod half_open_tests;
 
-    fn key(i: u64) -> TrackKey {
-        TrackKey {
-            src: [0, 0x0a00_0000 | i],
-            dst: [0, 0xcb00_710a],
-            meta: ((1024 + i % 60_000) << 16) | 80 | (6 << 32) | (2 << 40),
-        }
-    }
-
-    /// Share of `n` inserted keys found in their home slot (one line).
-    fn at_home(s: &Shard, n: u64) -> f64 {
-        let home = (0..n)
-            .filter(|&i| {
-                let k = key(i);
-                let (sig, b1) = s.sig_and_bucket(s.hash(&k));
-                let e = &s.entries[Shard::home(b1, sig)];
-                e.sig == sig && e.key == k
-            })
-            .count();
-        home as f64 / n as f64
-    }
-
-    /// Home slots (a CT-3 hit in one line): nearly every key of a table a
-    /// tenth full is found in its home slot, three in four of a half-full
-    /// one (a shard at its configured capacity, `slots_for`, is at most
-    /// 80 % full) and about half the keys of a 95 %-full one (by chance
-    /// it would be 1 in 16); every key stays
-    /// findable. Guards the placement, which lookups do not depend on for
-    /// correctness, only for speed.
-    #[test]
-    fn most_keys_live_in_their_home_slot() {
-        for (fill, want) in [(0.1, 0.9), (0.5, 0.7), (0.8, 0.55), (0.95, 0.45)] {
-            let mut s = Shard::with_capacity_and_seed(1 << 15, 7);
-            assert_eq!(s.slots(), 1 << 16);
-            let n = (fill * s.slots() as f64) as u64;
-            let mut stored = 0;
-            for i in 0..n {
-                let k = key(i);
-                let h = s.hash(&k);
-                stored += u64::from(
-                    s.insert_absent(
-                        Entry::new(k, BackendId(1), 0, Millis(1), 60_000),
-                        h,
-                        Millis(1),
-                    )
-                    .is_ok(),
-                );
-            }
-            let share = at_home(&s, n);
-            eprintln!("fill {fill}: {share:.3} at home, {stored} of {n} stored");
-            assert!(share >= want, "fill {fill}: {share:.3} at home");
-            for i in 0..n {
-                let k = key(i);
-                let h = s.hash(&k);
-                assert!(s.lookup(&k, h, Millis(2)).is_some() || stored < n);
-            }
-        }
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -133,6 +133,7 @@ impl World {
                 mode,
                 persistence,
                 idle_timeout_ms: 60_000,
+                half_open_timeout_ms: 5_000,
             },
             draining_timeout_ms: 0,
             drain_on_failover: true,
