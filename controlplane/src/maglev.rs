@@ -64,13 +64,18 @@ pub fn permutation(key: &str, m: u32) -> (u32, u32) {
     (offset as u32, skip as u32)
 }
 
+/// One backend's walk through its permutation. `next` advances by `skip`
+/// with a compare-and-subtract instead of a division (both are < M).
 struct Cursor {
-    id: BackendId,
     next: u32,
     skip: u32,
-    weight: u64,
-    credit: u64,
+    weight: u32,
+    credit: u32,
 }
+
+/// A slot not claimed yet. While filling, slots hold the claiming cursor's
+/// position (below N < u32::MAX); ids are mapped in at the end.
+const FREE: u32 = u32::MAX;
 
 /// Builds a table of `size` slots (a prime, see MG-1) over `backends`.
 /// Empty input (or size 0) gives an empty table.
@@ -89,44 +94,62 @@ pub fn build_table(backends: &[MaglevBackend], size: u32) -> MaglevTable {
         .map(|b| {
             let (offset, skip) = permutation(&b.key, size);
             Cursor {
-                id: b.id,
                 next: offset % size,
                 skip: skip % size,
-                weight: if all_zero { 1 } else { u64::from(b.weight) },
+                weight: if all_zero { 1 } else { b.weight },
                 credit: 0,
             }
         })
         .collect();
+    let slots = fill(&mut cursors, size);
+    let ids: Vec<BackendId> = order.iter().map(|b| b.id).collect();
+    MaglevTable {
+        slots: slots.into_iter().map(|c| ids[c as usize]).collect(),
+    }
+}
+
+/// The credit-paced rounds (module doc): each slot gets the position of
+/// the cursor that claimed it. Integer arithmetic only; credit stays below
+/// 2 × the largest weight. Probes test a bitmap of taken slots (M bits, in
+/// L1 for M = 65537) rather than the slots themselves: most of the
+/// ~M·ln M probes of a build hit taken slots near the end.
+fn fill(cursors: &mut [Cursor], size: u32) -> Vec<u32> {
     let max_weight = cursors.iter().map(|c| c.weight).max().unwrap_or(1);
     let m = size as usize;
-    let mut slots: Vec<Option<BackendId>> = vec![None; m];
+    let mut slots: Vec<u32> = vec![FREE; m];
+    let mut taken: Vec<u64> = vec![0; m.div_ceil(64)];
     let mut filled = 0usize;
     // Terminates: the heaviest backend claims a slot every round, and each
     // permutation visits every slot because M is prime (or skip is 1).
     while filled < m {
-        for c in cursors.iter_mut() {
+        for (position, c) in cursors.iter_mut().enumerate() {
             c.credit += c.weight;
             if c.credit < max_weight {
                 continue;
             }
             c.credit -= max_weight;
+            let (mut next, skip) = (c.next, c.skip);
             loop {
-                let slot = c.next as usize;
-                c.next = ((u64::from(c.next) + u64::from(c.skip)) % u64::from(size)) as u32;
-                if slots[slot].is_none() {
-                    slots[slot] = Some(c.id);
+                let slot = next as usize;
+                next += skip;
+                if next >= size {
+                    next -= size;
+                }
+                let (word, bit) = (slot / 64, 1u64 << (slot % 64));
+                if taken[word] & bit == 0 {
+                    taken[word] |= bit;
+                    slots[slot] = position as u32;
                     break;
                 }
             }
+            c.next = next;
             filled += 1;
             if filled == m {
                 break;
             }
         }
     }
-    MaglevTable {
-        slots: slots.into_iter().map(|s| s.unwrap_or_default()).collect(),
-    }
+    slots
 }
 
 /// The Maglev paper's Pseudocode 1, literally: a full permutation matrix,
