@@ -19,6 +19,7 @@ use crate::stats::WorkerStats;
 
 pub mod burst;
 mod fragments;
+pub mod handover;
 
 use burst::{BurstStages, Outcome, SteerFor};
 
@@ -149,6 +150,16 @@ impl Worker {
             }
 
             for (port_idx, rxq) in rx.iter_mut().enumerate() {
+                let steer = lanes
+                    .steering
+                    .as_ref()
+                    .is_some_and(|s| s.ports.get(port_idx).copied().unwrap_or(false));
+                // AP-1 backpressure: while a peer's ring cannot take what
+                // is held for it, this port's packets wait in its RX queue.
+                if steer && !lanes.hand_over_steered() {
+                    lanes.stats.steering_backpressure.add(1);
+                    continue;
+                }
                 let n = rxq.rx_burst(&mut rx_burst, burst_size);
                 if n == 0 {
                     continue;
@@ -160,10 +171,6 @@ impl Worker {
                 pc.rx_packets.add(n as u64);
                 pc.rx_bytes.add(rx_burst.total_len());
                 rx_seen += n as u64;
-                let steer = lanes
-                    .steering
-                    .as_ref()
-                    .is_some_and(|s| s.ports.get(port_idx).copied().unwrap_or(false));
                 lanes.handle_burst(&mut rx_burst, Some(port_idx), steer);
             }
             // Tracked packets other workers received for this one's shard.
@@ -187,6 +194,11 @@ impl Worker {
                 last_sweep = now;
                 lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
             }
+        }
+        // Packets still held for a peer at stop are freed, and counted.
+        for burst in &mut lanes.steer_bursts {
+            let n = burst.clear() as u64;
+            lanes.stats.count_drop(DropReason::Shutdown, n);
         }
         // The last millisecond's conntrack counters, for the final scrape.
         lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
@@ -310,20 +322,27 @@ impl Lanes {
             .unwrap_or(0)
     }
 
-    /// End of a poll: every queued burst goes out; the TAPs are polled.
-    fn flush_all(&mut self, scratch: &mut MbufBurst) {
-        for (owner, burst) in self.steer_bursts.iter_mut().enumerate() {
-            if burst.is_empty() {
-                continue;
-            }
-            match self.steering.as_mut().and_then(|s| s.to.get_mut(owner)) {
-                Some(Some(ring)) => send_steered(ring, burst, &self.stats),
+    /// Offers what is held for each peer to its ring; true when nothing
+    /// is held any more (see [`handover`]).
+    #[inline]
+    fn hand_over_steered(&mut self) -> bool {
+        let (stats, steering) = (&self.stats, &mut self.steering);
+        handover::hand_over(&mut self.steer_bursts, |peer, burst| {
+            match steering.as_mut().and_then(|s| s.to.get_mut(peer)) {
+                Some(Some(ring)) => send_steered(ring, burst, stats),
+                // No ring to that peer (cannot happen: steering only
+                // picks other workers, each with a ring).
                 _ => {
                     let n = burst.clear() as u64;
-                    self.stats.count_drop(DropReason::SteeringRingFull, n);
+                    stats.count_drop(DropReason::SteeringRingFull, n);
                 }
             }
-        }
+        })
+    }
+
+    /// End of a poll: every queued burst goes out; the TAPs are polled.
+    fn flush_all(&mut self, scratch: &mut MbufBurst) {
+        self.hand_over_steered();
         for (port_idx, (txq, burst)) in self
             .tx
             .iter_mut()
@@ -352,7 +371,9 @@ impl Lanes {
     }
 }
 
-/// Queues a packet for the worker that owns its tracking key.
+/// Queues a packet for the worker that owns its tracking key. The held
+/// burst has room: RX that steers is read only when nothing is held
+/// ([`handover`]), and an RX burst is at most a held burst's size.
 #[inline]
 fn steer_packet(
     bursts: &mut [MbufBurst],
@@ -377,14 +398,12 @@ fn steer_packet(
     }
 }
 
-/// Hands a burst to another worker's ring; what does not fit is dropped.
+/// Hands a burst to another worker's ring; what does not fit stays in
+/// `burst`, in order, for the next poll (backpressure, [`handover`]).
+#[inline]
 fn send_steered(ring: &mut RingProducer, burst: &mut MbufBurst, stats: &WorkerStats) {
     let sent = ring.enqueue(burst) as u64;
-    let unsent = burst.clear() as u64;
     stats.steered_out.add(sent);
-    if unsent > 0 {
-        stats.count_drop(DropReason::SteeringRingFull, unsent);
-    }
 }
 
 /// AP-4: hands a packet for the appliance to the receive port's TAP, or
