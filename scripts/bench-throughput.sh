@@ -16,6 +16,8 @@
 # CT_CAPACITY: the worker's conntrack_capacity in connections (default: the
 # config default, 1,048,576, which reserves 2,097,152 slots: 48 % full with
 # FLOWS=1000000).
+# SLUICE_BIN: the sluice binary to measure (default target/release/sluice,
+# built here): A/B comparisons alternate two binaries on the same devices.
 # Each run lasts SECONDS; the rate is the transmit rate on the null port over
 # the steady-state part of the run. Timing never fails anything: the script
 # prints numbers, its last line is
@@ -126,7 +128,7 @@ TOML
 COUNTED='sluice_port_tx_packets_total{port="backends"}'
 [ "$TRAFFIC" = drop ] && COUNTED='sluice_port_rx_packets_total{port="clients"}'
 tx_of() { curl -s http://127.0.0.1:19100/metrics | awk -v m="$COUNTED" '$1 == m {print $2}'; }
-target/release/sluice run --config "$work/bench.toml" --duration $((SECONDS_PER_RUN + WARMUP + 2)) \
+"${SLUICE_BIN:-target/release/sluice}" run --config "$work/bench.toml" --duration $((SECONDS_PER_RUN + WARMUP + 2)) \
   --metrics-dump "$work/sluice-metrics.txt" > "$work/sluice.log" 2>&1 &
 sl=$!
 sleep "$WARMUP"

@@ -29,5 +29,7 @@ if command -v rustup >/dev/null; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 fi
+# The fuzz smoke (scripts/fuzz-smoke.sh) runs the fuzz targets with cargo-fuzz.
+cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --locked
 pkg-config --atleast-version=22.11 libdpdk || { echo "setup: DPDK >= 22.11 not found by pkg-config" >&2; exit 1; }
 echo "setup: ok (DPDK $(pkg-config --modversion libdpdk), $(cargo --version))"

@@ -19,6 +19,9 @@ echo "== cargo test"
 mkdir -p target
 cargo test --workspace --locked 2>&1 | tee target/test-output.txt
 
+echo "== fuzz smoke (a few seconds per target)"
+scripts/fuzz-smoke.sh
+
 echo "== sluice check-config conf/*.toml"
 target/debug/sluice check-config conf/*.toml
 

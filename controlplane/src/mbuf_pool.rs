@@ -99,7 +99,12 @@ pub fn mbuf_count(dp: &DataplaneConfig) -> u32 {
     let workers = u32::from(dp.workers);
     let nports = dp.ports.len() as u32;
     let ntaps = dp.ports.iter().filter(|p| p.tap.is_some()).count() as u32;
-    let rings = nports * (1024 + 1024) + ntaps * (512 + 512) + 1024 * workers;
+    // Every steering ring into a worker full, and a burst held for each peer.
+    let burst = usize::from(dp.burst_size);
+    let steered = workers.saturating_sub(1)
+        * dataplane::steering::ring_slots(burst, usize::from(dp.workers))
+        + (dataplane::dpdk::MAX_BURST as u32) * workers;
+    let rings = nports * (1024 + 1024) + ntaps * (512 + 512) + steered;
     (rings * workers + 4096).next_power_of_two() - 1
 }
 

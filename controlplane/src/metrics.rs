@@ -149,6 +149,14 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         .with_label_values(&["in"])
         .inc_by(sum(src, |w| w.steered_in.get()));
     out.extend(steered.collect());
+    out.extend(counter(
+        "sluice_steering_backpressure_total",
+        "RX polls a worker skipped because a peer's steering ring was full: the \
+         packets waited in the port's RX queue instead of being dropped between \
+         workers. Rising steadily: the owning workers cannot keep up (watch \
+         sluice_port_hw_total{counter=\"imissed\"} and sluice_port_kernel_drops_total).",
+        sum(src, |w| w.steering_backpressure.get()),
+    ));
 
     // AP-3: oversize IPv4 without DF leaves as fragments. With these two,
     // RX = TX + punted + drops - (fragments created - packets fragmented).

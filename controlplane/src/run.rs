@@ -231,7 +231,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     };
     let stop = Arc::new(AtomicBool::new(false));
     let clock = ctl_clock;
-    let mut steering = steering_rings(&ports, workers)?;
+    let mut steering = steering_rings(&ports, workers, usize::from(cfg.dataplane.burst_size))?;
     let mut launched = Vec::with_capacity(workers);
     for (w, &lcore) in lcores.iter().take(workers).enumerate() {
         let q = w as u16;
@@ -458,6 +458,7 @@ fn supervise(
 fn steering_rings(
     ports: &[Port],
     workers: usize,
+    burst_size: usize,
 ) -> Result<Option<Vec<Option<Steering>>>, RunError> {
     let needs: Vec<bool> = ports
         .iter()
@@ -473,15 +474,16 @@ fn steering_rings(
             ports: needs.clone(),
         })
         .collect();
+    let slots = dataplane::steering::ring_slots(burst_size, workers);
     for from in 0..workers {
         for to in (0..workers).filter(|&t| t != from) {
-            let (p, c) = mbuf_ring(&format!("sluice_steer_{from}_{to}"), STEERING_RING_SLOTS)?;
+            let (p, c) = mbuf_ring(&format!("sluice_steer_{from}_{to}"), slots)?;
             per_worker[from].to[to] = Some(p);
             per_worker[to].from.push(c);
         }
     }
     eprintln!(
-        "sluice: software steering between {workers} workers for port(s) {:?} \
+        "sluice: software steering between {workers} workers ({slots}-slot rings) for port(s) {:?} \
          (no RSS on addresses only)",
         ports
             .iter()
@@ -492,9 +494,6 @@ fn steering_rings(
     );
     Ok(Some(per_worker.into_iter().map(Some).collect()))
 }
-
-/// Slots of each steering ring: a few bursts of slack per pair of workers.
-const STEERING_RING_SLOTS: u32 = 1024;
 
 /// AP-4: starts each port's TAP (one queue pair per worker) with the
 /// port's MAC, and gives the kernel side the port's addresses and MTU.

@@ -118,6 +118,9 @@ pub struct WorkerStats {
     pub steered_out: Counter,
     /// Tracked packets received from other workers (steering).
     pub steered_in: Counter,
+    /// RX polls skipped because a peer's steering ring was full
+    /// (backpressure: the packets wait in the port's RX queue).
+    pub steering_backpressure: Counter,
     /// ICMP errors the worker answered with (AP-3: fragmentation needed /
     /// packet too big), sent back out of the receive port.
     pub icmp_replies: Counter,
@@ -144,6 +147,7 @@ impl WorkerStats {
             drops: Default::default(),
             steered_out: Counter::default(),
             steered_in: Counter::default(),
+            steering_backpressure: Counter::default(),
             icmp_replies: Counter::default(),
             fragmented: Counter::default(),
             fragments: Counter::default(),

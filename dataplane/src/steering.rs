@@ -17,6 +17,20 @@ use crate::wire::L3Layout;
 /// workers, but a fixed function keeps tests reproducible.
 const SEED: u64 = 0x5ee1_1ce0_57ee_7175;
 
+/// Slots of each steering ring from a sender to one peer, for `workers`
+/// workers polling RX bursts of `burst_size`. A full ring loses nothing
+/// (the sender holds its packets and pauses its RX, `worker::handover`),
+/// so the size only sets how far a peer may fall behind before senders
+/// pause: eight RX bursts from every worker that may feed it, as a peer
+/// polls one burst per input in turn and so falls further behind the more
+/// workers feed it. At least 1024 (a few bursts of slack on two workers),
+/// at most 4096 (every slot may hold an mbuf: the pool is sized for full
+/// rings, `workers × (workers − 1)` of them).
+pub fn ring_slots(burst_size: usize, workers: usize) -> u32 {
+    let slots = burst_size.max(1) * workers.max(1) * 8;
+    (slots.next_power_of_two() as u32).clamp(1024, 4096)
+}
+
 /// The worker (0..workers) that owns every packet between these addresses.
 #[inline]
 pub fn owner(frame: &[u8], layout: &L3Layout, workers: usize) -> usize {
@@ -117,6 +131,24 @@ mod tests {
                     workers
                 ),
                 owner(&f, &layout(&f), workers)
+            );
+        }
+    }
+
+    /// AP-1: rings grow with the burst size and the worker count, within
+    /// bounds, always a power of two (rte_ring's requirement).
+    #[test]
+    fn ring_slots_follow_burst_and_workers() {
+        assert_eq!(ring_slots(32, 2), 1024);
+        assert_eq!(ring_slots(64, 4), 2048);
+        assert_eq!(ring_slots(64, 8), 4096);
+        assert_eq!(ring_slots(64, 64), 4096);
+        assert_eq!(ring_slots(1, 2), 1024);
+        for (b, w) in [(32, 3), (48, 5), (64, 6)] {
+            let s = ring_slots(b, w);
+            assert!(
+                s.is_power_of_two() && s as usize >= (b * w * 8).min(4096),
+                "{b} {w} {s}"
             );
         }
     }

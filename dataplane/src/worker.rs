@@ -10,17 +10,18 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use crate::conntrack::Tracked;
 use crate::dpdk::MAX_BURST;
 use crate::dpdk::{MbufBurst, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
 use crate::drop_reason::DropReason;
-use crate::packet::PacketBuf;
-use crate::pipeline::{self, Balance, PipelineCtx, Stage, Verdict};
+use crate::pipeline::{PipelineCtx, Verdict};
 use crate::snapshot::{ForwardingState, Millis, SnapshotCell};
 use crate::stats::WorkerStats;
-use crate::steering;
 
+pub mod burst;
 mod fragments;
+pub mod handover;
+
+use burst::{BurstStages, Outcome, SteerFor};
 
 /// Everything a worker owns. Built on the main lcore, moved to the worker.
 pub struct Worker {
@@ -119,12 +120,7 @@ impl Worker {
             // The shard is allocated and touched here, on the worker's own
             // lcore (NUMA-local), before the first packet.
             ctx: PipelineCtx::new(conntrack_capacity),
-            stages: [Stage::default(); MAX_BURST],
-            conntrack: BurstConntrack {
-                tracked: [None; MAX_BURST],
-                needs_fallback: [false; MAX_BURST],
-            },
-            steer_to: [NO_STEER; MAX_BURST],
+            stages: BurstStages::default(),
             dropped: MbufBurst::default(),
             state,
             stats,
@@ -154,6 +150,16 @@ impl Worker {
             }
 
             for (port_idx, rxq) in rx.iter_mut().enumerate() {
+                let steer = lanes
+                    .steering
+                    .as_ref()
+                    .is_some_and(|s| s.ports.get(port_idx).copied().unwrap_or(false));
+                // AP-1 backpressure: while a peer's ring cannot take what
+                // is held for it, this port's packets wait in its RX queue.
+                if steer && !lanes.hand_over_steered() {
+                    lanes.stats.steering_backpressure.add(1);
+                    continue;
+                }
                 let n = rxq.rx_burst(&mut rx_burst, burst_size);
                 if n == 0 {
                     continue;
@@ -165,10 +171,6 @@ impl Worker {
                 pc.rx_packets.add(n as u64);
                 pc.rx_bytes.add(rx_burst.total_len());
                 rx_seen += n as u64;
-                let steer = lanes
-                    .steering
-                    .as_ref()
-                    .is_some_and(|s| s.ports.get(port_idx).copied().unwrap_or(false));
                 lanes.handle_burst(&mut rx_burst, Some(port_idx), steer);
             }
             // Tracked packets other workers received for this one's shard.
@@ -193,27 +195,16 @@ impl Worker {
                 lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
             }
         }
+        // Packets still held for a peer at stop are freed, and counted.
+        for burst in &mut lanes.steer_bursts {
+            let n = burst.clear() as u64;
+            lanes.stats.count_drop(DropReason::Shutdown, n);
+        }
         // The last millisecond's conntrack counters, for the final scrape.
         lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
         0
     }
 }
-
-/// Stage 2 looks this many packets ahead to check a tracked packet's home
-/// entry (requested before stage 2 began, so present by now), and
-/// [`FALLBACK_AHEAD`] packets ahead to request what a key away from home
-/// needs next: each dependent line gets several deliveries' time to
-/// arrive instead of stalling the lookup. A delivery takes ~30 ns of the
-/// ~85 ns a tracked packet costs, a DRAM line ~150–200 ns here: at 8 and
-/// 4 the signature and entry lines of a 1M-flow shard still arrived late
-/// (`prefetch_matches` and `find` were 23 % of the worker); 16 and 8
-/// measured +9 % at 1M flows (11.7 → 12.7 Mpps), 20/10, 24/12 and 32/16
-/// the same as 16/8, and no change at 100k flows or for SYNs.
-const HOME_CHECK_AHEAD: usize = 16;
-const FALLBACK_AHEAD: usize = 8;
-
-/// `steer_to` value of a packet this worker handles itself.
-const NO_STEER: u16 = u16::MAX;
 
 /// Where a worker's packets go, and the per-burst scratch it reuses.
 struct Lanes {
@@ -226,9 +217,8 @@ struct Lanes {
     steering: Option<Steering>,
     steer_bursts: Vec<MbufBurst>,
     ctx: PipelineCtx,
-    stages: [Stage; MAX_BURST],
-    conntrack: BurstConntrack,
-    steer_to: [u16; MAX_BURST],
+    /// The staged pipeline's per-burst state.
+    stages: BurstStages,
     /// This burst's dropped packets, freed in bulk at its end.
     dropped: MbufBurst,
     state: Arc<ForwardingState>,
@@ -243,94 +233,24 @@ impl Lanes {
     #[inline]
     fn handle_burst(&mut self, burst: &mut MbufBurst, rx_port: Option<usize>, steer: bool) {
         let state = &*self.state;
-        // Stage 1 over the whole burst, then stage 2: the Maglev slot
-        // misses of different packets overlap. (Prefetching packet and
-        // headroom lines too measured slower on net_pcap, whose copies leave
-        // them hot; revisit on real NICs.)
-        for (m, stage) in burst.iter().zip(self.stages.iter_mut()) {
-            if m.is_contiguous() {
-                pipeline::classify_into(m.data(), state, stage);
-            } else {
-                *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
-            }
-        }
-        if steer {
-            let workers = self.steer_bursts.len();
-            for ((m, stage), to) in burst
-                .iter()
-                .zip(self.stages.iter())
-                .zip(self.steer_to.iter_mut())
-            {
-                let owner = match stage {
-                    Stage::Balance(b) if b.tracked => {
-                        Some(steering::owner(m.data(), &b.layout, workers))
-                    }
-                    // HA-4: an ICMP error meets the shard of the flow it quotes.
-                    Stage::Balance(b) if b.icmp_error => {
-                        pipeline::icmp_error_flow_addresses(m.data(), state)
-                            .map(|(src, dst)| steering::owner_of(src, dst, workers))
-                    }
-                    _ => None,
-                };
-                *to = match owner {
-                    Some(o) if o != self.index => o as u16,
-                    _ => NO_STEER,
-                };
-            }
-        }
-        // Every tracked packet's home entry, before any packet is
-        // delivered: the shard's misses overlap.
-        for ((m, stage), tracked) in burst
-            .iter()
-            .zip(self.stages.iter())
-            .zip(self.conntrack.tracked.iter_mut())
-        {
-            // Written for every tracked packet (Some, or None if no key
-            // could be built); read only for those.
-            if let Stage::Balance(b) = stage {
-                if b.tracked {
-                    pipeline::prefetch_conntrack(m.data(), b, state, &self.ctx, tracked);
-                }
-            }
-        }
-        let n = burst.len();
-        for j in 0..HOME_CHECK_AHEAD {
-            self.conntrack
-                .check_home(&self.stages, state, &self.ctx, n, j);
-        }
-        for j in 0..FALLBACK_AHEAD {
-            self.conntrack.fetch_fallback(&self.stages, &self.ctx, n, j);
-        }
+        let steer = steer.then_some(SteerFor {
+            index: self.index,
+            workers: self.steer_bursts.len(),
+        });
+        self.stages.prepare(burst.iter(), state, &self.ctx, steer);
         for (i, mut m) in burst.drain().enumerate() {
-            let ahead = i + HOME_CHECK_AHEAD;
-            self.conntrack
-                .check_home(&self.stages, state, &self.ctx, n, ahead);
-            let ahead = i + FALLBACK_AHEAD;
-            self.conntrack
-                .fetch_fallback(&self.stages, &self.ctx, n, ahead);
-            let (Some(stage), Some(&to)) = (self.stages.get(i), self.steer_to.get(i)) else {
-                self.stats.count_drop(DropReason::Shutdown, 1);
-                continue;
-            };
-            if steer && to != NO_STEER {
-                steer_packet(
-                    &mut self.steer_bursts,
-                    &mut self.steering,
-                    &self.stats,
-                    usize::from(to),
-                    m,
-                );
-                continue;
-            }
-            let verdict = match stage {
-                Stage::Done(v) => *v,
-                Stage::Balance(b) => {
-                    let tracked = match b.tracked {
-                        true => self.conntrack.tracked.get(i).and_then(Option::as_ref),
-                        false => None,
-                    };
-                    pipeline::deliver_keyed(&mut m, b, tracked, state, &mut self.ctx)
+            let verdict = match self.stages.deliver(i, &mut m, state, &mut self.ctx) {
+                Outcome::Steer(to) => {
+                    steer_packet(
+                        &mut self.steer_bursts,
+                        &mut self.steering,
+                        &self.stats,
+                        to,
+                        m,
+                    );
+                    continue;
                 }
+                Outcome::Verdict(v) => v,
             };
             let out = match verdict {
                 Verdict::Forward { port, backend } => {
@@ -390,9 +310,7 @@ impl Lanes {
             }
         }
         self.dropped.clear();
-        if steer {
-            self.steer_to = [NO_STEER; MAX_BURST];
-        }
+        self.stages.finish();
     }
 
     /// The config index of the port a steered packet arrived on.
@@ -404,20 +322,27 @@ impl Lanes {
             .unwrap_or(0)
     }
 
-    /// End of a poll: every queued burst goes out; the TAPs are polled.
-    fn flush_all(&mut self, scratch: &mut MbufBurst) {
-        for (owner, burst) in self.steer_bursts.iter_mut().enumerate() {
-            if burst.is_empty() {
-                continue;
-            }
-            match self.steering.as_mut().and_then(|s| s.to.get_mut(owner)) {
-                Some(Some(ring)) => send_steered(ring, burst, &self.stats),
+    /// Offers what is held for each peer to its ring; true when nothing
+    /// is held any more (see [`handover`]).
+    #[inline]
+    fn hand_over_steered(&mut self) -> bool {
+        let (stats, steering) = (&self.stats, &mut self.steering);
+        handover::hand_over(&mut self.steer_bursts, |peer, burst| {
+            match steering.as_mut().and_then(|s| s.to.get_mut(peer)) {
+                Some(Some(ring)) => send_steered(ring, burst, stats),
+                // No ring to that peer (cannot happen: steering only
+                // picks other workers, each with a ring).
                 _ => {
                     let n = burst.clear() as u64;
-                    self.stats.count_drop(DropReason::SteeringRingFull, n);
+                    stats.count_drop(DropReason::SteeringRingFull, n);
                 }
             }
-        }
+        })
+    }
+
+    /// End of a poll: every queued burst goes out; the TAPs are polled.
+    fn flush_all(&mut self, scratch: &mut MbufBurst) {
+        self.hand_over_steered();
         for (port_idx, (txq, burst)) in self
             .tx
             .iter_mut()
@@ -446,64 +371,9 @@ impl Lanes {
     }
 }
 
-/// A burst's conntrack state between the stages: each packet's tracking
-/// key and shard hash (built once, by the prefetch pass) and whether its
-/// lookup needs more than its home entry (stage 2's lookahead).
-struct BurstConntrack {
-    tracked: [Option<Tracked>; MAX_BURST],
-    needs_fallback: [bool; MAX_BURST],
-}
-
-impl BurstConntrack {
-    /// Packet `j`'s stage and key, if it is among the burst's first `n`
-    /// and tracked.
-    #[inline(always)]
-    fn at<'a>(
-        &'a self,
-        stages: &'a [Stage],
-        n: usize,
-        j: usize,
-    ) -> Option<(&'a Balance, &'a Tracked)> {
-        // The stage first: an untracked packet's key slot is not read.
-        match stages.get(j) {
-            Some(Stage::Balance(b)) if j < n && b.tracked => {
-                Some((b, self.tracked.get(j)?.as_ref()?))
-            }
-            _ => None,
-        }
-    }
-
-    /// Lookahead step 1 for packet `j`: is its home entry its key's?
-    #[inline(always)]
-    fn check_home(
-        &mut self,
-        stages: &[Stage],
-        state: &ForwardingState,
-        ctx: &PipelineCtx,
-        n: usize,
-        j: usize,
-    ) {
-        let away = self
-            .at(stages, n, j)
-            .is_some_and(|(b, t)| pipeline::conntrack_lookahead(b, t, state, ctx));
-        if let Some(flag) = self.needs_fallback.get_mut(j) {
-            *flag = away;
-        }
-    }
-
-    /// Lookahead step 2 for packet `j`: the entries of its signature line,
-    /// when step 1 found it away from home.
-    #[inline(always)]
-    fn fetch_fallback(&self, stages: &[Stage], ctx: &PipelineCtx, n: usize, j: usize) {
-        if self.needs_fallback.get(j) == Some(&true) {
-            if let Some((_, t)) = self.at(stages, n, j) {
-                pipeline::conntrack_lookahead_fallback(t, ctx);
-            }
-        }
-    }
-}
-
-/// Queues a packet for the worker that owns its tracking key.
+/// Queues a packet for the worker that owns its tracking key. The held
+/// burst has room: RX that steers is read only when nothing is held
+/// ([`handover`]), and an RX burst is at most a held burst's size.
 #[inline]
 fn steer_packet(
     bursts: &mut [MbufBurst],
@@ -528,14 +398,12 @@ fn steer_packet(
     }
 }
 
-/// Hands a burst to another worker's ring; what does not fit is dropped.
+/// Hands a burst to another worker's ring; what does not fit stays in
+/// `burst`, in order, for the next poll (backpressure, [`handover`]).
+#[inline]
 fn send_steered(ring: &mut RingProducer, burst: &mut MbufBurst, stats: &WorkerStats) {
     let sent = ring.enqueue(burst) as u64;
-    let unsent = burst.clear() as u64;
     stats.steered_out.add(sent);
-    if unsent > 0 {
-        stats.count_drop(DropReason::SteeringRingFull, unsent);
-    }
 }
 
 /// AP-4: hands a packet for the appliance to the receive port's TAP, or

@@ -4,97 +4,13 @@
 #![no_main]
 
 use std::cell::RefCell;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
-use dataplane::fragment;
 use dataplane::packet::{PacketBuf, VecPacket};
 use dataplane::pipeline::{process, PipelineCtx, Verdict};
-use dataplane::rules::{ForwardingRule, RuleTable};
-use dataplane::snapshot::{
-    BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, Millis,
-    PortRange, PortState, RuleProtocol, ServiceId, ServiceState, SessionAffinity,
-};
+use dataplane::snapshot::{ForwardingState, Millis};
 use libfuzzer_sys::fuzz_target;
-
-/// VIPs the fuzzer can find from seeds: 10.0.0.{0..4} and fd00::{0..4}, one
-/// encapsulation each, all ports and protocols.
-fn state(mtu: u16) -> ForwardingState {
-    let encaps = [
-        Encapsulation::L2,
-        Encapsulation::Gre,
-        Encapsulation::Ipip,
-        Encapsulation::Gue { port: 6080 },
-    ];
-    let mut rules = Vec::new();
-    let mut services = Vec::new();
-    for (i, encap) in encaps.iter().enumerate() {
-        let svc = ServiceId(i as u16);
-        for vip in [
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8)),
-            IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16)),
-        ] {
-            rules.push(ForwardingRule {
-                name: format!("r{i}-{vip}"),
-                vip,
-                protocol: RuleProtocol::L3Default,
-                ports: PortRange::ALL,
-                service: svc,
-            });
-        }
-        let table = MaglevTable {
-            slots: vec![BackendId(0), BackendId(1), BackendId(0)].into(),
-        };
-        services.push(ServiceState {
-            name: format!("s{i}"),
-            encapsulation: *encap,
-            affinity: SessionAffinity::None,
-            tracking: Default::default(),
-            draining_timeout_ms: 0,
-            drain_on_failover: true,
-            pool_epoch: 0,
-            backends: vec![BackendId(0), BackendId(1)],
-            tables: vec![table],
-        });
-    }
-    let backend = |id: u32, address: IpAddr| {
-        Some(BackendState {
-            id: BackendId(id),
-            service: ServiceId(0),
-            address,
-            healthy: true,
-            weight: 1,
-            pool: Default::default(),
-            draining_until: None,
-            egress: Egress {
-                port: 0,
-                next_hop_mac: Some([2, 0, 0, 0, 0, 1]),
-            },
-        })
-    };
-    let mut state = ForwardingState {
-        generation: 1,
-        rules: RuleTable::new(rules),
-        services,
-        backends: vec![
-            backend(0, IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1))),
-            backend(1, IpAddr::V6(Ipv6Addr::new(0xfd01, 0, 0, 0, 0, 0, 0, 1))),
-        ],
-        ports: vec![PortState {
-            name: "p0".into(),
-            mac: [2, 0, 0, 0, 0, 2],
-            ipv4: Some(Ipv4Addr::new(192, 168, 0, 254)),
-            // Both families, so outer IPv6 (backend 1) is reached too.
-            ipv6: Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xfe)),
-            mtu,
-        }],
-        zones: Default::default(),
-        outer_headers: Default::default(),
-    };
-    // As the control plane does: the prebuilt outer headers are fuzzed too.
-    state.outer_headers = dataplane::outer_header::OuterHeaders::build(&state);
-    state
-}
+use sluice_fuzz::{check_fragments, state};
 
 thread_local! {
     /// One context for the whole run: its conntrack shard is allocated
@@ -125,16 +41,7 @@ fuzz_target!(|data: &[u8]| {
         // AP-3: oversize IPv4 without DF: the worker's fragmentation must
         // not panic either, and every fragment fits the MTU.
         Verdict::Fragment { port, .. } => {
-            let mtu = st.ports[usize::from(port)].mtu;
-            if let Ok(plan) = fragment::plan(pkt.data(), mtu, 2048) {
-                let mut extra = vec![VecPacket::new(&[]); plan.extra()];
-                if fragment::split(&mut pkt, &plan, extra.iter_mut()).is_ok() {
-                    for f in std::iter::once(&pkt).chain(&extra) {
-                        let n = f.data().len();
-                        assert!(n > 14 && n <= 14 + usize::from(mtu), "{n}");
-                    }
-                }
-            }
+            check_fragments(&mut pkt, st.ports[usize::from(port)].mtu)
         }
         // An ICMP error: L2 + IP + ICMP header at least, within the
         // RFC 1812 / RFC 4443 size bounds.

@@ -70,7 +70,7 @@ impl MbufBurst {
 
     /// The mbufs in the burst, in order.
     #[inline]
-    pub fn iter(&self) -> impl Iterator<Item = &Mbuf> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = &Mbuf> + Clone + '_ {
         self.slots[..self.len].iter().flatten()
     }
 
