@@ -77,9 +77,10 @@ fn run_refuses_to_start_on_a_broken_config() {
 fn run_refuses_conntrack_tables_the_process_cannot_hold() {
     let dir = tempdir("cli-run-ct-memory");
     let cfg = dir.join("big.toml");
-    // -m 512: 8 workers' packet pool (131,071 mbufs) needs more than 256 MiB.
+    // -m 1024: 8 workers' packet pool (262,143 mbufs, steering rings
+    // included) needs 592 MiB.
     let text = BROKEN
-        .replace("\"256\"", "\"512\"")
+        .replace("\"256\"", "\"1024\"")
         .replace("workers = 1", "workers = 8")
         .replace("192.0.2.300", "192.0.2.30")
         .replace("backend_service = \"nope\"", "backend_service = \"web\"");

@@ -79,14 +79,25 @@ pub fn encapsulate<P: PacketBuf>(
     flow_hash: u64,
 ) -> Result<(), DropReason> {
     let limit = usize::from(port.mtu);
-    encapsulate_within(pkt, &ip.into(), encap, backend, port, flow_hash, limit)
+    encapsulate_within(
+        pkt,
+        &ip.into(),
+        encap,
+        backend,
+        port,
+        flow_hash,
+        limit,
+        false,
+    )
 }
 
 /// [`encapsulate`] with the IP length limit raised from the MTU to 65,535
 /// bytes, for a packet about to be fragmented (AP-3: IPv4 without DF); a
 /// packet beyond that is refused (`MtuExceeded`) before anything is
 /// written, so every length field fits. The outer IPv4 header carries ID
-/// 0 and DF clear; `fragment::prepare` sets the identification.
+/// 0 and DF clear (also around an IPv6 packet, which is only sent this way
+/// when it is at most the IPv6 minimum MTU, RFC 4213 §3.2);
+/// `fragment::prepare` sets the identification.
 pub(crate) fn encapsulate_oversize<P: PacketBuf>(
     pkt: &mut P,
     ip: &L3Layout,
@@ -96,12 +107,15 @@ pub(crate) fn encapsulate_oversize<P: PacketBuf>(
     flow_hash: u64,
 ) -> Result<(), DropReason> {
     let limit = usize::from(u16::MAX);
-    encapsulate_within(pkt, ip, encap, backend, port, flow_hash, limit)
+    encapsulate_within(pkt, ip, encap, backend, port, flow_hash, limit, true)
 }
 
 /// The encapsulation, refusing (untouched) an IP packet that would leave
-/// longer than `limit` bytes. Always inlined: [`encapsulate`] compiles to
-/// what it was before fragmentation existed, the check one comparison.
+/// longer than `limit` bytes; `to_fragment`: the outer packet is about to
+/// be fragmented, so an outer IPv4 header gets DF clear. Always inlined:
+/// [`encapsulate`] compiles to what it was before fragmentation existed,
+/// the check one comparison.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn encapsulate_within<P: PacketBuf>(
     pkt: &mut P,
@@ -111,6 +125,7 @@ fn encapsulate_within<P: PacketBuf>(
     port: &PortState,
     flow_hash: u64,
     limit: usize,
+    to_fragment: bool,
 ) -> Result<(), DropReason> {
     let next_hop = backend
         .egress
@@ -158,7 +173,11 @@ fn encapsulate_within<P: PacketBuf>(
             let (h, rest) = rest
                 .split_first_chunk_mut::<{ ipv4::HEADER_LEN }>()
                 .ok_or(DropReason::NoHeadroom)?;
-            emit_outer_ipv4(h, src, dst, tunnel, ip, inner_v6)?;
+            // Copying DF keeps path-MTU discovery working end to end; IPv6
+            // is never fragmented in flight, so its tunnel is not either,
+            // unless it is fragmented here (RFC 4213 §3.2).
+            let dont_frag = !to_fragment && (ip.dont_fragment || inner_v6);
+            emit_outer_ipv4(h, src, dst, tunnel, ip, inner_v6, dont_frag)?;
             rest
         }
         Outer::V6 { src, dst } => {
@@ -299,6 +318,7 @@ fn emit_outer_ipv4(
     tunnel: Tunnel,
     ip: &L3Layout,
     inner_v6: bool,
+    dont_frag: bool,
 ) -> Result<(), DropReason> {
     Ipv4Repr {
         src,
@@ -309,9 +329,7 @@ fn emit_outer_ipv4(
         // size fits the MTU and is never fragmented by us, and an oversize
         // one gets a per-worker ID from `fragment::prepare` (AP-3).
         ident: 0,
-        // Copying DF keeps path-MTU discovery working end to end; IPv6 is
-        // never fragmented in flight, so its tunnel must not be either.
-        dont_frag: ip.dont_fragment || inner_v6,
+        dont_frag,
         payload_len: tunnel.header_len() + ip.ip_len,
     }
     .emit(hdr)

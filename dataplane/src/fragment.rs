@@ -17,8 +17,15 @@
 //!   outer packet, so it fragments it with a Fragment extension header
 //!   (RFC 8200 §4.5), identification again from [`FragmentIds`].
 //!
-//! IPv4 with DF and every IPv6 client packet are never fragmented: they are
-//! answered with ICMP fragmentation-needed / packet-too-big (`icmp`).
+//! - An IPv6 client packet of at most the IPv6 minimum MTU (1280 bytes) in
+//!   a tunnel whose MTU is smaller: the outer packet is fragmented (RFC
+//!   2473 §7.1 (a); RFC 4213 §3.2 for IPv6 in IPv4, outer DF clear). A
+//!   Packet Too Big below 1280 would be ignored by the client (RFC 8200
+//!   §5), which would then never get through.
+//!
+//! IPv4 with DF and larger IPv6 client packets are never fragmented: they
+//! are answered with ICMP fragmentation-needed / packet-too-big (`icmp`;
+//! for IPv6 with at least 1280, RFC 2473 §7.1 (b)).
 //!
 //! Sans-IO, in three steps. [`prepare`] (the pipeline's stage 2, cold path)
 //! encapsulates without the MTU limit and readies the outer header; the
@@ -104,8 +111,23 @@ impl Default for FragmentIds {
     }
 }
 
-/// Stage 2's cold path for an oversize IPv4 packet without DF (the caller
-/// checked both): encapsulates it without the MTU limit and readies it for
+/// The IPv6 minimum link MTU (RFC 8200 §5).
+pub const IPV6_MIN_MTU: usize = 1280;
+
+/// AP-3: whether an IP packet that does not fit the egress MTU with `encap`
+/// leaves as fragments (else it is answered with ICMP): IPv4 without DF,
+/// and an IPv6 packet of at most [`IPV6_MIN_MTU`] bytes in a tunnel, whose
+/// outer packet is fragmented (RFC 2473 §7.1 (a)).
+pub fn fragmentable(ip: &L3Layout, encap: Encapsulation) -> bool {
+    if ip.ethertype == ETHERTYPE_IPV6 {
+        !matches!(encap, Encapsulation::L2) && ip.ip_len <= IPV6_MIN_MTU
+    } else {
+        !ip.dont_fragment
+    }
+}
+
+/// Stage 2's cold path for an oversize packet that is [`fragmentable`]
+/// (the caller checked both): encapsulates it without the MTU limit and readies it for
 /// [`split`]. An outer IPv4 header gets the worker's next identification;
 /// an outer IPv6 header gets a Fragment header (offset 0, M clear until
 /// [`split`] sets it) with the next 32-bit identification. With `l2` the

@@ -1,8 +1,10 @@
 //! ICMP error generation (AP-3): when encapsulation would push a packet
 //! over the egress MTU and the packet may not be fragmented (IPv4 with DF,
-//! or any IPv6), the client is answered with ICMP fragmentation-needed /
-//! ICMPv6 packet-too-big carrying the MTU it must use, so path-MTU
-//! discovery shrinks its packets by the tunnel overhead.
+//! or IPv6 larger than 1280 bytes or without a tunnel), the client is
+//! answered with ICMP fragmentation-needed / ICMPv6 packet-too-big carrying
+//! the MTU it must use, so path-MTU discovery shrinks its packets by the
+//! tunnel overhead — for IPv6 never below 1280, which hosts would ignore
+//! (RFC 2473 §7.1 (b)).
 //!
 //! The reply is written over the offending packet in place (no second
 //! buffer): its own Ethernet header with the MACs swapped (VLAN tags kept,
@@ -20,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::drop_reason::DropReason;
 use crate::encap;
+use crate::fragment;
 use crate::packet::PacketBuf;
 use crate::pipeline::{Balance, PipelineCtx, Verdict};
 use crate::snapshot::{ForwardingState, Millis};
@@ -93,7 +96,14 @@ pub fn answer_mtu_exceeded<P: PacketBuf>(
         let backend = state.backend(s.table_for(None)?.lookup(b.hash)?)?;
         let port = state.ports.get(usize::from(backend.egress.port))?;
         let overhead = encap::overhead(s.encapsulation, backend.address);
-        Some(port.mtu.saturating_sub(overhead as u16))
+        let mtu = port.mtu.saturating_sub(overhead as u16);
+        // RFC 2473 §7.1 (b): never below the IPv6 minimum, which a client
+        // would ignore; packets up to it are fragmented in the tunnel.
+        Some(if b.layout.ethertype == ETHERTYPE_IPV6 {
+            mtu.max(fragment::IPV6_MIN_MTU as u16)
+        } else {
+            mtu
+        })
     });
     match mtu {
         Some(mtu) => too_big(pkt, &b.layout, mtu, &mut ctx.icmp_replies, ctx.now),

@@ -483,10 +483,11 @@ fn deliver_inner<P: PacketBuf>(
         .ok_or(DropReason::NextHopUnresolved)?;
     let encap = service.encapsulation;
     if let Err(e) = encap::encapsulate(pkt, b.layout, encap, backend, port, b.hash) {
-        // AP-3: an oversize IPv4 packet without DF is fragmented (cold
-        // path, reached only after the MTU comparison failed); DF and IPv6
-        // get ICMP in `deliver`.
-        if e != DropReason::MtuExceeded || b.layout.dont_fragment {
+        // AP-3: an oversize IPv4 packet without DF, or an IPv6 packet of at
+        // most 1280 bytes in a tunnel, is fragmented (cold path, reached
+        // only after the MTU comparison failed); the rest gets ICMP in
+        // `deliver`.
+        if e != DropReason::MtuExceeded || !fragment::fragmentable(&b.layout, encap) {
             return Err(e);
         }
         let ids = &mut ctx.fragment_ids;

@@ -220,10 +220,15 @@ fn v4_fixed(h: &[u8]) -> Vec<u8> {
 /// `frame` encapsulated for a port whose MTU fits it: the reference for
 /// what the backend must reassemble.
 fn unfragmented(st: &ForwardingState, frame: &[u8], backend: u32) -> Vec<u8> {
+    unfragmented_in(st, SVC_UDP_GRE, frame, backend)
+}
+
+/// [`unfragmented`] for service `svc`.
+fn unfragmented_in(st: &ForwardingState, svc: u16, frame: &[u8], backend: u32) -> Vec<u8> {
     let Ok(Parsed::Ip(info)) = parse(frame) else {
         panic!("parse")
     };
-    let svc = &st.services[usize::from(SVC_UDP_GRE)];
+    let svc = &st.services[usize::from(svc)];
     let b = st.backends[backend as usize].as_ref().unwrap();
     let big = PortState {
         mtu: u16::MAX,
@@ -507,6 +512,104 @@ fn ap_3_too_many_fragments_are_refused() {
     assert_eq!(
         fragment::plan(&untagged(&df), 576, ROOM),
         Err(DropReason::MtuExceeded)
+    );
+}
+
+// ------------------------------------------------- IPv6 in small tunnels
+
+/// The IPv6 VIP's service (every protocol to VIP6) using `encap`, both
+/// its backends on port 0 (MTU `mtu`) and of the family of `outer_v6`.
+fn v6_service(mtu: u16, encap: Encapsulation, outer_v6: bool) -> ForwardingState {
+    let mut st = udp_service(mtu, encap, outer_v6);
+    st.services[usize::from(SVC_V6_GUE)].encapsulation = encap;
+    st
+}
+
+/// A UDP datagram from an IPv6 client to VIP6 whose IP packet is `ip_len`
+/// bytes.
+fn udp6(ip_len: usize) -> Vec<u8> {
+    let body: Vec<u8> = (0..ip_len - 48).map(|i| (i * 5 + 2) as u8).collect();
+    let ip6 = ipv6(v6("2001:db8:c::7"), v6(VIP6), UDP, &udp(5000, 53, &body));
+    eth(&[], ETH_IPV6, &ip6)
+}
+
+/// Issue 12 item 6 (e), RFC 2473 §7.1 (a) / RFC 4213 §3.2: an IPv6 client
+/// packet of at most 1280 bytes that does not fit the tunnel is sent in a
+/// fragmented outer packet — over IPv6 with a Fragment header (GRE, port
+/// MTU 1280: tunnel MTU 1236), over IPv4 with DF clear (GUE, port MTU
+/// 576: tunnel MTU 544) — reassembling to exactly the unfragmented tunnel
+/// packet. Before, the client got a Packet Too Big of 1236 or 544, below
+/// the IPv6 minimum, which hosts ignore: the packet never got through.
+#[test]
+fn ap_3_small_ipv6_packets_fragment_the_tunnel() {
+    for (encap, outer_v6, mtu) in [
+        (Encapsulation::Gre, true, 1280u16),
+        (Encapsulation::Ipip, true, 1280),
+        (Encapsulation::Gue { port: 6080 }, true, 1300),
+        (Encapsulation::Gue { port: 6080 }, false, 576),
+        (Encapsulation::Gre, false, 1000),
+    ] {
+        let st = v6_service(mtu, encap, outer_v6);
+        let tunnel_mtu = usize::from(mtu)
+            - dataplane::encap::overhead(encap, st.backends[0].as_ref().unwrap().address);
+        for ip_len in [tunnel_mtu + 1, 1280] {
+            let frame = udp6(ip_len);
+            let mut pkt = VecPacket::new(&frame);
+            let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
+            let Verdict::Fragment { backend, .. } = v else {
+                panic!("{encap:?} over {mtu}, {ip_len} bytes: {v:?}")
+            };
+            let out = split_all(pkt, mtu, ROOM).unwrap();
+            let (_, payload) = reassemble(&out, mtu);
+            let want = unfragmented_in(&st, SVC_V6_GUE, &frame, backend.0);
+            let outer_hdr = if outer_v6 { 40 } else { 20 };
+            assert_eq!(
+                payload,
+                want[14 + outer_hdr..],
+                "{encap:?} over {mtu}: reassembles"
+            );
+        }
+        // What fits the tunnel is sent whole.
+        let mut pkt = VecPacket::new(&udp6(tunnel_mtu));
+        let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
+        assert!(matches!(v, Verdict::Forward { .. }), "{encap:?}: {v:?}");
+    }
+}
+
+/// Issue 12 item 6 (e), RFC 2473 §7.1 (b): a larger IPv6 packet gets a
+/// Packet Too Big of max(tunnel MTU, 1280): 1280 through a tunnel of 1236
+/// (before: 1236, which the client ignores).
+#[test]
+fn ap_3_ipv6_packet_too_big_is_never_below_1280() {
+    let st = v6_service(1280, Encapsulation::Gre, true);
+    let mut pkt = VecPacket::new(&udp6(1281));
+    let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
+    assert_eq!(v, Verdict::Reply);
+    let p = SlicedPacket::from_ethernet(pkt.data()).expect("reply parses");
+    let Some(etherparse::TransportSlice::Icmpv6(icmp)) = &p.transport else {
+        panic!("ICMPv6: {p:?}")
+    };
+    assert_eq!(
+        icmp.icmp_type(),
+        etherparse::Icmpv6Type::PacketTooBig { mtu: 1280 }
+    );
+    // IPv4 with DF keeps the tunnel MTU: IPv4's minimum is 68.
+    let st = udp_service(1280, Encapsulation::Gre, true);
+    let (frame, _) = udp4(1281, DF);
+    let mut pkt = VecPacket::new(&frame);
+    assert_eq!(
+        process(&mut pkt, 0, &st, &mut PipelineCtx::default()),
+        Verdict::Reply
+    );
+    let p = SlicedPacket::from_ethernet(pkt.data()).expect("reply parses");
+    let Some(etherparse::TransportSlice::Icmpv4(icmp)) = &p.transport else {
+        panic!("ICMP: {p:?}")
+    };
+    assert_eq!(
+        icmp.icmp_type(),
+        etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1236 }
+        )
     );
 }
 
