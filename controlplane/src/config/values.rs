@@ -33,7 +33,7 @@ pub(crate) fn duration(s: &str) -> Result<Duration, Problem> {
 /// A duration as `duration` reads it: whole seconds as "5s", else "500ms".
 pub(crate) fn show_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
