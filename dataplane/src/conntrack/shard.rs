@@ -17,7 +17,7 @@
 //! Sizing: a shard built for `capacity` connections has
 //! [`Shard::slots_for`]`(capacity)` slots — at least 1.25 × capacity,
 //! rounded up to a power of two, so at most 80 % full when it holds its
-//! capacity. A table filled to its last slots fails inserts (~96 % full)
+//! capacity. A table filled to its last slots fails inserts (from ~92 % full)
 //! and finds only half its keys in their home slot (see the tests); an
 //! operator who configures a capacity expects that many connections to be
 //! held, and held fast.
