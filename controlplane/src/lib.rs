@@ -1,6 +1,7 @@
 //! sluice control plane: configuration, Maglev tables, snapshot publishing
 //! and metrics. The `sluice` binary (main.rs) drives these.
 
+pub mod backend_ids;
 pub mod config;
 pub mod control;
 pub mod control_socket;
@@ -13,3 +14,4 @@ pub mod metrics_control;
 pub mod neighbours;
 pub mod policy;
 pub mod publish;
+pub mod table_cache;
