@@ -56,7 +56,8 @@ struct Index {
 /// Stable backend ids, keyed by (service name, backend address).
 #[derive(Debug, Default)]
 pub struct BackendIds {
-    configured: HashMap<(String, IpAddr), BackendId>,
+    /// Per service name, per address (looked up by `&str`, no allocation).
+    configured: HashMap<String, HashMap<IpAddr, BackendId>>,
     indexes: Vec<Index>,
     free: VecDeque<u32>,
     /// In order of `since` (builds only move forward).
@@ -96,16 +97,15 @@ impl BackendIds {
             }
             None => return None,
         };
-        self.configured.insert((service.to_string(), address), id);
+        self.configured
+            .entry(service.to_string())
+            .or_default()
+            .insert(address, id);
         Some(id)
     }
 
     pub fn get(&self, service: &str, address: IpAddr) -> Option<BackendId> {
-        // The key is owned; a lookup by (&str, IpAddr) would need a
-        // borrowed key type, not worth it off the packet path.
-        self.configured
-            .get(&(service.to_string(), address))
-            .copied()
+        self.configured.get(service)?.get(&address).copied()
     }
 
     /// Number of indexes ever created: the length the snapshot's backend
@@ -116,7 +116,7 @@ impl BackendIds {
 
     /// Number of configured backends with an id.
     pub fn len(&self) -> usize {
-        self.configured.len()
+        self.configured.values().map(HashMap::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -153,8 +153,10 @@ impl BackendIds {
             .iter()
             .flat_map(|s| s.backends.iter().map(move |b| (s.name.as_str(), b.address)))
             .collect();
-        self.configured
-            .retain(|(svc, addr), _| keep.contains(&(svc.as_str(), *addr)));
+        for (svc, addrs) in self.configured.iter_mut() {
+            addrs.retain(|addr, _| keep.contains(&(svc.as_str(), *addr)));
+        }
+        self.configured.retain(|_, addrs| !addrs.is_empty());
     }
 
     /// Records that the snapshot being built at `generation` names `id`.
@@ -245,7 +247,9 @@ mod tests {
     }
 
     fn forget(ids: &mut BackendIds, i: u32) {
-        ids.configured.remove(&("s".to_string(), addr(i)));
+        if let Some(s) = ids.configured.get_mut("s") {
+            s.remove(&addr(i));
+        }
     }
 
     /// An index is reused only after the snapshots that named it are gone,
@@ -298,6 +302,6 @@ mod tests {
         // 4096 generations per index, 60 s hold at 100 cycles/s: about
         // 6000 / 4096 + 2 indexes ever needed.
         assert!(ids.high_water() < 16, "{}", ids.high_water());
-        assert!(ids.configured.len() + ids.free.len() + ids.quarantined.len() < 16);
+        assert!(ids.len() + ids.free.len() + ids.quarantined.len() < 16);
     }
 }

@@ -19,7 +19,8 @@ use crate::config::{self, Config};
 use crate::health::{self, HealthChecker, ProbeKey, ProbeStatus};
 use crate::neighbours::NeighbourResolver;
 use crate::publish::{
-    build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory, ServiceReport,
+    build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, PolicyMemory,
+    ServiceReport,
 };
 
 /// What other threads may read (metrics, `sluice status`).
@@ -69,6 +70,11 @@ pub struct Controller {
     /// comes round again: longer than any idle timeout configured since
     /// start (conntrack entries keep the timeout they were written with).
     id_hold_ms: u64,
+    /// Health and weight per probe as the last publish used them: a health
+    /// event rebuilds the services whose probes differ from these.
+    last_health: HashMap<ProbeKey, (bool, u16)>,
+    /// The services each probe of the running configuration serves.
+    probe_services: HashMap<ProbeKey, Vec<usize>>,
 }
 
 /// How often probe counters are copied for the metrics between rebuilds.
@@ -116,8 +122,11 @@ impl Controller {
             shared: Arc::default(),
             stats: Vec::new(),
             id_hold_ms: 0,
+            last_health: HashMap::new(),
+            probe_services: HashMap::new(),
         };
         c.id_hold_ms = id_hold_ms(&c.cfg, 0);
+        c.probe_services = probe_services(&c.cfg);
         c.rebuild();
         Ok(c)
     }
@@ -158,20 +167,22 @@ impl Controller {
     /// deadlines, republishes when anything changed, frees retired
     /// snapshots no worker holds any more.
     pub fn tick(&mut self) {
-        let changed = self
+        let health = self
             .checker
             .as_ref()
-            .is_some_and(|c| c.events.try_iter().count() > 0)
-            | self
-                .neighbours
-                .as_ref()
-                .is_some_and(|n| n.events.try_iter().count() > 0);
+            .is_some_and(|c| c.events.try_iter().count() > 0);
+        let neighbours = self
+            .neighbours
+            .as_ref()
+            .is_some_and(|n| n.events.try_iter().count() > 0);
         let deadline = self
             .memory
             .next_deadline()
             .is_some_and(|d| d <= (self.clock)());
-        if changed || deadline {
+        if neighbours || deadline {
             self.rebuild();
+        } else if health {
+            self.publish_health();
         } else if let Some(c) = self
             .checker
             .as_ref()
@@ -209,6 +220,53 @@ impl Controller {
             });
     }
 
+    /// A health event: rebuilds and publishes only the services whose
+    /// probes changed health or weight since the last publish (nothing when
+    /// none did).
+    fn publish_health(&mut self) {
+        let Some(checker) = &self.checker else { return };
+        let started = Instant::now();
+        let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dirty = std::collections::BTreeSet::new();
+        for (key, s) in status.iter() {
+            let now = (s.state.healthy, s.state.weight);
+            if self.last_health.get(key) != Some(&now) {
+                self.last_health.insert(key.clone(), now);
+                dirty.extend(self.probe_services.get(key).into_iter().flatten());
+            }
+        }
+        if dirty.is_empty() {
+            return;
+        }
+        let dirty: Vec<usize> = dirty.into_iter().collect();
+        let inputs = BuildInputs {
+            health: Some(&status),
+            now: (self.clock)(),
+            neighbours: None,
+        };
+        let prev = self.cell.load();
+        let prev_reports = Arc::clone(&self.shared.view().reports);
+        self.generation += 1;
+        let (state, reports) = rebuild_services(
+            &prev,
+            &prev_reports,
+            &self.cfg,
+            &self.ids,
+            &mut self.memory,
+            &inputs,
+            &dirty,
+            self.generation,
+        );
+        drop(status);
+        drop(prev);
+        self.retired.push(self.cell.publish(state));
+        self.retired.retain(|old| Arc::strong_count(old) > 1);
+        self.release_ids();
+        let mut v = self.shared.view.lock().unwrap_or_else(|p| p.into_inner());
+        v.reports = Arc::new(reports);
+        v.last_build_seconds = started.elapsed().as_secs_f64();
+    }
+
     fn rebuild(&mut self) {
         let started = Instant::now();
         let health = self
@@ -239,9 +297,14 @@ impl Controller {
         self.retired.push(self.cell.publish(state));
         self.retired.retain(|old| Arc::strong_count(old) > 1);
         self.release_ids();
+        let health = health.unwrap_or_default();
+        self.last_health = health
+            .iter()
+            .map(|(k, s)| (k.clone(), (s.state.healthy, s.state.weight)))
+            .collect();
         let mut v = self.shared.view.lock().unwrap_or_else(|p| p.into_inner());
         v.reports = Arc::new(reports);
-        v.health = Arc::new(health.unwrap_or_default());
+        v.health = Arc::new(health);
         v.config = Some(Arc::clone(&self.cfg));
         v.last_build_seconds = started.elapsed().as_secs_f64();
     }
@@ -323,6 +386,7 @@ impl Controller {
             n.set_targets(neighbour_targets(&cfg));
         }
         self.id_hold_ms = id_hold_ms(&cfg, self.id_hold_ms);
+        self.probe_services = probe_services(&cfg);
         self.cfg = Arc::new(cfg);
         self.rebuild();
         Ok(())
@@ -341,6 +405,30 @@ impl Controller {
         let shared = Arc::clone(&self.shared);
         move || render_status(&cell.load(), &shared.view())
     }
+}
+
+fn pool_name(p: dataplane::snapshot::Pool) -> &'static str {
+    match p {
+        dataplane::snapshot::Pool::Primary => "primary",
+        dataplane::snapshot::Pool::Failover => "failover",
+    }
+}
+
+/// The services (indexes) each health probe of `cfg` serves.
+fn probe_services(cfg: &Config) -> HashMap<ProbeKey, Vec<usize>> {
+    let mut out: HashMap<ProbeKey, Vec<usize>> = HashMap::new();
+    for (si, s) in cfg.backend_services.iter().enumerate() {
+        let Some(hc) = s.health_check.map(|i| &cfg.health_checks[i]) else {
+            continue;
+        };
+        for b in &s.backends {
+            let services = out.entry(health::probe_key(hc, b.address)).or_default();
+            if services.last() != Some(&si) {
+                services.push(si);
+            }
+        }
+    }
+    out
 }
 
 /// Hold before an id's generation wraps (see `backend_ids`): the longest
@@ -425,12 +513,11 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
         .flat_map(|c| &c.backend_services)
         .map(|s| (s.name.as_str(), s))
         .collect();
+    let mut owned = vec![0u32; snap.backends.len()];
     for (svc, report) in snap.services.iter().zip(view.reports.iter()) {
         let pool = report
             .active_pool
-            .map_or("none (dropping new connections)".to_string(), |p| {
-                format!("{p:?}").to_lowercase()
-            });
+            .map_or("none (dropping new connections)", pool_name);
         let _ = writeln!(
             out,
             "service {}: active pool {pool}, pool epoch {}, eligible {:?}",
@@ -438,10 +525,12 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
         );
         let table = svc.tables.first();
         let slots = table.map_or(0, |t| t.slots.len()).max(1);
-        let mut owned: HashMap<dataplane::BackendId, u32> =
-            HashMap::with_capacity(svc.backends.len());
+        // Slots per backend index; a table names only backends of this
+        // snapshot, whose indexes are distinct.
         for &id in table.iter().flat_map(|t| t.slots.iter()) {
-            *owned.entry(id).or_default() += 1;
+            if let Some(n) = owned.get_mut(id.index()) {
+                *n += 1;
+            }
         }
         *work += table.map_or(0, |t| t.slots.len() as u64);
         let zones: HashMap<std::net::IpAddr, &str> = configured
@@ -457,7 +546,7 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
         for &id in &svc.backends {
             *work += 1;
             let Some(b) = snap.backend(id) else { continue };
-            let owned = owned.get(&id).copied().unwrap_or(0);
+            let owned = owned.get_mut(id.index()).map_or(0, std::mem::take);
             let state = match (b.draining_until, b.healthy) {
                 (Some(_), _) => "draining",
                 (None, true) => "healthy",
@@ -467,25 +556,28 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
                 .ports
                 .get(usize::from(b.egress.port))
                 .map_or("?", |p| p.name.as_str());
-            let next_hop = b.egress.next_hop_mac.map_or_else(
-                || "unresolved".to_string(),
-                |m| {
-                    format!(
-                        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} via {port}",
-                        m[0], m[1], m[2], m[3], m[4], m[5]
-                    )
-                },
-            );
-            let _ = writeln!(
+            let zone = if zones.is_empty() {
+                "-"
+            } else {
+                zones.get(&b.address).copied().unwrap_or("-")
+            };
+            let _ = write!(
                 out,
-                "  backend {} id {} {state} weight {} zone {} pool {} share {:.2}% next-hop {next_hop}",
+                "  backend {} id {} {state} weight {} zone {zone} pool {} share {:.2}% next-hop ",
                 b.address,
                 id.0,
                 b.weight,
-                zones.get(&b.address).copied().unwrap_or("-"),
-                format!("{:?}", b.pool).to_lowercase(),
+                pool_name(b.pool),
                 100.0 * f64::from(owned) / slots as f64
             );
+            let _ = match b.egress.next_hop_mac {
+                Some(m) => writeln!(
+                    out,
+                    "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} via {port}",
+                    m[0], m[1], m[2], m[3], m[4], m[5]
+                ),
+                None => writeln!(out, "unresolved"),
+            };
         }
     }
     let _ = writeln!(

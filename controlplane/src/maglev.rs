@@ -88,7 +88,8 @@ pub fn build_table(backends: &[MaglevBackend], size: u32) -> MaglevTable {
     if order.is_empty() || size == 0 {
         return MaglevTable::default();
     }
-    order.sort_by(|a, b| a.key.cmp(&b.key).then(a.id.cmp(&b.id)));
+    // (key, id) pairs are distinct, so an unstable sort gives the same order.
+    order.sort_unstable_by(|a, b| a.key.cmp(&b.key).then(a.id.cmp(&b.id)));
     let mut cursors: Vec<Cursor> = order
         .iter()
         .map(|b| {

@@ -275,6 +275,63 @@ pub fn build_forwarding_state_with(
     (state, reports)
 }
 
+/// Rebuilds only the services `dirty` (indexes into `cfg.backend_services`)
+/// of `prev`, the snapshot built last from the same `cfg`, after their
+/// backends' health or weight changed. Everything else — other services,
+/// their tables, rules, ports, egress and prebuilt headers (health does not
+/// change them) — is `prev`'s. The cost is one copy of the backend table
+/// plus the dirty services' own work, not a build of every service.
+#[allow(clippy::too_many_arguments)]
+pub fn rebuild_services(
+    prev: &ForwardingState,
+    prev_reports: &[ServiceReport],
+    cfg: &Config,
+    ids: &BackendIds,
+    memory: &mut PolicyMemory,
+    inputs: &BuildInputs<'_>,
+    dirty: &[usize],
+    generation: u64,
+) -> (ForwardingState, Vec<ServiceReport>) {
+    let mut state = prev.clone();
+    state.generation = generation;
+    let mut reports = prev_reports.to_vec();
+    for &si in dirty {
+        let (Some(svc), Some(old)) = (cfg.backend_services.get(si), prev.services.get(si)) else {
+            continue;
+        };
+        let views = backend_views(cfg, svc, inputs);
+        let mut members = Vec::with_capacity(svc.backends.len());
+        let mut member_views = Vec::with_capacity(svc.backends.len());
+        for (b, view) in svc.backends.iter().zip(&views) {
+            let Some(id) = ids.get(&svc.name, b.address) else {
+                continue;
+            };
+            members.push(id);
+            member_views.push((b, *view));
+            if let Some(Some(st)) = state.backends.get_mut(id.index()) {
+                st.healthy = view.healthy;
+                st.weight = view.weight;
+                if let Some((_, live)) = memory.live.get_mut(&id) {
+                    live.clone_from(st);
+                }
+            }
+        }
+        let started = Instant::now();
+        let (mut next, mut report) = service_state(cfg, svc, &members, &member_views, memory);
+        report.build_seconds = started.elapsed().as_secs_f64();
+        // Draining backends (CT-10) stay listed after the configured ones.
+        next.backends.extend(old.backends.iter().filter(|id| {
+            prev.backend(**id)
+                .is_some_and(|b| b.draining_until.is_some())
+        }));
+        state.services[si] = next;
+        if let Some(r) = reports.get_mut(si) {
+            *r = report;
+        }
+    }
+    (state, reports)
+}
+
 /// Moves backends that left the config into the draining set (CT-10) and
 /// forgets those whose deadline passed or whose service is gone.
 /// Runs before the services are built, so a backend drains from the very
@@ -677,6 +734,69 @@ backend_service = "empty"
         };
         build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 4);
         assert_eq!(memory.tables_built(), 51, "one service touched");
+    }
+
+    /// The health path (`rebuild_services` on the touched service) gives
+    /// the snapshot a full build gives, and shares every other table.
+    #[test]
+    fn rebuilding_touched_services_equals_a_full_build() {
+        let c = cfg(&big_config(40, 5, 251));
+        let hc = &c.health_checks[0];
+        let mut health: HashMap<ProbeKey, ProbeStatus> = c
+            .backend_services
+            .iter()
+            .flat_map(|s| &s.backends)
+            .map(|b| (probe_key(hc, b.address), probe(true)))
+            .collect();
+        let mut ids = BackendIds::new();
+        let mut memory = PolicyMemory::default();
+        let inputs = BuildInputs {
+            health: Some(&health),
+            ..Default::default()
+        };
+        let (first, reports) =
+            build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 1);
+        for b in &c.backend_services[9].backends[..3] {
+            health.insert(probe_key(hc, b.address), probe(false));
+        }
+        let inputs = BuildInputs {
+            health: Some(&health),
+            ..Default::default()
+        };
+        let (fast, fast_reports) =
+            rebuild_services(&first, &reports, &c, &ids, &mut memory, &inputs, &[9], 2);
+        let mut full_memory = PolicyMemory::default();
+        let mut full_ids = BackendIds::new();
+        let (full, full_reports) =
+            build_forwarding_state_with(&c, &[], &mut full_ids, &mut full_memory, &inputs, 2);
+        assert_eq!(fast.generation, 2);
+        assert_eq!(fast_reports, {
+            let mut r = full_reports;
+            for (a, b) in r.iter_mut().zip(&fast_reports) {
+                a.build_seconds = b.build_seconds;
+            }
+            r
+        });
+        for (i, (a, b)) in fast.services.iter().zip(&full.services).enumerate() {
+            assert_eq!(a.tables, b.tables, "service {i}");
+            assert_eq!(a.backends, b.backends, "service {i}");
+            assert_eq!(
+                Arc::ptr_eq(&a.tables[0], &first.services[i].tables[0]),
+                i != 9
+            );
+        }
+        for (a, b) in fast.backends.iter().zip(&full.backends) {
+            let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+            assert_eq!((a.id, a.healthy, a.weight), (b.id, b.healthy, b.weight));
+        }
+        assert_eq!(
+            fast.backends
+                .iter()
+                .flatten()
+                .filter(|b| !b.healthy)
+                .count(),
+            3
+        );
     }
 
     #[test]
