@@ -27,11 +27,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use controlplane::config::load_str;
+use controlplane::control::probe_services;
 use controlplane::control::{render_status, View};
 use controlplane::health::{probe_key, HealthState, InitialState, ProbeKey, ProbeStatus};
 use controlplane::publish::{
-    build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, PolicyMemory,
-    ServiceReport,
+    build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, HealthChange,
+    PolicyMemory, ServiceReport,
 };
 use dataplane::snapshot::{ForwardingState, SnapshotCell};
 
@@ -108,8 +109,7 @@ impl Watch {
 
 struct Plane {
     reports: Vec<ServiceReport>,
-    last_health: HashMap<ProbeKey, (bool, u16)>,
-    probe_services: HashMap<ProbeKey, Vec<usize>>,
+    probe_services: HashMap<ProbeKey, Vec<(usize, usize)>>,
     ids: BackendIds,
     memory: PolicyMemory,
     cell: SnapshotCell,
@@ -140,44 +140,39 @@ impl Plane {
             self.generation,
         );
         self.reports = reports;
-        self.last_health = health
-            .iter()
-            .map(|(k, s)| (k.clone(), (s.state.healthy, s.state.weight)))
-            .collect();
         self.retired.push(self.cell.publish(state));
         self.retired.retain(|s| Arc::strong_count(s) > 1);
     }
 
-    /// What `Controller::publish_health` does: find the probes that
-    /// changed, rebuild their services, publish, retire.
+    /// What `Controller::publish_health` does for the events of `keys`:
+    /// look their probes up, rebuild the services they check, publish,
+    /// retire.
     fn publish_health(
         &mut self,
         cfg: &controlplane::config::Config,
         health: &HashMap<ProbeKey, ProbeStatus>,
+        keys: &[ProbeKey],
     ) {
-        let mut dirty = std::collections::BTreeSet::new();
-        for (key, s) in health {
-            let now = (s.state.healthy, s.state.weight);
-            if self.last_health.get(key) != Some(&now) {
-                self.last_health.insert(key.clone(), now);
-                dirty.extend(self.probe_services.get(key).into_iter().flatten());
+        let mut changes = Vec::new();
+        for key in keys {
+            let Some(s) = health.get(key) else { continue };
+            for &(service, position) in self.probe_services.get(key).into_iter().flatten() {
+                changes.push(HealthChange {
+                    service,
+                    position,
+                    healthy: s.state.healthy,
+                    weight: s.state.weight,
+                });
             }
         }
-        let dirty: Vec<usize> = dirty.into_iter().collect();
-        let inputs = BuildInputs {
-            health: Some(health),
-            ..Default::default()
-        };
         self.generation += 1;
         let prev = self.cell.load();
         let (state, reports) = rebuild_services(
             &prev,
             &self.reports,
             cfg,
-            &self.ids,
             &mut self.memory,
-            &inputs,
-            &dirty,
+            &changes,
             self.generation,
         );
         drop(prev);
@@ -204,19 +199,9 @@ fn main() {
         .flat_map(|s| &s.backends)
         .map(|b| (probe_key(&hc, b.address), probe(true)))
         .collect();
-    let mut probe_services: HashMap<ProbeKey, Vec<usize>> = HashMap::new();
-    for (si, s) in cfg.backend_services.iter().enumerate() {
-        for b in &s.backends {
-            probe_services
-                .entry(probe_key(&hc, b.address))
-                .or_default()
-                .push(si);
-        }
-    }
     let mut plane = Plane {
         reports: Vec::new(),
-        last_health: HashMap::new(),
-        probe_services,
+        probe_services: probe_services(&cfg),
         ids: BackendIds::new(),
         memory: PolicyMemory::default(),
         cell: SnapshotCell::new(ForwardingState::default()),
@@ -231,9 +216,10 @@ fn main() {
     for round in 0..5 {
         let svc = &cfg.backend_services[(round * 7919) % services];
         let b = &svc.backends[(round * 31) % per];
-        health.insert(probe_key(&hc, b.address), probe(round % 2 == 1));
+        let key = probe_key(&hc, b.address);
+        health.insert(key.clone(), probe(round % 2 == 1));
         let t = Watch::start();
-        plane.publish_health(&cfg, &health);
+        plane.publish_health(&cfg, &health, &[key]);
         flips.push(t.ms());
     }
     let built_by_flips = plane.memory.tables_built() - built_at_start;

@@ -19,8 +19,8 @@ use crate::config::{self, Config};
 use crate::health::{self, HealthChecker, ProbeKey, ProbeStatus};
 use crate::neighbours::NeighbourResolver;
 use crate::publish::{
-    build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, PolicyMemory,
-    ServiceReport,
+    build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, HealthChange,
+    PolicyMemory, ServiceReport,
 };
 
 /// What other threads may read (metrics, `sluice status`).
@@ -70,11 +70,9 @@ pub struct Controller {
     /// comes round again: longer than any idle timeout configured since
     /// start (conntrack entries keep the timeout they were written with).
     id_hold_ms: u64,
-    /// Health and weight per probe as the last publish used them: a health
-    /// event rebuilds the services whose probes differ from these.
-    last_health: HashMap<ProbeKey, (bool, u16)>,
-    /// The services each probe of the running configuration serves.
-    probe_services: HashMap<ProbeKey, Vec<usize>>,
+    /// The backends each probe of the running configuration checks, as
+    /// (service index, position in its `backend` list).
+    probe_services: HashMap<ProbeKey, Vec<(usize, usize)>>,
 }
 
 /// How often probe counters are copied for the metrics between rebuilds.
@@ -122,7 +120,6 @@ impl Controller {
             shared: Arc::default(),
             stats: Vec::new(),
             id_hold_ms: 0,
-            last_health: HashMap::new(),
             probe_services: HashMap::new(),
         };
         c.id_hold_ms = id_hold_ms(&c.cfg, 0);
@@ -167,10 +164,11 @@ impl Controller {
     /// deadlines, republishes when anything changed, frees retired
     /// snapshots no worker holds any more.
     pub fn tick(&mut self) {
-        let health = self
+        let health: Vec<ProbeKey> = self
             .checker
             .as_ref()
-            .is_some_and(|c| c.events.try_iter().count() > 0);
+            .map(|c| c.events.try_iter().map(|e| e.key).collect())
+            .unwrap_or_default();
         let neighbours = self
             .neighbours
             .as_ref()
@@ -181,8 +179,8 @@ impl Controller {
             .is_some_and(|d| d <= (self.clock)());
         if neighbours || deadline {
             self.rebuild();
-        } else if health {
-            self.publish_health();
+        } else if !health.is_empty() {
+            self.publish_health(&health);
         } else if let Some(c) = self
             .checker
             .as_ref()
@@ -220,30 +218,31 @@ impl Controller {
             });
     }
 
-    /// A health event: rebuilds and publishes only the services whose
-    /// probes changed health or weight since the last publish (nothing when
-    /// none did).
-    fn publish_health(&mut self) {
+    /// Health events for the probes `keys`: rebuilds and publishes only
+    /// the services those probes check (nothing when the running
+    /// configuration has none of them). Work: the events' backends, then
+    /// eligibility and table per touched service.
+    fn publish_health(&mut self, keys: &[ProbeKey]) {
         let Some(checker) = &self.checker else { return };
         let started = Instant::now();
-        let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
-        let mut dirty = std::collections::BTreeSet::new();
-        for (key, s) in status.iter() {
-            let now = (s.state.healthy, s.state.weight);
-            if self.last_health.get(key) != Some(&now) {
-                self.last_health.insert(key.clone(), now);
-                dirty.extend(self.probe_services.get(key).into_iter().flatten());
+        let mut changes = Vec::new();
+        {
+            let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
+            for key in keys {
+                let Some(s) = status.get(key) else { continue };
+                for &(service, position) in self.probe_services.get(key).into_iter().flatten() {
+                    changes.push(HealthChange {
+                        service,
+                        position,
+                        healthy: s.state.healthy,
+                        weight: s.state.weight,
+                    });
+                }
             }
         }
-        if dirty.is_empty() {
+        if changes.is_empty() {
             return;
         }
-        let dirty: Vec<usize> = dirty.into_iter().collect();
-        let inputs = BuildInputs {
-            health: Some(&status),
-            now: (self.clock)(),
-            neighbours: None,
-        };
         let prev = self.cell.load();
         let prev_reports = Arc::clone(&self.shared.view().reports);
         self.generation += 1;
@@ -251,13 +250,10 @@ impl Controller {
             &prev,
             &prev_reports,
             &self.cfg,
-            &self.ids,
             &mut self.memory,
-            &inputs,
-            &dirty,
+            &changes,
             self.generation,
         );
-        drop(status);
         drop(prev);
         self.retired.push(self.cell.publish(state));
         self.retired.retain(|old| Arc::strong_count(old) > 1);
@@ -298,10 +294,6 @@ impl Controller {
         self.retired.retain(|old| Arc::strong_count(old) > 1);
         self.release_ids();
         let health = health.unwrap_or_default();
-        self.last_health = health
-            .iter()
-            .map(|(k, s)| (k.clone(), (s.state.healthy, s.state.weight)))
-            .collect();
         let mut v = self.shared.view.lock().unwrap_or_else(|p| p.into_inner());
         v.reports = Arc::new(reports);
         v.health = Arc::new(health);
@@ -414,18 +406,18 @@ fn pool_name(p: dataplane::snapshot::Pool) -> &'static str {
     }
 }
 
-/// The services (indexes) each health probe of `cfg` serves.
-fn probe_services(cfg: &Config) -> HashMap<ProbeKey, Vec<usize>> {
-    let mut out: HashMap<ProbeKey, Vec<usize>> = HashMap::new();
+/// The backends (service index, position) each health probe of `cfg`
+/// checks.
+pub fn probe_services(cfg: &Config) -> HashMap<ProbeKey, Vec<(usize, usize)>> {
+    let mut out: HashMap<ProbeKey, Vec<(usize, usize)>> = HashMap::new();
     for (si, s) in cfg.backend_services.iter().enumerate() {
         let Some(hc) = s.health_check.map(|i| &cfg.health_checks[i]) else {
             continue;
         };
-        for b in &s.backends {
-            let services = out.entry(health::probe_key(hc, b.address)).or_default();
-            if services.last() != Some(&si) {
-                services.push(si);
-            }
+        for (position, b) in s.backends.iter().enumerate() {
+            out.entry(health::probe_key(hc, b.address))
+                .or_default()
+                .push((si, position));
         }
     }
     out

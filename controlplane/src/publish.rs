@@ -77,6 +77,9 @@ pub struct PolicyMemory {
     draining: HashMap<BackendId, (String, BackendState)>,
     /// Each service's tables of the last build, shared while unchanged.
     tables: TableCache,
+    /// Per service (config order), its backends' views at the last build,
+    /// when every backend had an id; health changes patch them.
+    views: Vec<Vec<BackendView>>,
 }
 
 impl PolicyMemory {
@@ -173,6 +176,7 @@ pub fn build_forwarding_state_with(
             .or_default()
             .push((*id, b.clone()));
     }
+    memory.views.clear();
     for (si, svc) in cfg.backend_services.iter().enumerate() {
         let service_id = ServiceId(si as u16);
         let mut members = Vec::with_capacity(svc.backends.len());
@@ -208,6 +212,7 @@ pub fn build_forwarding_state_with(
         let started = Instant::now();
         let (mut state, mut report) = service_state(cfg, svc, &members, &member_views, memory);
         report.build_seconds = started.elapsed().as_secs_f64();
+        memory.views.push(views);
         // CT-10: removed backends keep their entries working until their
         // deadline; they stay listed (never in a table) until then.
         for (id, mut b) in draining.remove(svc.name.as_str()).unwrap_or_default() {
@@ -275,55 +280,78 @@ pub fn build_forwarding_state_with(
     (state, reports)
 }
 
-/// Rebuilds only the services `dirty` (indexes into `cfg.backend_services`)
-/// of `prev`, the snapshot built last from the same `cfg`, after their
-/// backends' health or weight changed. Everything else — other services,
-/// their tables, rules, ports, egress and prebuilt headers (health does not
-/// change them) — is `prev`'s. The cost is one copy of the backend table
-/// plus the dirty services' own work, not a build of every service.
-#[allow(clippy::too_many_arguments)]
+/// One backend's new probe verdict: service index, position in the
+/// service's `backend` list, healthy, reported weight (HC-7).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct HealthChange {
+    pub service: usize,
+    pub position: usize,
+    pub healthy: bool,
+    pub weight: u16,
+}
+
+/// Applies `changes` to `prev`, the snapshot built last from the same
+/// `cfg`, rebuilding only the services they touch. Everything else —
+/// other services and their tables, rules, ports, egress, prebuilt
+/// headers (health changes none of them) — is `prev`'s. The cost is a
+/// copy of the backend table plus, per touched service, its eligibility
+/// and table: no probe lookups, no hashing per backend.
 pub fn rebuild_services(
     prev: &ForwardingState,
     prev_reports: &[ServiceReport],
     cfg: &Config,
-    ids: &BackendIds,
     memory: &mut PolicyMemory,
-    inputs: &BuildInputs<'_>,
-    dirty: &[usize],
+    changes: &[HealthChange],
     generation: u64,
 ) -> (ForwardingState, Vec<ServiceReport>) {
     let mut state = prev.clone();
     state.generation = generation;
     let mut reports = prev_reports.to_vec();
-    for &si in dirty {
-        let (Some(svc), Some(old)) = (cfg.backend_services.get(si), prev.services.get(si)) else {
+    let mut dirty = std::collections::BTreeSet::new();
+    for c in changes {
+        let (Some(svc), Some(old)) = (
+            cfg.backend_services.get(c.service),
+            prev.services.get(c.service),
+        ) else {
             continue;
         };
-        let views = backend_views(cfg, svc, inputs);
-        let mut members = Vec::with_capacity(svc.backends.len());
-        let mut member_views = Vec::with_capacity(svc.backends.len());
-        for (b, view) in svc.backends.iter().zip(&views) {
-            let Some(id) = ids.get(&svc.name, b.address) else {
-                continue;
-            };
-            members.push(id);
-            member_views.push((b, *view));
-            if let Some(Some(st)) = state.backends.get_mut(id.index()) {
-                st.healthy = view.healthy;
-                st.weight = view.weight;
-                if let Some((_, live)) = memory.live.get_mut(&id) {
-                    live.clone_from(st);
-                }
+        let (Some(view), Some(&id)) = (
+            memory
+                .views
+                .get_mut(c.service)
+                .and_then(|v| v.get_mut(c.position)),
+            old.backends.get(c.position),
+        ) else {
+            continue;
+        };
+        view.healthy = c.healthy;
+        if svc.locality_lb_policy == LocalityLbPolicy::WeightedMaglev {
+            view.weight = c.weight;
+        }
+        if let Some(Some(st)) = state.backends.get_mut(id.index()) {
+            st.healthy = view.healthy;
+            st.weight = view.weight;
+            if let Some((_, live)) = memory.live.get_mut(&id) {
+                live.clone_from(st);
             }
         }
+        dirty.insert(c.service);
+    }
+    for si in dirty {
+        let svc = &cfg.backend_services[si];
+        let old = &prev.services[si];
+        let configured = svc.backends.len().min(old.backends.len());
+        let members = &old.backends[..configured];
+        let member_views: Vec<_> = svc
+            .backends
+            .iter()
+            .zip(memory.views[si].iter().copied())
+            .collect();
         let started = Instant::now();
-        let (mut next, mut report) = service_state(cfg, svc, &members, &member_views, memory);
+        let (mut next, mut report) = service_state(cfg, svc, members, &member_views, memory);
         report.build_seconds = started.elapsed().as_secs_f64();
         // Draining backends (CT-10) stay listed after the configured ones.
-        next.backends.extend(old.backends.iter().filter(|id| {
-            prev.backend(**id)
-                .is_some_and(|b| b.draining_until.is_some())
-        }));
+        next.backends.extend_from_slice(&old.backends[configured..]);
         state.services[si] = next;
         if let Some(r) = reports.get_mut(si) {
             *r = report;
@@ -445,7 +473,7 @@ fn service_state(
     let tables: Vec<Arc<MaglevTable>> =
         memory
             .tables
-            .tables(&svc.name, svc.maglev_table_size, inputs, key);
+            .tables(&svc.name, svc.maglev_table_size, members, inputs, key);
 
     // CT-11: the epoch moves on every primary↔failover flip. An empty set
     // (EL-4 drop) is no pool; the flip is counted when traffic resumes.
@@ -756,15 +784,21 @@ backend_service = "empty"
         };
         let (first, reports) =
             build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 1);
-        for b in &c.backend_services[9].backends[..3] {
+        let mut changes = Vec::new();
+        for (position, b) in c.backend_services[9].backends[..3].iter().enumerate() {
             health.insert(probe_key(hc, b.address), probe(false));
+            changes.push(HealthChange {
+                service: 9,
+                position,
+                healthy: false,
+                weight: 1,
+            });
         }
         let inputs = BuildInputs {
             health: Some(&health),
             ..Default::default()
         };
-        let (fast, fast_reports) =
-            rebuild_services(&first, &reports, &c, &ids, &mut memory, &inputs, &[9], 2);
+        let (fast, fast_reports) = rebuild_services(&first, &reports, &c, &mut memory, &changes, 2);
         let mut full_memory = PolicyMemory::default();
         let mut full_ids = BackendIds::new();
         let (full, full_reports) =

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use dataplane::snapshot::{BackendId, MaglevTable};
 
-use crate::maglev::{build_table, MaglevBackend};
+use crate::maglev::Permutations;
 
 /// What a service's tables are built from: per variant, the eligible
 /// backends' (id, weight) in eligibility order.
@@ -24,6 +24,9 @@ struct Entry {
     size: u32,
     inputs: TableInputs,
     tables: Vec<Arc<MaglevTable>>,
+    /// The members' permutations: a health change rebuilds the tables
+    /// without hashing or sorting a key.
+    permutations: Permutations,
 }
 
 #[derive(Debug, Default)]
@@ -35,36 +38,37 @@ pub struct TableCache {
 impl TableCache {
     /// The tables of `service` for `inputs` at `size` slots: the cached ones
     /// when nothing changed, else built (variants with equal inputs share
-    /// one table). `key(id)` is the backend's permutation key (its address).
+    /// one table). `members` are all the service's backends; `key(id)` is a
+    /// member's permutation key (its address).
     pub fn tables(
         &mut self,
         service: &str,
         size: u32,
+        members: &[BackendId],
         inputs: TableInputs,
         key: impl Fn(BackendId) -> String,
     ) -> Vec<Arc<MaglevTable>> {
-        if let Some(e) = self
-            .entries
-            .get(service)
+        let entry = self.entries.remove(service);
+        if let Some(e) = entry
+            .as_ref()
             .filter(|e| e.size == size && e.inputs == inputs)
         {
-            return e.tables.clone();
+            let tables = e.tables.clone();
+            self.entries
+                .insert(service.to_string(), entry.expect("checked"));
+            return tables;
         }
+        let permutations = match entry {
+            Some(e) if e.permutations.fits(members, size) => e.permutations,
+            _ => Permutations::new(members, key, size),
+        };
         let mut tables: Vec<Arc<MaglevTable>> = Vec::with_capacity(inputs.len());
         for (v, set) in inputs.iter().enumerate() {
             if let Some(same) = inputs[..v].iter().position(|s| s == set) {
                 tables.push(Arc::clone(&tables[same]));
                 continue;
             }
-            let backends: Vec<MaglevBackend> = set
-                .iter()
-                .map(|&(id, weight)| MaglevBackend {
-                    id,
-                    key: key(id),
-                    weight,
-                })
-                .collect();
-            tables.push(Arc::new(build_table(&backends, size)));
+            tables.push(Arc::new(permutations.table(set)));
             self.built += 1;
         }
         self.entries.insert(
@@ -73,6 +77,7 @@ impl TableCache {
                 size,
                 inputs,
                 tables: tables.clone(),
+                permutations,
             },
         );
         tables
