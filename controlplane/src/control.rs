@@ -11,13 +11,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use crossbeam_utils::CachePadded;
 use dataplane::snapshot::{ForwardingState, Millis, SnapshotCell};
+use dataplane::stats::WorkerStats;
 
 use crate::config::{self, Config};
 use crate::health::{self, HealthChecker, ProbeKey, ProbeStatus};
 use crate::neighbours::NeighbourResolver;
 use crate::publish::{
-    build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory, ServiceReport,
+    build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, HealthChange,
+    PolicyMemory, ServiceReport,
 };
 
 /// What other threads may read (metrics, `sluice status`).
@@ -26,10 +29,12 @@ pub struct Shared {
     pub view: Mutex<View>,
 }
 
+/// Cheap to clone: the large parts are shared, so a reader (metrics,
+/// `sluice status`) holds the lock only for a few reference counts.
 #[derive(Clone, Debug, Default)]
 pub struct View {
-    pub reports: Vec<ServiceReport>,
-    pub health: HashMap<ProbeKey, ProbeStatus>,
+    pub reports: Arc<Vec<ServiceReport>>,
+    pub health: Arc<HashMap<ProbeKey, ProbeStatus>>,
     pub config: Option<Arc<Config>>,
     pub reloads_ok: u64,
     pub reloads_failed: u64,
@@ -58,6 +63,16 @@ pub struct Controller {
     clock: Box<dyn Fn() -> Millis + Send>,
     view_refreshed: Instant,
     pub shared: Arc<Shared>,
+    /// The workers' counters: per-backend ones cover every index before a
+    /// snapshot naming it is published, and restart at zero on reuse.
+    stats: Vec<Arc<CachePadded<WorkerStats>>>,
+    /// How long an index at its last generation waits before generation 0
+    /// comes round again: longer than any idle timeout configured since
+    /// start (conntrack entries keep the timeout they were written with).
+    id_hold_ms: u64,
+    /// The backends each probe of the running configuration checks, as
+    /// (service index, position in its `backend` list).
+    probe_services: HashMap<ProbeKey, Vec<(usize, usize)>>,
 }
 
 /// How often probe counters are copied for the metrics between rebuilds.
@@ -103,9 +118,34 @@ impl Controller {
             clock,
             view_refreshed: Instant::now(),
             shared: Arc::default(),
+            stats: Vec::new(),
+            id_hold_ms: 0,
+            probe_services: HashMap::new(),
         };
+        c.id_hold_ms = id_hold_ms(&c.cfg, 0);
+        c.probe_services = probe_services(&c.cfg);
         c.rebuild();
         Ok(c)
+    }
+
+    /// Counts per backend in `stats` (the workers' blocks) from now on.
+    pub fn count_backends_in(&mut self, stats: Vec<Arc<CachePadded<WorkerStats>>>) {
+        let len = self.cell.load().backends.len();
+        for s in &stats {
+            s.backend_packets.cover(len);
+        }
+        self.stats = stats;
+    }
+
+    /// Backend ids and their indexes (tests, benches).
+    pub fn backend_ids(&self) -> &BackendIds {
+        &self.ids
+    }
+
+    /// Maglev tables built since start (tests, benches): a publish that
+    /// reuses a service's tables adds nothing.
+    pub fn tables_built(&self) -> u64 {
+        self.memory.tables_built()
     }
 
     /// Takes backends' egress from the kernel from now on (AP-4); backends
@@ -124,20 +164,23 @@ impl Controller {
     /// deadlines, republishes when anything changed, frees retired
     /// snapshots no worker holds any more.
     pub fn tick(&mut self) {
-        let changed = self
+        let health: Vec<ProbeKey> = self
             .checker
             .as_ref()
-            .is_some_and(|c| c.events.try_iter().count() > 0)
-            | self
-                .neighbours
-                .as_ref()
-                .is_some_and(|n| n.events.try_iter().count() > 0);
+            .map(|c| c.events.try_iter().map(|e| e.key).collect())
+            .unwrap_or_default();
+        let neighbours = self
+            .neighbours
+            .as_ref()
+            .is_some_and(|n| n.events.try_iter().count() > 0);
         let deadline = self
             .memory
             .next_deadline()
             .is_some_and(|d| d <= (self.clock)());
-        if changed || deadline {
+        if neighbours || deadline {
             self.rebuild();
+        } else if !health.is_empty() {
+            self.publish_health(&health);
         } else if let Some(c) = self
             .checker
             .as_ref()
@@ -151,9 +194,73 @@ impl Controller {
                 .view
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .health = health;
+                .health = Arc::new(health);
         }
         self.retired.retain(|old| Arc::strong_count(old) > 1);
+        self.release_ids();
+    }
+
+    /// Frees the ids no snapshot still in use names (a worker, the metrics
+    /// or a status request may hold a retired one), zeroing their counters.
+    fn release_ids(&mut self) {
+        let oldest = self
+            .retired
+            .iter()
+            .map(|s| s.generation)
+            .min()
+            .map_or(self.generation, |g| g.min(self.generation));
+        let stats = &self.stats;
+        self.ids
+            .release(oldest, (self.clock)(), self.id_hold_ms, |index| {
+                for s in stats {
+                    s.backend_packets.reset(index);
+                }
+            });
+    }
+
+    /// Health events for the probes `keys`: rebuilds and publishes only
+    /// the services those probes check (nothing when the running
+    /// configuration has none of them). Work: the events' backends, then
+    /// eligibility and table per touched service.
+    fn publish_health(&mut self, keys: &[ProbeKey]) {
+        let Some(checker) = &self.checker else { return };
+        let started = Instant::now();
+        let mut changes = Vec::new();
+        {
+            let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
+            for key in keys {
+                let Some(s) = status.get(key) else { continue };
+                for &(service, position) in self.probe_services.get(key).into_iter().flatten() {
+                    changes.push(HealthChange {
+                        service,
+                        position,
+                        healthy: s.state.healthy,
+                        weight: s.state.weight,
+                    });
+                }
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let prev = self.cell.load();
+        let prev_reports = Arc::clone(&self.shared.view().reports);
+        self.generation += 1;
+        let (state, reports) = rebuild_services(
+            &prev,
+            &prev_reports,
+            &self.cfg,
+            &mut self.memory,
+            &changes,
+            self.generation,
+        );
+        drop(prev);
+        self.retired.push(self.cell.publish(state));
+        self.retired.retain(|old| Arc::strong_count(old) > 1);
+        self.release_ids();
+        let mut v = self.shared.view.lock().unwrap_or_else(|p| p.into_inner());
+        v.reports = Arc::new(reports);
+        v.last_build_seconds = started.elapsed().as_secs_f64();
     }
 
     fn rebuild(&mut self) {
@@ -180,10 +287,16 @@ impl Controller {
             &inputs,
             self.generation,
         );
+        for s in &self.stats {
+            s.backend_packets.cover(state.backends.len());
+        }
         self.retired.push(self.cell.publish(state));
+        self.retired.retain(|old| Arc::strong_count(old) > 1);
+        self.release_ids();
+        let health = health.unwrap_or_default();
         let mut v = self.shared.view.lock().unwrap_or_else(|p| p.into_inner());
-        v.reports = reports;
-        v.health = health.unwrap_or_default();
+        v.reports = Arc::new(reports);
+        v.health = Arc::new(health);
         v.config = Some(Arc::clone(&self.cfg));
         v.last_build_seconds = started.elapsed().as_secs_f64();
     }
@@ -249,9 +362,23 @@ impl Controller {
             }
             None => {}
         }
+        let missing = self.ids.missing(&cfg);
+        if missing > self.ids.assignable() {
+            return Err(format!(
+                "the new configuration adds {missing} backends but only {} backend ids are \
+                 free: {} are held by configured backends, backends still draining \
+                 (connection_draining_timeout) and ids waiting for their conntrack entries \
+                 to expire. Reload again once removed backends have drained, or add fewer \
+                 backends at once. The running configuration is unchanged.\n",
+                self.ids.assignable(),
+                self.ids.held()
+            ));
+        }
         if let Some(n) = &self.neighbours {
             n.set_targets(neighbour_targets(&cfg));
         }
+        self.id_hold_ms = id_hold_ms(&cfg, self.id_hold_ms);
+        self.probe_services = probe_services(&cfg);
         self.cfg = Arc::new(cfg);
         self.rebuild();
         Ok(())
@@ -259,8 +386,54 @@ impl Controller {
 
     /// `sluice status`: services and their backends from the running state.
     pub fn status_text(&self) -> String {
-        render_status(&self.cell.load(), &self.shared.view())
+        (self.status_renderer())()
     }
+
+    /// Renders `sluice status` from the published snapshot and view, on
+    /// whichever thread calls it: a status request over a big
+    /// configuration does not hold up the control thread's publishes.
+    pub fn status_renderer(&self) -> impl FnOnce() -> String + Send + 'static {
+        let cell = Arc::clone(&self.cell);
+        let shared = Arc::clone(&self.shared);
+        move || render_status(&cell.load(), &shared.view())
+    }
+}
+
+fn pool_name(p: dataplane::snapshot::Pool) -> &'static str {
+    match p {
+        dataplane::snapshot::Pool::Primary => "primary",
+        dataplane::snapshot::Pool::Failover => "failover",
+    }
+}
+
+/// The backends (service index, position) each health probe of `cfg`
+/// checks.
+pub fn probe_services(cfg: &Config) -> HashMap<ProbeKey, Vec<(usize, usize)>> {
+    let mut out: HashMap<ProbeKey, Vec<(usize, usize)>> = HashMap::new();
+    for (si, s) in cfg.backend_services.iter().enumerate() {
+        let Some(hc) = s.health_check.map(|i| &cfg.health_checks[i]) else {
+            continue;
+        };
+        for (position, b) in s.backends.iter().enumerate() {
+            out.entry(health::probe_key(hc, b.address))
+                .or_default()
+                .push((si, position));
+        }
+    }
+    out
+}
+
+/// Hold before an id's generation wraps (see `backend_ids`): the longest
+/// idle timeout of `cfg` or configured before (`previous`), plus a second
+/// for bursts in flight.
+fn id_hold_ms(cfg: &Config, previous: u64) -> u64 {
+    cfg.backend_services
+        .iter()
+        .map(|s| u64::try_from(s.connection_tracking.idle_timeout.as_millis()).unwrap_or(u64::MAX))
+        .max()
+        .unwrap_or(0)
+        .saturating_add(1_000)
+        .max(previous)
 }
 
 /// The `[dataplane]` settings that differ between `old` and `new` although
@@ -317,14 +490,26 @@ fn neighbour_targets(cfg: &Config) -> Vec<std::net::IpAddr> {
 
 /// Renders the status report (also used by tests).
 pub fn render_status(snap: &ForwardingState, view: &View) -> String {
+    render_status_counting(snap, view, &mut 0)
+}
+
+/// [`render_status`], adding to `work` the table slots and backends it
+/// visits: one pass over each service's table and one over its backends,
+/// O(M + N) per service.
+pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u64) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "generation {}", snap.generation);
-    for (svc, report) in snap.services.iter().zip(&view.reports) {
+    let configured: HashMap<&str, &config::BackendServiceConfig> = view
+        .config
+        .iter()
+        .flat_map(|c| &c.backend_services)
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    let mut owned = vec![0u32; snap.backends.len()];
+    for (svc, report) in snap.services.iter().zip(view.reports.iter()) {
         let pool = report
             .active_pool
-            .map_or("none (dropping new connections)".to_string(), |p| {
-                format!("{p:?}").to_lowercase()
-            });
+            .map_or("none (dropping new connections)", pool_name);
         let _ = writeln!(
             out,
             "service {}: active pool {pool}, pool epoch {}, eligible {:?}",
@@ -332,16 +517,28 @@ pub fn render_status(snap: &ForwardingState, view: &View) -> String {
         );
         let table = svc.tables.first();
         let slots = table.map_or(0, |t| t.slots.len()).max(1);
-        let zone_of = |addr| {
-            view.config.as_ref().and_then(|c| {
-                let s = c.service(&svc.name)?;
-                let b = s.backends.iter().find(|b| b.address == addr)?;
-                Some(c.zones[b.zone?].name.clone())
+        // Slots per backend index; a table names only backends of this
+        // snapshot, whose indexes are distinct.
+        for &id in table.iter().flat_map(|t| t.slots.iter()) {
+            if let Some(n) = owned.get_mut(id.index()) {
+                *n += 1;
+            }
+        }
+        *work += table.map_or(0, |t| t.slots.len() as u64);
+        let zones: HashMap<std::net::IpAddr, &str> = configured
+            .get(svc.name.as_str())
+            .zip(view.config.as_ref())
+            .map(|(s, c)| {
+                s.backends
+                    .iter()
+                    .filter_map(|b| Some((b.address, c.zones.get(b.zone?)?.name.as_str())))
+                    .collect()
             })
-        };
+            .unwrap_or_default();
         for &id in &svc.backends {
+            *work += 1;
             let Some(b) = snap.backend(id) else { continue };
-            let owned = table.map_or(0, |t| t.slots.iter().filter(|&&s| s == id).count());
+            let owned = owned.get_mut(id.index()).map_or(0, std::mem::take);
             let state = match (b.draining_until, b.healthy) {
                 (Some(_), _) => "draining",
                 (None, true) => "healthy",
@@ -351,25 +548,28 @@ pub fn render_status(snap: &ForwardingState, view: &View) -> String {
                 .ports
                 .get(usize::from(b.egress.port))
                 .map_or("?", |p| p.name.as_str());
-            let next_hop = b.egress.next_hop_mac.map_or_else(
-                || "unresolved".to_string(),
-                |m| {
-                    format!(
-                        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} via {port}",
-                        m[0], m[1], m[2], m[3], m[4], m[5]
-                    )
-                },
-            );
-            let _ = writeln!(
+            let zone = if zones.is_empty() {
+                "-"
+            } else {
+                zones.get(&b.address).copied().unwrap_or("-")
+            };
+            let _ = write!(
                 out,
-                "  backend {} id {} {state} weight {} zone {} pool {} share {:.2}% next-hop {next_hop}",
+                "  backend {} id {} {state} weight {} zone {zone} pool {} share {:.2}% next-hop ",
                 b.address,
                 id.0,
                 b.weight,
-                zone_of(b.address).unwrap_or_else(|| "-".into()),
-                format!("{:?}", b.pool).to_lowercase(),
-                100.0 * owned as f64 / slots as f64
+                pool_name(b.pool),
+                100.0 * f64::from(owned) / slots as f64
             );
+            let _ = match b.egress.next_hop_mac {
+                Some(m) => writeln!(
+                    out,
+                    "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} via {port}",
+                    m[0], m[1], m[2], m[3], m[4], m[5]
+                ),
+                None => writeln!(out, "unresolved"),
+            };
         }
     }
     let _ = writeln!(
@@ -396,6 +596,39 @@ tap = "sl-up"
 
     fn dp(text: &str) -> config::DataplaneConfig {
         config::load_str(text, "test.toml").unwrap().dataplane
+    }
+
+    /// `sluice status` is one pass over each table and one over each
+    /// service's backends: 2,000 backends over 65,537 slots visit
+    /// M + N items, not N × M (131 million, as when each backend's share was
+    /// counted over the whole table).
+    #[test]
+    fn status_work_is_linear_in_table_and_backends() {
+        let c = config::load_str(&crate::publish::tests::big_config(1, 2000, 65537), "t")
+            .unwrap_or_else(|d| panic!("{d}"));
+        let mut ids = crate::publish::BackendIds::new();
+        let snap = crate::publish::build_forwarding_state(&c, &[], &mut ids, 1);
+        let view = View {
+            reports: Arc::new(vec![ServiceReport::default()]),
+            config: Some(Arc::new(c)),
+            ..View::default()
+        };
+        let mut work = 0;
+        let text = render_status_counting(&snap, &view, &mut work);
+        assert_eq!(work, 65_537 + 2_000);
+        let shares: f64 = text
+            .lines()
+            .filter_map(|l| {
+                l.split(" share ")
+                    .nth(1)?
+                    .split('%')
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .sum();
+        assert_eq!(text.matches("  backend ").count(), 2000);
+        assert!((shares - 100.0).abs() < 0.5, "shares add up: {shares}");
     }
 
     /// AP-5: a reload that changes what only a restart applies is refused

@@ -3,6 +3,7 @@
 
 pub mod admin_http;
 pub mod admin_request;
+pub mod backend_ids;
 pub mod config;
 pub mod control;
 pub mod control_socket;
@@ -16,3 +17,4 @@ pub mod metrics_control;
 pub mod neighbours;
 pub mod policy;
 pub mod publish;
+pub mod table_cache;

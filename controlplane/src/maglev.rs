@@ -93,18 +93,97 @@ pub fn build_table(backends: &[MaglevBackend], size: u32) -> MaglevTable {
         .iter()
         .map(|b| {
             let (offset, skip) = permutation(&b.key, size);
-            Cursor {
-                next: offset % size,
-                skip: skip % size,
-                weight: if all_zero { 1 } else { b.weight },
-                credit: 0,
-            }
+            Cursor::new(offset, skip, if all_zero { 1 } else { b.weight }, size)
         })
         .collect();
-    let slots = fill(&mut cursors, size);
     let ids: Vec<BackendId> = order.iter().map(|b| b.id).collect();
+    table_of(&mut cursors, &ids, size)
+}
+
+fn table_of(cursors: &mut [Cursor], ids: &[BackendId], size: u32) -> MaglevTable {
+    let slots = fill(cursors, size);
     MaglevTable {
         slots: slots.into_iter().map(|c| ids[c as usize]).collect(),
+    }
+}
+
+impl Cursor {
+    fn new(offset: u32, skip: u32, weight: u32, size: u32) -> Self {
+        Self {
+            next: offset % size,
+            skip: skip % size,
+            weight,
+            credit: 0,
+        }
+    }
+}
+
+/// A service's backends in table order — `(key, id)` — with their
+/// permutations at one table size, kept between builds: a table over any
+/// subset of them, with any weights, is then [`build_table`]'s table
+/// without hashing a key or sorting (what a health change costs for a
+/// service of 100,000 backends is the filling alone).
+#[derive(Debug)]
+pub struct Permutations {
+    size: u32,
+    /// The backends it was made for, in the caller's order.
+    members: Vec<BackendId>,
+    /// (id, offset, skip) in table order.
+    sorted: Vec<(BackendId, u32, u32)>,
+    position: std::collections::HashMap<BackendId, usize>,
+}
+
+impl Permutations {
+    /// `members` with their keys (`key(id)`), for tables of `size` slots.
+    pub fn new(members: &[BackendId], key: impl Fn(BackendId) -> String, size: u32) -> Self {
+        let mut keyed: Vec<(String, BackendId)> = members.iter().map(|&id| (key(id), id)).collect();
+        keyed.sort();
+        let sorted: Vec<(BackendId, u32, u32)> = keyed
+            .iter()
+            .map(|(k, id)| {
+                let (offset, skip) = permutation(k, size);
+                (*id, offset, skip)
+            })
+            .collect();
+        let position = sorted.iter().enumerate().map(|(i, e)| (e.0, i)).collect();
+        Self {
+            size,
+            members: members.to_vec(),
+            sorted,
+            position,
+        }
+    }
+
+    /// Whether these are the permutations of `members` at `size`.
+    pub fn fits(&self, members: &[BackendId], size: u32) -> bool {
+        self.size == size && self.members == members
+    }
+
+    /// [`build_table`] over `eligible` (id, weight), each one of the
+    /// members (others are ignored).
+    pub fn table(&self, eligible: &[(BackendId, u32)]) -> MaglevTable {
+        let size = self.size;
+        if size == 0 {
+            return MaglevTable::default();
+        }
+        let all_zero = eligible.iter().all(|e| e.1 == 0);
+        let mut weight: Vec<Option<u32>> = vec![None; self.sorted.len()];
+        for &(id, w) in eligible {
+            if let Some(&i) = self.position.get(&id) {
+                weight[i] = Some(if all_zero { 1 } else { w });
+            }
+        }
+        let (mut cursors, mut ids) = (Vec::new(), Vec::new());
+        for (&(id, offset, skip), w) in self.sorted.iter().zip(&weight) {
+            if let Some(w) = w.filter(|&w| w > 0) {
+                cursors.push(Cursor::new(offset, skip, w, size));
+                ids.push(id);
+            }
+        }
+        if cursors.is_empty() {
+            return MaglevTable::default();
+        }
+        table_of(&mut cursors, &ids, size)
     }
 }
 

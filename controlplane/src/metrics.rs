@@ -196,9 +196,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     for svc in &snap.services {
         for &id in &svc.backends {
             let Some(b) = snap.backend(id) else { continue };
-            let n = sum(src, |w| {
-                w.backend_packets.get(id.0 as usize).map_or(0, |c| c.get())
-            });
+            let n = sum(src, |w| w.backend_packets.get(id.index()));
             let labels = [svc.name.as_str(), &b.address.to_string()];
             per_backend.with_label_values(&labels).inc_by(n);
             next_hop
@@ -364,9 +362,16 @@ mod tests {
 
     use super::*;
 
+    /// The backend's index is above 65,535 and its generation is not 0:
+    /// counters follow the indexes in use, with no fixed ceiling.
+    const WEB: BackendId = BackendId::new(70_000, 5);
+
     fn sources() -> MetricsSources {
-        let w0 = Arc::new(WorkerStats::new(4));
-        let w1 = Arc::new(WorkerStats::new(4));
+        let w0 = Arc::new(WorkerStats::new());
+        let w1 = Arc::new(WorkerStats::new());
+        for w in [&w0, &w1] {
+            w.backend_packets.cover(WEB.index() + 1);
+        }
         w0.ports[0].rx_packets.add(10);
         w1.ports[0].rx_packets.add(5);
         w0.ports[1].tx_bytes.add(1000);
@@ -378,8 +383,8 @@ mod tests {
         w1.fragmented.add(1);
         w0.fragments.add(5);
         w1.fragments.add(2);
-        w0.backend(BackendId(1), 4);
-        w1.backend(BackendId(1), 6);
+        w0.backend(WEB, 4);
+        w1.backend(WEB, 6);
         let state = ForwardingState {
             generation: 42,
             services: vec![ServiceState {
@@ -391,21 +396,22 @@ mod tests {
                 drain_on_failover: true,
                 pool_epoch: 0,
                 tables: vec![],
-                backends: vec![BackendId(1)],
+                backends: vec![WEB],
             }],
-            backends: vec![
-                None,
-                Some(BackendState {
-                    id: BackendId(1),
-                    service: ServiceId(0),
-                    address: "192.0.2.10".parse().unwrap(),
-                    healthy: true,
-                    weight: 1,
-                    pool: Default::default(),
-                    draining_until: None,
-                    egress: Default::default(),
-                }),
-            ],
+            backends: (0..=WEB.index())
+                .map(|i| {
+                    (i == WEB.index()).then(|| BackendState {
+                        id: WEB,
+                        service: ServiceId(0),
+                        address: "192.0.2.10".parse().unwrap(),
+                        healthy: true,
+                        weight: 1,
+                        pool: Default::default(),
+                        draining_until: None,
+                        egress: Default::default(),
+                    })
+                })
+                .collect(),
             ..Default::default()
         };
         MetricsSources {

@@ -103,7 +103,7 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
                 latency_metrics.push(histogram(&labels, st));
             }
         }
-        for r in &view.reports {
+        for r in view.reports.iter() {
             for (v, n) in r.eligible.iter().enumerate() {
                 let zone = match v {
                     0 => "-".to_string(),

@@ -8,8 +8,9 @@
 //! falls back to it). [`PolicyMemory`] carries what must survive between
 //! builds: pool epochs (CT-11) and backends draining after removal (CT-10).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 use dataplane::rules::{ForwardingRule, RuleTable};
@@ -20,67 +21,10 @@ use dataplane::snapshot::{
 
 use crate::config::{BackendServiceConfig, Config, LocalityLbPolicy, Pool, Spillover};
 use crate::health::{probe_key, ProbeKey, ProbeStatus};
-use crate::maglev::{build_table, MaglevBackend};
 use crate::policy::{client_variants, eligible, BackendView, PolicyParams};
+use crate::table_cache::{TableCache, TableInputs};
 
-/// Stable backend ids, keyed by (service name, backend address).
-///
-/// An id survives reloads for as long as its backend stays in the config,
-/// so conntrack entries holding it stay valid (CT-7). Ids are never reused:
-/// a conntrack entry naming a removed backend must not silently start
-/// pointing at a new one.
-#[derive(Debug, Default)]
-pub struct BackendIds {
-    ids: HashMap<(String, IpAddr), BackendId>,
-    next: u32,
-}
-
-impl BackendIds {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The id of a backend, allocating a fresh one if it has none.
-    pub fn get_or_assign(&mut self, service: &str, address: IpAddr) -> BackendId {
-        let next = &mut self.next;
-        *self
-            .ids
-            .entry((service.to_string(), address))
-            .or_insert_with(|| {
-                let id = BackendId(*next);
-                *next += 1;
-                id
-            })
-    }
-
-    pub fn get(&self, service: &str, address: IpAddr) -> Option<BackendId> {
-        self.ids.get(&(service.to_string(), address)).copied()
-    }
-
-    /// One past the highest id ever allocated: the length the snapshot's
-    /// backend table needs.
-    pub fn high_water(&self) -> u32 {
-        self.next
-    }
-
-    /// Number of live ids.
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    /// Forgets every id not in `cfg`, so a backend that is removed and
-    /// later re-added gets a new id.
-    fn retain_config(&mut self, cfg: &Config) {
-        self.ids.retain(|(svc, addr), _| {
-            cfg.service(svc)
-                .is_some_and(|s| s.backends.iter().any(|b| b.address == *addr))
-        });
-    }
-}
+pub use crate::backend_ids::BackendIds;
 
 /// What the health checks currently say, and what a build must remember.
 #[derive(Debug, Default)]
@@ -131,9 +75,20 @@ pub struct PolicyMemory {
     live: HashMap<BackendId, (String, BackendState)>,
     /// Removed backends still draining: service name and state with deadline.
     draining: HashMap<BackendId, (String, BackendState)>,
+    /// Each service's tables of the last build, shared while unchanged.
+    tables: TableCache,
+    /// Per service (config order), its backends' views at the last build,
+    /// when every backend had an id; health changes patch them.
+    views: Vec<Vec<BackendView>>,
 }
 
 impl PolicyMemory {
+    /// Maglev tables built so far: a build that reuses a service's tables
+    /// adds nothing.
+    pub fn tables_built(&self) -> u64 {
+        self.tables.built()
+    }
+
     /// Earliest draining deadline, so the control loop rebuilds then.
     pub fn next_deadline(&self) -> Option<Millis> {
         self.draining
@@ -214,6 +169,14 @@ pub fn build_forwarding_state_with(
     let mut backends: Vec<(BackendId, BackendState)> = Vec::new();
     let mut live = HashMap::new();
     update_draining(cfg, memory, inputs.now);
+    let mut draining: HashMap<String, Vec<(BackendId, BackendState)>> = HashMap::new();
+    for (id, (name, b)) in &memory.draining {
+        draining
+            .entry(name.clone())
+            .or_default()
+            .push((*id, b.clone()));
+    }
+    memory.views.clear();
     for (si, svc) in cfg.backend_services.iter().enumerate() {
         // Validation bounds the services to the id space; past it a service
         // gets no id and its rules are left out (no_rule), never another's.
@@ -222,9 +185,20 @@ pub fn build_forwarding_state_with(
         };
         let mut members = Vec::with_capacity(svc.backends.len());
         let views = backend_views(cfg, svc, inputs);
+        let mut member_views = Vec::with_capacity(svc.backends.len());
         for (b, view) in svc.backends.iter().zip(&views) {
-            let id = ids.get_or_assign(&svc.name, b.address);
+            let Some(id) = ids.get_or_assign(&svc.name, b.address) else {
+                // Unreachable: the config's backend limit and the reload
+                // check (`Controller::apply`) keep enough ids free.
+                eprintln!(
+                    "sluice: no backend id left for {} of service {:?}; it gets no traffic",
+                    b.address, svc.name
+                );
+                continue;
+            };
+            ids.mark(id, generation);
             members.push(id);
+            member_views.push((b, *view));
             let egress = egress_of(cfg, b, inputs.neighbours);
             let state = BackendState {
                 id,
@@ -240,29 +214,34 @@ pub fn build_forwarding_state_with(
             backends.push((id, state));
         }
         let started = Instant::now();
-        let (mut state, mut report) = service_state(cfg, svc, &members, &views, memory);
+        let (mut state, mut report) = service_state(cfg, svc, &members, &member_views, memory);
         report.build_seconds = started.elapsed().as_secs_f64();
+        memory.views.push(views);
         // CT-10: removed backends keep their entries working until their
         // deadline; they stay listed (never in a table) until then.
-        for (id, (name, b)) in &memory.draining {
-            if *name == svc.name {
-                state.backends.push(*id);
-                let mut b = b.clone();
-                b.service = service_id;
-                backends.push((*id, b));
-            }
+        for (id, mut b) in draining.remove(svc.name.as_str()).unwrap_or_default() {
+            ids.mark(id, generation);
+            state.backends.push(id);
+            b.service = service_id;
+            backends.push((id, b));
         }
         services.push(state);
         reports.push(report);
     }
+    ids.sweep(generation);
+    let names: HashSet<&str> = cfg
+        .backend_services
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    memory.tables.retain(|name| names.contains(name));
     memory.live = live;
 
-    let high_water = ids
-        .high_water()
-        .max(backends.iter().map(|(id, _)| id.0 + 1).max().unwrap_or(0));
-    let mut backend_table: Vec<Option<BackendState>> = vec![None; high_water as usize];
+    let mut backend_table: Vec<Option<BackendState>> = vec![None; ids.high_water() as usize];
     for (id, state) in backends {
-        backend_table[id.0 as usize] = Some(state);
+        if let Some(slot) = backend_table.get_mut(id.index()) {
+            *slot = Some(state);
+        }
     }
 
     let rules = cfg
@@ -307,19 +286,106 @@ pub fn build_forwarding_state_with(
     (state, reports)
 }
 
+/// One backend's new probe verdict: service index, position in the
+/// service's `backend` list, healthy, reported weight (HC-7).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct HealthChange {
+    pub service: usize,
+    pub position: usize,
+    pub healthy: bool,
+    pub weight: u16,
+}
+
+/// Applies `changes` to `prev`, the snapshot built last from the same
+/// `cfg`, rebuilding only the services they touch. Everything else —
+/// other services and their tables, rules, ports, egress, prebuilt
+/// headers (health changes none of them) — is `prev`'s. The cost is a
+/// copy of the backend table plus, per touched service, its eligibility
+/// and table: no probe lookups, no hashing per backend.
+pub fn rebuild_services(
+    prev: &ForwardingState,
+    prev_reports: &[ServiceReport],
+    cfg: &Config,
+    memory: &mut PolicyMemory,
+    changes: &[HealthChange],
+    generation: u64,
+) -> (ForwardingState, Vec<ServiceReport>) {
+    let mut state = prev.clone();
+    state.generation = generation;
+    let mut reports = prev_reports.to_vec();
+    let mut dirty = std::collections::BTreeSet::new();
+    for c in changes {
+        let (Some(svc), Some(old)) = (
+            cfg.backend_services.get(c.service),
+            prev.services.get(c.service),
+        ) else {
+            continue;
+        };
+        let (Some(view), Some(&id)) = (
+            memory
+                .views
+                .get_mut(c.service)
+                .and_then(|v| v.get_mut(c.position)),
+            old.backends.get(c.position),
+        ) else {
+            continue;
+        };
+        view.healthy = c.healthy;
+        if svc.locality_lb_policy == LocalityLbPolicy::WeightedMaglev {
+            view.weight = c.weight;
+        }
+        if let Some(Some(st)) = state.backends.get_mut(id.index()) {
+            st.healthy = view.healthy;
+            st.weight = view.weight;
+            if let Some((_, live)) = memory.live.get_mut(&id) {
+                live.clone_from(st);
+            }
+        }
+        dirty.insert(c.service);
+    }
+    for si in dirty {
+        let svc = &cfg.backend_services[si];
+        let old = &prev.services[si];
+        let configured = svc.backends.len().min(old.backends.len());
+        let members = &old.backends[..configured];
+        let member_views: Vec<_> = svc
+            .backends
+            .iter()
+            .zip(memory.views[si].iter().copied())
+            .collect();
+        let started = Instant::now();
+        let (mut next, mut report) = service_state(cfg, svc, members, &member_views, memory);
+        report.build_seconds = started.elapsed().as_secs_f64();
+        // Draining backends (CT-10) stay listed after the configured ones.
+        next.backends.extend_from_slice(&old.backends[configured..]);
+        state.services[si] = next;
+        if let Some(r) = reports.get_mut(si) {
+            *r = report;
+        }
+    }
+    (state, reports)
+}
+
 /// Moves backends that left the config into the draining set (CT-10) and
 /// forgets those whose deadline passed or whose service is gone.
 /// Runs before the services are built, so a backend drains from the very
 /// snapshot that no longer has it in the config.
 fn update_draining(cfg: &Config, memory: &mut PolicyMemory, now: Millis) {
+    let services: HashMap<&str, &BackendServiceConfig> = cfg
+        .backend_services
+        .iter()
+        .map(|s| (s.name.as_str(), s))
+        .collect();
+    let configured: HashSet<(&str, IpAddr)> = cfg
+        .backend_services
+        .iter()
+        .flat_map(|s| s.backends.iter().map(move |b| (s.name.as_str(), b.address)))
+        .collect();
     for (id, (name, mut b)) in std::mem::take(&mut memory.live) {
-        let still = cfg
-            .service(&name)
-            .is_some_and(|s| s.backends.iter().any(|x| x.address == b.address));
-        if still {
+        if configured.contains(&(name.as_str(), b.address)) {
             continue;
         }
-        let Some(svc) = cfg.service(&name) else {
+        let Some(svc) = services.get(name.as_str()) else {
             continue; // the whole service left: nothing can look it up
         };
         let timeout = millis(svc.connection_draining_timeout);
@@ -329,7 +395,7 @@ fn update_draining(cfg: &Config, memory: &mut PolicyMemory, now: Millis) {
         }
     }
     memory.draining.retain(|_, (name, b)| {
-        cfg.service(name).is_some() && b.draining_until.is_some_and(|d| d > now)
+        services.contains_key(name.as_str()) && b.draining_until.is_some_and(|d| d > now)
     });
 }
 
@@ -373,7 +439,7 @@ fn service_state(
     cfg: &Config,
     svc: &BackendServiceConfig,
     members: &[BackendId],
-    views: &[BackendView],
+    member_views: &[(&crate::config::BackendConfig, BackendView)],
     memory: &mut PolicyMemory,
 ) -> (ServiceState, ServiceReport) {
     let params = PolicyParams {
@@ -381,32 +447,39 @@ fn service_state(
         failover: svc.failover_policy,
         zonal: svc.zonal_affinity,
     };
-    let original = eligible(&params, views);
+    let views: Vec<BackendView> = member_views.iter().map(|(_, v)| *v).collect();
+    let original = eligible(&params, &views);
     // Without zonal affinity every client gets the no-zone table.
     let zones = if svc.zonal_affinity.spillover == Spillover::ZonalAffinityDisabled {
         0
     } else {
         cfg.zones.len()
     };
-    let variants = client_variants(&params, views, &original, zones);
-    let mut tables: Vec<MaglevTable> = Vec::with_capacity(variants.len());
-    for (v, set) in variants.iter().enumerate() {
-        // Zones whose set equals an earlier one share its table's content.
-        if let Some(same) = variants[..v].iter().position(|s| s == set) {
-            let t = tables[same].clone();
-            tables.push(t);
-            continue;
-        }
-        let backends: Vec<MaglevBackend> = set
-            .iter()
-            .map(|&i| MaglevBackend {
-                id: members[i],
-                key: svc.backends[i].address.to_string(),
-                weight: u32::from(views[i].weight),
-            })
-            .collect();
-        tables.push(build_table(&backends, svc.maglev_table_size));
-    }
+    let variants = client_variants(&params, &views, &original, zones);
+    let inputs: TableInputs = variants
+        .iter()
+        .map(|set| {
+            set.iter()
+                .map(|&i| (members[i], u32::from(views[i].weight)))
+                .collect()
+        })
+        .collect();
+    // Addresses are looked up only when a table is built.
+    let addresses = std::cell::OnceCell::new();
+    let key = |id: BackendId| {
+        let by_id: &HashMap<BackendId, IpAddr> = addresses.get_or_init(|| {
+            members
+                .iter()
+                .zip(member_views)
+                .map(|(&id, (b, _))| (id, b.address))
+                .collect()
+        });
+        by_id.get(&id).map(IpAddr::to_string).unwrap_or_default()
+    };
+    let tables: Vec<Arc<MaglevTable>> =
+        memory
+            .tables
+            .tables(&svc.name, svc.maglev_table_size, members, inputs, key);
 
     // CT-11: the epoch moves on every primary↔failover flip. An empty set
     // (EL-4 drop) is no pool; the flip is counted when traffic resumes.
@@ -453,7 +526,7 @@ fn millis(d: std::time::Duration) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::load_str;
 
@@ -549,9 +622,10 @@ backend_service = "empty"
             .is_ok());
     }
 
-    /// Ids survive reloads while a backend exists and are never reused.
+    /// Ids survive reloads while a backend exists; a re-added backend gets
+    /// a new id (its old index is not free while a snapshot may name it).
     #[test]
-    fn backend_ids_are_stable_and_never_reused() {
+    fn backend_ids_are_stable_across_reloads() {
         let c1 = cfg(CFG);
         let mut ids = BackendIds::new();
         let s1 = build_forwarding_state(&c1, &[], &mut ids, 1);
@@ -567,6 +641,206 @@ backend_service = "empty"
         assert!(readded.0 >= 3);
         assert_eq!(s3.services[0].backends[0], kept);
         assert_eq!(ids.len(), 3);
+    }
+
+    /// `services` services of `per` backends each, TCP-checked, with static
+    /// MACs; backend j of service i is 10.0.1.0 + i × per + j.
+    pub(crate) fn big_config(services: usize, per: usize, table: u32) -> String {
+        let mut t = String::from(
+            "[dataplane]\n[[dataplane.port]]\nname = \"a\"\ndevice = \"net_null0\"\n\
+             address = \"10.0.0.1/8\"\n\n[[health_check]]\nname = \"tcp\"\ntype = \"TCP\"\n\
+             port = 80\n",
+        );
+        for i in 0..services {
+            t += &format!(
+                "[[backend_service]]\nname = \"s{i}\"\nmaglev_table_size = {table}\n\
+                 health_check = \"tcp\"\nbackend = [\n"
+            );
+            for j in 0..per {
+                let k = 256 + i * per + j;
+                t += &format!(
+                    "  {{ address = \"10.{}.{}.{}\", mac = \"02:00:00:00:00:01\" }},\n",
+                    (k >> 16) & 255,
+                    (k >> 8) & 255,
+                    k & 255
+                );
+            }
+            t += "]\n";
+        }
+        t
+    }
+
+    fn probe(healthy: bool) -> ProbeStatus {
+        let mut state = crate::health::HealthState::new(crate::health::InitialState::Healthy);
+        state.healthy = healthy;
+        ProbeStatus {
+            state,
+            probes: 1,
+            latency_counts: Default::default(),
+            latency_sum: 0.0,
+            lag_sum: 0.0,
+            lag_max: 0.0,
+        }
+    }
+
+    /// A health flip rebuilds the tables of the one service it touches;
+    /// every other service's tables are the very same `Arc`s in the next
+    /// snapshot (before: every event rebuilt every service).
+    #[test]
+    fn a_health_event_rebuilds_only_the_touched_service() {
+        let c = cfg(&big_config(300, 10, 251));
+        let hc = &c.health_checks[0];
+        let mut health: HashMap<ProbeKey, ProbeStatus> = c
+            .backend_services
+            .iter()
+            .flat_map(|s| &s.backends)
+            .map(|b| (probe_key(hc, b.address), probe(true)))
+            .collect();
+        let mut ids = BackendIds::new();
+        let mut memory = PolicyMemory::default();
+        let mut build = |health: &HashMap<ProbeKey, ProbeStatus>, generation| {
+            let inputs = BuildInputs {
+                health: Some(health),
+                ..Default::default()
+            };
+            build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, generation).0
+        };
+        let first = build(&health, 1);
+        assert_eq!(first.services.len(), 300);
+        let touched = c.backend_services[123].backends[4].address;
+        health.insert(probe_key(hc, touched), probe(false));
+        let second = build(&health, 2);
+        for (i, (a, b)) in first.services.iter().zip(&second.services).enumerate() {
+            let same = Arc::ptr_eq(&a.tables[0], &b.tables[0]);
+            assert_eq!(same, i != 123, "service {i}");
+        }
+        let id = second.services[123].backends[4];
+        assert!(second.services[123].tables[0]
+            .slots
+            .iter()
+            .all(|&s| s != id));
+        assert!(!second.backend(id).unwrap().healthy);
+    }
+
+    /// The count of tables built: one per touched service, none for a
+    /// publish that changes no eligibility (a neighbour's MAC).
+    #[test]
+    fn tables_built_counts_only_changed_services() {
+        let c = cfg(&big_config(50, 4, 251));
+        let hc = &c.health_checks[0];
+        let mut health: HashMap<ProbeKey, ProbeStatus> = c
+            .backend_services
+            .iter()
+            .flat_map(|s| &s.backends)
+            .map(|b| (probe_key(hc, b.address), probe(true)))
+            .collect();
+        let mut ids = BackendIds::new();
+        let mut memory = PolicyMemory::default();
+        let inputs = BuildInputs {
+            health: Some(&health),
+            ..Default::default()
+        };
+        build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 1);
+        assert_eq!(memory.tables_built(), 50);
+        build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 2);
+        assert_eq!(memory.tables_built(), 50, "nothing changed");
+        let neighbours = HashMap::from([(
+            c.backend_services[3].backends[0].address,
+            Egress {
+                port: 0,
+                next_hop_mac: Some([2, 0, 0, 0, 0, 9]),
+            },
+        )]);
+        let moved = BuildInputs {
+            health: Some(&health),
+            neighbours: Some(&neighbours),
+            ..Default::default()
+        };
+        build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &moved, 3);
+        assert_eq!(
+            memory.tables_built(),
+            50,
+            "a neighbour update builds no table"
+        );
+        health.insert(
+            probe_key(hc, c.backend_services[7].backends[0].address),
+            probe(false),
+        );
+        let inputs = BuildInputs {
+            health: Some(&health),
+            ..Default::default()
+        };
+        build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 4);
+        assert_eq!(memory.tables_built(), 51, "one service touched");
+    }
+
+    /// The health path (`rebuild_services` on the touched service) gives
+    /// the snapshot a full build gives, and shares every other table.
+    #[test]
+    fn rebuilding_touched_services_equals_a_full_build() {
+        let c = cfg(&big_config(40, 5, 251));
+        let hc = &c.health_checks[0];
+        let mut health: HashMap<ProbeKey, ProbeStatus> = c
+            .backend_services
+            .iter()
+            .flat_map(|s| &s.backends)
+            .map(|b| (probe_key(hc, b.address), probe(true)))
+            .collect();
+        let mut ids = BackendIds::new();
+        let mut memory = PolicyMemory::default();
+        let inputs = BuildInputs {
+            health: Some(&health),
+            ..Default::default()
+        };
+        let (first, reports) =
+            build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 1);
+        let mut changes = Vec::new();
+        for (position, b) in c.backend_services[9].backends[..3].iter().enumerate() {
+            health.insert(probe_key(hc, b.address), probe(false));
+            changes.push(HealthChange {
+                service: 9,
+                position,
+                healthy: false,
+                weight: 1,
+            });
+        }
+        let inputs = BuildInputs {
+            health: Some(&health),
+            ..Default::default()
+        };
+        let (fast, fast_reports) = rebuild_services(&first, &reports, &c, &mut memory, &changes, 2);
+        let mut full_memory = PolicyMemory::default();
+        let mut full_ids = BackendIds::new();
+        let (full, full_reports) =
+            build_forwarding_state_with(&c, &[], &mut full_ids, &mut full_memory, &inputs, 2);
+        assert_eq!(fast.generation, 2);
+        assert_eq!(fast_reports, {
+            let mut r = full_reports;
+            for (a, b) in r.iter_mut().zip(&fast_reports) {
+                a.build_seconds = b.build_seconds;
+            }
+            r
+        });
+        for (i, (a, b)) in fast.services.iter().zip(&full.services).enumerate() {
+            assert_eq!(a.tables, b.tables, "service {i}");
+            assert_eq!(a.backends, b.backends, "service {i}");
+            assert_eq!(
+                Arc::ptr_eq(&a.tables[0], &first.services[i].tables[0]),
+                i != 9
+            );
+        }
+        for (a, b) in fast.backends.iter().zip(&full.backends) {
+            let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+            assert_eq!((a.id, a.healthy, a.weight), (b.id, b.healthy, b.weight));
+        }
+        assert_eq!(
+            fast.backends
+                .iter()
+                .flatten()
+                .filter(|b| !b.healthy)
+                .count(),
+            3
+        );
     }
 
     #[test]

@@ -18,9 +18,6 @@ use dataplane::snapshot::Millis;
 use dataplane::stats::WorkerStats;
 use dataplane::worker::{ExceptionQueues, Steering, Worker};
 
-/// Upper bound on backend ids counted per backend in each worker's stats.
-const MAX_BACKEND_COUNTERS: usize = 1 << 16;
-
 pub struct RunOptions {
     pub exit_on_idle: Option<Duration>,
     pub duration: Option<Duration>,
@@ -211,9 +208,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         }
     }
     let snapshots = controller.snapshots();
-    let stats: Vec<_> = (0..workers)
-        .map(|_| Arc::new(WorkerStats::new(MAX_BACKEND_COUNTERS)))
-        .collect();
+    let stats: Vec<_> = (0..workers).map(|_| Arc::new(WorkerStats::new())).collect();
+    controller.count_backends_in(stats.clone());
     let sources = Arc::new(MetricsSources {
         workers: stats.clone(),
         snapshot: Arc::clone(&snapshots),
@@ -424,11 +420,24 @@ fn supervise(
             let _ = reload(controller);
         }
         for p in requests.into_iter().flat_map(|r| r.try_iter()) {
-            let answer = match p.request {
-                Request::Reload => reload(controller),
-                Request::Status => Ok(controller.status_text()),
-            };
-            let _ = p.reply.send(answer);
+            match p.request {
+                Request::Reload => {
+                    let _ = p.reply.send(reload(controller));
+                }
+                // Rendered on its own thread from the published state: a
+                // status over a big configuration never delays a publish.
+                Request::Status => {
+                    let render = controller.status_renderer();
+                    let spawned = std::thread::Builder::new()
+                        .name("sluice-status".into())
+                        .spawn(move || {
+                            let _ = p.reply.send(Ok(render()));
+                        });
+                    if let Err(e) = spawned {
+                        eprintln!("sluice: status: cannot start a thread: {e}");
+                    }
+                }
+            }
         }
         if opts.duration.is_some_and(|d| started.elapsed() >= d) {
             return;

@@ -105,7 +105,7 @@ pub fn spawn(
                 })
                 .collect();
             if !eligible.is_empty() {
-                svc.tables = vec![build_table(&eligible, size)];
+                svc.tables = vec![Arc::new(build_table(&eligible, size))];
             }
         }
         eprintln!(

@@ -1,7 +1,9 @@
 //! Maglev table builder: balance (MG-3), minimal disruption (MG-4),
 //! determinism (MG-2) and equivalence with the paper's Pseudocode 1.
 
-use controlplane::maglev::{build_table, build_table_reference_pseudocode1, MaglevBackend};
+use controlplane::maglev::{
+    build_table, build_table_reference_pseudocode1, MaglevBackend, Permutations,
+};
 use dataplane::snapshot::{BackendId, MaglevTable};
 
 const M: u32 = 65537;
@@ -192,4 +194,43 @@ fn empty_and_all_zero_weight_inputs() {
     let t = build_table(&[backend(0, 0), backend(1, 0)], 251);
     let s = shares(&t, 2);
     assert!((s[0] - 0.5).abs() < 0.01, "{s:?}");
+}
+
+/// MG-2: tables from kept permutations (the control plane's health path)
+/// are `build_table`'s, bit for bit, for any subset and weights, whatever
+/// the members' order.
+#[test]
+fn mg_2_kept_permutations_build_the_same_tables() {
+    let members: Vec<MaglevBackend> = (0..200).map(|i| backend(i, 1)).collect();
+    let mut ids: Vec<BackendId> = members.iter().map(|b| b.id).collect();
+    ids.reverse();
+    let key = |id: BackendId| members[id.0 as usize].key.clone();
+    let perms = Permutations::new(&ids, key, 4099);
+    assert!(perms.fits(&ids, 4099) && !perms.fits(&ids, 251));
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..30 {
+        let mut chosen: Vec<MaglevBackend> = Vec::new();
+        for b in &members {
+            let (pick, weight) = (next() % 3 != 0, (next() % 8) as u32);
+            if pick {
+                chosen.push(MaglevBackend {
+                    weight: if round % 5 == 0 { 0 } else { weight },
+                    ..b.clone()
+                });
+            }
+        }
+        let eligible: Vec<(BackendId, u32)> = chosen.iter().map(|b| (b.id, b.weight)).collect();
+        assert_eq!(
+            perms.table(&eligible),
+            build_table(&chosen, 4099),
+            "round {round}"
+        );
+    }
+    assert!(perms.table(&[]).slots.is_empty());
 }

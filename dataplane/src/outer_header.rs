@@ -159,7 +159,7 @@ fn put<const N: usize>(data: &mut [u8], bytes: &[u8; MAX_LEN]) -> bool {
     }
 }
 
-/// Every backend's [`OuterHeader`], indexed by [`BackendId`]; part of a
+/// Every backend's [`OuterHeader`], indexed by [`BackendId::index`]; part of a
 /// snapshot, built by [`OuterHeaders::build`] after the rest of it.
 #[derive(Clone, Debug, Default)]
 pub struct OuterHeaders(Vec<Option<OuterHeader>>);
@@ -185,6 +185,6 @@ impl OuterHeaders {
 
     #[inline]
     pub fn get(&self, id: BackendId) -> Option<&OuterHeader> {
-        self.0.get(id.0 as usize).and_then(Option::as_ref)
+        self.0.get(id.index()).and_then(Option::as_ref)
     }
 }

@@ -17,10 +17,46 @@ use arc_swap::ArcSwap;
 
 use crate::rules::RuleTable;
 
-/// A backend's stable identity: assigned by the control plane, never reused
-/// while any snapshot or conntrack entry may still name it.
+/// A backend's stable identity, assigned by the control plane: an index
+/// (low [`BackendId::INDEX_BITS`] bits) into [`ForwardingState::backends`]
+/// and the per-backend counters, and a generation (high bits) that changes
+/// each time the index is given to another backend. An entry that recorded
+/// an earlier generation of the index matches no backend any more
+/// ([`ForwardingState::backend`] compares the whole id), so a reused index
+/// never inherits connections. The control plane reuses an index only after
+/// every snapshot naming its previous backend is gone, and lets a
+/// generation come round again only after every conntrack entry that could
+/// hold it has expired (`controlplane::publish::BackendIds`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct BackendId(pub u32);
+
+impl BackendId {
+    /// Bits of the index: at most 2²⁰ = 1,048,576 backends at once
+    /// (configured, draining and waiting for reuse together).
+    pub const INDEX_BITS: u32 = 20;
+    /// Number of distinct indexes.
+    pub const INDEXES: usize = 1 << Self::INDEX_BITS;
+    /// Number of generations of one index (2¹²) before it wraps.
+    pub const GENERATIONS: u32 = 1 << (32 - Self::INDEX_BITS);
+
+    /// The id of `index` (< [`Self::INDEXES`]) at `generation`
+    /// (< [`Self::GENERATIONS`]; higher bits are dropped).
+    #[inline]
+    pub const fn new(index: u32, generation: u32) -> Self {
+        Self((generation << Self::INDEX_BITS) | (index & (Self::INDEXES as u32 - 1)))
+    }
+
+    /// Position in [`ForwardingState::backends`] and in per-backend counters.
+    #[inline(always)]
+    pub const fn index(self) -> usize {
+        (self.0 & (Self::INDEXES as u32 - 1)) as usize
+    }
+
+    #[inline]
+    pub const fn generation(self) -> u32 {
+        self.0 >> Self::INDEX_BITS
+    }
+}
 
 /// Index of a service in [`ForwardingState::services`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -212,7 +248,9 @@ pub struct ServiceState {
     pub pool_epoch: u32,
     /// `tables[0]`: clients in no zone (or zonal affinity off);
     /// `tables[1 + z]`: clients in zone `z` of [`ForwardingState::zones`].
-    pub tables: Vec<MaglevTable>,
+    /// Shared between snapshots while their inputs do not change: a
+    /// publish that touches one service builds only that service's tables.
+    pub tables: Vec<Arc<MaglevTable>>,
     /// The service's current backends, including draining ones.
     pub backends: Vec<BackendId>,
 }
@@ -226,7 +264,7 @@ impl ServiceState {
         if self.tables.len() > 1 {
             self.table_for(zones.zone_of(client))
         } else {
-            self.tables.first()
+            self.tables.first().map(Arc::as_ref)
         }
     }
 
@@ -237,8 +275,9 @@ impl ServiceState {
             Some(z) => self
                 .tables
                 .get(1 + usize::from(z))
-                .or_else(|| self.tables.first()),
-            None => self.tables.first(),
+                .or_else(|| self.tables.first())
+                .map(Arc::as_ref),
+            None => self.tables.first().map(Arc::as_ref),
         }
     }
 }
@@ -331,7 +370,7 @@ pub struct ForwardingState {
     pub rules: RuleTable,
     /// Indexed by [`ServiceId`].
     pub services: Vec<ServiceState>,
-    /// Indexed by `BackendId.0`; `None` for ids no longer in use.
+    /// Indexed by [`BackendId::index`]; `None` for indexes not in use.
     pub backends: Vec<Option<BackendState>>,
     /// Indexed by DPDK port index, in config order.
     pub ports: Vec<PortState>,
@@ -345,7 +384,12 @@ pub struct ForwardingState {
 impl ForwardingState {
     #[inline]
     pub fn backend(&self, id: BackendId) -> Option<&BackendState> {
-        self.backends.get(id.0 as usize).and_then(Option::as_ref)
+        // The whole id: an earlier generation of the index is another
+        // backend, long gone.
+        self.backends
+            .get(id.index())
+            .and_then(Option::as_ref)
+            .filter(|b| b.id == id)
     }
 
     #[inline]
@@ -438,8 +482,10 @@ mod tests {
                 },
             ],
         };
-        let t = |id: u32| MaglevTable {
-            slots: vec![BackendId(id)].into(),
+        let t = |id: u32| {
+            Arc::new(MaglevTable {
+                slots: vec![BackendId(id)].into(),
+            })
         };
         let mut svc = ServiceState {
             name: "s".into(),
@@ -462,6 +508,37 @@ mod tests {
         assert_eq!(owner(&svc, "192.0.2.7"), Some(BackendId(0)), "no zone");
         svc.tables.truncate(1);
         assert_eq!(owner(&svc, "10.1.2.3"), Some(BackendId(0)), "affinity off");
+    }
+
+    /// An id is an index and a generation; a snapshot finds a backend only
+    /// under the generation it holds now.
+    #[test]
+    fn backend_lookup_compares_the_generation() {
+        let id = BackendId::new(70_000, 3);
+        assert_eq!((id.index(), id.generation()), (70_000, 3));
+        assert_eq!(BackendId(5), BackendId::new(5, 0));
+        let max = BackendId::new(BackendId::INDEXES as u32 - 1, BackendId::GENERATIONS - 1);
+        assert_eq!(max.0, u32::MAX);
+        let mut st = ForwardingState {
+            backends: vec![None; 70_001],
+            ..Default::default()
+        };
+        st.backends[70_000] = Some(BackendState {
+            id,
+            service: ServiceId(0),
+            address: "192.0.2.1".parse().unwrap(),
+            healthy: true,
+            weight: 1,
+            pool: Pool::Primary,
+            draining_until: None,
+            egress: Egress::default(),
+        });
+        assert!(st.backend(id).is_some());
+        assert!(
+            st.backend(BackendId::new(70_000, 2)).is_none(),
+            "older generation"
+        );
+        assert!(st.backend(BackendId::new(70_000, 4)).is_none());
     }
 
     #[test]

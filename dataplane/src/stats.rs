@@ -34,6 +34,78 @@ impl Counter {
     }
 }
 
+/// Per-backend counters of one worker, sized by the indexes in use: chunks
+/// of [`BackendCounters::CHUNK`] counters, each allocated by the control
+/// plane ([`BackendCounters::cover`]) before it publishes a snapshot with
+/// an index in it, so the worker never allocates and every index a
+/// snapshot can name has its counter. A packet for an index without one
+/// (a snapshot built without `cover`, tests) is counted in `uncounted`,
+/// never lost silently.
+#[derive(Debug)]
+pub struct BackendCounters {
+    chunks: Box<[std::sync::OnceLock<Box<[Counter]>>]>,
+    pub uncounted: Counter,
+}
+
+impl Default for BackendCounters {
+    fn default() -> Self {
+        Self {
+            chunks: (0..crate::BackendId::INDEXES / Self::CHUNK)
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+            uncounted: Counter::default(),
+        }
+    }
+}
+
+impl BackendCounters {
+    /// Counters per chunk (32 KiB).
+    pub const CHUNK: usize = 4096;
+
+    /// Makes sure indexes `0..len` have counters (control plane).
+    pub fn cover(&self, len: usize) {
+        for chunk in self.chunks.iter().take(len.div_ceil(Self::CHUNK)) {
+            chunk.get_or_init(|| (0..Self::CHUNK).map(|_| Counter::default()).collect());
+        }
+    }
+
+    /// Number of indexes with counters.
+    pub fn covered(&self) -> usize {
+        self.chunks.iter().take_while(|c| c.get().is_some()).count() * Self::CHUNK
+    }
+
+    #[inline(always)]
+    fn counter(&self, index: usize) -> Option<&Counter> {
+        self.chunks
+            .get(index / Self::CHUNK)?
+            .get()?
+            .get(index % Self::CHUNK)
+    }
+
+    /// Adds `n` to `index` (owning worker only).
+    #[inline(always)]
+    pub fn add(&self, index: usize, n: u64) {
+        match self.counter(index) {
+            Some(c) => c.add(n),
+            None => self.uncounted.add(n),
+        }
+    }
+
+    pub fn get(&self, index: usize) -> u64 {
+        self.counter(index).map_or(0, Counter::get)
+    }
+
+    /// Zeroes `index` before it is given to another backend. Only once no
+    /// published snapshot names the index any more: its worker no longer
+    /// writes it, and the snapshot that hands it out again is published
+    /// (release) after this store, so the worker's next add sees zero.
+    pub fn reset(&self, index: usize) {
+        if let Some(c) = self.counter(index) {
+            c.0.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// A single-writer gauge (last value wins).
 #[derive(Debug, Default)]
 pub struct Gauge(AtomicU64);
@@ -131,8 +203,8 @@ pub struct WorkerStats {
     /// `tx_packets` once the driver takes it, else under `tx_queue_full`.
     /// So RX = TX + punted + drops − (fragments − fragmented).
     pub fragments: Counter,
-    /// Indexed by `BackendId.0`; ids beyond the end are not counted per backend.
-    pub backend_packets: Box<[Counter]>,
+    /// Packets sent per backend, by [`crate::BackendId::index`].
+    pub backend_packets: BackendCounters,
     /// Generation of the snapshot the worker last loaded.
     pub snapshot_generation: Gauge,
     /// Number of poll-loop iterations (bursts attempted).
@@ -141,7 +213,7 @@ pub struct WorkerStats {
 }
 
 impl WorkerStats {
-    pub fn new(max_backends: usize) -> CachePadded<Self> {
+    pub fn new() -> CachePadded<Self> {
         CachePadded::new(Self {
             ports: Default::default(),
             drops: Default::default(),
@@ -151,7 +223,7 @@ impl WorkerStats {
             icmp_replies: Counter::default(),
             fragmented: Counter::default(),
             fragments: Counter::default(),
-            backend_packets: (0..max_backends).map(|_| Counter::default()).collect(),
+            backend_packets: BackendCounters::default(),
             snapshot_generation: Gauge::default(),
             polls: Counter::default(),
             conntrack: ConntrackStats::default(),
@@ -165,9 +237,7 @@ impl WorkerStats {
 
     #[inline(always)]
     pub fn backend(&self, id: crate::BackendId, n: u64) {
-        if let Some(c) = self.backend_packets.get(id.0 as usize) {
-            c.add(n);
-        }
+        self.backend_packets.add(id.index(), n);
     }
 
     pub fn total_drops(&self) -> u64 {
@@ -181,12 +251,34 @@ mod tests {
 
     #[test]
     fn counters_add_and_sum() {
-        let s = WorkerStats::new(4);
+        let s = WorkerStats::new();
         s.count_drop(DropReason::NoRule, 2);
         s.count_drop(DropReason::NotForUs, 3);
+        s.backend_packets.cover(4);
         s.backend(crate::BackendId(3), 5);
-        s.backend(crate::BackendId(9), 5); // out of range: ignored, no panic
+        s.backend(crate::BackendId(9000), 5); // no counter yet: uncounted
         assert_eq!(s.total_drops(), 5);
-        assert_eq!(s.backend_packets[3].get(), 5);
+        assert_eq!(s.backend_packets.get(3), 5);
+        assert_eq!(s.backend_packets.uncounted.get(), 5);
+    }
+
+    /// Counters follow the indexes in use, past 65,536, and a reused index
+    /// starts from zero.
+    #[test]
+    fn backend_counters_cover_every_index_in_use() {
+        let s = WorkerStats::new();
+        assert_eq!(s.backend_packets.covered(), 0);
+        s.backend_packets.cover(70_001);
+        assert!(s.backend_packets.covered() >= 70_001);
+        s.backend(crate::BackendId::new(70_000, 1), 7);
+        assert_eq!(s.backend_packets.get(70_000), 7);
+        assert_eq!(s.backend_packets.uncounted.get(), 0);
+        s.backend_packets.reset(70_000);
+        s.backend(crate::BackendId::new(70_000, 2), 1);
+        assert_eq!(s.backend_packets.get(70_000), 1);
+        let last = crate::BackendId::INDEXES - 1;
+        s.backend_packets.cover(last + 1);
+        s.backend(crate::BackendId::new(last as u32, 4095), 1);
+        assert_eq!(s.backend_packets.get(last), 1);
     }
 }

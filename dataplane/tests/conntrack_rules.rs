@@ -456,7 +456,7 @@ fn ct_7_zonal_affinity_does_not_move_established_flows() {
     let zone_table = MaglevTable {
         slots: vec![BackendId(2); 7].into(),
     };
-    w.svc().tables.push(zone_table);
+    w.svc().tables.push(zone_table.into());
     let send = |w: &mut World, p: &Pkt| {
         let s = &w.state.services[0];
         conntrack::select(
@@ -478,7 +478,8 @@ fn ct_7_zonal_affinity_does_not_move_established_flows() {
     // The zone table moves, then zonal affinity goes away: still backend 2.
     w.svc().tables[1] = MaglevTable {
         slots: vec![BackendId(0); 7].into(),
-    };
+    }
+    .into();
     assert_eq!(send(&mut w, &p), Some(BackendId(2)));
     w.svc().tables.truncate(1);
     assert_eq!(send(&mut w, &p), Some(BackendId(2)));

@@ -198,7 +198,8 @@ fn ha_4_icmp_error_follows_the_flows_conntrack_entry() {
     let svc = &mut changed.services[usize::from(SVC_TCP80_L2)];
     svc.tables = vec![MaglevTable {
         slots: vec![other; 7].into(),
-    }];
+    }
+    .into()];
     let error = frag_needed_v4(client, sport, "192.0.2.254", VIP4);
     let v = process(&mut VecPacket::new(&error), 0, &changed, &mut ctx);
     assert_eq!(

@@ -47,7 +47,7 @@ pub fn state(mtu: u16) -> ForwardingState {
             drain_on_failover: true,
             pool_epoch: 0,
             backends: vec![BackendId(0), BackendId(1)],
-            tables: vec![table],
+            tables: vec![table.into()],
         });
     }
     let backend = |id: u32, address: IpAddr| {

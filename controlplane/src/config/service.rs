@@ -40,6 +40,7 @@ pub(crate) fn services_section(
             ),
         );
     }
+    backend_limit(cx, services, MAX_BACKENDS);
     services
         .iter()
         .map(|s| service(cx, s, zones, raw_hcs, hcs, ports))
@@ -488,4 +489,68 @@ fn backends(
         });
     }
     out
+}
+
+/// Backends a configuration may have, over all services: each holds a
+/// backend id (one of 2²⁰, `BackendId::INDEXES`) while configured and
+/// again while it drains after removal, so a reload may replace every
+/// backend at once and still find ids.
+pub(crate) const MAX_BACKENDS: usize = dataplane::snapshot::BackendId::INDEXES / 2;
+
+/// Refuses more than `limit` backends in all, at the first one too many.
+fn backend_limit(cx: &mut Ctx<'_>, services: &[RawService], limit: usize) {
+    let mut total = 0usize;
+    for s in services {
+        for (i, b) in s.backend.iter().enumerate() {
+            total += 1;
+            if total == limit + 1 {
+                let total: usize = services.iter().map(|s| s.backend.len()).sum();
+                cx.err(
+                    b.span(),
+                    &format!("backend_service {:?} backend[{i}]", s.name.get_ref()),
+                    (
+                        format!(
+                            "{total} backends in all; at most {limit} are supported (each \
+                             needs a backend id while configured and while draining)"
+                        ),
+                        format!(
+                            "remove {} backends or split them over several sluice instances",
+                            total - limit
+                        ),
+                    ),
+                );
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::diagnostics::{Diagnostics, SourceMap};
+
+    /// More backends than the id space allows are refused by file, line,
+    /// field and fix, at the first one over the limit.
+    #[test]
+    fn backends_over_the_limit_are_refused_at_the_first_one_too_many() {
+        let text = "[dataplane]\n[[backend_service]]\nname = \"a\"\nbackend = [\n  { address = \"10.0.0.1\" },\n  { address = \"10.0.0.2\" },\n]\n[[backend_service]]\nname = \"b\"\nbackend = [\n  { address = \"10.0.0.3\" },\n  { address = \"10.0.0.4\" },\n]\n";
+        let raw: crate::config::raw::RawConfig = toml::from_str(text).unwrap();
+        let mut cx = Ctx {
+            map: SourceMap::new(text),
+            diags: Diagnostics::new("big.toml"),
+        };
+        backend_limit(&mut cx, &raw.backend_service, 4);
+        assert!(cx.diags.is_empty(), "{}", cx.diags);
+        backend_limit(&mut cx, &raw.backend_service, 3);
+        let shown = cx.diags.to_string();
+        assert!(shown.contains("big.toml:12:"), "{shown}");
+        assert!(
+            shown.contains("backend_service \"b\" backend[1]"),
+            "{shown}"
+        );
+        assert!(shown.contains("4 backends in all; at most 3"), "{shown}");
+        assert!(shown.contains("remove 1 backends"), "{shown}");
+        assert_eq!(MAX_BACKENDS, 524_288);
+    }
 }

@@ -60,7 +60,7 @@ fn service(
         drain_on_failover: true,
         pool_epoch: 0,
         backends: table.slots.to_vec(),
-        tables: vec![table],
+        tables: vec![table.into()],
     }
 }
 

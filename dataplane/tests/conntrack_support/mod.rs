@@ -193,7 +193,8 @@ impl World {
         };
         self.state.services[0].tables = vec![MaglevTable {
             slots: slots.into(),
-        }];
+        }
+        .into()];
     }
 
     pub fn set_healthy(&mut self, id: u32, healthy: bool) {
