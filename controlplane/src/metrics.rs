@@ -516,8 +516,8 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 26);
-        assert_eq!(described, 26, "every collected family is described");
+        assert_eq!(r.gather().len(), 27);
+        assert_eq!(described, 27, "every collected family is described");
     }
 
     #[test]
