@@ -583,6 +583,7 @@ mod tests {
             port_names: vec![],
             control: None,
             dpdk_port_ids: vec![],
+            kernel_drops: vec![],
         }));
         let ok = get(addr, "/metrics");
         assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");

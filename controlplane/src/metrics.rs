@@ -29,6 +29,9 @@ pub struct MetricsSources {
     pub control: Option<Arc<crate::control::Shared>>,
     /// DPDK port ids for hardware counters (empty: none exported).
     pub dpdk_port_ids: Vec<u16>,
+    /// Per port index: the kernel's socket drops of a `net_af_packet`
+    /// port (None: another driver).
+    pub kernel_drops: Vec<Option<dataplane::dpdk::af_packet::KernelDrops>>,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -222,6 +225,25 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         &src.dpdk_port_ids,
         &src.port_names,
     ));
+
+    let kernel = counter_vec(
+        "sluice_port_kernel_drops_total",
+        "Frames the kernel dropped because a net_af_packet port's socket ring \
+         (framecnt) was full: receive loss DPDK 22.11's af_packet driver does not \
+         report in imissed (PACKET_STATISTICS tp_drops, summed over the port's sockets).",
+        &["port"],
+    );
+    let mut any = false;
+    for (port, drops) in src.port_names.iter().zip(&src.kernel_drops) {
+        if let Some(d) = drops {
+            kernel.with_label_values(&[port.as_str()]).inc_by(d.total());
+            any = true;
+        }
+    }
+    if any {
+        // An empty family fails the whole scrape.
+        out.extend(kernel.collect());
+    }
 
     out.extend(gauge(
         "sluice_workers",
@@ -420,6 +442,7 @@ mod tests {
             port_names: vec!["uplink".into(), "downlink".into()],
             control: None,
             dpdk_port_ids: vec![],
+            kernel_drops: vec![],
         }
     }
 

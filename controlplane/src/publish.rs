@@ -281,6 +281,11 @@ pub fn build_forwarding_state_with(
         ports,
         zones,
         outer_headers: Default::default(),
+        flow_seed: cfg
+            .dataplane
+            .flow_hash_key
+            .as_ref()
+            .map_or_else(Default::default, |k| dataplane::flow::FlowSeed::keyed(&k.0)),
     };
     state.outer_headers = dataplane::outer_header::OuterHeaders::build(&state);
     (state, reports)

@@ -260,6 +260,50 @@ fn cases() -> Vec<Case> {
             hint: "between 0.0 and 1.0",
         },
         Case {
+            name: "flow hash key that is not hex (MG-2); the key is not echoed",
+            text: replace(
+                "eal_args = [\"--no-huge\"]\n",
+                "eal_args = [\"--no-huge\"]\nflow_hash_key = \"secret-passphrase-xyz\"\n",
+            ),
+            at_line_with: "flow_hash_key",
+            path: "dataplane.flow_hash_key",
+            message: "the flow hash key contains 's', not a hex digit",
+            hint: "give 32–128 hex digits",
+        },
+        Case {
+            name: "flow hash key too short (MG-2)",
+            text: replace(
+                "eal_args = [\"--no-huge\"]\n",
+                "eal_args = [\"--no-huge\"]\nflow_hash_key = \"00112233\"\n",
+            ),
+            at_line_with: "flow_hash_key",
+            path: "dataplane.flow_hash_key",
+            message: "the flow hash key has 8 hex digits",
+            hint: "openssl rand -hex 32",
+        },
+        Case {
+            name: "flow hash key inline and from a file (MG-2)",
+            text: replace(
+                "eal_args = [\"--no-huge\"]\n",
+                "eal_args = [\"--no-huge\"]\nflow_hash_key = \"00112233445566778899aabbccddeeff\"\nflow_hash_key_file = \"/etc/sluice/key\"\n",
+            ),
+            at_line_with: "flow_hash_key =",
+            path: "dataplane.flow_hash_key",
+            message: "both flow_hash_key and flow_hash_key_file are set",
+            hint: "keep one",
+        },
+        Case {
+            name: "flow hash key file missing (MG-2)",
+            text: replace(
+                "eal_args = [\"--no-huge\"]\n",
+                "eal_args = [\"--no-huge\"]\nflow_hash_key_file = \"/nonexistent/sluice.key\"\n",
+            ),
+            at_line_with: "flow_hash_key_file",
+            path: "dataplane.flow_hash_key_file",
+            message: "cannot read the key file /nonexistent/sluice.key",
+            hint: "openssl rand -hex 32",
+        },
+        Case {
             name: "bad enum value suggests the spelling",
             text: replace("type = \"TCP\"", "type = \"tcp\""),
             at_line_with: "type = \"tcp\"",
@@ -352,4 +396,41 @@ fn unreadable_file_is_a_diagnostic() {
     assert!(d
         .to_string()
         .starts_with("/nonexistent/sluice.toml: error: cannot read"));
+}
+
+/// MG-2: a fleet key inline or from a file (relative to the configuration
+/// file, whitespace ignored) is the same key; its `Debug` hides it.
+#[test]
+fn flow_hash_key_inline_or_from_a_file() {
+    let hex = "00112233445566778899aabbccddeeff0011223344556677";
+    let inline = BASE.replace(
+        "eal_args = [\"--no-huge\"]\n",
+        &format!("eal_args = [\"--no-huge\"]\nflow_hash_key = \"{hex}\"\n"),
+    );
+    let a = config::load_str(&inline, "t")
+        .unwrap()
+        .dataplane
+        .flow_hash_key;
+    let dir = std::env::temp_dir().join(format!("sluice-keyfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fleet.key"), format!("{hex}\n")).unwrap();
+    let from_file = BASE.replace(
+        "eal_args = [\"--no-huge\"]\n",
+        "eal_args = [\"--no-huge\"]\nflow_hash_key_file = \"fleet.key\"\n",
+    );
+    std::fs::write(dir.join("sluice.toml"), &from_file).unwrap();
+    let b = config::load_file(&dir.join("sluice.toml"))
+        .unwrap()
+        .dataplane
+        .flow_hash_key;
+    std::fs::remove_dir_all(&dir).unwrap();
+    let a = a.expect("inline key");
+    assert_eq!(a.0.len(), 24);
+    assert_eq!(Some(&a), b.as_ref());
+    assert!(!format!("{a:?}").contains("0011"), "{a:?}");
+    assert!(config::load_str(BASE, "t")
+        .unwrap()
+        .dataplane
+        .flow_hash_key
+        .is_none());
 }

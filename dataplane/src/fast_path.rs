@@ -94,7 +94,7 @@ pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage
         }
     };
     let service = state.service(rule.service)?;
-    let hash = ipv4_ports_hash(src, dst, proto, ports, service.affinity);
+    let hash = ipv4_ports_hash(state.flow_seed, src, dst, proto, ports, service.affinity);
     let tracked = policy::trackable(proto, service.affinity);
     if !tracked {
         crate::pipeline::prefetch_table(service, hash);

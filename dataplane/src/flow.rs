@@ -14,7 +14,7 @@
 
 use std::net::IpAddr;
 
-use crate::hash::{stable_hash_pair, stable_hash_words};
+use crate::hash::{stable_hash_bytes, stable_hash_pair, stable_hash_words};
 use crate::snapshot::SessionAffinity;
 use crate::wire::proto::{TCP, UDP};
 use crate::wire::{IpInfo, Ports};
@@ -22,6 +22,34 @@ use crate::wire::{IpInfo, Ports};
 /// The seed of the flow hash: ASCII "sluiceFH". Part of the wire contract
 /// between appliances; never change it silently.
 pub const FLOW_HASH_SEED: u64 = 0x736c_7569_6365_4648;
+
+/// The seed the flow hash runs under: [`FLOW_HASH_SEED`] by default, or
+/// one derived from an operator's fleet key (`dataplane.flow_hash_key`),
+/// so that appliances sharing the key agree on every flow's backend
+/// (MG-2) while outsiders, who do not know it, cannot compute which
+/// backend a crafted flow reaches. Carried in the snapshot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct FlowSeed(u64);
+
+impl Default for FlowSeed {
+    /// No key: exactly the unkeyed flow hash (pinned by tests).
+    fn default() -> Self {
+        FlowSeed(FLOW_HASH_SEED)
+    }
+}
+
+impl FlowSeed {
+    /// The seed for a fleet key: the stable hash of its bytes under
+    /// [`FLOW_HASH_SEED`], the same on every appliance and build.
+    pub fn keyed(key: &[u8]) -> Self {
+        FlowSeed(stable_hash_bytes(FLOW_HASH_SEED, key))
+    }
+
+    #[inline(always)]
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// How many fields feed the hash.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -146,7 +174,8 @@ fn v6_words(a: std::net::Ipv6Addr) -> (u64, u64) {
     ((bits >> 64) as u64, bits as u64)
 }
 
-/// The flow hash: [`stable_hash_words`] with seed [`FLOW_HASH_SEED`] over
+/// The flow hash: [`stable_hash_words`] with seed [`FLOW_HASH_SEED`] (or
+/// a fleet key's, [`flow_hash_seeded`]) over
 ///
 /// - IPv4: [`stable_hash_pair`]`(seed, src << 32 | dst, meta)`, each
 ///   address as its 32-bit big-endian (network order) value — two
@@ -164,7 +193,12 @@ fn v6_words(a: std::net::Ipv6Addr) -> (u64, u64) {
 /// Maglev takes the low 32 bits (scaled to the table); GUE takes bits 32–45 for its source
 /// port, so the two users draw on different bits.
 pub fn flow_hash(key: &FlowKey) -> u64 {
-    hash_fields(key.src, key.dst, key.proto, key.ports)
+    flow_hash_seeded(FlowSeed::default(), key)
+}
+
+/// [`flow_hash`] under `seed` (a fleet key's, see [`FlowSeed`]).
+pub fn flow_hash_seeded(seed: FlowSeed, key: &FlowKey) -> u64 {
+    hash_fields(seed, key.src, key.dst, key.proto, key.ports)
 }
 
 /// The flow hash of a parsed packet under `affinity`: exactly
@@ -172,6 +206,12 @@ pub fn flow_hash(key: &FlowKey) -> u64 {
 /// key (the per-packet path needs only the hash).
 #[inline]
 pub fn packet_hash(ip: &IpInfo, affinity: SessionAffinity) -> u64 {
+    packet_hash_seeded(FlowSeed::default(), ip, affinity)
+}
+
+/// [`packet_hash`] under `seed` (the snapshot's, see [`FlowSeed`]).
+#[inline]
+pub fn packet_hash_seeded(seed: FlowSeed, ip: &IpInfo, affinity: SessionAffinity) -> u64 {
     let kind = tuple_kind(
         affinity,
         ip.protocol,
@@ -183,15 +223,16 @@ pub fn packet_hash(ip: &IpInfo, affinity: SessionAffinity) -> u64 {
         (TupleKind::Five, Some(p)) => (Some(ip.protocol), Some(p)),
         (TupleKind::Three | TupleKind::Five, _) => (Some(ip.protocol), None),
     };
-    hash_fields(ip.src, ip.dst, proto, ports)
+    hash_fields(seed, ip.src, ip.dst, proto, ports)
 }
 
 /// The flow hash of an unfragmented IPv4 TCP or UDP packet (addresses as
 /// their big-endian values) under `affinity`: exactly what
-/// [`packet_hash`] gives for it, computed from plain integers for the
-/// worker's IPv4 fast path.
+/// [`packet_hash_seeded`] gives for it, computed from plain integers for
+/// the worker's IPv4 fast path.
 #[inline(always)]
 pub fn ipv4_ports_hash(
+    seed: FlowSeed,
     src: u32,
     dst: u32,
     proto: u8,
@@ -204,7 +245,7 @@ pub fn ipv4_ports_hash(
         SessionAffinity::None | SessionAffinity::ClientIpPortProto => (Some(proto), Some(ports)),
     };
     let pair = (u64::from(src) << 32) | u64::from(dst);
-    stable_hash_pair(FLOW_HASH_SEED, pair, meta_word(proto, ports))
+    stable_hash_pair(seed.get(), pair, meta_word(proto, ports))
 }
 
 #[inline(always)]
@@ -220,11 +261,17 @@ fn meta_word(proto: Option<u8>, ports: Option<Ports>) -> u64 {
 }
 
 #[inline(always)]
-fn hash_fields(src: IpAddr, dst: IpAddr, proto: Option<u8>, ports: Option<Ports>) -> u64 {
+fn hash_fields(
+    seed: FlowSeed,
+    src: IpAddr,
+    dst: IpAddr,
+    proto: Option<u8>,
+    ports: Option<Ports>,
+) -> u64 {
     let meta = meta_word(proto, ports);
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
-            stable_hash_pair(FLOW_HASH_SEED, (v4_word(s) << 32) | v4_word(d), meta)
+            stable_hash_pair(seed.get(), (v4_word(s) << 32) | v4_word(d), meta)
         }
         (s, d) => {
             let to_v6 = |a: IpAddr| match a {
@@ -233,7 +280,7 @@ fn hash_fields(src: IpAddr, dst: IpAddr, proto: Option<u8>, ports: Option<Ports>
             };
             let (sh, sl) = v6_words(to_v6(s));
             let (dh, dl) = v6_words(to_v6(d));
-            stable_hash_words(FLOW_HASH_SEED, &[sh, sl, dh, dl, meta | META_IPV6])
+            stable_hash_words(seed.get(), &[sh, sl, dh, dl, meta | META_IPV6])
         }
     }
 }

@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use crate::conntrack::{self, Addrs, PacketMeta, Shard, Tracked};
 use crate::drop_reason::DropReason;
 use crate::encap;
-use crate::flow::packet_hash;
+use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::packet::PacketBuf;
@@ -197,7 +197,7 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
     // A rule naming a missing service is a broken snapshot; there is then
     // no backend to send to, which is what the counter says.
     let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
-    let hash = packet_hash(&ip, service.affinity);
+    let hash = packet_hash_seeded(state.flow_seed, &ip, service.affinity);
     let tracked = conntrack::policy::trackable(ip.protocol, service.affinity);
     if !tracked {
         prefetch_table(service, hash);
@@ -241,7 +241,10 @@ fn steer_icmp_error(
 ) -> Option<(ServiceId, u64)> {
     let (service_id, flow) = quoted_client_flow(frame, error, state)?;
     let service = state.service(service_id)?;
-    Some((service_id, packet_hash(&flow, service.affinity)))
+    Some((
+        service_id,
+        packet_hash_seeded(state.flow_seed, &flow, service.affinity),
+    ))
 }
 
 /// HA-4: the service and the client's flow (the quote with source and

@@ -379,6 +379,8 @@ pub struct ForwardingState {
     /// by [`crate::outer_header::OuterHeaders::build`]; empty: every packet
     /// takes the general encapsulation path).
     pub outer_headers: crate::outer_header::OuterHeaders,
+    /// The flow hash's seed (MG-2; a fleet key's when one is configured).
+    pub flow_seed: crate::flow::FlowSeed,
 }
 
 impl ForwardingState {

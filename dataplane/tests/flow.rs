@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
-use dataplane::flow::{flow_hash, tuple_kind, FlowKey, TupleKind, FLOW_HASH_SEED};
+use dataplane::flow::{
+    flow_hash, flow_hash_seeded, tuple_kind, FlowKey, FlowSeed, TupleKind, FLOW_HASH_SEED,
+};
 use dataplane::hash::{stable_hash_pair, stable_hash_words};
 use dataplane::snapshot::SessionAffinity as A;
 use dataplane::wire::{parse, IpInfo, Parsed, Ports};
@@ -244,6 +246,53 @@ fn mg_2_flow_hash_encoding_is_documented_and_pinned() {
 }
 
 const PINNED: [u64; 2] = [0x7877_5ea0_99bb_b0f6, 0x0214_bcd8_fccb_1b38];
+
+/// MG-2 with a fleet key (`dataplane.flow_hash_key`): no key is exactly
+/// the pinned unkeyed hash; a key moves flows to other table slots; the
+/// same key gives the same hashes (every appliance of the fleet), and the
+/// key's seed is pinned too, so that builds agree.
+#[test]
+fn mg_2_a_fleet_key_rehashes_every_flow_the_same_way_everywhere() {
+    assert_eq!(FlowSeed::default().get(), FLOW_HASH_SEED);
+    let key = [0x5a_u8; 32];
+    let seed = FlowSeed::keyed(&key);
+    assert_eq!(seed, FlowSeed::keyed(&[0x5a_u8; 32]));
+    assert_ne!(seed, FlowSeed::keyed(&[0x5b_u8; 32]));
+    assert_eq!(seed.get(), PINNED_KEYED_SEED, "{:#x}", seed.get());
+    let flows: Vec<FlowKey> = (0..1000u16)
+        .map(|i| {
+            FlowKey::five_tuple(
+                ip("192.0.2.1"),
+                ip("203.0.113.10"),
+                TCP,
+                Ports {
+                    src: 1024 + i,
+                    dst: 80,
+                },
+            )
+        })
+        .collect();
+    // Slots of a 65,537-entry Maglev table, as `MaglevTable` scales the
+    // low 32 bits.
+    let slot = |h: u64| ((h & 0xffff_ffff) * 65_537) >> 32;
+    let moved = flows
+        .iter()
+        .filter(|f| slot(flow_hash(f)) != slot(flow_hash_seeded(seed, f)))
+        .count();
+    assert!(
+        moved > 990,
+        "only {moved} of 1000 flows changed slot under a key"
+    );
+    for f in &flows {
+        assert_eq!(flow_hash_seeded(FlowSeed::default(), f), flow_hash(f));
+        assert_eq!(
+            flow_hash_seeded(seed, f),
+            flow_hash_seeded(FlowSeed::keyed(&key), f)
+        );
+    }
+}
+
+const PINNED_KEYED_SEED: u64 = 0xf41e_07fb_47a4_9563;
 
 /// Direction and field order matter: swapping src/dst or ports changes the
 /// hash (a flow and its reverse need not share a backend).

@@ -83,6 +83,7 @@ pub fn state(mtu: u16) -> ForwardingState {
         }],
         zones: Default::default(),
         outer_headers: Default::default(),
+        flow_seed: Default::default(),
     };
     // As the control plane does: the prebuilt outer headers are fuzzed too.
     state.outer_headers = dataplane::outer_header::OuterHeaders::build(&state);

@@ -218,7 +218,16 @@ def case_accounting(lab):
     check(rx > 0 and rx + extra == tx + punted + sum(drops.values()),
           f"rx {rx} + extra fragments {extra} = tx {tx} + punted {punted} "
           f"+ drops {sum(drops.values())}")
+    # Receive loss before sluice sees a frame: the kernel's drops on the
+    # af_packet sockets (ring full), exported since DPDK does not count them.
+    kernel = m.get('sluice_port_kernel_drops_total{port="uplink"}')
+    report.append(f"af_packet kernel drops: {kernel}")
+    check(kernel is not None, f"the kernel's af_packet drops are exported: {kernel}")
     if lab.workers > 1:
+        backpressure = m.get("sluice_steering_backpressure_total", 0)
+        report.append(f"RX polls held back by a full steering ring: {int(backpressure)}")
+        check(m.get('sluice_dropped_packets_total{reason="steering_ring_full"}', 0) == 0,
+              "no packet dropped between workers (steering backpressure)")
         out = m.get('sluice_steered_packets_total{direction="out"}', 0)
         inn = m.get('sluice_steered_packets_total{direction="in"}', 0)
         report.append(f"steered between workers: out {int(out)} in {int(inn)}")

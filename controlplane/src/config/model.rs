@@ -112,8 +112,22 @@ pub struct DataplaneConfig {
     /// Conntrack entries per worker (SPEC §3), reserved at start
     /// (64 bytes + 4 bytes of signature each; rounded up to a power of two).
     pub conntrack_capacity: u32,
+    /// MG-2: the fleet secret the flow hash is keyed with
+    /// (`flow_hash_key` or `flow_hash_key_file`); None: the unkeyed hash.
+    pub flow_hash_key: Option<FlowHashKey>,
     /// In config order; the index is the DPDK port index the dataplane uses.
     pub ports: Vec<PortConfig>,
+}
+
+/// A fleet key for the flow hash (16 to 64 bytes). Its `Debug` does not
+/// show it, so no log or error message carries the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct FlowHashKey(pub Vec<u8>);
+
+impl std::fmt::Debug for FlowHashKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FlowHashKey(<{} bytes>)", self.0.len())
+    }
 }
 
 #[derive(Clone, Debug)]

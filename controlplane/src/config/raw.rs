@@ -31,6 +31,8 @@ pub(crate) struct RawDataplane {
     pub burst_size: Option<S<i64>>,
     pub mbufs: Option<S<i64>>,
     pub conntrack_capacity: Option<S<i64>>,
+    pub flow_hash_key: Option<S<String>>,
+    pub flow_hash_key_file: Option<S<String>>,
     #[serde(default)]
     pub port: Vec<S<RawPort>>,
 }

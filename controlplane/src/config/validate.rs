@@ -211,6 +211,7 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         "dataplane.conntrack_capacity",
         "conntrack_capacity",
     );
+    let flow_hash_key = flow_hash_key(cx, d);
     if d.port.is_empty() || d.port.len() > MAX_PORTS {
         cx.err(
             dp.span(),
@@ -243,7 +244,72 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         burst_size,
         mbufs,
         conntrack_capacity,
+        flow_hash_key,
         ports,
+    }
+}
+
+/// Largest key file read (a key is at most 128 hex digits).
+const MAX_KEY_FILE: u64 = 4096;
+
+/// MG-2: the optional fleet key of the flow hash, inline in hex or in a
+/// file (hex, whitespace ignored; a relative path is relative to the
+/// configuration file). Diagnostics never show the key.
+fn flow_hash_key(cx: &mut Ctx<'_>, d: &RawDataplane) -> Option<FlowHashKey> {
+    match (&d.flow_hash_key, &d.flow_hash_key_file) {
+        (Some(k), Some(_)) => {
+            cx.err(
+                k.span(),
+                "dataplane.flow_hash_key",
+                (
+                    "both flow_hash_key and flow_hash_key_file are set".into(),
+                    "keep one; flow_hash_key_file keeps the secret out of the configuration".into(),
+                ),
+            );
+            None
+        }
+        (Some(k), None) => cx
+            .parse(k, "dataplane.flow_hash_key", values::hex_key)
+            .map(FlowHashKey),
+        (None, Some(f)) => {
+            let base = std::path::Path::new(cx.diags.origin()).parent();
+            let path = match base {
+                Some(dir) => dir.join(f.get_ref()),
+                None => f.get_ref().into(),
+            };
+            let read = || -> Result<Vec<u8>, Problem> {
+                let meta = std::fs::metadata(&path).map_err(|e| {
+                    (
+                        format!("cannot read the key file {}: {e}", path.display()),
+                        "create it (e.g. `openssl rand -hex 32 > FILE; chmod 600 FILE`) or fix the path".into(),
+                    )
+                })?;
+                if !meta.is_file() || meta.len() > MAX_KEY_FILE {
+                    return Err((
+                        format!(
+                            "the key file {} is not a regular file of at most {MAX_KEY_FILE} bytes",
+                            path.display()
+                        ),
+                        "point flow_hash_key_file at a file holding the key in hex".into(),
+                    ));
+                }
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    (
+                        format!("cannot read the key file {}: {e}", path.display()),
+                        "check the file's permissions".into(),
+                    )
+                })?;
+                values::hex_key(&text).map_err(|(m, h)| (format!("{}: {m}", path.display()), h))
+            };
+            match read() {
+                Ok(k) => Some(FlowHashKey(k)),
+                Err(p) => {
+                    cx.err(f.span(), "dataplane.flow_hash_key_file", p);
+                    None
+                }
+            }
+        }
+        (None, None) => None,
     }
 }
 

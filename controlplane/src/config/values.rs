@@ -158,6 +158,40 @@ pub(crate) fn choice<T: Copy>(s: &str, allowed: &[(&str, T)]) -> Result<T, Probl
         })
 }
 
+/// Bytes of a flow hash key: 16 to 64 (MG-2).
+pub(crate) const FLOW_KEY_BYTES: (usize, usize) = (16, 64);
+
+/// A flow hash key in hex (surrounding whitespace ignored). The messages
+/// never repeat the key.
+pub(crate) fn hex_key(s: &str) -> Result<Vec<u8>, Problem> {
+    let s = s.trim();
+    let (lo, hi) = FLOW_KEY_BYTES;
+    let hint = || {
+        format!(
+            "give {}–{} hex digits ({lo}–{hi} random bytes), e.g. the output of \
+             `openssl rand -hex 32`",
+            2 * lo,
+            2 * hi
+        )
+    };
+    if let Some(bad) = s.chars().find(|c| !c.is_ascii_hexdigit()) {
+        return Err((
+            format!("the flow hash key contains {bad:?}, not a hex digit"),
+            hint(),
+        ));
+    }
+    if !s.len().is_multiple_of(2) || s.len() < 2 * lo || s.len() > 2 * hi {
+        return Err((
+            format!("the flow hash key has {} hex digits", s.len()),
+            hint(),
+        ));
+    }
+    Ok((0..s.len())
+        .step_by(2)
+        .filter_map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect())
+}
+
 pub(crate) fn int_in<T: TryFrom<i64>>(v: i64, lo: i64, hi: i64, what: &str) -> Result<T, Problem> {
     if v < lo || v > hi {
         return Err((

@@ -6,6 +6,7 @@
 //! configured before its queues are handed to workers, and each
 //! [`RxQueue`]/[`TxQueue`] is owned by exactly one worker.
 
+pub mod af_packet;
 mod burst;
 mod eal;
 mod error;

@@ -173,5 +173,6 @@ pub fn state() -> ForwardingState {
         ],
         zones: Default::default(),
         outer_headers: Default::default(),
+        flow_seed: Default::default(),
     }
 }
