@@ -431,8 +431,10 @@ fn supervise(
             .map(|p| p.rx_packets.get())
             .sum()
     };
+    let polls = || -> Vec<u64> { stats.iter().map(|s| s.polls.get()).collect() };
     let mut last_rx = rx_total();
     let mut last_change = Instant::now();
+    let mut polls_at_change = polls();
     loop {
         admin.beat();
         std::thread::sleep(Duration::from_millis(10));
@@ -472,12 +474,25 @@ fn supervise(
             // workers may start polling late, and stopping before any
             // traffic would silently cut a replay short. A source that never
             // sends anything still ends, after IDLE_STARTUP_GRACE.
+            //
+            // Quiet also means every worker has polled since the last packet
+            // (twice: the first poll after a stall may still read a burst):
+            // a worker the scheduler starved for longer than `idle` has not
+            // read its queues yet. A worker that never polls again does not
+            // hold the exit up for more than IDLE_STARTUP_GRACE beyond `idle`.
             let rx = rx_total();
+            let quiet = last_change.elapsed();
+            let all_polled = polls()
+                .iter()
+                .zip(&polls_at_change)
+                .all(|(now, then)| now.saturating_sub(*then) >= 2);
             if rx != last_rx {
                 last_rx = rx;
                 last_change = Instant::now();
-            } else if (rx > 0 && last_change.elapsed() >= idle)
-                || (rx == 0 && last_change.elapsed() >= idle.max(IDLE_STARTUP_GRACE))
+                polls_at_change = polls();
+            } else if (rx > 0 && quiet >= idle && all_polled)
+                || (rx > 0 && quiet >= idle + IDLE_STARTUP_GRACE)
+                || (rx == 0 && quiet >= idle.max(IDLE_STARTUP_GRACE))
             {
                 return;
             }
