@@ -406,16 +406,19 @@ fn supervise(
             return;
         }
         if let Some(idle) = opts.exit_on_idle {
-            // Idle counts from the first packet on: on a loaded machine the
-            // workers may start polling late, and stopping before any
-            // traffic would silently cut a replay short. A source that never
-            // sends anything still ends, after IDLE_STARTUP_GRACE.
+            // Idle counts from the first packet on, and only once every
+            // worker polls: on a loaded machine a worker may start late
+            // (its conntrack shard is touched first), and stopping before
+            // it read its queue would silently cut a replay short. A
+            // source that never sends anything still ends, after
+            // IDLE_STARTUP_GRACE.
             let rx = rx_total();
+            let all_polling = stats.iter().all(|s| s.polls.get() > 0);
             if rx != last_rx {
                 last_rx = rx;
                 last_change = Instant::now();
-            } else if (rx > 0 && last_change.elapsed() >= idle)
-                || (rx == 0 && last_change.elapsed() >= idle.max(IDLE_STARTUP_GRACE))
+            } else if (rx > 0 && all_polling && last_change.elapsed() >= idle)
+                || last_change.elapsed() >= idle.max(IDLE_STARTUP_GRACE)
             {
                 return;
             }
