@@ -471,8 +471,9 @@ fn supervise(
         }
         if let Some(idle) = opts.exit_on_idle {
             // Idle counts from the first packet on: on a loaded machine the
-            // workers may start polling late, and stopping before any
-            // traffic would silently cut a replay short. A source that never
+            // workers may start polling late (each touches its conntrack
+            // shard first), and stopping before any traffic would silently
+            // cut a replay short. A source that never
             // sends anything still ends, after IDLE_STARTUP_GRACE.
             //
             // Quiet also means every worker has polled since the last packet
