@@ -374,6 +374,11 @@ impl Controller {
         }
         let missing = self.ids.missing(&cfg);
         if missing > self.ids.assignable() {
+            self.shared
+                .view
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .reloads_failed += 1;
             return Err(format!(
                 "the new configuration adds {missing} backends but only {} backend ids are \
                  free: {} are held by configured backends, backends still draining \
