@@ -256,11 +256,21 @@ impl Controller {
         );
         drop(prev);
         self.retired.push(self.cell.publish(state));
+        let published = started.elapsed().as_secs_f64();
         self.retired.retain(|old| Arc::strong_count(old) > 1);
         self.release_ids();
+        // After the publish: the metrics' copy of the probe states, which
+        // must agree with the snapshot (`sluice_backend_healthy`).
+        self.view_refreshed = Instant::now();
+        let health = self
+            .checker
+            .as_ref()
+            .map(|c| c.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .unwrap_or_default();
         let mut v = self.shared.view.lock().unwrap_or_else(|p| p.into_inner());
         v.reports = Arc::new(reports);
-        v.last_build_seconds = started.elapsed().as_secs_f64();
+        v.health = Arc::new(health);
+        v.last_build_seconds = published;
     }
 
     fn rebuild(&mut self) {
@@ -364,6 +374,11 @@ impl Controller {
         }
         let missing = self.ids.missing(&cfg);
         if missing > self.ids.assignable() {
+            self.shared
+                .view
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .reloads_failed += 1;
             return Err(format!(
                 "the new configuration adds {missing} backends but only {} backend ids are \
                  free: {} are held by configured backends, backends still draining \

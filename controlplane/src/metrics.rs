@@ -209,6 +209,12 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     }
     out.extend(per_backend.collect());
     out.extend(next_hop.collect());
+    out.extend(counter(
+        "sluice_backend_packets_uncounted_total",
+        "Packets forwarded to a backend whose per-backend counter did not exist \
+         (should stay 0: the control plane sizes the counters before it publishes).",
+        sum(src, |w| w.backend_packets.uncounted.get()),
+    ));
 
     out.extend(gauge(
         "sluice_snapshot_generation",
@@ -459,6 +465,7 @@ mod tests {
             "sluice_fragmented_packets_total 3",
             "sluice_fragments_created_total 7",
             "sluice_backend_packets_total{backend=\"192.0.2.10\",service=\"web\"} 10",
+            "sluice_backend_packets_uncounted_total 0",
             "sluice_snapshot_generation 42",
             "sluice_workers 2",
             "sluice_conntrack_entries{worker=\"1\"} 0",
@@ -485,7 +492,7 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 28);
-        assert_eq!(described, 28, "every collected family is described");
+        assert_eq!(r.gather().len(), 29);
+        assert_eq!(described, 29, "every collected family is described");
     }
 }

@@ -6,7 +6,11 @@
 //! clients in no zone, `tables[1 + z]` for zone z, only when zonal affinity
 //! is on (otherwise one table serves everyone, `ServiceState::table_for`
 //! falls back to it). [`PolicyMemory`] carries what must survive between
-//! builds: pool epochs (CT-11) and backends draining after removal (CT-10).
+//! builds: pool epochs (CT-11), backends draining after removal (CT-10),
+//! each service's tables and backend views. A full build
+//! ([`build_forwarding_state_with`]) is O(backends) and builds only the
+//! tables whose inputs changed; a health change ([`rebuild_services`])
+//! patches the last snapshot for the services it touches.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
