@@ -112,12 +112,7 @@ pub fn with_af_packet_ring(device: &str) -> String {
 
 pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let mut service = ServiceManager::from_env();
-    let term = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&term))?;
-    }
-    let hup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
+    let signals = Signals::register()?;
 
     // Before EAL: net_tap must create each TAP, not attach to an interface
     // that is already there.
@@ -350,8 +345,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     });
     supervise(
         &opts,
-        &term,
-        &hup,
+        &signals,
         &stats,
         &mut controller,
         requests.as_ref(),
@@ -417,14 +411,31 @@ fn start_admin(
     })
 }
 
+/// SIGINT/SIGTERM (stop) and SIGHUP (reload), raised since the last check.
+struct Signals {
+    term: Arc<AtomicBool>,
+    hup: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn register() -> std::io::Result<Self> {
+        let term = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(&term))?;
+        }
+        let hup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
+        Ok(Self { term, hup })
+    }
+}
+
 /// Waits on the main lcore until a signal, the duration, or idleness says stop.
 ///
 /// Between checks it is the control thread (AP-2): health results, draining
 /// deadlines, reloads (SIGHUP or the control socket) and status requests.
 fn supervise(
     opts: &RunOptions,
-    term: &AtomicBool,
-    hup: &AtomicBool,
+    signals: &Signals,
     stats: &[Arc<crossbeam_utils::CachePadded<WorkerStats>>],
     controller: &mut Controller,
     requests: Option<&std::sync::mpsc::Receiver<Pending>>,
@@ -463,13 +474,13 @@ fn supervise(
         admin.beat();
         service.alive();
         std::thread::sleep(Duration::from_millis(10));
-        if term.load(Ordering::Relaxed) {
+        if signals.term.load(Ordering::Relaxed) {
             service.stopping();
             controlplane::info!("sluice: signal received, stopping");
             return;
         }
         controller.tick();
-        if hup.swap(false, Ordering::Relaxed) {
+        if signals.hup.swap(false, Ordering::Relaxed) {
             let _ = reload(controller, service);
         }
         for p in requests.into_iter().flat_map(|r| r.try_iter()) {
