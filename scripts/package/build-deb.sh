@@ -40,8 +40,6 @@ done
 upstream=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
 version="$upstream-1"
 arch=$(dpkg --print-architecture)
-# Reproducible: file dates and the changelog from the last commit.
-export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 
 if ((build)); then
@@ -49,6 +47,9 @@ if ((build)); then
   cargo build --locked --profile "$profile" -p controlplane --bin sluice
 fi
 [ -x "$bindir/sluice" ] || { echo "build-deb.sh: no $bindir/sluice (build it, or drop --no-build)" >&2; exit 1; }
+# Reproducible: file dates and the changelog from the last commit (set
+# after the build: build scripts watching it would rebuild everything).
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
