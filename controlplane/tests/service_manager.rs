@@ -349,3 +349,79 @@ fn telemetry(socket: &Path, command: &str) -> String {
     let (n, _) = rustix::net::recv(&fd, &mut buf, rustix::net::RecvFlags::empty()).unwrap();
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
+
+/// HC-4/HC-5 transitions are logged, one line each: a backend becoming
+/// healthy at info (`<6>`), becoming unhealthy at warning (`<4>`).
+#[test]
+fn health_flips_are_logged_with_their_priority() {
+    let dir = tempdir("service-health-log");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cfg = dir.join("sluice.toml");
+    let text = config(&dir, "127.0.0.1").replace(
+        "[[backend_service]]\nname = \"web\"\n",
+        &format!(
+            "[[health_check]]\nname = \"http\"\ntype = \"HTTP\"\nport = {port}\n\
+             check_interval = \"100ms\"\ntimeout = \"100ms\"\nhealthy_threshold = 1\n\
+             unhealthy_threshold = 1\n\
+             [[backend_service]]\nname = \"web\"\nhealth_check = \"http\"\n"
+        ),
+    );
+    assert!(text.contains("health_check = \"http\""));
+    std::fs::write(&cfg, text).unwrap();
+    // Answers 200 until told to stop, then closes the port.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server = {
+        let stop = stop.clone();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((mut c, _)) => {
+                        use std::io::Write as _;
+                        c.set_nonblocking(false).unwrap();
+                        let mut buf = [0u8; 1024];
+                        let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
+                        let _ = c.read(&mut buf);
+                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        })
+    };
+    let log = dir.join("stderr.txt");
+    let file = std::fs::File::create(&log).unwrap();
+    let journal = dev_ino(&log);
+    let mut child = Command::new(sluice_bin())
+        .args(["run", "--duration", "20", "--no-metrics-server", "--config"])
+        .arg(&cfg)
+        .arg("--no-control-socket")
+        .env("JOURNAL_STREAM", journal)
+        .stdout(Stdio::null())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let healthy = format!("<6>sluice: health: backend 127.0.0.1:{port} is healthy (weight 1)");
+    let unhealthy = format!("<4>sluice: health: backend 127.0.0.1:{port} is unhealthy");
+    let wait_for = |line: &str| {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(15) {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.lines().any(|l| l == line) {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "no line {line:?}; stderr:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    };
+    wait_for(&healthy);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    server.join().unwrap();
+    let text = wait_for(&unhealthy);
+    terminate(&mut child);
+    assert_eq!(text.lines().filter(|l| *l == healthy).count(), 1, "{text}");
+}
