@@ -25,6 +25,12 @@ scripts/fuzz-smoke.sh
 echo "== sluice check-config conf/*.toml"
 target/debug/sluice check-config conf/*.toml
 
+# The Debian package from the debug binary above (same packaging as the
+# release one scripts/package/build-deb.sh ships): files, conffile,
+# Depends against the binary's NEEDED, check-config, systemd-analyze verify.
+echo "== Debian package"
+scripts/package/test-deb.sh --profile dev --no-build
+
 # The live end-to-end suite: namespaces, real kernel clients and servers,
 # sluice on net_af_packet with its TAP exception path; 1 and 2 workers.
 e2e_passed=0

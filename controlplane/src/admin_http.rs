@@ -350,7 +350,7 @@ impl Server {
                 .map(|t| t.saturating_duration_since(Instant::now()));
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
-                    eprintln!("sluice: admin http: poll: {e}");
+                    crate::error!("sluice: admin http: poll: {e}");
                     std::thread::sleep(ACCEPT_PAUSE_MIN);
                 }
                 continue;
@@ -448,10 +448,12 @@ impl Server {
         a.retry_at = Some(now + a.pause);
         if a.logged_at.is_none_or(|t| now - t >= ACCEPT_LOG_EVERY) {
             a.logged_at = Some(now);
-            eprintln!(
+            crate::warn!(
                 "sluice: admin http {}: accept failed ({e}); {} failure(s) since the last \
                  report, retrying within {:?}, {open} connection(s) open",
-                self.addr, a.unreported, ACCEPT_PAUSE_MAX,
+                self.addr,
+                a.unreported,
+                ACCEPT_PAUSE_MAX,
             );
             a.unreported = 0;
         }
@@ -464,7 +466,7 @@ impl Server {
         let a = &mut self.accept;
         if let Some(since) = a.failing_since.take() {
             if since.elapsed() > ACCEPT_PAUSE_MAX {
-                eprintln!(
+                crate::info!(
                     "sluice: admin http {}: accepting again after failing for {:.1} s",
                     self.addr,
                     since.elapsed().as_secs_f64()

@@ -164,11 +164,13 @@ impl Controller {
     /// deadlines, republishes when anything changed, frees retired
     /// snapshots no worker holds any more.
     pub fn tick(&mut self) {
-        let health: Vec<ProbeKey> = self
+        let events: Vec<health::Event> = self
             .checker
             .as_ref()
-            .map(|c| c.events.try_iter().map(|e| e.key).collect())
+            .map(|c| c.events.try_iter().collect())
             .unwrap_or_default();
+        self.log_health_flips(&events);
+        let health: Vec<ProbeKey> = events.into_iter().map(|e| e.key).collect();
         let neighbours = self
             .neighbours
             .as_ref()
@@ -198,6 +200,30 @@ impl Controller {
         }
         self.retired.retain(|old| Arc::strong_count(old) > 1);
         self.release_ids();
+    }
+
+    /// One log line per probe whose healthy flag flipped: healthy at info,
+    /// unhealthy at warning priority.
+    fn log_health_flips(&self, events: &[health::Event]) {
+        let Some(checker) = &self.checker else { return };
+        if !events.iter().any(|e| e.change.health) {
+            return;
+        }
+        let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
+        for e in events.iter().filter(|e| e.change.health) {
+            let Some(s) = status.get(&e.key) else {
+                continue;
+            };
+            if s.state.healthy {
+                crate::info!(
+                    "sluice: health: backend {} is healthy (weight {})",
+                    e.key.addr,
+                    s.state.weight
+                );
+            } else {
+                crate::warn!("sluice: health: backend {} is unhealthy", e.key.addr);
+            }
+        }
     }
 
     /// Frees the ids no snapshot still in use names (a worker, the metrics

@@ -64,6 +64,14 @@ enum Command {
         /// Serve no control socket (reload with SIGHUP only).
         #[arg(long)]
         no_control_socket: bool,
+        /// DPDK file prefix: names EAL's runtime directory
+        /// (/var/run/dpdk/NAME for root) and hugepage files, so DPDK tools
+        /// (dpdk-telemetry.py -f NAME, dpdk-dumpcap --file-prefix NAME)
+        /// can attach. The systemd unit passes `sluice`; without it each
+        /// run gets its own, `sluice-<pid>`. A `--file-prefix` in
+        /// dataplane.eal_args takes precedence.
+        #[arg(long, value_name = "NAME")]
+        file_prefix: Option<String>,
     },
     /// Make the running sluice re-read its configuration file; prints the
     /// diagnostics and exits 2 if the new file is invalid (the running
@@ -85,6 +93,11 @@ enum Command {
     },
 }
 
+/// Exit status of `sluice run` for an invalid configuration, and of
+/// `check-config` / `reload` when they refuse one. The systemd unit's
+/// `RestartPreventExitStatus=2` relies on it: restarting cannot fix a file.
+const EXIT_CONFIG: u8 = 2;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -99,19 +112,19 @@ fn main() -> ExitCode {
             no_metrics_server,
             control_socket,
             no_control_socket,
+            file_prefix,
             test_mark_unhealthy_after_packets,
             test_reload_after_packets,
         } => {
             let cfg = match controlplane::config::load_file(&config) {
                 Ok(cfg) => cfg,
                 Err(diags) => {
-                    eprintln!("{diags}");
-                    eprintln!(
-                        "sluice: {} error(s) in {}; nothing started",
+                    controlplane::error!(
+                        "{diags}\nsluice: {} error(s) in {}; nothing started",
                         diags.len(),
                         config.display()
                     );
-                    return ExitCode::from(2);
+                    return ExitCode::from(EXIT_CONFIG);
                 }
             };
             let opts = run::RunOptions {
@@ -121,13 +134,14 @@ fn main() -> ExitCode {
                 metrics_server: !no_metrics_server,
                 config_path: Some(config),
                 control_socket: (!no_control_socket).then_some(control_socket),
+                file_prefix,
                 test_mark_unhealthy: test_mark_unhealthy_after_packets,
                 test_reload: test_reload_after_packets,
             };
             match run::run(cfg, opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("sluice: {e}");
+                    controlplane::error!("sluice: {e}");
                     ExitCode::FAILURE
                 }
             }
@@ -143,11 +157,11 @@ fn ask(socket: &std::path::Path, request: &str) -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok((false, text)) => {
-            eprint!("{text}");
-            ExitCode::from(2)
+            controlplane::error!("{text}");
+            ExitCode::from(EXIT_CONFIG)
         }
         Err(e) => {
-            eprintln!("sluice: {e}");
+            controlplane::error!("sluice: {e}");
             ExitCode::FAILURE
         }
     }
@@ -177,7 +191,7 @@ fn check_config(files: &[PathBuf]) -> ExitCode {
         }
     }
     if failed {
-        ExitCode::from(2)
+        ExitCode::from(EXIT_CONFIG)
     } else {
         ExitCode::SUCCESS
     }

@@ -117,7 +117,7 @@ fn resolver_loop(
                 }
                 Err((egress, why)) => {
                     if warned.get(&addr) != Some(&why) {
-                        eprintln!("sluice: backend {addr}: next hop unresolved: {why}");
+                        crate::warn!("sluice: backend {addr}: next hop unresolved: {why}");
                         warned.insert(addr, why);
                     }
                     unresolved = true;

@@ -194,9 +194,10 @@ pub fn build_forwarding_state_with(
             let Some(id) = ids.get_or_assign(&svc.name, b.address) else {
                 // Unreachable: the config's backend limit and the reload
                 // check (`Controller::apply`) keep enough ids free.
-                eprintln!(
+                crate::error!(
                     "sluice: no backend id left for {} of service {:?}; it gets no traffic",
-                    b.address, svc.name
+                    b.address,
+                    svc.name
                 );
                 continue;
             };

@@ -13,6 +13,7 @@ use controlplane::exception;
 use controlplane::mbuf_pool;
 use controlplane::metrics::{self, MetricsSources};
 use controlplane::neighbours::NeighbourResolver;
+use controlplane::service_manager::ServiceManager;
 use dataplane::dpdk::{af_packet, mbuf_ring, Eal, Mempool, Port, PortConfig};
 use dataplane::snapshot::Millis;
 use dataplane::stats::WorkerStats;
@@ -27,6 +28,8 @@ pub struct RunOptions {
     pub config_path: Option<PathBuf>,
     /// Unix socket for `sluice reload` / `sluice status` (None: none).
     pub control_socket: Option<PathBuf>,
+    /// EAL file prefix (None: `sluice-<pid>`, one per process).
+    pub file_prefix: Option<String>,
     /// TEST HOOK: see [`crate::test_hook`].
     pub test_mark_unhealthy: Option<crate::test_hook::MarkUnhealthy>,
     /// TEST HOOK: see [`crate::test_hook`].
@@ -44,9 +47,11 @@ pub enum RunError {
 }
 
 /// EAL arguments: the configured ones, plus what the ports and workers need
-/// unless the operator already said it (devices, lcores, a private runtime
-/// directory so several instances and tests can run side by side).
-pub fn eal_args(cfg: &Config) -> Vec<String> {
+/// unless the operator already said it (devices, lcores, the runtime
+/// directory's prefix: `file_prefix` if given, the stable name DPDK tools
+/// attach to, else a private one so several instances and tests can run
+/// side by side).
+pub fn eal_args(cfg: &Config, file_prefix: Option<&str>) -> Vec<String> {
     let mut args = cfg.dataplane.eal_args.clone();
     let has = |args: &[String], flags: &[&str]| {
         args.iter().any(|a| {
@@ -65,7 +70,10 @@ pub fn eal_args(cfg: &Config) -> Vec<String> {
         args.push(format!("--lcores={}", map.join(",")));
     }
     if !has(&args, &["--file-prefix", "--in-memory"]) {
-        args.push(format!("--file-prefix=sluice-{}", std::process::id()));
+        match file_prefix {
+            Some(prefix) => args.push(format!("--file-prefix={prefix}")),
+            None => args.push(format!("--file-prefix=sluice-{}", std::process::id())),
+        }
     }
     for port in &cfg.dataplane.ports {
         if port.device.starts_with("net_") {
@@ -103,12 +111,8 @@ pub fn with_af_packet_ring(device: &str) -> String {
 }
 
 pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
-    let term = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, Arc::clone(&term))?;
-    }
-    let hup = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
+    let mut service = ServiceManager::from_env();
+    let signals = Signals::register()?;
 
     // Before EAL: net_tap must create each TAP, not attach to an interface
     // that is already there.
@@ -119,13 +123,13 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         return Err(RunError::Setup(exception::existing_tap_error(&port, &tap)));
     }
     if let Err(e) = admin_http::raise_open_files_limit() {
-        eprintln!("sluice: cannot raise the open files limit to its hard limit: {e}");
+        controlplane::warn!("sluice: cannot raise the open files limit to its hard limit: {e}");
     }
     // Before EAL: a taken address fails here, in a second, by name.
     let admin = AdminState::new();
     let admin_server = if opts.metrics_server {
         let server = start_admin(&cfg, &opts, &admin)?;
-        eprintln!(
+        controlplane::info!(
             "sluice: metrics on http://{0}/metrics (also /healthz, /ready)",
             server.local_addr()
         );
@@ -144,20 +148,20 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         controlplane::memory_budget::available_bytes(),
     )
     .map_err(RunError::Setup)?;
-    eprintln!(
+    controlplane::info!(
         "sluice: conntrack: {capacity} connections per worker in {} slots, {} MiB per worker",
         dataplane::conntrack::Shard::slots_for(capacity),
         controlplane::memory_budget::conntrack_bytes(1, capacity) >> 20
     );
 
-    let args = eal_args(&cfg);
+    let args = eal_args(&cfg, opts.file_prefix.as_deref());
     // Declared before `eal`: dropped after it, on every path out.
     let mut runtime_dir = RuntimeDir::of(&args);
     let eal = Eal::init(&args)?;
     runtime_dir.initialised();
     if let Some(server) = &admin_server {
         if let Err(e) = server.share_cpus_of_current_thread() {
-            eprintln!("sluice: admin http thread keeps its CPUs: {e}");
+            controlplane::warn!("sluice: admin http thread keeps its CPUs: {e}");
         }
     }
     admin.beat();
@@ -174,7 +178,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let mbufs = mbuf_pool::mbuf_count(&cfg.dataplane);
     let data_room = mbuf_pool::data_room(&cfg.dataplane.ports);
     let pool = Mempool::new("sluice_mbufs", mbufs, 256, data_room)?;
-    eprintln!(
+    controlplane::info!(
         "sluice: packet pool: {mbufs} mbufs of {data_room} bytes (frames up to {} bytes)",
         usize::from(data_room) - dataplane::dpdk::MBUF_HEADROOM
     );
@@ -218,7 +222,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     } else {
         for b in cfg.backend_services.iter().flat_map(|s| &s.backends) {
             if b.mac.is_none() {
-                eprintln!(
+                controlplane::warn!(
                     "sluice: backend {} has no `mac` and no port has a `tap` to resolve it \
                      through the kernel: its packets are dropped as next_hop_unresolved",
                     b.address
@@ -245,7 +249,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let requests = match opts.control_socket.as_deref().map(control_socket::serve) {
         Some(Ok(rx)) => Some(rx),
         Some(Err(e)) => {
-            eprintln!("sluice: control socket: {e}; reload with SIGHUP instead");
+            controlplane::warn!("sluice: control socket: {e}; reload with SIGHUP instead");
             None
         }
         None => None,
@@ -287,7 +291,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         eal.launch(lcore, move || worker.run())?;
         launched.push(lcore);
     }
-    eprintln!(
+    controlplane::info!(
         "sluice: {} worker(s) on lcores {:?}, {} port(s): {}",
         workers,
         launched,
@@ -314,6 +318,11 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     // close, on every path out of this function.
     admin.publish(Arc::clone(&sources));
     let published = Published(&admin);
+    // Ports and TAPs are up, workers poll, the first snapshot is published.
+    service.ready(&format!(
+        "{workers} worker(s), {nports} port(s), {} service(s)",
+        cfg.backend_services.len()
+    ));
 
     let hook = opts.test_mark_unhealthy.clone().map(|h| {
         crate::test_hook::spawn(
@@ -336,12 +345,12 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     });
     supervise(
         &opts,
-        &term,
-        &hup,
+        &signals,
         &stats,
         &mut controller,
         requests.as_ref(),
         &admin,
+        &mut service,
     );
 
     stop.store(true, Ordering::Relaxed);
@@ -402,24 +411,51 @@ fn start_admin(
     })
 }
 
+/// SIGINT/SIGTERM (stop) and SIGHUP (reload), raised since the last check.
+struct Signals {
+    term: Arc<AtomicBool>,
+    hup: Arc<AtomicBool>,
+}
+
+impl Signals {
+    fn register() -> std::io::Result<Self> {
+        let term = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(&term))?;
+        }
+        let hup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
+        Ok(Self { term, hup })
+    }
+}
+
 /// Waits on the main lcore until a signal, the duration, or idleness says stop.
 ///
 /// Between checks it is the control thread (AP-2): health results, draining
 /// deadlines, reloads (SIGHUP or the control socket) and status requests.
 fn supervise(
     opts: &RunOptions,
-    term: &AtomicBool,
-    hup: &AtomicBool,
+    signals: &Signals,
     stats: &[Arc<crossbeam_utils::CachePadded<WorkerStats>>],
     controller: &mut Controller,
     requests: Option<&std::sync::mpsc::Receiver<Pending>>,
     admin: &AdminState,
+    service: &mut ServiceManager,
 ) {
-    let reload = |controller: &mut Controller| {
+    // systemd sees RELOADING=1 ... READY=1 around every reload, refused or
+    // not: a refused one leaves the running configuration serving.
+    let reload = |controller: &mut Controller, service: &ServiceManager| {
+        service.reloading();
         let result = controller.reload();
         match &result {
-            Ok(m) => eprint!("sluice: {m}"),
-            Err(e) => eprint!("sluice: reload failed:\n{e}"),
+            Ok(m) => {
+                controlplane::info!("sluice: {m}");
+                service.ready(m.trim_end());
+            }
+            Err(e) => {
+                controlplane::error!("sluice: reload failed:\n{e}");
+                service.ready("reload refused; the running configuration is unchanged");
+            }
         }
         result
     };
@@ -436,20 +472,23 @@ fn supervise(
     let mut last_change = Instant::now();
     let mut polls_at_change = polls();
     loop {
+        // One liveness for /healthz and systemd's watchdog: this loop ran.
         admin.beat();
+        service.alive();
         std::thread::sleep(Duration::from_millis(10));
-        if term.load(Ordering::Relaxed) {
-            eprintln!("sluice: signal received, stopping");
+        if signals.term.load(Ordering::Relaxed) {
+            service.stopping();
+            controlplane::info!("sluice: signal received, stopping");
             return;
         }
         controller.tick();
-        if hup.swap(false, Ordering::Relaxed) {
-            let _ = reload(controller);
+        if signals.hup.swap(false, Ordering::Relaxed) {
+            let _ = reload(controller, service);
         }
         for p in requests.into_iter().flat_map(|r| r.try_iter()) {
             match p.request {
                 Request::Reload => {
-                    let _ = p.reply.send(reload(controller));
+                    let _ = p.reply.send(reload(controller, service));
                 }
                 // Rendered on its own thread from the published state: a
                 // status over a big configuration never delays a publish.
@@ -461,7 +500,7 @@ fn supervise(
                             let _ = p.reply.send(Ok(render()));
                         });
                     if let Err(e) = spawned {
-                        eprintln!("sluice: status: cannot start a thread: {e}");
+                        controlplane::error!("sluice: status: cannot start a thread: {e}");
                     }
                 }
             }
@@ -532,7 +571,7 @@ fn steering_rings(
             per_worker[to].from.push(c);
         }
     }
-    eprintln!(
+    controlplane::info!(
         "sluice: software steering between {workers} workers ({slots}-slot rings) for port(s) {:?} \
          (no RSS on addresses only)",
         ports
@@ -579,7 +618,7 @@ fn start_taps(
             .unwrap_or_default();
         tap.set_mac(mac).map_err(|e| setup(e.to_string()))?;
         exception::configure_tap(p, iface).map_err(setup)?;
-        eprintln!("sluice: port {:?}: exception path on TAP {iface}", p.name);
+        controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
         taps.push(Some(tap));
     }
     Ok(taps)
