@@ -17,4 +17,5 @@ pub mod metrics_control;
 pub mod neighbours;
 pub mod policy;
 pub mod publish;
+pub mod synthetic;
 pub mod table_cache;
