@@ -12,30 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const CONFIG: &str = r#"
-[dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"EXTRA_EAL]
-workers = 1
-[[dataplane.port]]
-name = "p0"
-device = "DEVICE"
-mac = "02:00:00:00:00:01"
-address = "192.0.2.1/24"
-[[backend_service]]
-name = "web"
-backend = [{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }]
-[[forwarding_rule]]
-name = "vip"
-vip = "203.0.113.10"
-backend_service = "web"
-"#;
-
 fn config(dir: &Path, device: &str, extra_eal: &str) -> PathBuf {
     let path = dir.join("sluice.toml");
-    let text = CONFIG
-        .replace("DEVICE", device)
-        .replace("EXTRA_EAL", extra_eal);
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, one_backend_config(device, extra_eal, "")).unwrap();
     path
 }
 
