@@ -33,7 +33,7 @@ use controlplane::publish::{
     build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, PolicyMemory,
     ServiceReport,
 };
-use controlplane::synthetic::{big_config, probe_status};
+use controlplane::synthetic::{all_healthy, big_config, probe_status};
 use dataplane::snapshot::{ForwardingState, SnapshotCell};
 
 /// A stopwatch of wall time and of this thread's CPU time: on a shared
@@ -144,12 +144,7 @@ fn main() {
     let t = Watch::start();
     let cfg = load_str(&text, "bench.toml").unwrap_or_else(|d| panic!("{d}"));
     let hc = cfg.health_checks[0].clone();
-    let mut health: HashMap<ProbeKey, ProbeStatus> = cfg
-        .backend_services
-        .iter()
-        .flat_map(|s| &s.backends)
-        .map(|b| (probe_key(&hc, b.address), probe_status(true)))
-        .collect();
+    let mut health = all_healthy(&cfg);
     let mut plane = Plane {
         reports: Vec::new(),
         probe_services: probe_services(&cfg),

@@ -2,7 +2,10 @@
 //! configurations and probe results, so that a benchmark measures the very
 //! configuration a test checks.
 
-use crate::health::{HealthState, InitialState, ProbeStatus};
+use std::collections::HashMap;
+
+use crate::config::Config;
+use crate::health::{probe_key, HealthState, InitialState, ProbeKey, ProbeStatus};
 
 /// `services` services of `per` backends each, TCP-checked, with static
 /// MACs and Maglev tables of `table` slots, on one `net_null` port;
@@ -44,4 +47,15 @@ pub fn probe_status(healthy: bool) -> ProbeStatus {
         lag_sum: 0.0,
         lag_max: 0.0,
     }
+}
+
+/// Every probe of `cfg` (each backend under its service's health check)
+/// after one probe that found it healthy.
+pub fn all_healthy(cfg: &Config) -> HashMap<ProbeKey, ProbeStatus> {
+    cfg.backend_services
+        .iter()
+        .filter_map(|s| Some((&cfg.health_checks[s.health_check?], s)))
+        .flat_map(|(hc, s)| s.backends.iter().map(move |b| probe_key(hc, b.address)))
+        .map(|key| (key, probe_status(true)))
+        .collect()
 }

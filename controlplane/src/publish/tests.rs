@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::load_str;
-use crate::synthetic::{big_config, probe_status};
+use crate::synthetic::{all_healthy, big_config, probe_status};
 
 const CFG: &str = r#"
 [dataplane]
@@ -122,12 +122,7 @@ fn backend_ids_are_stable_across_reloads() {
 fn a_health_event_rebuilds_only_the_touched_service() {
     let c = cfg(&big_config(300, 10, 251));
     let hc = &c.health_checks[0];
-    let mut health: HashMap<ProbeKey, ProbeStatus> = c
-        .backend_services
-        .iter()
-        .flat_map(|s| &s.backends)
-        .map(|b| (probe_key(hc, b.address), probe_status(true)))
-        .collect();
+    let mut health = all_healthy(&c);
     let mut ids = BackendIds::new();
     let mut memory = PolicyMemory::default();
     let mut build = |health: &HashMap<ProbeKey, ProbeStatus>, generation| {
@@ -160,12 +155,7 @@ fn a_health_event_rebuilds_only_the_touched_service() {
 fn tables_built_counts_only_changed_services() {
     let c = cfg(&big_config(50, 4, 251));
     let hc = &c.health_checks[0];
-    let mut health: HashMap<ProbeKey, ProbeStatus> = c
-        .backend_services
-        .iter()
-        .flat_map(|s| &s.backends)
-        .map(|b| (probe_key(hc, b.address), probe_status(true)))
-        .collect();
+    let mut health = all_healthy(&c);
     let mut ids = BackendIds::new();
     let mut memory = PolicyMemory::default();
     let inputs = BuildInputs {
@@ -212,12 +202,7 @@ fn tables_built_counts_only_changed_services() {
 fn rebuilding_touched_services_equals_a_full_build() {
     let c = cfg(&big_config(40, 5, 251));
     let hc = &c.health_checks[0];
-    let mut health: HashMap<ProbeKey, ProbeStatus> = c
-        .backend_services
-        .iter()
-        .flat_map(|s| &s.backends)
-        .map(|b| (probe_key(hc, b.address), probe_status(true)))
-        .collect();
+    let mut health = all_healthy(&c);
     let mut ids = BackendIds::new();
     let mut memory = PolicyMemory::default();
     let inputs = BuildInputs {

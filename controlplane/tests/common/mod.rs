@@ -166,6 +166,26 @@ pub fn replay(dir: &Path, config: &str, frames: &[Vec<u8>], extra: &[&str]) -> R
     }
 }
 
+/// Waits up to `limit` for `path` to appear (a socket a server creates);
+/// returns whether it did.
+pub fn wait_for_path(path: &Path, limit: std::time::Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    while !path.exists() && t0.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    path.exists()
+}
+
+/// `sluice status` against the control socket `sock`.
+pub fn sluice_status(sock: &Path) -> std::process::Output {
+    Command::new(sluice_bin())
+        .arg("status")
+        .arg("--control-socket")
+        .arg(sock)
+        .output()
+        .expect("spawn sluice status")
+}
+
 /// Compares `output` byte for byte with `tests/golden/<case>/expected.pcap`
 /// (timestamps ignored); `SLUICE_BLESS=1` rewrites the file first.
 pub fn compare_with_expected(case: &str, output: &[Vec<u8>]) {
