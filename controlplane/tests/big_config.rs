@@ -28,11 +28,7 @@ fn config(dir: &std::path::Path) -> String {
     }
     format!(
         r#"
-[dataplane]
-{eal}
-workers = 1
-
-{port}
+{dataplane}
 
 [[backend_service]]
 name = "big"
@@ -47,8 +43,7 @@ protocol = "UDP"
 ports = "53"
 backend_service = "big"
 "#,
-        eal = eal_args(256),
-        port = pcap_uplink(dir, &PORT_MAC, "10.0.0.1/8"),
+        dataplane = pcap_dataplane(dir, &PORT_MAC, "10.0.0.1/8", ""),
     )
 }
 

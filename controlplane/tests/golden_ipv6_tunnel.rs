@@ -57,11 +57,7 @@ fn client_frame(sport: u16, ip_len: usize) -> Vec<u8> {
 fn config(dir: &std::path::Path) -> String {
     format!(
         r#"
-[dataplane]
-{eal}
-workers = 1
-
-{port}
+{dataplane}
 address6 = "{PORT6}/64"
 mtu = {MTU}
 
@@ -77,8 +73,7 @@ protocol = "UDP"
 ports = "53"
 backend_service = "web"
 "#,
-        eal = eal_args(256),
-        port = pcap_uplink(dir, &PORT_MAC, "192.0.2.1/24"),
+        dataplane = pcap_dataplane(dir, &PORT_MAC, "192.0.2.1/24", ""),
         bmac = mac_str(&BACKEND_MAC),
     )
 }

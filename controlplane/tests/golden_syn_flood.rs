@@ -46,13 +46,7 @@ const LEGIT: u16 = 1_000;
 fn config(dir: &Path, backends: usize) -> String {
     format!(
         r#"
-[dataplane]
-{eal}
-workers = 1
-burst_size = 1
-conntrack_capacity = {CAPACITY}
-
-{port}
+{dataplane}
 
 [[backend_service]]
 name = "web"
@@ -67,8 +61,12 @@ protocol = "TCP"
 ports = "80"
 backend_service = "web"
 "#,
-        eal = eal_args(256),
-        port = pcap_uplink(dir, &PORT_MAC, "192.0.2.1/24"),
+        dataplane = pcap_dataplane(
+            dir,
+            &PORT_MAC,
+            "192.0.2.1/24",
+            &format!("burst_size = 1\nconntrack_capacity = {CAPACITY}"),
+        ),
         list = backend_list(&BACKENDS[..backends]),
     )
 }

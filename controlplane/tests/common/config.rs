@@ -29,6 +29,17 @@ address = "{address}""#,
     )
 }
 
+/// The head of a golden test's configuration: `[dataplane]` with
+/// [`eal_args`]`(256)`, one worker and the lines `settings`, then one
+/// [`pcap_uplink`] port (more of its keys may follow).
+pub fn pcap_dataplane(dir: &Path, mac: &[u8; 6], address: &str, settings: &str) -> String {
+    format!(
+        "[dataplane]\n{}\nworkers = 1\n{settings}\n{}",
+        eal_args(256),
+        pcap_uplink(dir, mac, address)
+    )
+}
+
 /// The inline tables of a `backend = [ … ]` list, one per (address, MAC).
 pub fn backend_list(backends: &[(&str, [u8; 6])]) -> String {
     backends
