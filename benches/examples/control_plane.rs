@@ -27,52 +27,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use controlplane::config::load_str;
-use controlplane::control::probe_services;
-use controlplane::control::{render_status, View};
-use controlplane::health::{probe_key, HealthState, InitialState, ProbeKey, ProbeStatus};
+use controlplane::control::{health_changes, probe_services, render_status, View};
+use controlplane::health::{probe_key, ProbeKey, ProbeStatus};
 use controlplane::publish::{
-    build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, HealthChange,
-    PolicyMemory, ServiceReport,
+    build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, PolicyMemory,
+    ServiceReport,
 };
+use controlplane::synthetic::{all_healthy, big_config, probe_status};
 use dataplane::snapshot::{ForwardingState, SnapshotCell};
-
-fn config(services: usize, per: usize, table: u32) -> String {
-    let mut t = String::from(
-        "[dataplane]\n[[dataplane.port]]\nname = \"a\"\ndevice = \"net_null0\"\n\
-         address = \"10.0.0.1/8\"\n\n[[health_check]]\nname = \"tcp\"\ntype = \"TCP\"\n\
-         port = 80\n",
-    );
-    for i in 0..services {
-        t += &format!(
-            "[[backend_service]]\nname = \"s{i}\"\nmaglev_table_size = {table}\n\
-             health_check = \"tcp\"\nbackend = [\n"
-        );
-        for j in 0..per {
-            let k = 256 + i * per + j;
-            t += &format!(
-                "  {{ address = \"10.{}.{}.{}\", mac = \"02:00:00:00:00:01\" }},\n",
-                (k >> 16) & 255,
-                (k >> 8) & 255,
-                k & 255
-            );
-        }
-        t += "]\n";
-    }
-    t
-}
-
-fn probe(healthy: bool) -> ProbeStatus {
-    let mut state = HealthState::new(InitialState::Healthy);
-    state.healthy = healthy;
-    ProbeStatus {
-        state,
-        probes: 1,
-        latency_counts: Default::default(),
-        latency_sum: 0.0,
-        lag_sum: 0.0,
-        lag_max: 0.0,
-    }
-}
 
 /// A stopwatch of wall time and of this thread's CPU time: on a shared
 /// machine the CPU time is what the work costs, the wall time what it
@@ -153,18 +115,7 @@ impl Plane {
         health: &HashMap<ProbeKey, ProbeStatus>,
         keys: &[ProbeKey],
     ) {
-        let mut changes = Vec::new();
-        for key in keys {
-            let Some(s) = health.get(key) else { continue };
-            for &(service, position) in self.probe_services.get(key).into_iter().flatten() {
-                changes.push(HealthChange {
-                    service,
-                    position,
-                    healthy: s.state.healthy,
-                    weight: s.state.weight,
-                });
-            }
-        }
+        let changes = health_changes(&self.probe_services, health, keys);
         self.generation += 1;
         let prev = self.cell.load();
         let (state, reports) = rebuild_services(
@@ -188,17 +139,12 @@ fn main() {
         .map(|a| a.parse().expect("numbers"))
         .collect();
     let (services, per, table) = (args[0], args[1], args[2] as u32);
-    let text = config(services, per, table);
+    let text = big_config(services, per, table);
 
     let t = Watch::start();
     let cfg = load_str(&text, "bench.toml").unwrap_or_else(|d| panic!("{d}"));
     let hc = cfg.health_checks[0].clone();
-    let mut health: HashMap<ProbeKey, ProbeStatus> = cfg
-        .backend_services
-        .iter()
-        .flat_map(|s| &s.backends)
-        .map(|b| (probe_key(&hc, b.address), probe(true)))
-        .collect();
+    let mut health = all_healthy(&cfg);
     let mut plane = Plane {
         reports: Vec::new(),
         probe_services: probe_services(&cfg),
@@ -217,7 +163,7 @@ fn main() {
         let svc = &cfg.backend_services[(round * 7919) % services];
         let b = &svc.backends[(round * 31) % per];
         let key = probe_key(&hc, b.address);
-        health.insert(key.clone(), probe(round % 2 == 1));
+        health.insert(key.clone(), probe_status(round % 2 == 1));
         let t = Watch::start();
         plane.publish_health(&cfg, &health, &[key]);
         flips.push(t.ms());

@@ -251,21 +251,10 @@ impl Controller {
     fn publish_health(&mut self, keys: &[ProbeKey]) {
         let Some(checker) = &self.checker else { return };
         let started = Instant::now();
-        let mut changes = Vec::new();
-        {
+        let changes = {
             let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
-            for key in keys {
-                let Some(s) = status.get(key) else { continue };
-                for &(service, position) in self.probe_services.get(key).into_iter().flatten() {
-                    changes.push(HealthChange {
-                        service,
-                        position,
-                        healthy: s.state.healthy,
-                        weight: s.state.weight,
-                    });
-                }
-            }
-        }
+            health_changes(&self.probe_services, &status, keys)
+        };
         if changes.is_empty() {
             return;
         }
@@ -346,11 +335,7 @@ impl Controller {
         match config::load_file(&path) {
             Ok(cfg) => {
                 self.apply(cfg)?;
-                self.shared
-                    .view
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .reloads_ok += 1;
+                self.count_reload(true);
                 Ok(format!(
                     "reloaded {} (generation {})\n",
                     path.display(),
@@ -358,11 +343,7 @@ impl Controller {
                 ))
             }
             Err(diags) => {
-                self.shared
-                    .view
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .reloads_failed += 1;
+                self.count_reload(false);
                 Err(format!(
                     "{diags}\n{} error(s) in {}; the running configuration is unchanged\n",
                     diags.len(),
@@ -372,16 +353,22 @@ impl Controller {
         }
     }
 
+    /// Counts a reload, applied or refused, for `sluice status`.
+    fn count_reload(&self, applied: bool) {
+        let mut view = self.shared.view.lock().unwrap_or_else(|p| p.into_inner());
+        if applied {
+            view.reloads_ok += 1;
+        } else {
+            view.reloads_failed += 1;
+        }
+    }
+
     /// Swaps in a validated configuration. What a running process cannot
     /// change ([`fixed_at_start_changes`]) must stay the same.
     pub fn apply(&mut self, cfg: Config) -> Result<(), String> {
         let fixed = fixed_at_start_changes(&self.cfg.dataplane, &cfg.dataplane);
         if !fixed.is_empty() {
-            self.shared
-                .view
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .reloads_failed += 1;
+            self.count_reload(false);
             return Err(format!(
                 "{} cannot change on reload (ports, their TAPs, queues and memory are set up \
                  at start); restart sluice for that. The running configuration is unchanged.\n",
@@ -400,11 +387,7 @@ impl Controller {
         }
         let missing = self.ids.missing(&cfg);
         if missing > self.ids.assignable() {
-            self.shared
-                .view
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .reloads_failed += 1;
+            self.count_reload(false);
             return Err(format!(
                 "the new configuration adds {missing} backends but only {} backend ids are \
                  free: {} are held by configured backends, backends still draining \
@@ -462,6 +445,29 @@ pub fn probe_services(cfg: &Config) -> HashMap<ProbeKey, Vec<(usize, usize)>> {
         }
     }
     out
+}
+
+/// The backend changes that health events for the probes `keys` make:
+/// one per (service, position) in `probe_services` that a probe checks,
+/// with the probe's state in `status` (a probe without one is skipped).
+pub fn health_changes(
+    probe_services: &HashMap<ProbeKey, Vec<(usize, usize)>>,
+    status: &HashMap<ProbeKey, ProbeStatus>,
+    keys: &[ProbeKey],
+) -> Vec<HealthChange> {
+    let mut changes = Vec::new();
+    for key in keys {
+        let Some(s) = status.get(key) else { continue };
+        for &(service, position) in probe_services.get(key).into_iter().flatten() {
+            changes.push(HealthChange {
+                service,
+                position,
+                healthy: s.state.healthy,
+                weight: s.state.weight,
+            });
+        }
+    }
+    changes
 }
 
 /// Hold before an id's generation wraps (see `backend_ids`): the longest
@@ -645,7 +651,7 @@ tap = "sl-up"
     /// counted over the whole table).
     #[test]
     fn status_work_is_linear_in_table_and_backends() {
-        let c = config::load_str(&crate::publish::tests::big_config(1, 2000, 65537), "t")
+        let c = config::load_str(&crate::synthetic::big_config(1, 2000, 65537), "t")
             .unwrap_or_else(|d| panic!("{d}"));
         let mut ids = crate::publish::BackendIds::new();
         let snap = crate::publish::build_forwarding_state(&c, &[], &mut ids, 1);

@@ -19,4 +19,5 @@ pub mod neighbours;
 pub mod policy;
 pub mod publish;
 pub mod service_manager;
+pub mod synthetic;
 pub mod table_cache;

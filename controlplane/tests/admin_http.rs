@@ -14,25 +14,14 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const CONFIG: &str = r#"
-[dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
-workers = 1
-[[dataplane.port]]
-name = "p0"
-device = "net_null0,no-rx=1"
-mac = "02:00:00:00:00:01"
-address = "192.0.2.1/24"
-[metrics]
-listen = "127.0.0.1:PORT"
-[[backend_service]]
-name = "web"
-backend = [{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }]
-[[forwarding_rule]]
-name = "vip"
-vip = "203.0.113.10"
-backend_service = "web"
-"#;
+/// The configuration of a server whose metrics listen on `port`.
+fn config(port: u16) -> String {
+    one_backend_config(
+        "net_null0,no-rx=1",
+        "",
+        &format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )
+}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -55,7 +44,7 @@ impl Appliance {
         let dir = tempdir(name);
         let port = free_port();
         let cfg = dir.join("sluice.toml");
-        std::fs::write(&cfg, CONFIG.replace("PORT", &port.to_string())).unwrap();
+        std::fs::write(&cfg, config(port)).unwrap();
         let stderr = dir.join("stderr");
         let mut cmd = match prefix.split_first() {
             Some((p, rest)) => {
@@ -323,7 +312,7 @@ fn a_taken_metrics_address_fails_the_start_before_eal() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let cfg = dir.join("sluice.toml");
-    std::fs::write(&cfg, CONFIG.replace("PORT", &port.to_string())).unwrap();
+    std::fs::write(&cfg, config(port)).unwrap();
     let t0 = Instant::now();
     let out = Command::new(sluice_bin())
         .args(["run", "--duration", "5", "--no-control-socket", "--config"])

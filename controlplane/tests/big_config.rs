@@ -28,15 +28,7 @@ fn config(dir: &std::path::Path) -> String {
     }
     format!(
         r#"
-[dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
-workers = 1
-
-[[dataplane.port]]
-name = "uplink"
-device = "net_pcap0,rx_pcap={dir}/in.pcap,tx_pcap={dir}/out.pcap"
-mac = "{port_mac}"
-address = "10.0.0.1/8"
+{dataplane}
 
 [[backend_service]]
 name = "big"
@@ -51,8 +43,7 @@ protocol = "UDP"
 ports = "53"
 backend_service = "big"
 "#,
-        dir = dir.display(),
-        port_mac = mac_str(&PORT_MAC),
+        dataplane = pcap_dataplane(dir, &PORT_MAC, "10.0.0.1/8", ""),
     )
 }
 
@@ -75,12 +66,10 @@ fn backends_above_65536_are_counted_through_the_binary() {
             )
         })
         .collect();
-    write_pcap(&dir.join("in.pcap"), &frames);
-    let cfg = dir.join("sluice.toml");
-    std::fs::write(&cfg, config(&dir)).unwrap();
-    let metrics = parse_metrics(&run_sluice(&cfg, &dir));
+    let run = replay(&dir, &config(&dir), &frames, &[]);
+    let metrics = run.metrics;
 
-    let sent = read_pcap(&dir.join("out.pcap")).len() as u64;
+    let sent = run.out.len() as u64;
     assert_eq!(sent, frames.len() as u64, "every datagram forwarded");
     let per_backend = sum_metrics(&metrics, "sluice_backend_packets_total{");
     assert_eq!(

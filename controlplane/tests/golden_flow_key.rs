@@ -24,7 +24,7 @@ fn config(dir: &Path, run: &str, key_line: &str) -> String {
     format!(
         r#"
 [dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
+{eal}
 workers = 1
 conntrack_capacity = 4096
 {key_line}
@@ -52,6 +52,7 @@ protocol = "UDP"
 ports = "53"
 backend_service = "dns"
 "#,
+        eal = eal_args(256),
         port_mac = mac_str(&PORT_MAC),
     )
 }

@@ -57,15 +57,7 @@ fn client_frame(sport: u16, ip_len: usize) -> Vec<u8> {
 fn config(dir: &std::path::Path) -> String {
     format!(
         r#"
-[dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
-workers = 1
-
-[[dataplane.port]]
-name = "uplink"
-device = "net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/out.pcap"
-mac = "{mac}"
-address = "192.0.2.1/24"
+{dataplane}
 address6 = "{PORT6}/64"
 mtu = {MTU}
 
@@ -81,8 +73,7 @@ protocol = "UDP"
 ports = "53"
 backend_service = "web"
 "#,
-        d = dir.display(),
-        mac = mac_str(&PORT_MAC),
+        dataplane = pcap_dataplane(dir, &PORT_MAC, "192.0.2.1/24", ""),
         bmac = mac_str(&BACKEND_MAC),
     )
 }
@@ -140,19 +131,18 @@ fn ipv6_through_a_tunnel_below_the_ipv6_minimum() {
     let just_over = client_frame(1001, TUNNEL_MTU + 1);
     let minimum = client_frame(1002, 1280);
     let larger = client_frame(1003, 1400);
-    write_pcap(
-        &dir.join("in.pcap"),
+    let run = replay(
+        &dir,
+        &config(&dir),
         &[
             whole.clone(),
             just_over.clone(),
             minimum.clone(),
             larger.clone(),
         ],
+        &[],
     );
-    let cfg = dir.join("sluice.toml");
-    std::fs::write(&cfg, config(&dir)).unwrap();
-    let metrics = parse_metrics(&run_sluice(&cfg, &dir));
-    let out = read_pcap(&dir.join("out.pcap"));
+    let (metrics, out) = (run.metrics, run.out);
 
     let to_backend: Vec<&Vec<u8>> = out.iter().filter(|f| f[..6] == BACKEND_MAC).collect();
     let replies: Vec<&Vec<u8>> = out.iter().filter(|f| f[..6] == CLIENT_MAC).collect();

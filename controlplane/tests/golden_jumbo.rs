@@ -113,8 +113,6 @@ backend_service = "web"
     )
 }
 
-const EAL: &str = r#"eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]"#;
-
 /// What one input frame must become.
 #[derive(Clone, Copy, Debug)]
 enum Want {
@@ -167,37 +165,31 @@ fn to_1500_case() -> Case {
 
 fn config(case: &Case, dir: &Path) -> String {
     let d = dir.display();
-    if case.name == "jumbo-gre" {
+    // Clients (and, for GRE, backends) behind a jumbo port that reads
+    // `in.pcap` and writes `out.pcap`.
+    let jumbo_port = |name: &str| {
         format!(
             r#"
-[dataplane]
-{EAL}
-workers = 1
-
 [[dataplane.port]]
-name = "uplink"
+name = "{name}"
 device = "net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/out.pcap"
 mac = "{mac}"
 address = "192.0.2.1/24"
 mtu = 9000
-{svc}"#,
+"#,
             mac = mac_str(&PORT_MAC),
-            svc = service_toml(case.encap, &backends_toml(&BACKENDS)),
+        )
+    };
+    let header = format!("\n[dataplane]\n{}\nworkers = 1\n", eal_args(256));
+    if case.name == "jumbo-gre" {
+        format!(
+            "{header}{}{}",
+            jumbo_port("uplink"),
+            service_toml(case.encap, &backends_toml(&BACKENDS))
         )
     } else {
         format!(
-            r#"
-[dataplane]
-{EAL}
-workers = 1
-
-[[dataplane.port]]
-name = "clients"
-device = "net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/out.pcap"
-mac = "{mac}"
-address = "192.0.2.1/24"
-mtu = 9000
-
+            r#"{header}{clients}
 [[dataplane.port]]
 name = "backends"
 device = "net_pcap1,rx_pcap={d}/empty.pcap,tx_pcap={d}/out-backends.pcap"
@@ -205,7 +197,7 @@ mac = "{mac_b}"
 address = "198.51.100.1/24"
 mtu = 1500
 {svc}"#,
-            mac = mac_str(&PORT_MAC),
+            clients = jumbo_port("clients"),
             mac_b = mac_str(&BACKEND_PORT_MAC),
             svc = service_toml(case.encap, &backends_toml(&BACKENDS_B)),
         )

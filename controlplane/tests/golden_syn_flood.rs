@@ -44,23 +44,9 @@ const PRE: u16 = 50;
 const LEGIT: u16 = 1_000;
 
 fn config(dir: &Path, backends: usize) -> String {
-    let list: Vec<String> = BACKENDS[..backends]
-        .iter()
-        .map(|(a, m)| format!("{{ address = \"{a}\", mac = \"{}\" }}", mac_str(m)))
-        .collect();
     format!(
         r#"
-[dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
-workers = 1
-burst_size = 1
-conntrack_capacity = {CAPACITY}
-
-[[dataplane.port]]
-name = "uplink"
-device = "net_pcap0,rx_pcap={dir}/in.pcap,tx_pcap={dir}/out.pcap"
-mac = "{port_mac}"
-address = "192.0.2.1/24"
+{dataplane}
 
 [[backend_service]]
 name = "web"
@@ -75,9 +61,13 @@ protocol = "TCP"
 ports = "80"
 backend_service = "web"
 "#,
-        dir = dir.display(),
-        port_mac = mac_str(&PORT_MAC),
-        list = list.join(", "),
+        dataplane = pcap_dataplane(
+            dir,
+            &PORT_MAC,
+            "192.0.2.1/24",
+            &format!("burst_size = 1\nconntrack_capacity = {CAPACITY}"),
+        ),
+        list = backend_list(&BACKENDS[..backends]),
     )
 }
 
@@ -200,32 +190,39 @@ fn run(
     reload: Option<usize>,
 ) -> (Vec<usize>, BTreeMap<String, u64>) {
     let dir = tempdir(name);
-    write_pcap(&dir.join("in.pcap"), frames);
-    let cfg = dir.join("sluice.toml");
-    std::fs::write(&cfg, config(&dir, backends)).unwrap();
-    let (stderr, metrics) = match reload {
-        None => run_sluice_with(&cfg, &dir, &[]),
+    let extra = match reload {
+        None => Vec::new(),
         Some(before) => {
             let next = dir.join("next.toml");
             std::fs::write(&next, config(&dir, backends + 1)).unwrap();
-            let hook = format!("{before}:{}", next.display());
-            let out = run_sluice_with(&cfg, &dir, &["--test-reload-after-packets", &hook]);
-            assert!(
-                out.0.contains("TEST HOOK: reloading"),
-                "hook fired: {}",
-                out.0
-            );
-            out
+            vec![
+                "--test-reload-after-packets".to_string(),
+                format!("{before}:{}", next.display()),
+            ]
         }
     };
-    let out = read_pcap(&dir.join("out.pcap"));
-    assert_eq!(out.len(), frames.len(), "every packet forwarded: {stderr}");
-    let backends = out
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    let run = replay(&dir, &config(&dir, backends), frames, &extra);
+    if reload.is_some() {
+        assert!(
+            run.stderr.contains("TEST HOOK: reloading"),
+            "hook fired: {}",
+            run.stderr
+        );
+    }
+    assert_eq!(
+        run.out.len(),
+        frames.len(),
+        "every packet forwarded: {}",
+        run.stderr
+    );
+    let backends = run
+        .out
         .iter()
         .zip(frames)
         .map(|(o, i)| backend_of(o, i))
         .collect();
-    (backends, parse_metrics(&metrics))
+    (backends, run.metrics)
 }
 
 /// Issue 12 / CT-3, CT-5, CT-7: after a SYN flood 20 × the conntrack

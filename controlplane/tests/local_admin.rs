@@ -8,34 +8,13 @@ mod common;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
-const CONFIG: &str = r#"
-[dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"EXTRA_EAL]
-workers = 1
-[[dataplane.port]]
-name = "p0"
-device = "DEVICE"
-mac = "02:00:00:00:00:01"
-address = "192.0.2.1/24"
-[[backend_service]]
-name = "web"
-backend = [{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }]
-[[forwarding_rule]]
-name = "vip"
-vip = "203.0.113.10"
-backend_service = "web"
-"#;
-
 fn config(dir: &Path, device: &str, extra_eal: &str) -> PathBuf {
     let path = dir.join("sluice.toml");
-    let text = CONFIG
-        .replace("DEVICE", device)
-        .replace("EXTRA_EAL", extra_eal);
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, one_backend_config(device, extra_eal, "")).unwrap();
     path
 }
 
@@ -63,16 +42,8 @@ fn control_socket_directory_is_private_under_umask_000() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while !sock.exists() && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = Command::new(sluice_bin())
-        .arg("status")
-        .arg("--control-socket")
-        .arg(&sock)
-        .output()
-        .unwrap();
+    wait_for_path(&sock, Duration::from_secs(30));
+    let status = sluice_status(&sock);
     let modes = [
         mode(&dir.join("run")),
         mode(&dir.join("run/sluice")),
@@ -120,16 +91,8 @@ fn an_answer_from_another_users_socket_is_refused() {
         .current_dir("/")
         .spawn()
         .unwrap();
-    let t0 = Instant::now();
-    while !sock.exists() && t0.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = Command::new(sluice_bin())
-        .arg("status")
-        .arg("--control-socket")
-        .arg(&sock)
-        .output()
-        .unwrap();
+    wait_for_path(&sock, Duration::from_secs(10));
+    let out = sluice_status(&sock);
     let _ = impostor.kill();
     let _ = impostor.wait();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 
 use controlplane::config::{load_str, Config};
-use controlplane::health::{probe_key, HealthState, InitialState, ProbeKey, ProbeStatus};
+use controlplane::health::{probe_key, ProbeKey, ProbeStatus};
 use controlplane::publish::{build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory};
+use controlplane::synthetic::probe_status;
 use dataplane::snapshot::{ForwardingState, Millis};
 
 fn cfg(services: &str) -> Config {
@@ -39,19 +40,8 @@ fn health(c: &Config, unhealthy: &[&str]) -> HashMap<ProbeKey, ProbeStatus> {
         .iter()
         .flat_map(|s| s.backends.iter())
         .map(|b| {
-            let mut state = HealthState::new(InitialState::Healthy);
-            state.healthy = !unhealthy.contains(&b.address.to_string().as_str());
-            (
-                probe_key(hc, b.address),
-                ProbeStatus {
-                    state,
-                    probes: 1,
-                    latency_counts: Default::default(),
-                    latency_sum: 0.0,
-                    lag_sum: 0.0,
-                    lag_max: 0.0,
-                },
-            )
+            let healthy = !unhealthy.contains(&b.address.to_string().as_str());
+            (probe_key(hc, b.address), probe_status(healthy))
         })
         .collect()
 }

@@ -24,7 +24,7 @@ fn config(dir: &Path) -> String {
     format!(
         r#"
 [dataplane]
-eal_args = ["--no-huge", "-m", "512", "--no-pci", "--log-level=error"]
+{eal}
 workers = 2
 burst_size = 32
 conntrack_capacity = 4096
@@ -47,6 +47,7 @@ protocol = "TCP"
 ports = "80"
 backend_service = "web"
 "#,
+        eal = eal_args(512),
         port_mac = mac_str(&PORT_MAC),
     )
 }

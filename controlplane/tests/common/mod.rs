@@ -8,6 +8,10 @@ use std::process::Command;
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 
+mod config;
+#[allow(unused_imports)]
+pub use config::*;
+
 pub fn sluice_bin() -> &'static str {
     env!("CARGO_BIN_EXE_sluice")
 }
@@ -135,6 +139,51 @@ pub fn run_sluice_with(cfg: &Path, dir: &Path, extra: &[&str]) -> (String, Strin
         String::from_utf8_lossy(&out.stdout),
     );
     (stderr, std::fs::read_to_string(&dump).unwrap())
+}
+
+/// What a [`replay`] left behind.
+pub struct Replay {
+    /// `sluice run`'s standard error.
+    pub stderr: String,
+    /// The metrics dump, parsed by [`parse_metrics`].
+    pub metrics: BTreeMap<String, u64>,
+    /// The frames written to `dir/out.pcap`.
+    pub out: Vec<Vec<u8>>,
+}
+
+/// Writes `frames` to `dir/in.pcap` and `config` to `dir/sluice.toml`,
+/// then runs `sluice run` (with `extra` arguments) until its input has
+/// been idle; the port reads and writes as [`pcap_uplink`]'s does.
+pub fn replay(dir: &Path, config: &str, frames: &[Vec<u8>], extra: &[&str]) -> Replay {
+    write_pcap(&dir.join("in.pcap"), frames);
+    let cfg = dir.join("sluice.toml");
+    std::fs::write(&cfg, config).unwrap();
+    let (stderr, metrics) = run_sluice_with(&cfg, dir, extra);
+    Replay {
+        stderr,
+        metrics: parse_metrics(&metrics),
+        out: read_pcap(&dir.join("out.pcap")),
+    }
+}
+
+/// Waits up to `limit` for `path` to appear (a socket a server creates);
+/// returns whether it did.
+pub fn wait_for_path(path: &Path, limit: std::time::Duration) -> bool {
+    let t0 = std::time::Instant::now();
+    while !path.exists() && t0.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    path.exists()
+}
+
+/// `sluice status` against the control socket `sock`.
+pub fn sluice_status(sock: &Path) -> std::process::Output {
+    Command::new(sluice_bin())
+        .arg("status")
+        .arg("--control-socket")
+        .arg(sock)
+        .output()
+        .expect("spawn sluice status")
 }
 
 /// Compares `output` byte for byte with `tests/golden/<case>/expected.pcap`
