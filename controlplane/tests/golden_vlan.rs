@@ -296,3 +296,105 @@ fn trunk_port_sends_every_frame_tagged_and_drops_other_vlans() {
     );
     assert_eq!(rx + extra_fragments(&m), tx + drops, "{metrics}");
 }
+
+/// ICMP echo request (id 7, seq 1) from `src` to `dst`.
+fn echo_request(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+    let mut icmp = vec![8, 0, 0, 0, 0, 7, 0, 1];
+    icmp.extend_from_slice(b"sluice trunk port");
+    let c = csum(&icmp);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    ip4(src, dst, 1, 1, 0, &icmp)
+}
+
+/// The exception path of a trunk port (AP-4): ARP and ping to the port's
+/// address, tagged 100, reach the kernel untagged on the TAP (which has no
+/// VLAN interface: a tagged frame would go unanswered), and the kernel's
+/// answers leave the port tagged 100. An ARP request on VLAN 200 is
+/// dropped as `wrong_vlan`, not punted. Run in a private network
+/// namespace (`unshare -n`, as the TAP tests in `limits.rs`).
+#[test]
+fn trunk_port_exception_path_is_untagged_on_the_tap_and_tagged_on_the_wire() {
+    let dir = tempdir("golden-vlan-tap");
+    let client = [192, 0, 2, 99];
+    let frames = vec![
+        vlan_tagged(arp_request(client, PORT4), VLAN),
+        vlan_tagged(arp_request(client, PORT4), 200),
+        tagged(VLAN, &echo_request(client, PORT4)),
+    ];
+    write_pcap(&dir.join("in.pcap"), &frames);
+    let cfg = dir.join("sluice.toml");
+    let text = config(&dir).replace(
+        &format!("vlan = {VLAN}\n"),
+        &format!("vlan = {VLAN}\ntap = \"slvlan-t\"\n"),
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let dump = dir.join("metrics.txt");
+    let out = std::process::Command::new("unshare")
+        .arg("-n")
+        .arg(sluice_bin())
+        .args([
+            "run",
+            "--no-metrics-server",
+            "--no-control-socket",
+            "--exit-on-idle",
+            "400",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--metrics-dump")
+        .arg(&dump)
+        .output()
+        .expect("spawn unshare");
+    assert!(
+        out.status.success(),
+        "sluice failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = parse_metrics(&std::fs::read_to_string(&dump).unwrap());
+    let get = |k: &str| m.get(k).copied().unwrap_or(0);
+    let output = read_pcap(&dir.join("out.pcap"));
+    // Everything the kernel sent (its own IPv6 chatter included) is tagged.
+    for f in &output {
+        assert_eq!(vlan_of(f), VLAN, "injected frame {f:02x?}");
+        assert_eq!(f[6..12], PORT_MAC, "from the port's MAC");
+    }
+    let arp_reply = output.iter().any(|f| {
+        f[16..18] == [0x08, 0x06]
+            && f[24..26] == [0, 2]
+            && f[26..32] == PORT_MAC
+            && f[32..36] == PORT4
+            && f[42..46] == client
+    });
+    assert!(arp_reply, "ARP reply for {PORT4:?}, tagged: {output:02x?}");
+    let echo_reply = output.iter().any(|f| {
+        let Ok(p) = SlicedPacket::from_ethernet(f) else {
+            return false;
+        };
+        let Some(NetSlice::Ipv4(ip)) = &p.net else {
+            return false;
+        };
+        let is_reply = matches!(&p.transport,
+            Some(etherparse::TransportSlice::Icmpv4(i))
+                if matches!(i.icmp_type(), Icmpv4Type::EchoReply(_)));
+        f[..6] == CLIENT_MAC
+            && ip.header().source() == PORT4
+            && ip.header().destination() == client
+            && is_reply
+    });
+    assert!(echo_reply, "echo reply, tagged: {output:02x?}");
+    assert_eq!(
+        get("sluice_port_punted_packets_total{port=\"trunk\"}"),
+        2,
+        "ARP and ping punted"
+    );
+    assert_eq!(
+        get("sluice_dropped_packets_total{reason=\"wrong_vlan\"}"),
+        1,
+        "VLAN 200 dropped"
+    );
+    assert_eq!(
+        get("sluice_port_injected_packets_total{port=\"trunk\"}"),
+        output.len() as u64
+    );
+}
