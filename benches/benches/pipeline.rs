@@ -237,6 +237,7 @@ fn bench_encap(c: &mut Criterion) {
         ipv4: Some(Ipv4Addr::new(198, 18, 0, 1)),
         ipv6: Some("fd00::1".parse().unwrap()),
         mtu: 1500,
+        vlan: None,
     };
     let backend = |address: IpAddr| BackendState {
         id: BackendId(0),

@@ -145,6 +145,7 @@ mod tests {
             ipv4: None,
             ipv6: None,
             mtu,
+            vlan: None,
             tap: None,
             gateways: Vec::new(),
         }

@@ -92,6 +92,39 @@ fn cases() -> Vec<Case> {
             hint: "give 1-15 characters",
         },
         Case {
+            name: "trunk port VLAN 0 (priority tag, no VLAN)",
+            text: replace(
+                "address = \"192.0.2.1/24\"\n",
+                "address = \"192.0.2.1/24\"\nvlan = 0\n",
+            ),
+            at_line_with: "vlan = ",
+            path: "dataplane.port \"uplink\".vlan",
+            message: "vlan 0 is not a VLAN: ID 0 marks priority-tagged frames",
+            hint: "use a VLAN ID from 1 to 4094, or remove `vlan` for an untagged port",
+        },
+        Case {
+            name: "trunk port VLAN 4095 (reserved)",
+            text: replace(
+                "address = \"192.0.2.1/24\"\n",
+                "address = \"192.0.2.1/24\"\nvlan = 4095\n",
+            ),
+            at_line_with: "vlan = ",
+            path: "dataplane.port \"uplink\".vlan",
+            message: "vlan 4095 is reserved by 802.1Q",
+            hint: "use a VLAN ID from 1 to 4094",
+        },
+        Case {
+            name: "trunk port VLAN out of range",
+            text: replace(
+                "address = \"192.0.2.1/24\"\n",
+                "address = \"192.0.2.1/24\"\nvlan = 5000\n",
+            ),
+            at_line_with: "vlan = ",
+            path: "dataplane.port \"uplink\".vlan",
+            message: "vlan 5000 is out of range",
+            hint: "use a VLAN ID from 1 to 4094",
+        },
+        Case {
             name: "unknown field",
             text: replace("port = 80\n", "port = 80\nintervall = \"5s\"\n"),
             at_line_with: "intervall",
@@ -433,4 +466,20 @@ fn flow_hash_key_inline_or_from_a_file() {
         .dataplane
         .flow_hash_key
         .is_none());
+}
+
+/// Trunk ports: `vlan` from 1 to 4094 is taken as the port's VLAN; no
+/// `vlan` leaves the port untagged.
+#[test]
+fn trunk_port_vlan_is_accepted_from_1_to_4094() {
+    for vid in [1u16, 100, 4094] {
+        let text = replace(
+            "address = \"192.0.2.1/24\"\n",
+            &format!("address = \"192.0.2.1/24\"\nvlan = {vid}\n"),
+        );
+        let cfg = config::load_str(&text, "test.toml").unwrap_or_else(|d| panic!("{d}"));
+        assert_eq!(cfg.dataplane.ports[0].vlan, Some(vid));
+    }
+    let cfg = config::load_str(BASE, "test.toml").unwrap();
+    assert_eq!(cfg.dataplane.ports[0].vlan, None);
 }

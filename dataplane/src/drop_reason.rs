@@ -88,6 +88,10 @@ drop_reasons! {
     /// but the mbuf pool had too few buffers for its fragments: the whole
     /// packet is dropped (no partial datagram is sent).
     FragmentAllocFailed => "fragment_alloc_failed",
+    /// Received on a port configured with `vlan = N` without that 802.1Q
+    /// tag as its outer tag (untagged, another VLAN, or an 802.1ad outer
+    /// tag): it belongs to no network this port is on.
+    WrongVlan => "wrong_vlan",
 }
 
 #[cfg(test)]

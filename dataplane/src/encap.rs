@@ -15,7 +15,7 @@ use crate::drop_reason::DropReason;
 use crate::packet::PacketBuf;
 use crate::snapshot::{BackendState, Encapsulation, PortState};
 use crate::wire::checksum;
-use crate::wire::ethernet::{self, EthernetRepr, MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::wire::ethernet::{EthernetRepr, MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::wire::gre::{self, GreRepr};
 use crate::wire::gue::{self, GueRepr};
 use crate::wire::ipv4::{self, Ipv4Repr};
@@ -79,16 +79,13 @@ pub fn encapsulate<P: PacketBuf>(
     flow_hash: u64,
 ) -> Result<(), DropReason> {
     let limit = usize::from(port.mtu);
-    encapsulate_within(
-        pkt,
-        &ip.into(),
-        encap,
-        backend,
+    let out = Egress {
         port,
-        flow_hash,
+        vlan: port.vlan,
         limit,
-        false,
-    )
+        to_fragment: false,
+    };
+    encapsulate_within(pkt, &ip.into(), encap, backend, out, flow_hash)
 }
 
 /// [`encapsulate`] with the IP length limit raised from the MTU to 65,535
@@ -97,7 +94,9 @@ pub fn encapsulate<P: PacketBuf>(
 /// written, so every length field fits. The outer IPv4 header carries ID
 /// 0 and DF clear (also around an IPv6 packet, which is only sent this way
 /// when it is at most the IPv6 minimum MTU, RFC 4213 §3.2);
-/// `fragment::prepare` sets the identification.
+/// `fragment::prepare` sets the identification. The Ethernet header is
+/// untagged whatever the port's VLAN: the fragments are cut behind a plain
+/// header and the worker tags each one (`crate::vlan`).
 pub(crate) fn encapsulate_oversize<P: PacketBuf>(
     pkt: &mut P,
     ip: &L3Layout,
@@ -106,27 +105,45 @@ pub(crate) fn encapsulate_oversize<P: PacketBuf>(
     port: &PortState,
     flow_hash: u64,
 ) -> Result<(), DropReason> {
-    let limit = usize::from(u16::MAX);
-    encapsulate_within(pkt, ip, encap, backend, port, flow_hash, limit, true)
+    let out = Egress {
+        port,
+        vlan: None,
+        limit: usize::from(u16::MAX),
+        to_fragment: true,
+    };
+    encapsulate_within(pkt, ip, encap, backend, out, flow_hash)
+}
+
+/// How the encapsulated packet leaves: the port (MAC, addresses), the
+/// 802.1Q tag of its Ethernet header, the longest IP packet allowed, and
+/// whether it is about to be fragmented (then an outer IPv4 header gets DF
+/// clear).
+#[derive(Copy, Clone)]
+struct Egress<'a> {
+    port: &'a PortState,
+    vlan: Option<u16>,
+    limit: usize,
+    to_fragment: bool,
 }
 
 /// The encapsulation, refusing (untouched) an IP packet that would leave
-/// longer than `limit` bytes; `to_fragment`: the outer packet is about to
-/// be fragmented, so an outer IPv4 header gets DF clear. Always inlined:
-/// [`encapsulate`] compiles to what it was before fragmentation existed,
-/// the check one comparison.
-#[allow(clippy::too_many_arguments)]
+/// longer than `out.limit` bytes. Always inlined: [`encapsulate`] compiles
+/// to what it was before fragmentation existed, the check one comparison.
 #[inline(always)]
 fn encapsulate_within<P: PacketBuf>(
     pkt: &mut P,
     ip: &L3Layout,
     encap: Encapsulation,
     backend: &BackendState,
-    port: &PortState,
+    out: Egress<'_>,
     flow_hash: u64,
-    limit: usize,
-    to_fragment: bool,
 ) -> Result<(), DropReason> {
+    let Egress {
+        port,
+        vlan,
+        limit,
+        to_fragment,
+    } = out;
     let next_hop = backend
         .egress
         .next_hop_mac
@@ -141,7 +158,7 @@ fn encapsulate_within<P: PacketBuf>(
         }),
     };
     let Some(tunnel) = tunnel else {
-        return l2_dsr(pkt, ip, next_hop, port, limit);
+        return l2_dsr(pkt, ip, next_hop, out);
     };
     // FR-5: the outer family is the backend's; the inner one is whatever
     // the client sent (IPv4-in-IPv6 and IPv6-in-IPv4 included).
@@ -156,18 +173,19 @@ fn encapsulate_within<P: PacketBuf>(
     if outer_ip_len > limit {
         return Err(DropReason::MtuExceeded);
     }
-    let headers = ethernet::HEADER_LEN + outer.header_len() + tunnel_len;
-    replace_l2(pkt, ip, headers)?;
-    let buf = pkt.data_mut();
-    let (eth, rest) = buf
-        .split_first_chunk_mut::<{ ethernet::HEADER_LEN }>()
-        .ok_or(DropReason::NoHeadroom)?;
-    EthernetRepr {
+    let eth = EthernetRepr {
         dst: next_hop,
         src: port.mac,
+        vlan,
         ethertype: outer.ethertype(),
-    }
-    .emit(eth);
+    };
+    let headers = eth.header_len() + outer.header_len() + tunnel_len;
+    replace_l2(pkt, ip, headers)?;
+    let buf = pkt.data_mut();
+    eth.emit(buf).map_err(|_| DropReason::NoHeadroom)?;
+    let rest = buf
+        .get_mut(eth.header_len()..)
+        .ok_or(DropReason::NoHeadroom)?;
     let rest = match outer {
         Outer::V4 { src, dst } => {
             let (h, rest) = rest
@@ -336,30 +354,26 @@ fn emit_outer_ipv4(
     .map_err(|_| DropReason::MtuExceeded)
 }
 
-/// Layer-2 DSR: a plain Ethernet header to the backend's next hop, VLAN
-/// tags of the client side removed, the IP packet byte for byte.
+/// Layer-2 DSR: an Ethernet header to the backend's next hop (VLAN tags of
+/// the client side removed, the egress port's own tag added), the IP
+/// packet byte for byte.
 fn l2_dsr<P: PacketBuf>(
     pkt: &mut P,
     ip: &L3Layout,
     next_hop: MacAddr,
-    port: &PortState,
-    limit: usize,
+    out: Egress<'_>,
 ) -> Result<(), DropReason> {
-    if ip.ip_len > limit {
+    if ip.ip_len > out.limit {
         return Err(DropReason::MtuExceeded);
     }
-    replace_l2(pkt, ip, ethernet::HEADER_LEN)?;
-    let (eth, _) = pkt
-        .data_mut()
-        .split_first_chunk_mut::<{ ethernet::HEADER_LEN }>()
-        .ok_or(DropReason::NoHeadroom)?;
-    EthernetRepr {
+    let eth = EthernetRepr {
         dst: next_hop,
-        src: port.mac,
+        src: out.port.mac,
+        vlan: out.vlan,
         ethertype: ip.ethertype,
-    }
-    .emit(eth);
-    Ok(())
+    };
+    replace_l2(pkt, ip, eth.header_len())?;
+    eth.emit(pkt.data_mut()).map_err(|_| DropReason::NoHeadroom)
 }
 
 /// Cuts Ethernet padding after the IP packet (inside a tunnel it would

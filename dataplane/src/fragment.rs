@@ -58,8 +58,9 @@ use crate::wire::L3Layout;
 /// the worker's buffer array fixed. Beyond it: `mtu_exceeded`.
 pub const MAX_FRAGMENTS: usize = 64;
 
-/// The Ethernet header in front of every fragment: the encapsulation always
-/// writes a plain, untagged one.
+/// The Ethernet header in front of every fragment: the oversize
+/// encapsulation always writes a plain, untagged one (on a trunk port the
+/// worker pushes the 802.1Q tag onto each fragment, `crate::vlan`).
 const L2_LEN: usize = ethernet::HEADER_LEN;
 const IPV4_MF: u16 = 0x2000;
 const IPV4_DF: u16 = 0x4000;

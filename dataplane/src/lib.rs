@@ -20,6 +20,7 @@ pub mod rules;
 pub mod snapshot;
 pub mod stats;
 pub mod steering;
+pub mod vlan;
 pub mod wire;
 pub mod worker;
 

@@ -15,12 +15,13 @@ use std::net::IpAddr;
 use crate::encap::OUTER_TTL;
 use crate::packet::PacketBuf;
 use crate::snapshot::{BackendId, BackendState, Encapsulation, ForwardingState, PortState};
-use crate::wire::ethernet::{self, ETHERTYPE_IPV4};
+use crate::wire::ethernet::{self, EthernetRepr, ETHERTYPE_IPV4};
 use crate::wire::proto::{GRE, IPV4_IN_IP};
 use crate::wire::{gre, ipv4, L3Layout};
 
-/// Ethernet + IPv4 + GRE: the longest header built here.
-const MAX_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + gre::HEADER_LEN;
+/// Ethernet with an 802.1Q tag + IPv4 + GRE: the longest header built here.
+const MAX_LEN: usize =
+    ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + ipv4::HEADER_LEN + gre::HEADER_LEN;
 /// DF in the flags byte.
 const DF_BIT: u8 = 0x40;
 
@@ -28,8 +29,12 @@ const DF_BIT: u8 = 0x40;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct OuterHeader {
     bytes: [u8; MAX_LEN],
-    /// Bytes used: 14 (layer 2), 34 (IP-in-IP), 38 (GRE).
+    /// Bytes used: 14 (layer 2), 34 (IP-in-IP), 38 (GRE); 4 more each
+    /// on a trunk port (the 802.1Q tag).
     len: u8,
+    /// Bytes of the Ethernet header: 14, or 18 with the tag. The outer
+    /// IPv4 header, if any, follows.
+    l2_len: u8,
     /// Ones' complement sum of the outer IPv4 header with total length,
     /// flags and checksum zero (not yet folded).
     partial_sum: u32,
@@ -45,16 +50,21 @@ impl OuterHeader {
     pub fn build(encap: Encapsulation, backend: &BackendState, port: &PortState) -> Option<Self> {
         let next_hop = backend.egress.next_hop_mac?;
         let mut bytes = [0u8; MAX_LEN];
-        let outer_ethertype = ETHERTYPE_IPV4.to_be_bytes();
-        bytes[0..6].copy_from_slice(&next_hop);
-        bytes[6..12].copy_from_slice(&port.mac);
-        bytes[12..14].copy_from_slice(&outer_ethertype);
+        let eth = EthernetRepr {
+            dst: next_hop,
+            src: port.mac,
+            vlan: port.vlan,
+            ethertype: ETHERTYPE_IPV4,
+        };
+        eth.emit(&mut bytes).ok()?;
+        let l2 = eth.header_len();
         let mtu = usize::from(port.mtu);
         let (protocol, tunnel_len) = match encap {
             Encapsulation::L2 => {
                 return Some(Self {
                     bytes,
-                    len: ethernet::HEADER_LEN as u8,
+                    len: l2 as u8,
+                    l2_len: l2 as u8,
                     partial_sum: 0,
                     max_inner_len: u16::try_from(mtu).unwrap_or(u16::MAX),
                     port: backend.egress.port,
@@ -67,7 +77,7 @@ impl OuterHeader {
         let (IpAddr::V4(dst), Some(src)) = (backend.address, port.ipv4) else {
             return None;
         };
-        let ip = &mut bytes[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::HEADER_LEN];
+        let ip = &mut bytes[l2..l2 + ipv4::HEADER_LEN];
         ip[0] = 0x45;
         ip[8] = OUTER_TTL;
         ip[9] = protocol;
@@ -78,13 +88,14 @@ impl OuterHeader {
             .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
             .sum();
         if tunnel_len > 0 {
-            let at = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+            let at = l2 + ipv4::HEADER_LEN;
             bytes[at + 2..at + 4].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
         }
         let overhead = ipv4::HEADER_LEN + tunnel_len;
         Some(Self {
             bytes,
-            len: (ethernet::HEADER_LEN + overhead) as u8,
+            len: (l2 + overhead) as u8,
+            l2_len: l2 as u8,
             partial_sum,
             max_inner_len: u16::try_from(mtu.saturating_sub(overhead)).unwrap_or(u16::MAX),
             port: backend.egress.port,
@@ -110,25 +121,28 @@ impl OuterHeader {
         }
         pkt.truncate(len + ip.ip_len);
         let data = pkt.data_mut();
-        // One fixed-size copy per header kind. From here on nothing can
+        // One fixed-size copy per header length. From here on nothing can
         // fail: the packet is now `len` + `ip_len` bytes long, at least as
         // long as the header (the false returns below are unreachable).
         let copied = match len {
+            GRE_TAGGED_LEN => put::<GRE_TAGGED_LEN>(data, &self.bytes),
             GRE_LEN => put::<GRE_LEN>(data, &self.bytes),
             IPIP_LEN => put::<IPIP_LEN>(data, &self.bytes),
+            L2_TAGGED_LEN => put::<L2_TAGGED_LEN>(data, &self.bytes),
             _ => put::<{ ethernet::HEADER_LEN }>(data, &self.bytes),
         };
         // Layer 2 has no outer IPv4 header to patch.
-        if len == ethernet::HEADER_LEN || !copied {
+        let l2 = usize::from(self.l2_len);
+        if len == l2 || !copied {
             return copied;
         }
         let Some(h) = data
-            .get_mut(ethernet::HEADER_LEN..)
+            .get_mut(l2..)
             .and_then(|d| d.first_chunk_mut::<{ ipv4::HEADER_LEN }>())
         else {
             return false;
         };
-        let total = (len - ethernet::HEADER_LEN + ip.ip_len) as u16;
+        let total = (len - l2 + ip.ip_len) as u16;
         let flags = if ip.dont_fragment { DF_BIT } else { 0 };
         let mut sum = self.partial_sum + u32::from(total) + (u32::from(flags) << 8);
         sum = (sum & 0xffff) + (sum >> 16);
@@ -144,8 +158,12 @@ impl OuterHeader {
     }
 }
 
-const GRE_LEN: usize = MAX_LEN;
+/// The header lengths (a tagged IP-in-IP header is as long as an untagged
+/// GRE one, and copied alike).
+const GRE_TAGGED_LEN: usize = MAX_LEN;
+const GRE_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + gre::HEADER_LEN;
 const IPIP_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
+const L2_TAGGED_LEN: usize = ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN;
 
 /// Copies the first `N` bytes of `bytes` to the front of `data`.
 #[inline(always)]

@@ -107,8 +107,9 @@ pub struct Balance {
     pub icmp_error: bool,
 }
 
-/// Decides what to do with one packet received on `rx_port`, rewriting it in
-/// place when it is forwarded. The worker runs the two stages over a whole
+/// Decides what to do with one packet received on `rx_port` (config index;
+/// a trunk port drops frames without its tag), rewriting it in place when
+/// it is forwarded. The worker runs the two stages over a whole
 /// burst instead ([`classify`] for every packet, then [`deliver`]), so the
 /// Maglev-slot and headroom cache misses of different packets overlap.
 pub fn process<P: PacketBuf>(
@@ -117,7 +118,10 @@ pub fn process<P: PacketBuf>(
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Verdict {
-    let _ = rx_port;
+    let vlan = state.ports.get(usize::from(rx_port)).and_then(|p| p.vlan);
+    if vlan.is_some_and(|vid| !crate::vlan::accepts(pkt.data(), vid)) {
+        return Verdict::Drop(DropReason::WrongVlan);
+    }
     match classify(pkt.data(), state) {
         Stage::Done(v) => v,
         Stage::Balance(b) => deliver(pkt, &b, state, ctx),

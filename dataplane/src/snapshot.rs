@@ -314,6 +314,9 @@ pub struct PortState {
     pub ipv4: Option<Ipv4Addr>,
     pub ipv6: Option<Ipv6Addr>,
     pub mtu: u16,
+    /// Trunk port: the 802.1Q VLAN every frame it sends carries and every
+    /// frame it receives must carry as its outer tag (see [`crate::vlan`]).
+    pub vlan: Option<u16>,
 }
 
 /// Client subnets of one zone (SPEC §6), for the per-zone table variants.

@@ -16,6 +16,7 @@ use crate::drop_reason::DropReason;
 use crate::pipeline::{PipelineCtx, Verdict};
 use crate::snapshot::{ForwardingState, Millis, SnapshotCell};
 use crate::stats::WorkerStats;
+use crate::vlan;
 
 pub mod burst;
 mod fragments;
@@ -237,7 +238,11 @@ impl Lanes {
             index: self.index,
             workers: self.steer_bursts.len(),
         });
-        self.stages.prepare(burst.iter(), state, &self.ctx, steer);
+        // Trunk port: frames without its tag are dropped in stage 1.
+        // Steered packets (no `rx_port`) passed that check where received.
+        let vlan = rx_port.and_then(|p| state.ports.get(p)?.vlan);
+        self.stages
+            .prepare(burst.iter(), state, &self.ctx, steer, vlan);
         for (i, mut m) in burst.drain().enumerate() {
             let verdict = match self.stages.deliver(i, &mut m, state, &mut self.ctx) {
                 Outcome::Steer(to) => {
@@ -277,6 +282,12 @@ impl Lanes {
                 }
                 Verdict::Punt => {
                     let port = rx_port.unwrap_or_else(|| self.port_index(&m));
+                    // The kernel sees a trunk port's traffic untagged (its
+                    // TAP carries the port's addresses); stage 1 made sure
+                    // the tag is there.
+                    if state.ports.get(port).is_some_and(|p| p.vlan.is_some()) {
+                        vlan::pop_tag(&mut m);
+                    }
                     punt(
                         &mut self.exception,
                         &mut self.punt_bursts,
@@ -364,7 +375,8 @@ impl Lanes {
                     flush_punted(&mut q.tx, burst, &self.stats, port_idx);
                 }
                 if let Some(txq) = self.tx.get_mut(port_idx) {
-                    inject(q, txq, scratch, &self.stats, port_idx);
+                    let vlan = self.state.ports.get(port_idx).and_then(|p| p.vlan);
+                    inject(q, txq, scratch, &self.stats, port_idx, vlan);
                 }
             }
         }
@@ -442,17 +454,31 @@ fn flush_punted(txq: &mut TxQueue, burst: &mut MbufBurst, stats: &WorkerStats, p
 }
 
 /// AP-4: transmits on the data port what the kernel sent on its TAP (ARP
-/// and ND answers, ICMP, health-check probes, BGP, management). One burst
-/// per poll: the kernel's traffic is light, and the data path comes first.
+/// and ND answers, ICMP, health-check probes, BGP, management), with the
+/// port's 802.1Q tag pushed on a trunk port. One burst per poll: the
+/// kernel's traffic is light, and the data path comes first.
 fn inject(
     q: &mut ExceptionQueues,
     txq: &mut TxQueue,
     burst: &mut MbufBurst,
     stats: &WorkerStats,
     port_idx: usize,
+    vlan: Option<u16>,
 ) {
     if q.rx.rx_burst(burst, MAX_BURST) == 0 {
         return;
+    }
+    if let Some(vid) = vlan {
+        // Cannot fail: the TAP's buffers come with the pool's headroom. If
+        // one did, the burst is not sent half untagged onto the VLAN.
+        let tagged = burst.iter_mut().all(|m| vlan::push_tag(m, vid));
+        if !tagged {
+            let n = burst.clear() as u64;
+            if let Some(pc) = stats.ports.get(port_idx) {
+                pc.inject_failed.add(n);
+            }
+            return;
+        }
     }
     let sent = txq.tx_burst(burst) as u64;
     let unsent = burst.clear() as u64;

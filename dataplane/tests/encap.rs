@@ -25,6 +25,7 @@ fn port(mtu: u16) -> PortState {
         ipv4: Some(v4("10.0.0.1")),
         ipv6: Some(v6("fd00::1")),
         mtu,
+        vlan: None,
     }
 }
 

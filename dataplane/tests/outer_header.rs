@@ -3,7 +3,8 @@
 //! header applies, the frame it writes is byte for byte the one the
 //! general path writes — layer-2 DSR, GRE and IP-in-IP, with and without
 //! VLAN tags on the client side, DF set or clear, Ethernet padding, sizes
-//! up to and past the egress MTU. Where it does not apply (inner IPv6,
+//! up to and past the egress MTU, out of untagged and trunk ports (802.1Q
+//! tag on the egress side). Where it does not apply (inner IPv6,
 //! GUE, an IPv6 or missing outer address, unresolved next hop, oversize,
 //! too little headroom) the packet must be untouched.
 
@@ -32,6 +33,17 @@ fn port(mtu: u16, with_v4: bool) -> PortState {
         ipv4: with_v4.then(|| v4("10.0.0.1")),
         ipv6: Some(v6("fd00::1")),
         mtu,
+        vlan: None,
+    }
+}
+
+/// VLAN of the trunk port cases.
+const EGRESS_VLAN: u16 = 100;
+
+fn trunk(mtu: u16, with_v4: bool) -> PortState {
+    PortState {
+        vlan: Some(EGRESS_VLAN),
+        ..port(mtu, with_v4)
     }
 }
 
@@ -92,6 +104,21 @@ fn ap_3_prebuilt_headers_apply_to_inner_ipv4_within_the_mtu() {
             assert_eq!(fast, general, "{encap:?} vlan={vlan} df={df}");
         }
     }
+    // Out of a trunk port: the tag after the MACs, then what an untagged
+    // port sends (the IP packet 4 bytes further on).
+    for encap in [Encapsulation::L2, Encapsulation::Gre, Encapsulation::Ipip] {
+        for vlan in [false, true] {
+            let f = frame(vlan, false, true, 100, 0);
+            let (applied, fast, ok, general) = both(&f, 64, encap, &b4, &trunk(1500, true));
+            assert_eq!(applied, Some(true), "{encap:?} vlan={vlan}");
+            assert!(ok);
+            assert_eq!(fast, general, "{encap:?} vlan={vlan}");
+            let (_, untagged, _, _) = both(&f, 64, encap, &b4, &port(1500, true));
+            assert_eq!(&fast[12..16], &[0x81, 0x00, 0x00, EGRESS_VLAN as u8]);
+            assert_eq!(fast[..12], untagged[..12]);
+            assert_eq!(fast[16..], untagged[12..], "{encap:?}");
+        }
+    }
     // No header is built where the general path must decide.
     let b6 = backend(ip("fd00::9"), Some(NEXT_HOP_MAC));
     let unresolved = backend(ip("10.9.0.5"), None);
@@ -112,6 +139,7 @@ proptest! {
         port_v4 in any::<bool>(),
         resolved in any::<bool>(),
         vlan in any::<bool>(),
+        egress_vlan in any::<bool>(),
         v6_inner in any::<bool>(),
         df in any::<bool>(),
         payload in 0usize..1600,
@@ -128,7 +156,8 @@ proptest! {
         let address = if v6_backend { ip("fd00::9") } else { ip("10.9.0.5") };
         let b = backend(address, resolved.then_some(NEXT_HOP_MAC));
         let f = frame(vlan, v6_inner, df, payload, pad);
-        let (applied, fast, ok, general) = both(&f, headroom, encap, &b, &port(mtu, port_v4));
+        let p = if egress_vlan { trunk(mtu, port_v4) } else { port(mtu, port_v4) };
+        let (applied, fast, ok, general) = both(&f, headroom, encap, &b, &p);
         match applied {
             Some(true) => {
                 prop_assert!(ok, "general path refused what the prebuilt header took");

@@ -136,7 +136,7 @@ fuzz_target!(|data: &[u8]| {
                 index: queue,
                 workers,
             });
-            w.stages.prepare(pkts.iter(), st, &w.staged, steer);
+            w.stages.prepare(pkts.iter(), st, &w.staged, steer, None);
             for (i, (mut pkt, frame)) in pkts.into_iter().zip(mine).enumerate() {
                 match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => {
@@ -164,7 +164,7 @@ fuzz_target!(|data: &[u8]| {
             }
             let w = &mut pool[owner];
             w.stages
-                .prepare(inbound.iter().map(|(p, _)| p), st, &w.staged, None);
+                .prepare(inbound.iter().map(|(p, _)| p), st, &w.staged, None, None);
             for (i, (mut pkt, frame)) in inbound.into_iter().enumerate() {
                 match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => panic!("a steered packet was steered again, to {to}"),

@@ -80,6 +80,7 @@ pub fn state(mtu: u16) -> ForwardingState {
             // Both families, so outer IPv6 (backend 1) is reached too.
             ipv6: Some(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0xfe)),
             mtu,
+            vlan: None,
         }],
         zones: Default::default(),
         outer_headers: Default::default(),

@@ -24,7 +24,7 @@ pub(crate) fn check(cx: &mut Ctx<'_>, raw: &RawDataplane, dp: &DataplaneConfig) 
     for (raw_port, port) in raw.port.iter().zip(&dp.ports) {
         let device = &raw_port.get_ref().device;
         let at = format!("dataplane.port {:?}.device", port.name);
-        if let Some(problem) = af_packet_slot(&port.device, port.mtu) {
+        if let Some(problem) = af_packet_slot(&port.device, port.mtu, port.vlan.is_some()) {
             cx.err(device.span(), &at, problem);
         }
     }
@@ -33,11 +33,13 @@ pub(crate) fn check(cx: &mut Ctx<'_>, raw: &RawDataplane, dp: &DataplaneConfig) 
 
 /// A `net_af_packet` device whose frame slot cannot hold a frame of the
 /// port's MTU (or whose slot does not fit its block).
-fn af_packet_slot(device: &str, mtu: u16) -> Option<(String, String)> {
+fn af_packet_slot(device: &str, mtu: u16, tagged: bool) -> Option<(String, String)> {
     if !mbuf_pool::is_af_packet(device) {
         return None;
     }
-    let frame = usize::from(mtu) + 14;
+    // A trunk port's frames carry the 802.1Q tag on the wire.
+    let l2 = if tagged { 18 } else { 14 };
+    let frame = usize::from(mtu) + l2;
     let need = (frame + AF_PACKET_SLOT_OVERHEAD).next_multiple_of(16);
     let block_for = |framesz: usize| framesz.next_power_of_two().max(AF_PACKET_DEFAULT_BLOCKSZ);
     let Some(framesz) = mbuf_pool::af_packet_framesz(device) else {
@@ -62,7 +64,7 @@ fn af_packet_slot(device: &str, mtu: u16) -> Option<(String, String)> {
     }
     let holds = framesz.saturating_sub(AF_PACKET_SLOT_OVERHEAD);
     if holds < frame {
-        let largest_mtu = holds.saturating_sub(14);
+        let largest_mtu = holds.saturating_sub(l2);
         return Some((
             format!(
                 "mtu {mtu} needs {frame}-byte frames, but net_af_packet's frame slot \
@@ -136,16 +138,25 @@ mod tests {
     #[test]
     fn af_packet_slots_are_checked_against_the_mtu() {
         // 1500 + 14 + 66 = 1580 fits the default 2048.
-        assert!(af_packet_slot("net_af_packet0,iface=lb0", 1500).is_none());
-        assert!(af_packet_slot("net_af_packet0,iface=lb0", 1968).is_none());
-        let (msg, hint) = af_packet_slot("net_af_packet0,iface=lb0", 1969).unwrap();
+        assert!(af_packet_slot("net_af_packet0,iface=lb0", 1500, false).is_none());
+        assert!(af_packet_slot("net_af_packet0,iface=lb0", 1968, false).is_none());
+        let (msg, hint) = af_packet_slot("net_af_packet0,iface=lb0", 1969, false).unwrap();
         assert!(msg.contains("at most 1982 bytes"), "{msg}");
         assert!(hint.contains("framesz=2064,blocksz=4096"), "{hint}");
-        assert!(
-            af_packet_slot("net_af_packet0,iface=lb0,framesz=9088,blocksz=16384", 9000).is_none()
-        );
-        let (msg, _) = af_packet_slot("net_af_packet0,iface=lb0,framesz=9088", 9000).unwrap();
+        assert!(af_packet_slot(
+            "net_af_packet0,iface=lb0,framesz=9088,blocksz=16384",
+            9000,
+            false
+        )
+        .is_none());
+        let (msg, _) =
+            af_packet_slot("net_af_packet0,iface=lb0,framesz=9088", 9000, false).unwrap();
         assert!(msg.contains("blocksz (4096)"), "{msg}");
-        assert!(af_packet_slot("net_pcap0,framesz=64", 9000).is_none());
+        assert!(af_packet_slot("net_pcap0,framesz=64", 9000, false).is_none());
+        // A trunk port's frames are 4 bytes longer.
+        assert!(af_packet_slot("net_af_packet0,iface=lb0", 1964, true).is_none());
+        let (msg, hint) = af_packet_slot("net_af_packet0,iface=lb0", 1965, true).unwrap();
+        assert!(msg.contains("1983-byte frames"), "{msg}");
+        assert!(hint.contains("at most 1964"), "{hint}");
     }
 }

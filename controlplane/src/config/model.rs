@@ -142,6 +142,10 @@ pub struct PortConfig {
     /// The appliance's IPv6 address on this port, with its subnet.
     pub ipv6: Option<Cidr>,
     pub mtu: u16,
+    /// Trunk port: the 802.1Q VLAN ID (1..=4094) of every frame the port
+    /// sends and receives; its TAP carries the same traffic untagged.
+    /// None: frames leave untagged (and any tag is accepted on receive).
+    pub vlan: Option<u16>,
     /// AP-4: name of the kernel TAP interface of this port's exception
     /// path (ARP/ND, ICMP and health checks to the appliance's addresses).
     /// None: no exception path; such packets are dropped and counted.

@@ -46,6 +46,7 @@ pub(crate) struct RawPort {
     pub address: Option<S<String>>,
     pub address6: Option<S<String>>,
     pub mtu: Option<S<i64>>,
+    pub vlan: Option<S<i64>>,
     pub tap: Option<S<String>>,
     pub gateway: Option<S<String>>,
     pub gateway6: Option<S<String>>,

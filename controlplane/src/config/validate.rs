@@ -373,6 +373,16 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
         &format!("{at}.mtu"),
         "mtu",
     );
+    let vlan = p
+        .vlan
+        .as_ref()
+        .and_then(|v| match values::vlan_id(*v.get_ref()) {
+            Ok(id) => Some(id),
+            Err(problem) => {
+                cx.err(v.span(), &format!("{at}.vlan"), problem);
+                None
+            }
+        });
     let tap = p
         .tap
         .as_ref()
@@ -418,6 +428,7 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
         ipv4,
         ipv6,
         mtu,
+        vlan,
         tap,
         gateways,
     }

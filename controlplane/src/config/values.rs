@@ -202,6 +202,21 @@ pub(crate) fn int_in<T: TryFrom<i64>>(v: i64, lo: i64, hi: i64, what: &str) -> R
     T::try_from(v).map_err(|_| (format!("{what} {v} is out of range"), String::new()))
 }
 
+/// An 802.1Q VLAN ID a trunk port may carry: 1..=4094 (0 marks a
+/// priority-tagged frame of no VLAN, 4095 is reserved).
+pub(crate) fn vlan_id(v: i64) -> Result<u16, Problem> {
+    let hint = "use a VLAN ID from 1 to 4094, or remove `vlan` for an untagged port";
+    match v {
+        1..=4094 => Ok(v as u16),
+        0 => Err((
+            "vlan 0 is not a VLAN: ID 0 marks priority-tagged frames".into(),
+            hint.into(),
+        )),
+        4095 => Err(("vlan 4095 is reserved by 802.1Q".into(), hint.into())),
+        _ => Err((format!("vlan {v} is out of range"), hint.into())),
+    }
+}
+
 /// `"80"`, `"8000-8080"` or `"ALL"` (FR-1).
 pub(crate) fn port_range(s: &str) -> Result<PortRange, Problem> {
     let hint = "write one port (\"80\"), an inclusive range (\"8000-8080\") or \"ALL\"";

@@ -165,6 +165,7 @@ pub fn build_forwarding_state_with(
                 IpAddr::V4(_) => None,
             }),
             mtu: p.mtu,
+            vlan: p.vlan,
         })
         .collect();
 

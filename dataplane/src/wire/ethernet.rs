@@ -1,6 +1,6 @@
 //! Ethernet II with up to two VLAN tags (802.1Q 0x8100, 802.1ad 0x88a8).
 
-use super::{field, put, Error};
+use super::{field, Error};
 
 pub const HEADER_LEN: usize = 14;
 pub const VLAN_TAG_LEN: usize = 4;
@@ -89,19 +89,59 @@ impl<'a> EthernetFrame<'a> {
     }
 }
 
-/// An untagged Ethernet header to emit.
+/// The 12-bit VLAN identifier of a tag control field (PCP and DEI cut).
+pub const VID_MASK: u16 = 0x0fff;
+
+/// The VLAN ID of the frame's outer tag when that tag is 802.1Q (0x8100);
+/// None for an untagged frame, an 802.1ad outer tag or a short frame.
+#[inline(always)]
+pub fn outer_vlan_id(frame: &[u8]) -> Option<u16> {
+    let h = frame.get(12..16)?;
+    (u16::from_be_bytes([h[0], h[1]]) == ETHERTYPE_VLAN)
+        .then(|| u16::from_be_bytes([h[2], h[3]]) & VID_MASK)
+}
+
+/// An Ethernet header to emit: untagged, or with one 802.1Q tag (PCP and
+/// DEI 0) when `vlan` is set.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct EthernetRepr {
     pub dst: MacAddr,
     pub src: MacAddr,
+    pub vlan: Option<u16>,
     pub ethertype: u16,
 }
 
+/// Bytes of the Ethernet header a frame with `vlan` starts with: 14, or 18
+/// with the tag.
+#[inline(always)]
+pub const fn header_len_with(vlan: Option<u16>) -> usize {
+    match vlan {
+        Some(_) => HEADER_LEN + VLAN_TAG_LEN,
+        None => HEADER_LEN,
+    }
+}
+
 impl EthernetRepr {
-    pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
-        put::<0, 6, HEADER_LEN>(hdr, self.dst);
-        put::<6, 6, HEADER_LEN>(hdr, self.src);
-        put::<12, 2, HEADER_LEN>(hdr, self.ethertype.to_be_bytes());
+    pub fn header_len(&self) -> usize {
+        header_len_with(self.vlan)
+    }
+
+    /// Writes the header over the first [`EthernetRepr::header_len`] bytes
+    /// of `buf`.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<(), Error> {
+        let hdr = buf.get_mut(..self.header_len()).ok_or(Error::Truncated)?;
+        hdr[0..6].copy_from_slice(&self.dst);
+        hdr[6..12].copy_from_slice(&self.src);
+        let tail = match self.vlan {
+            Some(vid) => {
+                hdr[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+                hdr[14..16].copy_from_slice(&(vid & VID_MASK).to_be_bytes());
+                16
+            }
+            None => 12,
+        };
+        hdr[tail..tail + 2].copy_from_slice(&self.ethertype.to_be_bytes());
+        Ok(())
     }
 }
 
@@ -179,17 +219,39 @@ mod tests {
 
     #[test]
     fn emit_round_trips() {
-        let mut h = [0u8; HEADER_LEN];
-        EthernetRepr {
-            dst: DST,
-            src: SRC,
-            ethertype: ETHERTYPE_IPV6,
+        for vlan in [None, Some(1), Some(100), Some(4094)] {
+            let repr = EthernetRepr {
+                dst: DST,
+                src: SRC,
+                vlan,
+                ethertype: ETHERTYPE_IPV6,
+            };
+            let mut h = vec![0u8; repr.header_len()];
+            repr.emit(&mut h).unwrap();
+            let e = EthernetFrame::new_checked(&h).unwrap();
+            assert_eq!(
+                (e.dst(), e.src(), e.ethertype()),
+                (DST, SRC, ETHERTYPE_IPV6)
+            );
+            assert_eq!(e.vlan_tags(), vlan.as_slice());
+            assert_eq!(outer_vlan_id(&h), vlan);
+            assert_eq!(
+                repr.emit(&mut h[..repr.header_len() - 1]),
+                Err(Error::Truncated)
+            );
         }
-        .emit(&mut h);
-        let e = EthernetFrame::new_checked(&h).unwrap();
-        assert_eq!(
-            (e.dst(), e.src(), e.ethertype()),
-            (DST, SRC, ETHERTYPE_IPV6)
-        );
+    }
+
+    #[test]
+    fn outer_vlan_id_is_802_1q_only() {
+        let f = frame(&[ETHERTYPE_VLAN], ETHERTYPE_IPV4, &[]);
+        assert_eq!(outer_vlan_id(&f), Some(100));
+        let f = frame(&[ETHERTYPE_QINQ, ETHERTYPE_VLAN], ETHERTYPE_IPV4, &[]);
+        assert_eq!(outer_vlan_id(&f), None);
+        let mut f = frame(&[ETHERTYPE_VLAN], ETHERTYPE_IPV4, &[]);
+        f[14] = 0xe0; // PCP 7 on VID 100
+        assert_eq!(outer_vlan_id(&f), Some(100));
+        assert_eq!(outer_vlan_id(&frame(&[], ETHERTYPE_IPV4, &[])), None);
+        assert_eq!(outer_vlan_id(&f[..15]), None);
     }
 }

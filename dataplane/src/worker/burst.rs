@@ -12,6 +12,7 @@ use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{self, Balance, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
 use crate::steering;
+use crate::vlan;
 
 /// A packet the staged burst can run over.
 pub trait BurstPacket: PacketBuf {
@@ -97,8 +98,10 @@ impl BurstStages {
     /// are left as `Shutdown` drops), the steering decision when `steer`
     /// is given, and the conntrack pass: every tracked packet's key built
     /// and its home entry requested before any packet is delivered, so
-    /// the misses of different packets overlap. Follow with
-    /// [`BurstStages::deliver`] for each packet, in order.
+    /// the misses of different packets overlap. `vlan`: the receive port
+    /// is a trunk port of that VLAN, whose other frames are dropped
+    /// (`wrong_vlan`). Follow with [`BurstStages::deliver`] for each
+    /// packet, in order.
     #[inline]
     pub fn prepare<'a, P, I>(
         &mut self,
@@ -106,6 +109,7 @@ impl BurstStages {
         state: &ForwardingState,
         ctx: &PipelineCtx,
         steer: Option<SteerFor>,
+        vlan: Option<u16>,
     ) where
         P: BurstPacket + 'a,
         I: Iterator<Item = &'a P> + Clone,
@@ -114,10 +118,12 @@ impl BurstStages {
         // net_pcap, whose copies leave them hot; revisit on real NICs.)
         let mut n = 0;
         for (m, stage) in packets.clone().zip(self.stages.iter_mut()) {
-            if m.is_contiguous() {
-                pipeline::classify_into(m.data(), state, stage);
-            } else {
+            if !m.is_contiguous() {
                 *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
+            } else if vlan.is_some_and(|vid| !vlan::accepts(m.data(), vid)) {
+                *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
+            } else {
+                pipeline::classify_into(m.data(), state, stage);
             }
             n += 1;
         }

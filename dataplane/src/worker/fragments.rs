@@ -10,6 +10,7 @@ use crate::fragment;
 use crate::packet::PacketBuf;
 use crate::snapshot::ForwardingState;
 use crate::stats::WorkerStats;
+use crate::vlan;
 
 /// Splits `m` (a `Verdict::Fragment` for port `out`) to that port's MTU and
 /// queues every fragment, first to last. Counts the packet once under
@@ -51,6 +52,17 @@ pub(super) fn send(
         // `m` and the fresh buffers go back to the pool on drop.
         stats.count_drop(reason, 1);
         return;
+    }
+    // A trunk port's tag goes onto every fragment (each has the headroom
+    // of its buffer; all or none, like the buffers).
+    if let Some(vid) = port.vlan {
+        let tagged = std::iter::once(&mut m)
+            .chain(extra.iter_mut())
+            .all(|f| vlan::push_tag(f, vid));
+        if !tagged {
+            stats.count_drop(DropReason::NoHeadroom, 1);
+            return;
+        }
     }
     if plan.count() > 1 {
         stats.fragmented.add(1);

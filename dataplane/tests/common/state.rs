@@ -162,6 +162,7 @@ pub fn state() -> ForwardingState {
                 ipv4: Some(v4("10.0.0.1")),
                 ipv6: Some(v6("fd00::1")),
                 mtu: 1500,
+                vlan: None,
             },
             PortState {
                 name: "p1".into(),
@@ -169,6 +170,7 @@ pub fn state() -> ForwardingState {
                 ipv4: Some(v4("10.0.1.1")),
                 ipv6: None,
                 mtu: 1500,
+                vlan: None,
             },
         ],
         zones: Default::default(),
