@@ -88,10 +88,7 @@ impl Plane {
         health: &HashMap<ProbeKey, ProbeStatus>,
     ) {
         let health = health.clone();
-        let inputs = BuildInputs {
-            health: Some(&health),
-            ..Default::default()
-        };
+        let inputs = BuildInputs::with_health(&health);
         self.generation += 1;
         let (state, reports) = build_forwarding_state_with(
             cfg,

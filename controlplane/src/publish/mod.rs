@@ -42,6 +42,17 @@ pub struct BuildInputs<'a> {
     pub neighbours: Option<&'a HashMap<IpAddr, Egress>>,
 }
 
+impl<'a> BuildInputs<'a> {
+    /// Inputs of a build that knows the probe states `health` and nothing
+    /// else (clock at 0, no neighbours learned).
+    pub fn with_health(health: &'a HashMap<ProbeKey, ProbeStatus>) -> Self {
+        Self {
+            health: Some(health),
+            ..Self::default()
+        }
+    }
+}
+
 /// Where packets for backend `b` leave: a static `mac =` wins (on the port
 /// whose subnet holds the backend); otherwise what the kernel resolved;
 /// otherwise unresolved (counted drops until it is).

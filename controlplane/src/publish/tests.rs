@@ -126,10 +126,7 @@ fn a_health_event_rebuilds_only_the_touched_service() {
     let mut ids = BackendIds::new();
     let mut memory = PolicyMemory::default();
     let mut build = |health: &HashMap<ProbeKey, ProbeStatus>, generation| {
-        let inputs = BuildInputs {
-            health: Some(health),
-            ..Default::default()
-        };
+        let inputs = BuildInputs::with_health(health);
         build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, generation).0
     };
     let first = build(&health, 1);
@@ -158,10 +155,7 @@ fn tables_built_counts_only_changed_services() {
     let mut health = all_healthy(&c);
     let mut ids = BackendIds::new();
     let mut memory = PolicyMemory::default();
-    let inputs = BuildInputs {
-        health: Some(&health),
-        ..Default::default()
-    };
+    let inputs = BuildInputs::with_health(&health);
     build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 1);
     assert_eq!(memory.tables_built(), 50);
     build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 2);
@@ -188,10 +182,7 @@ fn tables_built_counts_only_changed_services() {
         probe_key(hc, c.backend_services[7].backends[0].address),
         probe_status(false),
     );
-    let inputs = BuildInputs {
-        health: Some(&health),
-        ..Default::default()
-    };
+    let inputs = BuildInputs::with_health(&health);
     build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 4);
     assert_eq!(memory.tables_built(), 51, "one service touched");
 }
@@ -205,10 +196,7 @@ fn rebuilding_touched_services_equals_a_full_build() {
     let mut health = all_healthy(&c);
     let mut ids = BackendIds::new();
     let mut memory = PolicyMemory::default();
-    let inputs = BuildInputs {
-        health: Some(&health),
-        ..Default::default()
-    };
+    let inputs = BuildInputs::with_health(&health);
     let (first, reports) = build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, 1);
     let mut changes = Vec::new();
     for (position, b) in c.backend_services[9].backends[..3].iter().enumerate() {
@@ -220,10 +208,7 @@ fn rebuilding_touched_services_equals_a_full_build() {
             weight: 1,
         });
     }
-    let inputs = BuildInputs {
-        health: Some(&health),
-        ..Default::default()
-    };
+    let inputs = BuildInputs::with_health(&health);
     let (fast, fast_reports) = rebuild_services(&first, &reports, &c, &mut memory, &changes, 2);
     let mut full_memory = PolicyMemory::default();
     let mut full_ids = BackendIds::new();
