@@ -140,7 +140,7 @@ cmdline+=" default_hugepagesz=2M hugepagesz=2M hugepages=512 intel_iommu=on iomm
 step "configured (kernel $kver)"
 
 # --- (3) partitions and the GPT ----------------------------------------------
-esp=$work/esp.img cfg=$work/cfg.img rootimg=$work/root.img
+esp=$work/esp.img cfg=$work/cfg.img
 esp_mib=128 cfg_mib=16
 mkfs.vfat -n ESP -F 32 -C "$esp" $((esp_mib * 1024)) >/dev/null
 export MTOOLS_SKIP_CHECK=1
@@ -161,9 +161,9 @@ for f in "${cfg_files[@]}"; do mcopy -i "$cfg" "$f" "::/$(basename "$f")"; done
 
 used_mib=$(du -sm "$root" | cut -f1)
 root_mib=$((used_mib * 13 / 10 + 256))
-mkfs.ext4 -q -L sluice-root -E root_owner=0:0 -d "$root" "$rootimg" "${root_mib}M"
 
-# GPT: 1 MiB alignment; the backup header needs the last 33 sectors.
+# GPT: 1 MiB alignment; the backup header needs the last 33 sectors. The
+# root filesystem is made in place (mke2fs -E offset), the vfat ones copied.
 total_mib=$((1 + esp_mib + cfg_mib + root_mib + 1))
 rm -f "$out"
 truncate -s "${total_mib}M" "$out"
@@ -175,6 +175,7 @@ size=${root_mib}MiB, type=4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709, name="sluice-roo
 EOF
 dd if="$esp" of="$out" bs=1M seek=1 conv=notrunc,sparse status=none
 dd if="$cfg" of="$out" bs=1M seek=$((1 + esp_mib)) conv=notrunc,sparse status=none
-dd if="$rootimg" of="$out" bs=1M seek=$((1 + esp_mib + cfg_mib)) conv=notrunc,sparse status=none
+mkfs.ext4 -q -L sluice-root -E root_owner=0:0,offset=$(((1 + esp_mib + cfg_mib) * 1048576)) \
+  -d "$root" "$out" "${root_mib}M"
 rm -rf "$work"
 step "image $out ($(du -h --apparent-size "$out" | cut -f1), $(du -h "$out" | cut -f1) allocated): kernel command line: $cmdline"
