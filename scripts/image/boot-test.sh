@@ -12,7 +12,12 @@
 #   - the kernel reserved the 2 MiB hugepages and enabled the IOMMU
 #   - GET /metrics answers through QEMU user networking (hostfwd)
 #
-# Usage: scripts/image/boot-test.sh [--image FILE] [--deb PATH] [--timeout S]
+# Usage: scripts/image/boot-test.sh [--image FILE] [--deb PATH] [--timeout S] [--data-nic]
+#   --data-nic: the data port is a second virtio NIC (virtio 1.0 behind the
+#   IOMMU: disable-legacy=on,iommu_platform=on, PCI 0000:00:05.0) on a host
+#   TAP; the image's dpdk.service binds it to vfio-pci (dpdk-interfaces on
+#   SLUICECFG) and sluice drives it with net_virtio. Without it the data
+#   port is a net_tap vdev.
 #   Without --image it builds target/image/sluice-boot-test.img with
 #   scripts/image/build.sh --config boot-test/sluice.toml (rootfs cached).
 # KVM is used when /dev/kvm works, TCG otherwise.
@@ -23,11 +28,13 @@ here=scripts/image
 image=""
 deb_args=()
 timeout=600
+data_nic=0
 while (($#)); do
   case "$1" in
     --image) image=$2; shift 2 ;;
     --deb) deb_args=(--deb "$2"); shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
+    --data-nic) data_nic=1; shift ;;
     *) echo "boot-test.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -41,7 +48,9 @@ ovmf_vars=/usr/share/OVMF/OVMF_VARS_4M.fd
 
 run=$(mktemp -d /tmp/sluice-boot-test.XXXXXX)
 qemu_pid=""
+tap=""
 cleanup() {
+  [ -z "$tap" ] || ip link del "$tap" 2>/dev/null || true
   [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null || true
   [ -z "$qemu_pid" ] || wait "$qemu_pid" 2>/dev/null || true
   if [ "${keep:-0}" = 1 ]; then echo "boot-test: logs kept in $run"; else rm -rf "$run"; fi
@@ -50,9 +59,17 @@ trap cleanup EXIT
 
 if [ -z "$image" ]; then
   image=target/image/sluice-boot-test.img
-  sed 's/@DATA_DEVICE@/net_tap0,iface=dtap0/' "$here/boot-test/sluice.toml" >"$run/sluice.toml"
+  cfg_args=()
+  if ((data_nic)); then
+    image=target/image/sluice-boot-test-pci.img
+    sed 's/@DATA_DEVICE@/0000:00:05.0/' "$here/boot-test/sluice.toml" >"$run/sluice.toml"
+    printf 'pci\t0000:00:05.0\tvfio-pci\n' >"$run/dpdk-interfaces"
+    cfg_args=(--cfg-file "$run/dpdk-interfaces")
+  else
+    sed 's/@DATA_DEVICE@/net_tap0,iface=dtap0/' "$here/boot-test/sluice.toml" >"$run/sluice.toml"
+  fi
   t_build=$(date +%s)
-  "$here/build.sh" "${deb_args[@]}" --config "$run/sluice.toml" --out "$image"
+  "$here/build.sh" "${deb_args[@]}" --config "$run/sluice.toml" "${cfg_args[@]}" --out "$image"
   echo "boot-test: image built in $(($(date +%s) - t_build)) s"
 fi
 # The guest writes to a qcow2 overlay: the built image stays as built.
@@ -73,6 +90,14 @@ fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 serial=$run/serial.log
 : >"$serial"
+data_args=()
+if ((data_nic)); then
+  tap=slbt$$
+  ip tuntap add dev "$tap" mode tap
+  ip link set "$tap" up
+  data_args=(-netdev tap,id=data,ifname="$tap",script=no,downscript=no
+    -device virtio-net-pci,netdev=data,bus=pcie.0,addr=0x5,disable-legacy=on,iommu_platform=on)
+fi
 start_qemu() {
   local machine=q35 cpu=max
   # intremap with an in-kernel irqchip needs it split.
@@ -88,7 +113,7 @@ start_qemu() {
     -drive if=pflash,format=raw,unit=1,file="$run/vars.fd" \
     -drive if=virtio,format=qcow2,file="$run/disk.qcow2" \
     -netdev user,id=mgmt,hostfwd=tcp:127.0.0.1:"$port"-:9064 \
-    -device virtio-net-pci,netdev=mgmt \
+    -device virtio-net-pci,netdev=mgmt "${data_args[@]}" \
     -serial file:"$serial" \
     >"$run/qemu.log" 2>&1 &
   qemu_pid=$!
@@ -139,6 +164,19 @@ checks=$((checks + 1))
 grep -a -q 'sluice-config-import: .*sluice.toml -> /etc/sluice/sluice.toml' "$serial" \
   || fail "the SLUICECFG partition's sluice.toml was not imported"
 checks=$((checks + 1))
+
+if ((data_nic)); then
+  grep -a -q 'sluice-status: pci 0000:00:05.0 driver vfio-pci' "$serial" \
+    || fail "dpdk.service did not bind the data NIC 0000:00:05.0 to vfio-pci"
+  checks=$((checks + 1))
+  grep -a -q 'EAL: Probe PCI driver: net_virtio .* device: 0000:00:05.0' "$serial" \
+    || fail "EAL did not probe 0000:00:05.0 with net_virtio"
+  checks=$((checks + 1))
+  grep -a -q 'port(s): data0=0000:00:05.0(dpdk 0, link up' "$serial" \
+    || fail "sluice's data port is not 0000:00:05.0 with its link up"
+  checks=$((checks + 1))
+  echo "boot-test: $(grep -a -o 'port(s): data0=[^,]*' "$serial" | tail -1) (vfio-pci, net_virtio)"
+fi
 
 metrics=""
 for _ in $(seq 30); do
