@@ -175,7 +175,7 @@ if ((data_nic)); then
   grep -a -q 'port(s): data0=0000:00:05.0(dpdk 0, link up' "$serial" \
     || fail "sluice's data port is not 0000:00:05.0 with its link up"
   checks=$((checks + 1))
-  echo "boot-test: $(grep -a -o 'port(s): data0=[^,]*' "$serial" | tail -1) (vfio-pci, net_virtio)"
+  echo "boot-test: $(grep -a -o 'port(s): data0=[^)]*)' "$serial" | tail -1) (vfio-pci, net_virtio)"
 fi
 
 metrics=""
