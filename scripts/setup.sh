@@ -22,6 +22,49 @@ else
   echo "setup: system packages present"
 fi
 
+# The appliance image (scripts/image/build.sh) and its boot test
+# (scripts/image/boot-test.sh): mmdebstrap, vfat/ext4/GPT tools, OVMF, QEMU.
+# Only with --image (the image scripts ask for it): the test suite does not
+# boot the image, and QEMU must come from the suite the installed
+# qemu-utils came from.
+if [[ " $* " == *" --image "* ]]; then
+  IMAGE_PKGS=(mmdebstrap dosfstools mtools e2fsprogs fdisk ovmf curl)
+  missing=()
+  for p in "${IMAGE_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "setup: installing ${missing[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+  # qemu-system-x86 must be the version of the qemu-utils already installed:
+  # machines that come with qemu-utils from bookworm-backports cannot take
+  # bookworm's qemu-system-x86 (it conflicts with the newer qemu-utils), so it
+  # comes from bookworm-backports too (the source is added when missing).
+  if ! dpkg-query -W -f='${Status}' qemu-system-x86 2>/dev/null | grep -q "install ok installed"; then
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    qver=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
+    if [[ "$qver" == *bpo12* ]]; then
+      if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        echo "setup: adding bookworm-backports (qemu-utils $qver is from it)"
+        printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' 'Suites: bookworm-backports' \
+          'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' |
+          $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
+      fi
+      $SUDO apt-get update -q
+      echo "setup: installing qemu-system-x86=$qver from bookworm-backports"
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+        -t bookworm-backports "qemu-system-x86=$qver"
+    else
+      echo "setup: installing qemu-system-x86"
+      $SUDO apt-get update -q
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends qemu-system-x86 qemu-utils
+    fi
+  fi
+fi
+
 if ! command -v cargo >/dev/null; then
   echo "setup: cargo not found: install Rust stable with rustup (https://rustup.rs)" >&2
   exit 1

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Boots the sluice appliance image in QEMU and checks that it comes up:
+# UEFI (OVMF) + systemd-boot, q35 with an emulated Intel IOMMU, hugepages
+# from the kernel command line, sluice started by systemd from the
+# configuration seeded into the SLUICECFG partition.
+#
+# Asserts, from the serial console log and through the management NIC:
+#   - systemd reached multi-user.target and sluice.service is active: the
+#     image's sluice-console-status.service, ordered after multi-user.target,
+#     prints both states on the console (sluice.service is Type=notify:
+#     active means ports up and first snapshot published)
+#   - the kernel reserved the 2 MiB hugepages and enabled the IOMMU
+#   - GET /metrics answers through QEMU user networking (hostfwd)
+#
+# Usage: scripts/image/boot-test.sh [--image FILE] [--deb PATH] [--timeout S] [--data-nic]
+#   --data-nic: the data port is a second virtio NIC (virtio 1.0 behind the
+#   IOMMU: disable-legacy=on,iommu_platform=on, PCI 0000:00:05.0) on a host
+#   TAP; the image's dpdk.service binds it to vfio-pci (dpdk-interfaces on
+#   SLUICECFG) and sluice drives it with net_virtio. Without it the data
+#   port is a net_tap vdev.
+#   Without --image it builds target/image/sluice-boot-test.img with
+#   scripts/image/build.sh --config boot-test/sluice.toml (rootfs cached).
+# KVM is used when /dev/kvm works, TCG otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=scripts/image
+
+image=""
+deb_args=()
+timeout=600
+data_nic=0
+while (($#)); do
+  case "$1" in
+    --image) image=$2; shift 2 ;;
+    --deb) deb_args=(--deb "$2"); shift 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
+    --data-nic) data_nic=1; shift ;;
+    *) echo "boot-test.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+for tool in qemu-system-x86_64 qemu-img curl; do
+  command -v "$tool" >/dev/null || { echo "boot-test.sh: $tool missing: run scripts/setup.sh --image" >&2; exit 1; }
+done
+ovmf_code=/usr/share/OVMF/OVMF_CODE_4M.fd
+ovmf_vars=/usr/share/OVMF/OVMF_VARS_4M.fd
+[ -f "$ovmf_code" ] || { echo "boot-test.sh: $ovmf_code missing: run scripts/setup.sh --image (ovmf)" >&2; exit 1; }
+
+run=$(mktemp -d /tmp/sluice-boot-test.XXXXXX)
+qemu_pid=""
+tap=""
+cleanup() {
+  [ -z "$tap" ] || ip link del "$tap" 2>/dev/null || true
+  [ -z "$qemu_pid" ] || kill "$qemu_pid" 2>/dev/null || true
+  [ -z "$qemu_pid" ] || wait "$qemu_pid" 2>/dev/null || true
+  if [ "${keep:-0}" = 1 ]; then echo "boot-test: logs kept in $run"; else rm -rf "$run"; fi
+}
+trap cleanup EXIT
+
+if [ -z "$image" ]; then
+  image=target/image/sluice-boot-test.img
+  cfg_args=()
+  if ((data_nic)); then
+    image=target/image/sluice-boot-test-pci.img
+    sed 's/@DATA_DEVICE@/0000:00:05.0/' "$here/boot-test/sluice.toml" >"$run/sluice.toml"
+    printf 'pci\t0000:00:05.0\tvfio-pci\n' >"$run/dpdk-interfaces"
+    cfg_args=(--cfg-file "$run/dpdk-interfaces")
+  else
+    sed 's/@DATA_DEVICE@/net_tap0,iface=dtap0/' "$here/boot-test/sluice.toml" >"$run/sluice.toml"
+  fi
+  t_build=$(date +%s)
+  "$here/build.sh" "${deb_args[@]}" --config "$run/sluice.toml" "${cfg_args[@]}" --out "$image"
+  echo "boot-test: image built in $(($(date +%s) - t_build)) s"
+fi
+# The guest writes to a qcow2 overlay: the built image stays as built.
+qemu-img create -q -f qcow2 -b "$(realpath "$image")" -F raw "$run/disk.qcow2"
+
+# KVM when /dev/kvm is there, TCG otherwise; a KVM run that dies before the
+# firmware prints anything (nested hosts often expose /dev/kvm and abort on
+# the first MSR write) is retried once under TCG. SLUICE_BOOT_ACCEL=tcg|kvm
+# forces one.
+accel=${SLUICE_BOOT_ACCEL:-auto}
+fallback=0
+if [ "$accel" = auto ]; then
+  accel=tcg
+  if [ -w /dev/kvm ]; then accel=kvm fallback=1; fi
+fi
+
+# A free host port for the guest's admin endpoint (sluice listens on 9064).
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+serial=$run/serial.log
+: >"$serial"
+data_args=()
+if ((data_nic)); then
+  tap=slbt$$
+  ip tuntap add dev "$tap" mode tap
+  ip link set "$tap" up
+  data_args=(-netdev tap,id=data,ifname="$tap",script=no,downscript=no
+    -device virtio-net-pci,netdev=data,bus=pcie.0,addr=0x5,disable-legacy=on,iommu_platform=on)
+fi
+start_qemu() {
+  local machine=q35 cpu=max
+  # intremap with an in-kernel irqchip needs it split.
+  [ "$accel" = tcg ] || { machine=q35,kernel-irqchip=split; cpu=host; }
+  cp "$ovmf_vars" "$run/vars.fd"
+  : >"$serial"
+  echo "boot-test: booting $image (accel $accel), serial log $serial, /metrics on 127.0.0.1:$port"
+  t_boot=$(date +%s)
+  qemu-system-x86_64 -accel "$accel" -machine "$machine" -cpu "$cpu" -smp 2 -m 2048 \
+    -nodefaults -display none -no-reboot \
+    -device intel-iommu,intremap=on \
+    -drive if=pflash,format=raw,unit=0,readonly=on,file="$ovmf_code" \
+    -drive if=pflash,format=raw,unit=1,file="$run/vars.fd" \
+    -drive if=virtio,format=qcow2,file="$run/disk.qcow2" \
+    -netdev user,id=mgmt,hostfwd=tcp:127.0.0.1:"$port"-:9064 \
+    -device virtio-net-pci,netdev=mgmt "${data_args[@]}" \
+    -serial file:"$serial" \
+    >"$run/qemu.log" 2>&1 &
+  qemu_pid=$!
+}
+start_qemu
+
+fail() {
+  echo "boot-test: FAIL: $*" >&2
+  echo "--- last 60 lines of the serial console ---" >&2
+  tail -n 60 "$serial" >&2 || true
+  keep=1
+  exit 1
+}
+
+status=""
+deadline=$((t_boot + timeout))
+while :; do
+  if ! kill -0 "$qemu_pid" 2>/dev/null; then
+    wait "$qemu_pid" 2>/dev/null || true
+    if ((fallback)) && [ ! -s "$serial" ]; then
+      echo "boot-test: KVM run failed ($(grep -m1 error "$run/qemu.log" || true)): retrying under TCG"
+      accel=tcg fallback=0
+      start_qemu
+      deadline=$((t_boot + timeout))
+      continue
+    fi
+    qemu_pid=""
+    fail "QEMU exited: $(cat "$run/qemu.log")"
+  fi
+  status=$(grep -a -o 'sluice-status: sluice.service [a-z-]*; multi-user.target [a-z-]*' "$serial" | tail -1 || true)
+  [ -z "$status" ] || break
+  (($(date +%s) < deadline)) || fail "no sluice-status line within ${timeout}s"
+  sleep 2
+done
+t_status=$(($(date +%s) - t_boot))
+echo "boot-test: $status (${t_status}s after QEMU start)"
+checks=0
+# sluice-console-status runs after multi-user.target is reached.
+[[ "$status" == *"multi-user.target active" ]] || fail "systemd did not reach multi-user.target: $status"
+checks=$((checks + 1))
+[[ "$status" == "sluice-status: sluice.service active;"* ]] || fail "sluice.service is not active: $status"
+checks=$((checks + 1))
+grep -a -q 'Command line:.*hugepages=512.*intel_iommu=on' "$serial" || fail "kernel command line lacks hugepages/IOMMU"
+checks=$((checks + 1))
+grep -a -q -i 'DMAR: IOMMU enabled\|DMAR.*Intel(R) Virtualization Technology for Directed I/O' "$serial" \
+  || fail "the kernel did not enable the Intel IOMMU"
+checks=$((checks + 1))
+grep -a -q 'sluice-config-import: .*sluice.toml -> /etc/sluice/sluice.toml' "$serial" \
+  || fail "the SLUICECFG partition's sluice.toml was not imported"
+checks=$((checks + 1))
+
+if ((data_nic)); then
+  grep -a -q 'sluice-status: pci 0000:00:05.0 driver vfio-pci' "$serial" \
+    || fail "dpdk.service did not bind the data NIC 0000:00:05.0 to vfio-pci"
+  checks=$((checks + 1))
+  grep -a -q 'EAL: Probe PCI driver: net_virtio .* device: 0000:00:05.0' "$serial" \
+    || fail "EAL did not probe 0000:00:05.0 with net_virtio"
+  checks=$((checks + 1))
+  grep -a -q 'port(s): data0=0000:00:05.0(dpdk 0, link up' "$serial" \
+    || fail "sluice's data port is not 0000:00:05.0 with its link up"
+  checks=$((checks + 1))
+  echo "boot-test: $(grep -a -o 'port(s): data0=[^)]*)' "$serial" | tail -1) (vfio-pci, net_virtio)"
+fi
+
+metrics=""
+for _ in $(seq 30); do
+  metrics=$(curl -sf --max-time 5 "http://127.0.0.1:$port/metrics" || true)
+  [ -z "$metrics" ] || break
+  sleep 2
+done
+[ -n "$metrics" ] || fail "GET /metrics through hostfwd 127.0.0.1:$port did not answer"
+grep -q '^sluice_' <<<"$metrics" || fail "/metrics answered without sluice_ metrics"
+checks=$((checks + 1))
+echo "boot-test: /metrics answered ($(grep -c '^sluice_' <<<"$metrics") sluice_ samples)"
+
+echo "boot-test: multi-user and sluice active ${t_status}s after QEMU start (accel $accel); all checks done $(($(date +%s) - t_boot))s after it"
+echo "boot-test: $checks passed, 0 failed"
