@@ -302,13 +302,15 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             .zip(&ports)
             .map(|(p, port)| {
                 let link = port.link();
+                let speed = link
+                    .speed_mbps
+                    .map_or_else(|| "speed unknown".to_string(), |s| format!("{s} Mb/s"));
                 format!(
-                    "{}={}(dpdk {}, link {} {} Mb/s)",
+                    "{}={}(dpdk {}, link {} {speed})",
                     p.name,
                     port.name(),
                     port.id(),
                     if link.up { "up" } else { "down" },
-                    link.speed_mbps
                 )
             })
             .collect::<Vec<_>>()

@@ -175,6 +175,10 @@ if ((data_nic)); then
   grep -a -q 'port(s): data0=0000:00:05.0(dpdk 0, link up' "$serial" \
     || fail "sluice's data port is not 0000:00:05.0 with its link up"
   checks=$((checks + 1))
+  # virtio reports no speed (RTE_ETH_SPEED_NUM_UNKNOWN): not a number of Mb/s.
+  grep -a -q 'data0=0000:00:05.0(dpdk 0, link up speed unknown)' "$serial" \
+    || fail "sluice printed a number for virtio's unknown link speed"
+  checks=$((checks + 1))
   echo "boot-test: $(grep -a -o 'port(s): data0=[^)]*)' "$serial" | tail -1) (vfio-pci, net_virtio)"
 fi
 

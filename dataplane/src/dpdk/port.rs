@@ -55,8 +55,18 @@ impl Default for PortConfig {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LinkStatus {
     pub up: bool,
-    pub speed_mbps: u32,
+    /// None where the driver does not know (virtio, TAP: DPDK reports
+    /// `RTE_ETH_SPEED_NUM_UNKNOWN`, u32::MAX) or reports no speed (0).
+    pub speed_mbps: Option<u32>,
     pub full_duplex: bool,
+}
+
+/// DPDK's `link_speed` as a speed, without its two sentinels.
+pub fn known_speed(link_speed: u32) -> Option<u32> {
+    match link_speed {
+        dpdk_sys::RTE_ETH_SPEED_NUM_NONE | dpdk_sys::RTE_ETH_SPEED_NUM_UNKNOWN => None,
+        mbps => Some(mbps),
+    }
 }
 
 /// Hardware/driver counters of a port (`rte_eth_stats`).
@@ -292,7 +302,7 @@ impl Port {
         unsafe { dpdk_sys::rte_eth_link_get_nowait(id, &mut link) };
         LinkStatus {
             up: link.link_status() != 0,
-            speed_mbps: link.link_speed,
+            speed_mbps: known_speed(link.link_speed),
             full_duplex: link.link_duplex() != 0,
         }
     }
@@ -456,6 +466,15 @@ impl TxQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_and_absent_link_speeds_are_not_numbers() {
+        // A virtio NIC reports RTE_ETH_SPEED_NUM_UNKNOWN (u32::MAX): no
+        // speed to print.
+        assert_eq!(known_speed(u32::MAX), None);
+        assert_eq!(known_speed(0), None);
+        assert_eq!(known_speed(10_000), Some(10_000));
+    }
 
     fn info(
         max_rx_pktlen: u32,
