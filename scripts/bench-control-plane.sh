@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Control-plane costs through the real binary on a big configuration
-# (issue 12): SERVICES services x BACKENDS backends (static MACs, table size
+#: SERVICES services x BACKENDS backends (static MACs, table size
 # TABLE), plus one service "probe" whose single backend is TCP-checked on a
 # loopback port this script opens and closes.
 #

@@ -1,4 +1,4 @@
-//! Control-plane costs on big configurations (issue 12, item 3), measured
+//! Control-plane costs on big configurations measured
 //! on the control thread's own code paths:
 //!
 //! ```sh

@@ -683,7 +683,7 @@ impl Drop for RuntimeDir {
 mod tests {
     use super::*;
 
-    /// Issue 12 item 8: af_packet gets a line-rate ring unless the
+    /// af_packet gets a line-rate ring unless the
     /// operator sized it; other devices are left alone.
     #[test]
     fn af_packet_devices_get_a_large_ring_by_default() {

@@ -1,4 +1,4 @@
-//! The admin HTTP endpoint (AP-5, issue 12 item 1) through the real `sluice`
+//! The admin HTTP endpoint (AP-5) through the real `sluice`
 //! binary on net_null: a client cannot make it grow without bound, stall
 //! other scrapes, or stop it for good by exhausting file descriptors; it
 //! answers /healthz and /ready; a taken address fails the start before EAL.
@@ -127,7 +127,7 @@ fn scrape_ok(port: u16, limit: Duration) -> Duration {
     took
 }
 
-/// AP-5 / issue 12: one client streaming an endless header line is closed
+/// AP-5: one client streaming an endless header line is closed
 /// after the head cap (8 KiB) and the process does not buffer it; scrapes
 /// keep working. Before: the server read all 64 MiB (RSS +1.6 GiB for a
 /// longer stream).
@@ -165,7 +165,7 @@ fn an_endless_header_line_is_cut_off_and_memory_stays_bounded() {
     scrape_ok(a.port, Duration::from_secs(5));
 }
 
-/// AP-5 / issue 12: more idle connections than the cap, and a POST that
+/// AP-5: more idle connections than the cap, and a POST that
 /// announces a body it never sends, do not stall a scrape. Before: the
 /// scrape got no answer while the POST held its connection.
 #[test]
@@ -222,7 +222,7 @@ fn nofile_limits(pid: u32) -> String {
         .join(":")
 }
 
-/// AP-5 / issue 12: the soft open-files limit is raised to the hard one at
+/// AP-5: the soft open-files limit is raised to the hard one at
 /// start; when descriptors run out anyway, accept errors are logged and
 /// retried, and /metrics answers again once they are released. Before: the
 /// accept thread ended on EMFILE and /metrics stayed dead.
@@ -262,7 +262,7 @@ impl Appliance {
     }
 }
 
-/// AP-5 / issue 12: /healthz reports the control loop alive, /ready reports
+/// AP-5: /healthz reports the control loop alive, /ready reports
 /// the ports up and the first snapshot published; only GET is answered.
 #[test]
 fn healthz_and_ready_answer() {
@@ -303,7 +303,7 @@ fn healthz_and_ready_answer() {
     );
 }
 
-/// AP-5 / issue 12: a taken metrics address fails `sluice run` at once,
+/// AP-5: a taken metrics address fails `sluice run` at once,
 /// before EAL (and before the conntrack check), naming the field, the
 /// address and the file.
 #[test]

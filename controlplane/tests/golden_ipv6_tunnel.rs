@@ -1,5 +1,5 @@
 //! IPv6 through a tunnel whose MTU is below the IPv6 minimum, through the
-//! real `sluice` binary on `net_pcap` (issue 12 item 6 (e), AP-3, RFC 2473
+//! real `sluice` binary on `net_pcap` (AP-3, RFC 2473
 //! §7.1). Port MTU 1280, GRE to an IPv6 backend: the tunnel MTU is 1236.
 //!
 //! - An IPv6 client packet of 1237–1280 bytes leaves in an outer IPv6
@@ -123,7 +123,7 @@ fn gre_and(inner: &[u8]) -> Vec<u8> {
     v
 }
 
-/// Issue 12 item 6 (e): RFC 2473 §7.1 through the binary.
+/// RFC 2473 §7.1 through the binary.
 #[test]
 fn ipv6_through_a_tunnel_below_the_ipv6_minimum() {
     let dir = tempdir("golden-ipv6-small-tunnel");

@@ -1,5 +1,4 @@
-//! Jumbo frames through the real `sluice` binary on `net_pcap` (issue 12
-//! item 5, AP-3): a port of MTU 9000 receives 9000-byte client packets
+//! Jumbo frames through the real `sluice` binary on `net_pcap` (AP-3): a port of MTU 9000 receives 9000-byte client packets
 //! whole — the mbuf data room follows the largest port MTU — instead of
 //! dropping them as `multi_segment`.
 //!
@@ -386,13 +385,13 @@ fn run(case: &Case) {
     assert_eq!(rx + extra_fragments(&m), tx + drops, "{metrics}");
 }
 
-/// AP-3, issue 12 item 5: 9000-byte frames through GRE on a 9000 MTU port.
+/// AP-3: 9000-byte frames through GRE on a 9000 MTU port.
 #[test]
 fn jumbo_gre() {
     run(&gre_case());
 }
 
-/// AP-3, issue 12 item 5: jumbo client packets towards a 1500-byte backend
+/// AP-3: jumbo client packets towards a 1500-byte backend
 /// path: fragmented without DF, fragmentation-needed with DF.
 #[test]
 fn jumbo_to_1500_path() {

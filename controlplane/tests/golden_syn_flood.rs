@@ -1,4 +1,4 @@
-//! SYN floods do not poison connection tracking (issue 12; CT-1, CT-3,
+//! SYN floods do not poison connection tracking (CT-1, CT-3,
 //! CT-5, CT-7) through the real `sluice` binary on DPDK (`net_pcap`, one
 //! worker, burst size 1). The capture:
 //!
@@ -225,7 +225,7 @@ fn run(
     (backends, run.metrics)
 }
 
-/// Issue 12 / CT-3, CT-5, CT-7: after a SYN flood 20 × the conntrack
+/// CT-3, CT-5, CT-7: after a SYN flood 20 × the conntrack
 /// capacity, ≥ 99 % of 1,000 completed handshakes are tracked — none moves
 /// at a backend change — and connections established before the flood keep
 /// their backend throughout.

@@ -1,4 +1,4 @@
-//! Trunk ports (issue 15 item 5) through the real `sluice` binary on
+//! Trunk ports through the real `sluice` binary on
 //! `net_pcap`: a port with `vlan = 100` receives client traffic tagged 100
 //! and every frame it sends carries the tag — L2 DSR rewrites, GRE outer
 //! frames (prebuilt outer headers), the ICMP fragmentation-needed reply to

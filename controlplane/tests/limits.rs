@@ -1,4 +1,4 @@
-//! Limits an operator can trust (issue 12 items 5 and 6, AP-5): what the
+//! Limits an operator can trust (AP-3, AP-5): what the
 //! buffers, the EAL memory or the data plane's id space cannot hold, and
 //! what would misroute, is refused by `sluice check-config` — through the
 //! real binary — with file:line, the field, what is wrong and the fix.
@@ -97,7 +97,7 @@ fn assert_refused(r: &Refusal) {
     );
 }
 
-/// Issue 12 item 5 (AP-3): a port MTU that a `net_af_packet` frame slot
+/// AP-3: a port MTU that a `net_af_packet` frame slot
 /// cannot hold (the kernel would truncate every longer frame), and a pool
 /// of jumbo-sized buffers larger than the EAL memory (`sluice run` would
 /// die in `rte_pktmbuf_pool_create` naming neither setting).
@@ -157,7 +157,7 @@ fn with_services(n: usize) -> String {
     text
 }
 
-/// Issue 12 item 6 (a): service ids are 16 bits. 65,536 services were
+/// Service ids are 16 bits. 65,536 services were
 /// accepted and the last one's id truncated to 0: its rule sent every
 /// packet to the first service's backends. Refused at the first service
 /// past the limit; 65,535 are accepted.
@@ -176,7 +176,7 @@ fn more_services_than_ids_are_refused() {
     assert_eq!(code, Some(0), "{err}");
 }
 
-/// Issue 12 item 6 (b), FR-5: special-purpose addresses are no VIPs —
+/// FR-5: special-purpose addresses are no VIPs —
 /// 127.0.0.1 used to be accepted, and replayed packets to it were
 /// forwarded to a backend.
 #[test]
@@ -236,7 +236,7 @@ fn mkfifo(path: &Path) {
 
 const PROMPT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Issue 12 item 6 (d), AP-5: a configuration path that is a FIFO, a
+/// AP-5: a configuration path that is a FIFO, a
 /// directory or larger than 16 MiB is refused at once by `check-config`
 /// and `run` (a FIFO used to block `check-config` forever).
 #[test]
@@ -276,7 +276,7 @@ fn config_paths_that_are_no_regular_files_are_refused_without_blocking() {
     }
 }
 
-/// Issue 12 item 6 (d), AP-5: a reload whose configuration path has become
+/// AP-5: a reload whose configuration path has become
 /// a FIFO fails at once and keeps the running configuration, instead of
 /// blocking the control thread (and with it every later reload, status
 /// and the shutdown).
@@ -334,7 +334,7 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Issue 12 item 6 (c), AP-4: TAP names the kernel reserves or refuses,
+/// AP-4: TAP names the kernel reserves or refuses,
 /// and one TAP name for two ports, are refused by `check-config` ("lo" was
 /// accepted and handed to net_tap).
 #[test]
@@ -380,7 +380,7 @@ fn reserved_and_shared_tap_names_are_refused() {
     });
 }
 
-/// Issue 12 item 6 (c), AP-4: a TAP name that is already an interface on
+/// AP-4: a TAP name that is already an interface on
 /// the host: `sluice run` refuses before EAL, by field and name;
 /// `check-config` accepts the file (it may be meant for another host) and
 /// warns. Before, net_tap attached to the other program's persistent TAP

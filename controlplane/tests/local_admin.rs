@@ -1,4 +1,4 @@
-//! Local administration is safe (AP-5, issue 12 item 7), through the real
+//! Local administration is safe (AP-5), through the real
 //! `sluice` binary: the control socket's directory is private whatever the
 //! umask, `sluice status` refuses a server run by another user, and no
 //! start — failed or not — leaves DPDK's runtime directory behind.
@@ -118,7 +118,7 @@ fn runtime_dir(pid: u32) -> PathBuf {
     base.join("dpdk").join(format!("sluice-{pid}"))
 }
 
-/// Issue 12 item 7: a start that fails after EAL created its runtime
+/// A start that fails after EAL created its runtime
 /// directory (a device that cannot open; fewer lcores than workers), and a
 /// normal run, leave no runtime directory. Before: each failed start left
 /// its directory (megabytes with hugepages) in /run.

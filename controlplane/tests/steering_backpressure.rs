@@ -1,5 +1,4 @@
-//! No silent loss between workers (AP-1 software steering, issue 12 item
-//! 8), through the real `sluice` binary on DPDK: two workers on `net_pcap`
+//! No silent loss between workers (AP-1 software steering), through the real `sluice` binary on DPDK: two workers on `net_pcap`
 //! (one RX queue per `rx_pcap` file, no RSS on addresses, so tracked
 //! packets are steered to the worker owning their address pair). Queue 0
 //! carries only flows that worker 1 owns, queue 1 more of worker 1's own:

@@ -454,7 +454,7 @@ impl SnapshotCell {
 mod tests {
     use super::*;
 
-    /// Issue 12 item 6: a service index past the id space gets no id, where
+    /// A service index past the id space gets no id, where
     /// `index as u16` gave service 65,536 the id of service 0.
     #[test]
     fn service_ids_are_never_truncated() {

@@ -1,4 +1,4 @@
-//! Half-open entries through the per-packet decision (issue 12; CT-1,
+//! Half-open entries through the per-packet decision (CT-1,
 //! CT-3, CT-5, CT-7): an entry written by a SYN lives for the service's
 //! half-open timeout until the handshake's ACK completes it, and a flood of
 //! spoofed SYNs larger than the shard does not keep completed handshakes

@@ -480,7 +480,7 @@ fn ap_3_fragments_fit_the_buffer_room() {
 /// the headroom up.
 const LARGEST_FRAME: usize = 9408;
 
-/// Issue 12 item 5: jumbo buffers keep `MAX_FRAGMENTS` out of reach. The
+/// Jumbo buffers keep `MAX_FRAGMENTS` out of reach. The
 /// largest frame any buffer holds, towards the smallest MTU (576), becomes
 /// 17 fragments; IPv4 options repeated in every fragment (at most 40
 /// bytes) make it 19.
@@ -533,7 +533,7 @@ fn udp6(ip_len: usize) -> Vec<u8> {
     eth(&[], ETH_IPV6, &ip6)
 }
 
-/// Issue 12 item 6 (e), RFC 2473 §7.1 (a) / RFC 4213 §3.2: an IPv6 client
+/// RFC 2473 §7.1 (a) / RFC 4213 §3.2: an IPv6 client
 /// packet of at most 1280 bytes that does not fit the tunnel is sent in a
 /// fragmented outer packet — over IPv6 with a Fragment header (GRE, port
 /// MTU 1280: tunnel MTU 1236), over IPv4 with DF clear (GUE, port MTU
@@ -576,7 +576,7 @@ fn ap_3_small_ipv6_packets_fragment_the_tunnel() {
     }
 }
 
-/// Issue 12 item 6 (e), RFC 2473 §7.1 (b): a larger IPv6 packet gets a
+/// RFC 2473 §7.1 (b): a larger IPv6 packet gets a
 /// Packet Too Big of max(tunnel MTU, 1280): 1280 through a tunnel of 1236
 /// (before: 1236, which the client ignores).
 #[test]

@@ -489,7 +489,7 @@ mod tests {
         }
     }
 
-    /// Issue 12 item 5: a device that cannot take the port's MTU is refused
+    /// A device that cannot take the port's MTU is refused
     /// by name and with the MTU it can take; net_af_packet, whose reported
     /// 1518-byte limit DPDK 22.11 does not enforce, is left to its
     /// `framesz` (checked by `check-config`).

@@ -201,7 +201,7 @@ fn an_expired_half_open_entry_is_reclaimed_before_a_live_one_is_evicted() {
     s.check_invariants().unwrap();
 }
 
-/// The bound on a failed or evicting insert (issue 12: a failed insert
+/// The bound on a failed or evicting insert (a failed insert
 /// cost ~7 normal ones, reading up to 32 other buckets' signature lines
 /// and 32 entries): a full shard of established entries reads at most
 /// `RELOCATION_PROBES` + `EVICTION_PROBES` more lines per insert (other
