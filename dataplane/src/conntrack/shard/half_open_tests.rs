@@ -1,4 +1,4 @@
-//! Half-open entries (SYN floods, issue 12; CT-1, CT-5): their own
+//! Half-open entries (SYN floods; CT-1, CT-5): their own
 //! timeout, eviction before failure (oldest first, never an established
 //! entry), the bound on the work of an insert into a full bucket pair, and
 //! the shard's invariants under random SYN, completion, data and expiry.
