@@ -194,11 +194,11 @@ fn trunk_port_sends_every_frame_tagged_and_drops_other_vlans() {
     let dir = tempdir("golden-vlan");
     let cases = input();
     let frames: Vec<Vec<u8>> = cases.iter().map(|(f, _)| f.clone()).collect();
-    write_pcap(&dir.join("in.pcap"), &frames);
-    let cfg = dir.join("sluice.toml");
-    std::fs::write(&cfg, config(&dir)).unwrap();
-    let metrics = run_sluice(&cfg, &dir);
-    let output = read_pcap(&dir.join("out.pcap"));
+    let Replay {
+        metrics: m,
+        out: output,
+        ..
+    } = replay(&dir, &config(&dir), &frames, &[]);
 
     let mut outs = output.iter();
     let mut dsr_flows: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
@@ -277,24 +277,20 @@ fn trunk_port_sends_every_frame_tagged_and_drops_other_vlans() {
     );
     compare_with_expected("vlan", &output);
 
-    let m = parse_metrics(&metrics);
     let get = |k: &str| m.get(k).copied().unwrap_or(0);
     let wrong = cases.iter().filter(|(_, w)| *w == Want::WrongVlan).count();
     assert_eq!(
         get("sluice_dropped_packets_total{reason=\"wrong_vlan\"}"),
         wrong as u64,
-        "{metrics}"
+        "{m:?}"
     );
     let rx = get("sluice_port_rx_packets_total{port=\"trunk\"}");
     let tx = get("sluice_port_tx_packets_total{port=\"trunk\"}");
     let drops = sum_metrics(&m, "sluice_dropped_packets_total");
-    assert_eq!(rx, cases.len() as u64, "{metrics}");
-    assert_eq!(tx, output.len() as u64, "{metrics}");
-    assert_eq!(
-        drops, wrong as u64,
-        "only the other VLANs dropped\n{metrics}"
-    );
-    assert_eq!(rx + extra_fragments(&m), tx + drops, "{metrics}");
+    assert_eq!(rx, cases.len() as u64, "{m:?}");
+    assert_eq!(tx, output.len() as u64, "{m:?}");
+    assert_eq!(drops, wrong as u64, "only the other VLANs dropped\n{m:?}");
+    assert_eq!(rx + extra_fragments(&m), tx + drops, "{m:?}");
 }
 
 /// ICMP echo request (id 7, seq 1) from `src` to `dst`.
