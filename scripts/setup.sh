@@ -23,12 +23,12 @@ else
 fi
 
 # The appliance image (scripts/image/build.sh) and its boot test
-# (scripts/image/boot-test.sh): mmdebstrap, vfat/ext4/GPT tools, OVMF, QEMU.
-# Only with --image (the image scripts ask for it): the test suite does not
-# boot the image, and QEMU must come from the suite the installed
-# qemu-utils came from.
+# (scripts/image/boot-test.sh, run by scripts/test.sh): mmdebstrap,
+# vfat/ext4/GPT tools, OVMF, QEMU, an SSH client into the VM. Only with
+# --image: the demo needs none of it, and QEMU must come from the suite the
+# installed qemu-utils came from.
 if [[ " $* " == *" --image "* ]]; then
-  IMAGE_PKGS=(mmdebstrap dosfstools mtools e2fsprogs fdisk ovmf curl)
+  IMAGE_PKGS=(mmdebstrap dosfstools mtools e2fsprogs fdisk ovmf curl openssh-client)
   missing=()
   for p in "${IMAGE_PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit/property tests, golden pcaps
-# through the real binary on real DPDK (net_pcap, --no-huge), config checks.
+# through the real binary on real DPDK (net_pcap, --no-huge), config checks,
+# fuzz smoke, the Debian package, the live end-to-end suite in namespaces,
+# and the appliance image booted in QEMU with traffic through it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/setup.sh
+# --image: QEMU, OVMF and the image tools for the boot test.
+scripts/setup.sh --image
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
@@ -44,13 +47,27 @@ for workers in 1 2; do
   fi
 done
 
+# The appliance: the image built from the package above (root filesystem
+# cached in target/image-cache by package list), booted under QEMU (KVM
+# when it works, TCG otherwise) with a virtio data NIC on vfio-pci and
+# hugepages; client, backends, reloads and a kill -9 restart through it.
+echo "== appliance image: build and boot test"
+boot_passed=0
+boot_failed=0
+if scripts/image/boot-test.sh --deb "$(ls target/debian-test/sluice_*.deb)" | tee target/boot-test-output.txt; then
+  boot_passed=$(awk '/^boot-test: [0-9]+ passed/ {print $2}' target/boot-test-output.txt)
+else
+  boot_failed=1
+fi
+
 passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' target/test-output.txt)
 failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' target/test-output.txt)
-passed=$((passed + e2e_passed))
-failed=$((failed + e2e_failed))
-if ((e2e_failed)); then
+passed=$((passed + e2e_passed + ${boot_passed:-0}))
+failed=$((failed + e2e_failed + boot_failed))
+if ((e2e_failed || boot_failed)); then
   echo "tests: $passed passed, $failed failed"
-  echo "test.sh: e2e suite failed" >&2
+  ((e2e_failed == 0)) || echo "test.sh: e2e suite failed" >&2
+  ((boot_failed == 0)) || echo "test.sh: appliance boot test failed" >&2
   exit 1
 fi
 echo "test.sh: all passed"

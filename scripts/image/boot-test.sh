@@ -4,22 +4,30 @@
 # from the kernel command line, sluice started by systemd from the
 # configuration seeded into the SLUICECFG partition.
 #
+# The VM has two NICs: management (virtio, QEMU user networking: SSH and
+# the admin endpoint forwarded to host ports) and data (virtio 1.0 behind
+# the IOMMU: disable-legacy=on,iommu_platform=on, PCI 0000:00:05.0, on a
+# host TAP). The image's dpdk.service binds the data NIC to vfio-pci
+# (dpdk-interfaces on SLUICECFG) and sluice drives it with net_virtio on
+# hugepages, as a trunk port on VLAN 100.
+#
 # Asserts, from the serial console log and through the management NIC:
 #   - systemd reached multi-user.target and sluice.service is active: the
 #     image's sluice-console-status.service, ordered after multi-user.target,
 #     prints both states on the console (sluice.service is Type=notify:
 #     active means ports up and first snapshot published)
-#   - the kernel reserved the 2 MiB hugepages and enabled the IOMMU
+#   - the kernel reserved the 2 MiB hugepages and enabled the IOMMU; the
+#     data NIC is bound to vfio-pci, probed by net_virtio, its link up
 #   - GET /metrics answers through QEMU user networking (hostfwd)
+# then scripts/image/boot_traffic.py joins the data NIC's TAP to a bridge
+# of host namespaces (client, two HTTP backends, all on VLAN 100) and
+# checks traffic through the VM, reloads and a kill -9 restart.
 #
-# Usage: scripts/image/boot-test.sh [--image FILE] [--deb PATH] [--timeout S] [--data-nic]
-#   --data-nic: the data port is a second virtio NIC (virtio 1.0 behind the
-#   IOMMU: disable-legacy=on,iommu_platform=on, PCI 0000:00:05.0) on a host
-#   TAP; the image's dpdk.service binds it to vfio-pci (dpdk-interfaces on
-#   SLUICECFG) and sluice drives it with net_virtio. Without it the data
-#   port is a net_tap vdev.
+# Usage: scripts/image/boot-test.sh [--image FILE] [--deb PATH] [--timeout S]
 #   Without --image it builds target/image/sluice-boot-test.img with
-#   scripts/image/build.sh --config boot-test/sluice.toml (rootfs cached).
+#   scripts/image/build.sh --config boot-test/sluice.toml (rootfs cached);
+#   an --image must hold the same configuration and accept the key in
+#   $SLUICE_BOOT_SSH_KEY (default: a key made for this run).
 # KVM is used when /dev/kvm works, TCG otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -28,18 +36,16 @@ here=scripts/image
 image=""
 deb_args=()
 timeout=600
-data_nic=0
 while (($#)); do
   case "$1" in
     --image) image=$2; shift 2 ;;
     --deb) deb_args=(--deb "$2"); shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
-    --data-nic) data_nic=1; shift ;;
     *) echo "boot-test.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
-for tool in qemu-system-x86_64 qemu-img curl; do
+for tool in qemu-system-x86_64 qemu-img curl ssh ssh-keygen python3; do
   command -v "$tool" >/dev/null || { echo "boot-test.sh: $tool missing: run scripts/setup.sh --image" >&2; exit 1; }
 done
 ovmf_code=/usr/share/OVMF/OVMF_CODE_4M.fd
@@ -57,19 +63,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Root's SSH key for this run: SLUICECFG's authorized_keys.
+ssh_key=${SLUICE_BOOT_SSH_KEY:-$run/id_ed25519}
+[ -f "$ssh_key" ] || ssh-keygen -q -t ed25519 -N '' -C sluice-boot-test -f "$ssh_key"
 if [ -z "$image" ]; then
   image=target/image/sluice-boot-test.img
-  cfg_args=()
-  if ((data_nic)); then
-    image=target/image/sluice-boot-test-pci.img
-    sed 's/@DATA_DEVICE@/0000:00:05.0/' "$here/boot-test/sluice.toml" >"$run/sluice.toml"
-    printf 'pci\t0000:00:05.0\tvfio-pci\n' >"$run/dpdk-interfaces"
-    cfg_args=(--cfg-file "$run/dpdk-interfaces")
-  else
-    sed 's/@DATA_DEVICE@/net_tap0,iface=dtap0/' "$here/boot-test/sluice.toml" >"$run/sluice.toml"
-  fi
+  printf 'pci\t0000:00:05.0\tvfio-pci\n' >"$run/dpdk-interfaces"
+  cp "$ssh_key.pub" "$run/authorized_keys"
   t_build=$(date +%s)
-  "$here/build.sh" "${deb_args[@]}" --config "$run/sluice.toml" "${cfg_args[@]}" --out "$image"
+  "$here/build.sh" "${deb_args[@]}" --config "$here/boot-test/sluice.toml" \
+    --cfg-file "$run/dpdk-interfaces" --cfg-file "$run/authorized_keys" --out "$image"
   echo "boot-test: image built in $(($(date +%s) - t_build)) s"
 fi
 # The guest writes to a qcow2 overlay: the built image stays as built.
@@ -86,18 +89,20 @@ if [ "$accel" = auto ]; then
   if [ -w /dev/kvm ]; then accel=kvm fallback=1; fi
 fi
 
-# A free host port for the guest's admin endpoint (sluice listens on 9064).
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# Free host ports for the guest's admin endpoint (sluice listens on 9064)
+# and SSH.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+ssh_port=$(free_port)
 serial=$run/serial.log
 : >"$serial"
-data_args=()
-if ((data_nic)); then
-  tap=slbt$$
-  ip tuntap add dev "$tap" mode tap
-  ip link set "$tap" up
-  data_args=(-netdev tap,id=data,ifname="$tap",script=no,downscript=no
-    -device virtio-net-pci,netdev=data,bus=pcie.0,addr=0x5,disable-legacy=on,iommu_platform=on)
-fi
+# The data NIC's TAP: made here, opened by QEMU, then moved into the
+# traffic test's bridge namespace (the open queue moves with it).
+tap=slbt$$
+ip tuntap add dev "$tap" mode tap
+ip link set "$tap" up
+data_args=(-netdev tap,id=data,ifname="$tap",script=no,downscript=no
+  -device virtio-net-pci,netdev=data,bus=pcie.0,addr=0x5,disable-legacy=on,iommu_platform=on)
 start_qemu() {
   local machine=q35 cpu=max
   # intremap with an in-kernel irqchip needs it split.
@@ -112,7 +117,7 @@ start_qemu() {
     -drive if=pflash,format=raw,unit=0,readonly=on,file="$ovmf_code" \
     -drive if=pflash,format=raw,unit=1,file="$run/vars.fd" \
     -drive if=virtio,format=qcow2,file="$run/disk.qcow2" \
-    -netdev user,id=mgmt,hostfwd=tcp:127.0.0.1:"$port"-:9064 \
+    -netdev user,id=mgmt,hostfwd=tcp:127.0.0.1:"$port"-:9064,hostfwd=tcp:127.0.0.1:"$ssh_port"-:22 \
     -device virtio-net-pci,netdev=mgmt "${data_args[@]}" \
     -serial file:"$serial" \
     >"$run/qemu.log" 2>&1 &
@@ -165,22 +170,20 @@ grep -a -q 'sluice-config-import: .*sluice.toml -> /etc/sluice/sluice.toml' "$se
   || fail "the SLUICECFG partition's sluice.toml was not imported"
 checks=$((checks + 1))
 
-if ((data_nic)); then
-  grep -a -q 'sluice-status: pci 0000:00:05.0 driver vfio-pci' "$serial" \
-    || fail "dpdk.service did not bind the data NIC 0000:00:05.0 to vfio-pci"
-  checks=$((checks + 1))
-  grep -a -q 'EAL: Probe PCI driver: net_virtio .* device: 0000:00:05.0' "$serial" \
-    || fail "EAL did not probe 0000:00:05.0 with net_virtio"
-  checks=$((checks + 1))
-  grep -a -q 'port(s): data0=0000:00:05.0(dpdk 0, link up' "$serial" \
-    || fail "sluice's data port is not 0000:00:05.0 with its link up"
-  checks=$((checks + 1))
-  # virtio reports no speed (RTE_ETH_SPEED_NUM_UNKNOWN): not a number of Mb/s.
-  grep -a -q 'data0=0000:00:05.0(dpdk 0, link up speed unknown)' "$serial" \
-    || fail "sluice printed a number for virtio's unknown link speed"
-  checks=$((checks + 1))
-  echo "boot-test: $(grep -a -o 'port(s): data0=[^)]*)' "$serial" | tail -1) (vfio-pci, net_virtio)"
-fi
+grep -a -q 'sluice-status: pci 0000:00:05.0 driver vfio-pci' "$serial" \
+  || fail "dpdk.service did not bind the data NIC 0000:00:05.0 to vfio-pci"
+checks=$((checks + 1))
+grep -a -q 'EAL: Probe PCI driver: net_virtio .* device: 0000:00:05.0' "$serial" \
+  || fail "EAL did not probe 0000:00:05.0 with net_virtio"
+checks=$((checks + 1))
+grep -a -q 'port(s): data0=0000:00:05.0(dpdk 0, link up' "$serial" \
+  || fail "sluice's data port is not 0000:00:05.0 with its link up"
+checks=$((checks + 1))
+# virtio reports no speed (RTE_ETH_SPEED_NUM_UNKNOWN): not a number of Mb/s.
+grep -a -q 'data0=0000:00:05.0(dpdk 0, link up speed unknown)' "$serial" \
+  || fail "sluice printed a number for virtio's unknown link speed"
+checks=$((checks + 1))
+echo "boot-test: $(grep -a -o 'port(s): data0=[^)]*)' "$serial" | tail -1) (vfio-pci, net_virtio)"
 
 metrics=""
 for _ in $(seq 30); do
@@ -193,5 +196,15 @@ grep -q '^sluice_' <<<"$metrics" || fail "/metrics answered without sluice_ metr
 checks=$((checks + 1))
 echo "boot-test: /metrics answered ($(grep -c '^sluice_' <<<"$metrics") sluice_ samples)"
 
-echo "boot-test: multi-user and sluice active ${t_status}s after QEMU start (accel $accel); all checks done $(($(date +%s) - t_boot))s after it"
+echo "boot-test: multi-user and sluice active ${t_status}s after QEMU start (accel $accel); boot checks done $(($(date +%s) - t_boot))s after it"
+
+# The TAP now belongs to the traffic test's namespace (deleted with it).
+moved_tap=$tap tap=""
+if ! python3 "$here/boot_traffic.py" --tap "$moved_tap" --ssh-port "$ssh_port" --ssh-key "$ssh_key" \
+    --metrics-port "$port" | tee "$run/traffic.log"; then
+  fail "traffic through the VM (above)"
+fi
+traffic=$(awk '/^boot-traffic: [0-9]+ passed/ {print $2}' "$run/traffic.log")
+checks=$((checks + ${traffic:-0}))
+echo "boot-test: all checks done $(($(date +%s) - t_boot))s after QEMU start"
 echo "boot-test: $checks passed, 0 failed"

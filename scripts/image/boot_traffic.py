@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Traffic through the booted appliance VM (run by scripts/image/boot-test.sh
+once sluice.service is active).
+
+    client ns c (10.99.0.100) ────────────────────────────────┐
+    backend ns b1, b2 (10.99.0.11/.12, VIP 10.99.1.10 on lo) ─┤ bridge br0 (ns sw)
+    vlan_switch.py: access veth vl0 ──────────────────────────┘
+                    trunk: the VM's data NIC's TAP, VLAN 100 tagged
+
+The VM's data NIC is a trunk port carrying VLAN 100 (sluice drives it
+with vfio-pci and net_virtio, `vlan = 100`); vlan_switch.py is the switch
+that tags and untags between it and the hosts' untagged bridge (this
+host kernel has no 802.1Q), and counts anything the VM sends untagged or
+on another VLAN: it must be nothing. The client routes the VIP via the appliance's
+address (10.99.0.2, held by sluice's TAP inside the VM); backends answer
+clients directly (layer-2 DSR). Commands inside the VM go over SSH through
+QEMU's user-mode management NIC.
+
+Checks, in order: health checks from the appliance reach both backends;
+the appliance's address answers ping; new connections to the VIP are
+served by both backends; /metrics from the host counts the traffic;
+`systemctl reload` with a good configuration (b1 only) applies it; with a
+bad one it fails ("Reload failed", diagnostics in the journal) and the
+running configuration stays; `kill -9` of sluice is followed by a restart
+by systemd, after which new connections flow again.
+
+Usage: boot_traffic.py --tap TAP --ssh-port P --ssh-key KEY --metrics-port M
+Prints one line per check and `boot-traffic: N passed, 0 failed`; exits 1 on
+the first failed check (the VM's journal of sluice is printed).
+"""
+
+import argparse
+import atexit
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+E2E = os.path.join(ROOT, "scripts", "e2e")
+CONFIG = os.path.join(HERE, "boot-test", "sluice.toml")
+VLAN = 100
+APPLIANCE = "10.99.0.2"
+CLIENT = "10.99.0.100"
+VIP = "10.99.1.10"
+BACKENDS = {"b1": "10.99.0.11", "b2": "10.99.0.12"}
+PREFIX = "slvm"
+
+
+def sh(*cmd, check=True, timeout=120):
+    r = subprocess.run(cmd, check=False, text=True, capture_output=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
+    return r
+
+
+class CheckFailed(Exception):
+    pass
+
+
+class BootTraffic:
+    def __init__(self, args):
+        self.tap = args.tap
+        self.ssh_base = ["ssh", "-i", args.ssh_key, "-p", str(args.ssh_port),
+                         "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                         "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=20",
+                         "-o", "BatchMode=yes", "root@127.0.0.1"]
+        self.metrics_url = f"http://127.0.0.1:{args.metrics_port}/metrics"
+        self.tag = f"{PREFIX}{os.getpid()}"
+        self.dir = tempfile.mkdtemp(prefix="sluice-boot-traffic.")
+        self.state = os.path.join(self.dir, "state")
+        os.makedirs(self.state)
+        self.namespaces = []
+        self.procs = []
+        self.passed = 0
+        atexit.register(self.close)
+
+    # ---- plumbing -----------------------------------------------------------
+
+    def ns(self, role):
+        return f"{self.tag}-{role}"
+
+    def run_in(self, role, *cmd, check=True, timeout=120):
+        return sh("ip", "netns", "exec", self.ns(role), *cmd, check=check, timeout=timeout)
+
+    def vm(self, command, check=True, timeout=120):
+        """Runs a shell command in the VM; returns (rc, stdout+stderr)."""
+        r = subprocess.run(self.ssh_base + [command], text=True, capture_output=True,
+                           timeout=timeout, check=False)
+        out = r.stdout + r.stderr
+        if check and r.returncode != 0:
+            raise CheckFailed(f"in the VM, `{command}` exited {r.returncode}: {out.strip()}")
+        return r.returncode, out
+
+    def ok(self, what):
+        self.passed += 1
+        print(f"boot-traffic: ok: {what}", flush=True)
+
+    def expect(self, cond, what, detail=""):
+        if not cond:
+            raise CheckFailed(f"{what}{': ' + detail if detail else ''}")
+        self.ok(what)
+
+    # ---- the host network -----------------------------------------------------
+
+    def build(self):
+        for line in sh("ip", "netns", "list").stdout.splitlines():
+            name = line.split()[0] if line.split() else ""
+            m = re.fullmatch(rf"{PREFIX}(\d+)-\w+", name)
+            if m and not os.path.exists(f"/proc/{m.group(1)}"):
+                sh("ip", "netns", "del", name, check=False)
+        for role in ["sw", "c", *BACKENDS]:
+            sh("ip", "netns", "add", self.ns(role))
+            self.namespaces.append(self.ns(role))
+            self.run_in(role, "ip", "link", "set", "lo", "up")
+        self.run_in("sw", "ip", "link", "add", "br0", "type", "bridge")
+        self.run_in("sw", "ip", "link", "set", "br0", "up")
+        # QEMU holds the TAP open; the device moves, its queue stays attached.
+        # The switch's own kernel sends nothing on either side of it.
+        sh("ip", "link", "set", self.tap, "netns", self.ns("sw"))
+        self.run_in("sw", "ip", "link", "add", "vl0", "type", "veth", "peer", "name", "p-vm")
+        self.run_in("sw", "ip", "link", "set", "p-vm", "master", "br0", "up")
+        for dev in (self.tap, "vl0"):
+            self.run_in("sw", "sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=1")
+            self.run_in("sw", "ip", "link", "set", dev, "arp", "off", "up")
+        log = open(os.path.join(self.dir, "vlan_switch.log"), "a")
+        self.switch_stats = os.path.join(self.dir, "vlan-switch.json")
+        self.switch = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns("sw"), sys.executable,
+             os.path.join(HERE, "vlan_switch.py"), "--trunk", self.tap, "--access", "vl0",
+             "--vlan", str(VLAN), "--stats", self.switch_stats], stdout=log, stderr=log)
+        self.procs.append(self.switch)
+        hosts = {"c": CLIENT, **BACKENDS}
+        for role, addr in hosts.items():
+            peer = f"p-{role}"
+            sh("ip", "link", "add", "eth0", "netns", self.ns(role), "type", "veth",
+               "peer", "name", peer, "netns", self.ns("sw"))
+            self.run_in("sw", "ip", "link", "set", peer, "master", "br0", "up")
+            self.run_in(role, "ip", "link", "set", "eth0", "up")
+            # Complete checksums and no segmentation offload: the VM's NIC
+            # gets frames as a wire would carry them.
+            self.run_in(role, "ethtool", "-K", "eth0", "tx", "off", "tso", "off", "gso", "off",
+                        check=False)
+            self.run_in(role, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
+        self.run_in("c", "ip", "route", "add", f"{VIP}/32", "via", APPLIANCE)
+        for role in BACKENDS:
+            self.run_in(role, "ip", "addr", "add", f"{VIP}/32", "dev", "lo")
+            # DSR backends: hold the VIP, never answer ARP for it.
+            self.run_in(role, "sysctl", "-qw", "net.ipv4.conf.all.arp_ignore=1",
+                        "net.ipv4.conf.all.arp_announce=2", "net.ipv4.conf.all.rp_filter=0",
+                        "net.ipv4.conf.eth0.rp_filter=0", "net.ipv4.conf.lo.rp_filter=0")
+            log = open(os.path.join(self.dir, f"{role}.log"), "a")
+            self.procs.append(subprocess.Popen(
+                ["ip", "netns", "exec", self.ns(role), sys.executable,
+                 os.path.join(E2E, "backend.py"), "--name", role, "--vip", VIP,
+                 "--state", self.state], stdout=log, stderr=log))
+        for role in BACKENDS:
+            for _ in range(100):
+                if ":80" in self.run_in(role, "ss", "-ltn", "sport = :80").stdout:
+                    break
+                time.sleep(0.05)
+            else:
+                raise CheckFailed(f"backend {role} did not start listening")
+
+    def close(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs = []
+        for ns in reversed(self.namespaces):
+            sh("ip", "netns", "del", ns, check=False)
+        self.namespaces = []
+        subprocess.run(["rm", "-rf", self.dir], check=False)
+
+    # ---- observations -------------------------------------------------------------
+
+    def spread(self, n):
+        out = self.run_in("c", sys.executable, os.path.join(E2E, "client.py"), "spread", str(n),
+                          timeout=300).stdout
+        return json.loads(out)
+
+    def backend_states(self):
+        """{backend ip: state} of service web, from `sluice status` in the VM."""
+        _, out = self.vm("sluice status --control-socket /run/sluice/sluice.sock")
+        states, inside = {}, False
+        for line in out.splitlines():
+            if line.startswith("service "):
+                inside = line.startswith("service web:")
+            elif inside and line.strip().startswith("backend "):
+                f = line.split()
+                states[f[1]] = f[4]
+        return states
+
+    def metrics(self):
+        text = urllib.request.urlopen(self.metrics_url, timeout=10).read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                k, _, v = line.rpartition(" ")
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    pass
+        return out
+
+    def wait_healthy(self, ips, timeout):
+        deadline = time.monotonic() + timeout
+        states = {}
+        while time.monotonic() < deadline:
+            states = self.backend_states()
+            if all(states.get(ip) == "healthy" for ip in ips):
+                return states
+            time.sleep(2)
+        raise CheckFailed(f"backends {sorted(ips)} not healthy within {timeout}s: {states}")
+
+    def switch_counters(self):
+        with open(self.switch_stats, encoding="utf-8") as f:
+            return json.load(f)
+
+    def write_config(self, text):
+        self.vm(f"cat > /etc/sluice/sluice.toml <<'SLUICE_EOF'\n{text}SLUICE_EOF")
+
+    def main_pid(self):
+        _, out = self.vm("systemctl show -p MainPID --value sluice.service")
+        return int(out.strip() or 0)
+
+    # ---- the checks -----------------------------------------------------------------
+
+    def run(self):
+        t0 = time.monotonic()
+        self.build()
+        good = open(CONFIG, encoding="utf-8").read()
+        ips = set(BACKENDS.values())
+
+        # HC-*: probes leave the VM through sluice's TAP and the data NIC.
+        self.wait_healthy(ips, timeout=120)
+        self.ok(f"both backends healthy by HTTP health checks through the data NIC "
+                f"({time.monotonic() - t0:.0f}s after the network came up)")
+
+        r = self.run_in("c", "ping", "-c", "3", "-W", "5", APPLIANCE, check=False, timeout=60)
+        m = re.search(r"(\d+) received", r.stdout)
+        self.expect(m is not None and int(m.group(1)) == 3,
+                    f"the appliance's address {APPLIANCE} answers ping on VLAN {VLAN}",
+                    r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr)
+
+        before = self.metrics()
+        t = time.monotonic()
+        res = self.spread(40)
+        took = time.monotonic() - t
+        self.expect(res["failures"] == 0 and set(res["counts"]) == set(BACKENDS),
+                    f"40 new connections to the VIP, no failure, served by b1 and b2 "
+                    f"({res['counts']}, {took:.1f}s)", json.dumps(res))
+
+        after = self.metrics()
+        key_rx = 'sluice_port_rx_packets_total{port="data0"}'
+        key_tx = 'sluice_port_tx_packets_total{port="data0"}'
+        rx = after.get(key_rx, 0) - before.get(key_rx, 0)
+        tx = after.get(key_tx, 0) - before.get(key_tx, 0)
+        # Each connection: at least SYN, ACK+request, ACK, FIN, ACK from the
+        # client, all forwarded.
+        self.expect(rx >= 40 * 4 and tx >= 40 * 4,
+                    f"/metrics from the host counts the traffic on data0 (+{rx:.0f} rx, +{tx:.0f} tx)",
+                    f"rx +{rx} tx +{tx}")
+
+        # A good reload: b2 leaves the service.
+        b1_only = good.replace('  { address = "10.99.0.12" },\n', "")
+        assert b1_only != good
+        self.write_config(b1_only)
+        rc, out = self.vm("systemctl reload sluice.service", check=False)
+        self.expect(rc == 0, "systemctl reload with a good configuration (b1 only) succeeds", out)
+        res = self.spread(20)
+        self.expect(res["failures"] == 0 and set(res["counts"]) == {"b1"},
+                    f"after it, new connections go to b1 only ({res['counts']})", json.dumps(res))
+
+        # A bad reload: refused with its diagnostics, the running one stays.
+        bad = b1_only.replace('conntrack_capacity = 65536', 'conntrack_capacity = "lots"')
+        assert bad != b1_only
+        self.write_config(bad)
+        rc, out = self.vm("systemctl reload sluice.service", check=False)
+        self.expect(rc != 0, "systemctl reload with a bad configuration fails", out)
+        _, journal = self.vm("journalctl -u sluice.service -b --no-pager -o cat -n 40")
+        refusal = next((line for line in journal.splitlines()
+                        if "/etc/sluice/sluice.toml:" in line and "conntrack_capacity" in line), "")
+        self.expect(refusal != "",
+                    f"the journal has the refusal's diagnostics: {refusal.strip()!r}",
+                    journal[-1500:])
+        _, system_log = self.vm("journalctl -b --no-pager -o cat -n 300")
+        self.expect(re.search(r"Reload failed for .*sluice", system_log) is not None,
+                    "systemd logs \"Reload failed\" for the unit")
+        _, state = self.vm("systemctl is-active sluice.service", check=False)
+        self.expect(state.strip() == "active", "sluice.service is still active", state)
+        res = self.spread(20)
+        self.expect(res["failures"] == 0 and set(res["counts"]) == {"b1"},
+                    f"the running configuration stays: b1 only ({res['counts']})", json.dumps(res))
+
+        # Back to both backends, then kill -9.
+        self.write_config(good)
+        self.vm("systemctl reload sluice.service")
+        self.wait_healthy(ips, timeout=60)
+        res = self.spread(20)
+        self.expect(res["failures"] == 0 and set(res["counts"]) == set(BACKENDS),
+                    f"reloaded with both backends again ({res['counts']})", json.dumps(res))
+
+        old_pid = self.main_pid()
+        _, restarts0 = self.vm("systemctl show -p NRestarts --value sluice.service")
+        t_kill = time.monotonic()
+        self.vm(f"kill -9 {old_pid}")
+        deadline = t_kill + 180
+        new_pid, state = 0, ""
+        while time.monotonic() < deadline:
+            _, state = self.vm("systemctl is-active sluice.service", check=False)
+            new_pid = self.main_pid()
+            if state.strip() == "active" and new_pid not in (0, old_pid):
+                break
+            time.sleep(1)
+        t_active = time.monotonic() - t_kill
+        _, restarts1 = self.vm("systemctl show -p NRestarts --value sluice.service")
+        self.expect(state.strip() == "active" and new_pid not in (0, old_pid)
+                    and int(restarts1) == int(restarts0) + 1,
+                    f"kill -9 of sluice (pid {old_pid}): systemd restarted it (pid {new_pid}, "
+                    f"NRestarts {restarts0.strip()} -> {restarts1.strip()}), active again "
+                    f"{t_active:.0f}s after the kill",
+                    f"state {state.strip()} pid {new_pid} restarts {restarts1.strip()}")
+        self.wait_healthy(ips, timeout=120)
+        res = self.spread(20)
+        t_flow = time.monotonic() - t_kill
+        self.expect(res["failures"] == 0 and set(res["counts"]) == set(BACKENDS),
+                    f"after the restart new connections flow to b1 and b2 ({res['counts']}; "
+                    f"{t_flow:.0f}s after the kill)", json.dumps(res))
+        time.sleep(1.5)  # the switch writes its counters every second
+        sw = self.switch_counters()
+        self.expect(self.switch.poll() is None and sw["trunk_to_access"] > 0
+                    and sw["trunk_untagged"] == 0 and sw["trunk_other_vlan"] == 0,
+                    f"every frame from the VM's data NIC carried VLAN {VLAN} "
+                    f"({sw['trunk_to_access']} tagged, {sw['trunk_untagged']} untagged, "
+                    f"{sw['trunk_other_vlan']} other VLAN; {sw['access_to_trunk']} tagged towards it)",
+                    json.dumps(sw))
+        print(f"boot-traffic: {self.passed} passed, 0 failed "
+              f"({time.monotonic() - t0:.0f}s)", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tap", required=True)
+    ap.add_argument("--ssh-port", type=int, required=True)
+    ap.add_argument("--ssh-key", required=True)
+    ap.add_argument("--metrics-port", type=int, required=True)
+    args = ap.parse_args()
+    t = BootTraffic(args)
+    try:
+        t.run()
+    except (CheckFailed, RuntimeError, subprocess.TimeoutExpired) as e:
+        print(f"boot-traffic: FAIL: {e}", file=sys.stderr, flush=True)
+        try:
+            _, journal = t.vm("journalctl -u sluice.service -b --no-pager -n 40", check=False,
+                              timeout=60)
+            print("--- sluice's journal in the VM ---\n" + journal, file=sys.stderr)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
+        print(f"boot-traffic: {t.passed} passed, 1 failed", flush=True)
+        sys.exit(1)
+    finally:
+        t.close()
+
+
+if __name__ == "__main__":
+    main()
