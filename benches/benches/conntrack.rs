@@ -15,10 +15,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
-use dataplane::conntrack::{Entry, Shard, TrackKey};
 use dataplane::dpdk::rte_hash::RteHash;
 use dataplane::dpdk::Eal;
-use dataplane::snapshot::{BackendId, Millis};
+use sluice_core::conntrack::{Entry, Shard, TrackKey};
+use sluice_core::snapshot::{BackendId, Millis};
 
 const BATCH: usize = 32;
 

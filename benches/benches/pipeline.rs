@@ -11,12 +11,12 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use dataplane::encap;
-use dataplane::packet::VecPacket;
-use dataplane::pipeline::{self, PipelineCtx};
-use dataplane::snapshot::{BackendId, BackendState, Egress, Encapsulation, PortState, ServiceId};
-use dataplane::wire::{parse, Parsed};
-use dataplane::ForwardingState;
+use sluice_core::encap;
+use sluice_core::packet::VecPacket;
+use sluice_core::pipeline::{self, PipelineCtx};
+use sluice_core::snapshot::{BackendId, BackendState, Egress, Encapsulation, PortState, ServiceId};
+use sluice_core::wire::{parse, Parsed};
+use sluice_core::ForwardingState;
 
 const BATCH: usize = 32;
 

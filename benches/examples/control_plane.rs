@@ -34,7 +34,7 @@ use controlplane::publish::{
     ServiceReport,
 };
 use controlplane::synthetic::{all_healthy, big_config, probe_status};
-use dataplane::snapshot::{ForwardingState, SnapshotCell};
+use sluice_core::snapshot::{ForwardingState, SnapshotCell};
 
 /// A stopwatch of wall time and of this thread's CPU time: on a shared
 /// machine the CPU time is what the work costs, the wall time what it

@@ -16,8 +16,8 @@
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
-use dataplane::packet::VecPacket;
-use dataplane::pipeline::{self, PipelineCtx, Stage};
+use sluice_core::packet::VecPacket;
+use sluice_core::pipeline::{self, PipelineCtx, Stage};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -51,11 +51,11 @@ fn main() {
             reset(&mut pkts, &frames);
         }
         for (p, s) in pkts.iter().zip(stages.iter_mut()) {
-            *s = pipeline::classify(dataplane::PacketBuf::data(p), &state);
+            *s = pipeline::classify(sluice_core::PacketBuf::data(p), &state);
         }
         for ((p, s), k) in pkts.iter_mut().zip(stages.iter_mut()).zip(keys.iter_mut()) {
             if let Stage::Balance(b) = s {
-                pipeline::prefetch_conntrack(dataplane::PacketBuf::data(p), b, &state, &ctx, k);
+                pipeline::prefetch_conntrack(sluice_core::PacketBuf::data(p), b, &state, &ctx, k);
             }
         }
         for ((p, s), k) in pkts.iter_mut().zip(stages.iter()).zip(keys.iter()) {
@@ -63,7 +63,7 @@ fn main() {
                 Stage::Done(v) => *v,
                 Stage::Balance(b) => pipeline::deliver_keyed(p, b, k.as_ref(), &state, &mut ctx),
             };
-            forwarded += usize::from(matches!(v, dataplane::Verdict::Forward { .. }));
+            forwarded += usize::from(matches!(v, sluice_core::Verdict::Forward { .. }));
         }
     }
     println!("forwarded {}", black_box(forwarded));

@@ -4,9 +4,9 @@
 use std::io::Write;
 use std::net::Ipv4Addr;
 
-use dataplane::ForwardingState;
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapWriter};
+use sluice_core::ForwardingState;
 
 /// A 64-byte (60 + FCS) TCP packet of flow `i`: client 10.x.y.z:port → vip:80.
 /// Flows differ in source address and port so 5-tuple and 2-tuple hashing

@@ -560,7 +560,7 @@ mod tests {
     use std::io::{Read as _, Write as _};
     use std::net::TcpStream;
 
-    use dataplane::snapshot::SnapshotCell;
+    use sluice_core::snapshot::SnapshotCell;
 
     use super::*;
 

@@ -28,7 +28,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
-use dataplane::snapshot::{BackendId, Millis};
+use sluice_core::snapshot::{BackendId, Millis};
 
 use crate::config::Config;
 

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
-use dataplane::snapshot::{ForwardingState, Millis, SnapshotCell};
-use dataplane::stats::WorkerStats;
+use sluice_core::snapshot::{ForwardingState, Millis, SnapshotCell};
+use sluice_core::stats::WorkerStats;
 
 use crate::config::{self, Config};
 use crate::health::{self, HealthChecker, ProbeKey, ProbeStatus};
@@ -423,10 +423,10 @@ impl Controller {
     }
 }
 
-fn pool_name(p: dataplane::snapshot::Pool) -> &'static str {
+fn pool_name(p: sluice_core::snapshot::Pool) -> &'static str {
     match p {
-        dataplane::snapshot::Pool::Primary => "primary",
-        dataplane::snapshot::Pool::Failover => "failover",
+        sluice_core::snapshot::Pool::Primary => "primary",
+        sluice_core::snapshot::Pool::Failover => "failover",
     }
 }
 

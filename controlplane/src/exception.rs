@@ -7,7 +7,7 @@
 //! neighbour discovery and ping for the appliance's addresses, and the
 //! health checker's ordinary sockets reach backends through it. On a trunk
 //! port (`vlan = N`) the TAP is still configured untagged: the workers pop
-//! the tag off punted frames and push it onto the kernel's (`dataplane::vlan`).
+//! the tag off punted frames and push it onto the kernel's (`sluice_core::vlan`).
 //!
 //! Configured with `ip` (iproute2) commands: a handful at start, so a
 //! netlink library would add a dependency for no measurable gain.

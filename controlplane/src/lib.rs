@@ -1,5 +1,7 @@
 //! sluice control plane: configuration, Maglev tables, snapshot publishing
 //! and metrics. The `sluice` binary (main.rs) drives these.
+//! No unsafe code: DPDK is reached through the `dataplane` crate's safe layer.
+#![forbid(unsafe_code)]
 
 pub mod admin_http;
 pub mod admin_request;

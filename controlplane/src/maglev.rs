@@ -5,7 +5,7 @@
 //! Each backend's preference list is the Maglev paper's permutation
 //! `(offset + j·skip) mod M` with `offset = h1(key) mod M` and
 //! `skip = h2(key) mod (M−1) + 1`, where `h1`/`h2` are
-//! [`dataplane::hash::stable_hash_bytes`] under two fixed seeds and `key` is
+//! [`sluice_core::hash::stable_hash_bytes`] under two fixed seeds and `key` is
 //! the backend's stable identity (its address). M is prime, so every skip is
 //! coprime to M and each list visits every slot. Nothing depends on the
 //! process, the CPU or the input order: backends are taken in `(key, id)`
@@ -38,8 +38,8 @@
 //! policy has deliberately chosen them (EL-2 (c)/(d), EL-6), so they share
 //! the table equally rather than leaving it empty.
 
-use dataplane::hash::stable_hash_bytes;
-use dataplane::snapshot::{BackendId, MaglevTable};
+use sluice_core::hash::stable_hash_bytes;
+use sluice_core::snapshot::{BackendId, MaglevTable};
 
 /// Seeds of the two permutation hashes. Changing either changes every
 /// table: appliances of different versions would disagree (MG-2).

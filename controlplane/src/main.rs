@@ -1,4 +1,5 @@
 //! `sluice`: the load balancer appliance's command line.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

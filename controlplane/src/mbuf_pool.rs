@@ -102,7 +102,7 @@ pub fn mbuf_count(dp: &DataplaneConfig) -> u32 {
     // Every steering ring into a worker full, and a burst held for each peer.
     let burst = usize::from(dp.burst_size);
     let steered = workers.saturating_sub(1)
-        * dataplane::steering::ring_slots(burst, usize::from(dp.workers))
+        * sluice_core::steering::ring_slots(burst, usize::from(dp.workers))
         + (dataplane::dpdk::MAX_BURST as u32) * workers;
     let rings = nports * (1024 + 1024) + ntaps * (512 + 512) + steered;
     (rings * workers + 4096).next_power_of_two() - 1

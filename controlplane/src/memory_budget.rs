@@ -5,7 +5,7 @@
 //! OOM killer part-way through start-up, with no word on which setting to
 //! change.
 
-use dataplane::conntrack::Shard;
+use sluice_core::conntrack::Shard;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

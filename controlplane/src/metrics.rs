@@ -9,12 +9,12 @@
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
-use dataplane::snapshot::SnapshotCell;
-use dataplane::stats::{WorkerStats, MAX_PORTS};
-use dataplane::DropReason;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder as _, IntCounter, IntCounterVec, IntGauge, Opts, TextEncoder};
+use sluice_core::snapshot::SnapshotCell;
+use sluice_core::stats::{WorkerStats, MAX_PORTS};
+use sluice_core::DropReason;
 
 /// What the metrics endpoint reads.
 pub struct MetricsSources {
@@ -65,7 +65,7 @@ fn sum(src: &MetricsSources, f: impl Fn(&WorkerStats) -> u64) -> u64 {
 pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     let mut out = Vec::new();
 
-    type PortField = fn(&dataplane::stats::PortCounters) -> u64;
+    type PortField = fn(&sluice_core::stats::PortCounters) -> u64;
     let port_metrics: [(&str, &str, PortField); 7] = [
         (
             "sluice_port_rx_packets_total",
@@ -262,7 +262,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
 /// Conntrack (SPEC §3): live entries and capacity per worker (gauges), and
 /// the event counters summed over workers.
 fn conntrack_families(src: &MetricsSources) -> Vec<MetricFamily> {
-    use dataplane::stats::ConntrackStats;
+    use sluice_core::stats::ConntrackStats;
     let mut out = Vec::new();
     type Field = fn(&ConntrackStats) -> u64;
     let gauges: [(&str, &str, Field); 3] = [
@@ -386,7 +386,9 @@ impl Collector for SluiceCollector {
 
 #[cfg(test)]
 mod tests {
-    use dataplane::snapshot::{BackendId, BackendState, ForwardingState, ServiceId, ServiceState};
+    use sluice_core::snapshot::{
+        BackendId, BackendState, ForwardingState, ServiceId, ServiceState,
+    };
 
     use super::*;
 
@@ -417,7 +419,7 @@ mod tests {
             generation: 42,
             services: vec![ServiceState {
                 name: "web".into(),
-                encapsulation: dataplane::snapshot::Encapsulation::L2,
+                encapsulation: sluice_core::snapshot::Encapsulation::L2,
                 affinity: Default::default(),
                 tracking: Default::default(),
                 draining_timeout_ms: 0,

@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use dataplane::snapshot::Egress;
 use serde::Deserialize;
+use sluice_core::snapshot::Egress;
 
 /// Round interval while every backend is resolved.
 pub const REFRESH: Duration = Duration::from_secs(1);

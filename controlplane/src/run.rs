@@ -15,9 +15,9 @@ use controlplane::metrics::{self, MetricsSources};
 use controlplane::neighbours::NeighbourResolver;
 use controlplane::service_manager::ServiceManager;
 use dataplane::dpdk::{af_packet, mbuf_ring, Eal, Mempool, Port, PortConfig};
-use dataplane::snapshot::Millis;
-use dataplane::stats::WorkerStats;
 use dataplane::worker::{ExceptionQueues, Steering, Worker};
+use sluice_core::snapshot::Millis;
+use sluice_core::stats::WorkerStats;
 
 pub struct RunOptions {
     pub exit_on_idle: Option<Duration>,
@@ -150,7 +150,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     .map_err(RunError::Setup)?;
     controlplane::info!(
         "sluice: conntrack: {capacity} connections per worker in {} slots, {} MiB per worker",
-        dataplane::conntrack::Shard::slots_for(capacity),
+        sluice_core::conntrack::Shard::slots_for(capacity),
         controlplane::memory_budget::conntrack_bytes(1, capacity) >> 20
     );
 
@@ -545,7 +545,7 @@ fn supervise(
 /// One flow, one shard: when a port cannot keep an address pair on one RX
 /// queue (net_af_packet, RSS-less devices) and there are several workers,
 /// a ring from every worker to every other carries tracked packets to the
-/// worker that owns their key (`dataplane::steering`).
+/// worker that owns their key (`sluice_core::steering`).
 fn steering_rings(
     ports: &[Port],
     workers: usize,
@@ -565,7 +565,7 @@ fn steering_rings(
             ports: needs.clone(),
         })
         .collect();
-    let slots = dataplane::steering::ring_slots(burst_size, workers);
+    let slots = sluice_core::steering::ring_slots(burst_size, workers);
     for from in 0..workers {
         for to in (0..workers).filter(|&t| t != from) {
             let (p, c) = mbuf_ring(&format!("sluice_steer_{from}_{to}"), slots)?;

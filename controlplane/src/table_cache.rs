@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use dataplane::snapshot::{BackendId, MaglevTable};
+use sluice_core::snapshot::{BackendId, MaglevTable};
 
 use crate::maglev::Permutations;
 

@@ -46,8 +46,8 @@ use controlplane::config::Config;
 use controlplane::control::Shared;
 use controlplane::maglev::{build_table, MaglevBackend};
 use crossbeam_utils::CachePadded;
-use dataplane::snapshot::SnapshotCell;
-use dataplane::stats::WorkerStats;
+use sluice_core::snapshot::SnapshotCell;
+use sluice_core::stats::WorkerStats;
 
 #[derive(Clone, Debug)]
 pub struct MarkUnhealthy {
@@ -158,7 +158,7 @@ fn wait_until_paused(
 /// let go of it (the control thread's rule: never freed on a worker).
 fn publish_and_retire(
     snapshots: &SnapshotCell,
-    next: dataplane::snapshot::ForwardingState,
+    next: sluice_core::snapshot::ForwardingState,
     stop: &AtomicBool,
 ) {
     let old = snapshots.publish(next);

@@ -157,7 +157,7 @@ fn check(persistence: &str, name: &str, persists: bool) {
 /// Two workers, one flow → one shard (AP-1, CT-3): net_pcap gives one RX
 /// queue per `rx_pcap` file and cannot hash on addresses, so sluice steers
 /// each tracked packet to the worker owning its address pair
-/// (`dataplane::steering`). Each client's flows arrive on both queues
+/// (`sluice_core::steering`). Each client's flows arrive on both queues
 /// (SYNs on one, ACKs on the other); every flow must still be inserted once
 /// and hit once, in its owner's shard, and exactly the packets that arrived
 /// at the other worker are steered.

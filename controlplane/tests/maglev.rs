@@ -4,7 +4,7 @@
 use controlplane::maglev::{
     build_table, build_table_reference_pseudocode1, MaglevBackend, Permutations,
 };
-use dataplane::snapshot::{BackendId, MaglevTable};
+use sluice_core::snapshot::{BackendId, MaglevTable};
 
 const M: u32 = 65537;
 
@@ -148,7 +148,7 @@ fn mg_2_table_is_pinned() {
     assert_eq!(probe, PINNED_WEIGHTED, "{probe:?}");
     // The whole table, not just a few slots.
     let words: Vec<u64> = t.slots.iter().map(|b| u64::from(b.0)).collect();
-    let digest = dataplane::hash::stable_hash_words(0, &words);
+    let digest = sluice_core::hash::stable_hash_words(0, &words);
     assert_eq!(digest, PINNED_WEIGHTED_DIGEST, "{digest}");
 }
 

@@ -12,17 +12,16 @@ use crossbeam_utils::CachePadded;
 
 use crate::dpdk::MAX_BURST;
 use crate::dpdk::{MbufBurst, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
-use crate::drop_reason::DropReason;
-use crate::pipeline::{PipelineCtx, Verdict};
-use crate::snapshot::{ForwardingState, Millis, SnapshotCell};
-use crate::stats::WorkerStats;
-use crate::vlan;
+use sluice_core::drop_reason::DropReason;
+use sluice_core::pipeline::{PipelineCtx, Verdict};
+use sluice_core::snapshot::{ForwardingState, Millis, SnapshotCell};
+use sluice_core::stats::WorkerStats;
+use sluice_core::vlan;
 
-pub mod burst;
 mod fragments;
 pub mod handover;
 
-use burst::{BurstStages, Outcome, SteerFor};
+use sluice_core::burst::{BurstStages, Outcome, SteerFor};
 
 /// Everything a worker owns. Built on the main lcore, moved to the worker.
 pub struct Worker {
@@ -55,7 +54,7 @@ pub struct Worker {
 }
 
 /// This worker's rings to and from every other worker (see
-/// [`crate::steering`]).
+/// [`sluice_core::steering`]).
 #[derive(Debug)]
 pub struct Steering {
     /// Indexed by worker; None at this worker's own index.
@@ -126,7 +125,7 @@ impl Worker {
             state,
             stats,
         };
-        lanes.ctx.fragment_ids = crate::fragment::FragmentIds::for_worker(index);
+        lanes.ctx.fragment_ids = sluice_core::fragment::FragmentIds::for_worker(index);
         lanes.stats.conntrack.publish(&lanes.ctx.conntrack);
         let mut last_sweep = Millis(0);
 
@@ -230,7 +229,7 @@ impl Lanes {
     /// Runs the pipeline over one burst and queues every packet where its
     /// verdict sends it. `rx_port`: the config port the whole burst came
     /// from (None: steered packets, each carrying its own). `steer`: hand
-    /// tracked packets owned by another worker to it (see [`crate::steering`]).
+    /// tracked packets owned by another worker to it (see [`sluice_core::steering`]).
     #[inline]
     fn handle_burst(&mut self, burst: &mut MbufBurst, rx_port: Option<usize>, steer: bool) {
         let state = &*self.state;

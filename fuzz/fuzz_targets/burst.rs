@@ -1,4 +1,4 @@
-//! The worker's staged burst path (`dataplane::worker::burst`) on arbitrary
+//! The worker's staged burst path (`sluice_core::burst`) on arbitrary
 //! bursts: stage 1 for every packet, the steering decision between two
 //! workers, the conntrack pass and stage 2 with its lookahead, the owner
 //! handling what was steered to it, fragments split as the worker splits
@@ -16,13 +16,13 @@
 
 use std::sync::OnceLock;
 
-use dataplane::conntrack::Shard;
-use dataplane::dpdk::MAX_BURST;
-use dataplane::fragment::FragmentIds;
-use dataplane::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
-use dataplane::pipeline::{process, PipelineCtx, Verdict};
-use dataplane::snapshot::{ForwardingState, Millis};
-use dataplane::worker::burst::{BurstStages, Outcome, SteerFor};
+use sluice_core::conntrack::Shard;
+use sluice_core::burst::MAX_BURST;
+use sluice_core::fragment::FragmentIds;
+use sluice_core::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
+use sluice_core::pipeline::{process, PipelineCtx, Verdict};
+use sluice_core::snapshot::{ForwardingState, Millis};
+use sluice_core::burst::{BurstStages, Outcome, SteerFor};
 use libfuzzer_sys::fuzz_target;
 use sluice_fuzz::{check_fragments, state};
 

@@ -2,7 +2,7 @@
 //! reports must lie inside the frame.
 #![no_main]
 
-use dataplane::wire::{parse, Parsed};
+use sluice_core::wire::{parse, Parsed};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(ip.l4_offset <= ip.l3_offset + ip.ip_len);
         // HA-4: the quote reader on whatever follows the L4 offset.
         if let Some(msg) = data.get(ip.l4_offset..) {
-            let _ = dataplane::wire::icmp::quoted(msg, ip.ethertype == 0x86dd);
+            let _ = sluice_core::wire::icmp::quoted(msg, ip.ethertype == 0x86dd);
         }
     }
 });

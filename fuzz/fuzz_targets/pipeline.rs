@@ -6,9 +6,9 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
-use dataplane::packet::{PacketBuf, VecPacket};
-use dataplane::pipeline::{process, PipelineCtx, Verdict};
-use dataplane::snapshot::{ForwardingState, Millis};
+use sluice_core::packet::{PacketBuf, VecPacket};
+use sluice_core::pipeline::{process, PipelineCtx, Verdict};
+use sluice_core::snapshot::{ForwardingState, Millis};
 use libfuzzer_sys::fuzz_target;
 use sluice_fuzz::{check_fragments, state};
 

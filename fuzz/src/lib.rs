@@ -2,10 +2,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use dataplane::fragment;
-use dataplane::packet::{PacketBuf, VecPacket};
-use dataplane::rules::{ForwardingRule, RuleTable};
-use dataplane::snapshot::{
+use sluice_core::fragment;
+use sluice_core::packet::{PacketBuf, VecPacket};
+use sluice_core::rules::{ForwardingRule, RuleTable};
+use sluice_core::snapshot::{
     BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, PortRange,
     PortState, RuleProtocol, ServiceId, ServiceState, SessionAffinity,
 };
@@ -87,7 +87,7 @@ pub fn state(mtu: u16) -> ForwardingState {
         flow_seed: Default::default(),
     };
     // As the control plane does: the prebuilt outer headers are fuzzed too.
-    state.outer_headers = dataplane::outer_header::OuterHeaders::build(&state);
+    state.outer_headers = sluice_core::outer_header::OuterHeaders::build(&state);
     state
 }
 

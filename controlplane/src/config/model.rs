@@ -5,7 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-pub use dataplane::snapshot::{
+pub use sluice_core::snapshot::{
     Encapsulation, PersistenceOnUnhealthy, Pool, PortRange, RuleProtocol, SessionAffinity,
     TrackingMode,
 };

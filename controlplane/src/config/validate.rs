@@ -16,7 +16,7 @@ use super::model::*;
 use super::raw::*;
 use super::values::{self, Problem};
 
-pub(crate) const MAX_PORTS: usize = dataplane::stats::MAX_PORTS;
+pub(crate) const MAX_PORTS: usize = sluice_core::stats::MAX_PORTS;
 pub(crate) const MIN_TABLE: u32 = 251;
 pub(crate) const MAX_TABLE: u32 = 655_373;
 pub(crate) const DEFAULT_TABLE: u32 = 65_537;

@@ -427,7 +427,7 @@ impl Scheduler {
 /// are reproducible, yet different keys spread out.
 fn jitter(key: &ProbeKey) -> Duration {
     let text = format!("{}{:?}", key.addr, key.kind);
-    let h = dataplane::hash::stable_hash_bytes(0x6865_616c_7468, text.as_bytes());
+    let h = sluice_core::hash::stable_hash_bytes(0x6865_616c_7468, text.as_bytes());
     let ms = key.interval.as_millis().max(1) as u64;
     Duration::from_millis(h % ms)
 }

@@ -3,7 +3,7 @@
 use super::*;
 use crate::config::{Spillover, ZonalAffinityConfig};
 use crate::maglev::{build_table, MaglevBackend};
-use dataplane::snapshot::BackendId;
+use sluice_core::snapshot::BackendId;
 
 const P: Pool = Pool::Primary;
 const F: Pool = Pool::Failover;

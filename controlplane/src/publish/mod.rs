@@ -17,8 +17,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use dataplane::rules::{ForwardingRule, RuleTable};
-use dataplane::snapshot::{
+use sluice_core::rules::{ForwardingRule, RuleTable};
+use sluice_core::snapshot::{
     BackendId, BackendState, ConnectionTracking, Egress, ForwardingState, MaglevTable, Millis,
     PortState, ServiceId, ServiceState, Zone, ZoneMap,
 };
@@ -302,9 +302,11 @@ pub fn build_forwarding_state_with(
             .dataplane
             .flow_hash_key
             .as_ref()
-            .map_or_else(Default::default, |k| dataplane::flow::FlowSeed::keyed(&k.0)),
+            .map_or_else(Default::default, |k| {
+                sluice_core::flow::FlowSeed::keyed(&k.0)
+            }),
     };
-    state.outer_headers = dataplane::outer_header::OuterHeaders::build(&state);
+    state.outer_headers = sluice_core::outer_header::OuterHeaders::build(&state);
     (state, reports)
 }
 

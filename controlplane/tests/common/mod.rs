@@ -238,8 +238,8 @@ pub fn parse_metrics(text: &str) -> BTreeMap<String, u64> {
 /// The worker (of `workers`) that software steering gives this frame to:
 /// the library's own choice, so tests predict it rather than restate it.
 pub fn steering_owner(frame: &[u8], workers: usize) -> usize {
-    let Ok(dataplane::wire::Parsed::Ip(ip)) = dataplane::wire::parse(frame) else {
+    let Ok(sluice_core::wire::Parsed::Ip(ip)) = sluice_core::wire::parse(frame) else {
         panic!("test frame does not parse")
     };
-    dataplane::steering::owner(frame, &dataplane::wire::L3Layout::from(&ip), workers)
+    sluice_core::steering::owner(frame, &sluice_core::wire::L3Layout::from(&ip), workers)
 }

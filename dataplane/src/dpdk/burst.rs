@@ -1,7 +1,6 @@
 use super::Mbuf;
 
-/// Largest burst a queue is polled or flushed with.
-pub const MAX_BURST: usize = 64;
+pub use sluice_core::burst::MAX_BURST;
 
 /// A burst slot has the size of the driver's mbuf pointer (the null
 /// pointer being `None`), so the slots can be lent to it as an array.

@@ -1,6 +1,7 @@
 use std::ptr::NonNull;
 
-use crate::packet::PacketBuf;
+use sluice_core::burst::BurstPacket;
+use sluice_core::packet::PacketBuf;
 
 /// An owned, single-segment packet buffer. Freed on drop; ownership passes
 /// to and from drivers through a burst's slots (`MbufBurst::held_raw`,
@@ -162,5 +163,12 @@ impl Drop for Mbuf {
     fn drop(&mut self) {
         // SAFETY: we own the mbuf and nobody else references it.
         unsafe { dpdk_sys::rte_pktmbuf_free(self.ptr.as_ptr()) }
+    }
+}
+
+impl BurstPacket for Mbuf {
+    #[inline]
+    fn is_contiguous(&self) -> bool {
+        Mbuf::is_contiguous(self)
     }
 }

@@ -9,7 +9,7 @@ use super::DpdkError;
 pub const MBUF_HEADROOM: usize = dpdk_sys::RTE_PKTMBUF_HEADROOM as usize;
 
 // The sans-IO pipeline's test buffers model the same headroom.
-const _: () = assert!(MBUF_HEADROOM == crate::packet::DEFAULT_HEADROOM);
+const _: () = assert!(MBUF_HEADROOM == sluice_core::packet::DEFAULT_HEADROOM);
 
 /// A packet-buffer mempool (`rte_pktmbuf_pool_create`).
 #[derive(Debug)]

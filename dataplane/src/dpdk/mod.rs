@@ -11,10 +11,8 @@ mod burst;
 mod eal;
 mod error;
 mod mbuf;
-pub mod memory;
 mod mempool;
 mod port;
-pub mod prefetch;
 mod ring;
 pub mod rte_hash;
 

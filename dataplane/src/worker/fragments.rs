@@ -1,16 +1,16 @@
-//! AP-3, the worker's side of fragmentation (`crate::fragment` is the
+//! AP-3, the worker's side of fragmentation (`sluice_core::fragment` is the
 //! sans-IO side): buffers for the extra fragments come from the mbuf pool,
 //! all or none, then every fragment goes onto the egress port's TX burst.
 //! In its own file so that the poll loop only gains one match arm.
 
 use super::flush;
 use crate::dpdk::{Mbuf, MbufBurst, TxQueue};
-use crate::drop_reason::DropReason;
-use crate::fragment;
-use crate::packet::PacketBuf;
-use crate::snapshot::ForwardingState;
-use crate::stats::WorkerStats;
-use crate::vlan;
+use sluice_core::drop_reason::DropReason;
+use sluice_core::fragment;
+use sluice_core::packet::PacketBuf;
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::stats::WorkerStats;
+use sluice_core::vlan;
 
 /// Splits `m` (a `Verdict::Fragment` for port `out`) to that port's MTU and
 /// queues every fragment, first to last. Counts the packet once under

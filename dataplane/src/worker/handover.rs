@@ -1,4 +1,4 @@
-//! Backpressure of software steering (AP-1, [`crate::steering`]): tracked
+//! Backpressure of software steering (AP-1, [`sluice_core::steering`]): tracked
 //! packets for another worker wait in a per-peer burst until the peer's
 //! ring takes them. What a full ring does not take stays held, in order,
 //! and is offered again on the next poll; meanwhile the worker reads no

@@ -1,0 +1,756 @@
+//! The table of one worker's conntrack shard: fixed capacity, open
+//! addressing over buckets of [`SLOTS`] slots, two candidate buckets per key,
+//! keyed hash with a per-process random seed.
+//!
+//! Layout: a signature array (one 64-byte line per bucket: 16 × `u32`,
+//! 0 = empty) and an entry array (one 64-byte line per slot). Each key has
+//! a home slot in its first bucket, chosen by its signature, which inserts
+//! take when it is free; every entry repeats its slot's signature. So a
+//! lookup first reads the home entry alone — one cache line, which the
+//! worker requests a burst ahead, where nearly every key of a table that
+//! is not full lives — and only when that is not the key reads at most two
+//! signature lines and, per signature match, one entry line.
+//! Both arrays are allocated and written once at start (so no page fault
+//! and no allocation ever happens on the packet path); nothing grows or
+//! rehashes afterwards.
+//!
+//! Sizing: a shard built for `capacity` connections has
+//! [`Shard::slots_for`]`(capacity)` slots — at least 1.25 × capacity,
+//! rounded up to a power of two, so at most 80 % full when it holds its
+//! capacity. A table filled to its last slots fails inserts (from ~92 % full)
+//! and finds only half its keys in their home slot (see the tests); an
+//! operator who configures a capacity expects that many connections to be
+//! held, and held fast.
+//!
+//! Half-open entries (written by a SYN; no later packet of the connection
+//! seen yet) carry [`HALF_OPEN`] in their stored signature, in the
+//! signature array and the entry alike, and their service's short
+//! `half_open_timeout`. They are what a SYN flood fills a table with, so a
+//! full bucket pair gives one of them up to a new key (the oldest of at
+//! most [`EVICTION_PROBES`]) before it fails. Every search ignores the
+//! bit: a signature is 31 bits with bit 0 set. The first non-SYN packet
+//! that hits the entry ([`Shard::refresh`]) clears it. A failed insert
+//! reads a bounded number of lines: its two signature lines, at most
+//! [`EVICTION_PROBES`] entries and [`RELOCATION_PROBES`] other buckets'
+//! signature lines.
+
+use crate::snapshot::{BackendId, Millis};
+
+use super::TrackKey;
+
+/// Slots per bucket: 16 signatures fill one cache line.
+pub const SLOTS: usize = 16;
+
+/// Bit of a stored signature (signature array and [`Entry`]) marking a
+/// half-open entry. Never part of a key's signature.
+pub const HALF_OPEN: u32 = 1 << 31;
+
+/// Half-open entries of a full bucket pair whose age an insert compares
+/// (one entry line each) before it evicts the oldest.
+pub const EVICTION_PROBES: usize = 4;
+
+/// Residents of a full bucket pair (half of them in each bucket) whose
+/// other bucket an insert looks at for a free slot (one signature line
+/// each): the cuckoo step, bounded.
+pub const RELOCATION_PROBES: usize = 16;
+
+/// One tracked flow. Exactly one cache line for IPv4 and IPv6 keys alike.
+#[repr(C, align(64))]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
+pub struct Entry {
+    pub key: TrackKey,
+    /// The backend's stable id: never an index into a snapshot (CT-7).
+    pub backend: BackendId,
+    /// The service's `pool_epoch` when the entry was written (CT-11).
+    pub pool_epoch: u32,
+    /// Last packet that matched (CT-5).
+    pub last_seen: Millis,
+    /// The service's idle timeout when last matched (CT-5); kept here so
+    /// the sweep needs no snapshot.
+    pub idle_timeout_ms: u32,
+    /// Copy of the slot's stored signature (0: free; [`HALF_OPEN`] set for
+    /// a half-open entry), so a home-slot hit needs no signature line. The
+    /// shard keeps it equal to the signature array.
+    sig: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() <= 64);
+
+impl Entry {
+    pub fn new(
+        key: TrackKey,
+        backend: BackendId,
+        pool_epoch: u32,
+        last_seen: Millis,
+        idle_timeout_ms: u32,
+    ) -> Self {
+        Self {
+            key,
+            backend,
+            pool_epoch,
+            last_seen,
+            idle_timeout_ms,
+            sig: 0,
+        }
+    }
+
+    /// The same entry, half-open: written by a SYN (its `idle_timeout_ms`
+    /// is then the service's half-open timeout). The shard keeps the mark
+    /// until a non-SYN packet refreshes the entry.
+    pub fn half_open(mut self) -> Self {
+        self.sig = HALF_OPEN;
+        self
+    }
+
+    /// No packet but SYNs seen since the entry was written.
+    #[inline]
+    pub fn is_half_open(&self) -> bool {
+        self.sig & HALF_OPEN != 0
+    }
+
+    #[inline]
+    pub fn expired(&self, now: Millis) -> bool {
+        now.0.saturating_sub(self.last_seen.0) >= u64::from(self.idle_timeout_ms)
+    }
+}
+
+#[repr(C, align(64))]
+#[derive(Copy, Clone, Debug, Default)]
+struct Sigs([u32; SLOTS]);
+
+impl Sigs {
+    /// Bit i set where signature i equals `sig`: written branch-free so
+    /// the compiler turns it into vector compares and a move-mask.
+    /// `sig` is a key's signature (without [`HALF_OPEN`]) or 0 (free
+    /// slots).
+    #[inline(always)]
+    fn mask(&self, sig: u32) -> u32 {
+        self.0
+            .iter()
+            .enumerate()
+            .fold(0, |m, (i, &s)| m | (u32::from(s & !HALF_OPEN == sig) << i))
+    }
+
+    /// Bit i set where slot i holds a half-open entry.
+    #[inline]
+    fn half_open(&self) -> u32 {
+        self.0
+            .iter()
+            .enumerate()
+            .fold(0, |m, (i, &s)| m | (u32::from(s & HALF_OPEN != 0) << i))
+    }
+}
+
+/// Worker-local counters (plain integers: one owner). The worker copies
+/// them into its shared stats block once per poll.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub inserts: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub expirations: u64,
+    /// Inserts that found every candidate slot live and none half-open
+    /// (table full): the flow is forwarded statelessly.
+    pub insert_failed: u64,
+    /// Half-open entries replaced by a new key in a full bucket pair.
+    pub half_open_evicted: u64,
+    pub reselected_unhealthy: u64,
+}
+
+/// No free, expired or half-open slot among the key's candidates.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Full;
+
+/// One worker's conntrack table.
+pub struct Shard {
+    sigs: Box<[Sigs]>,
+    entries: Box<[Entry]>,
+    /// The connections this shard was sized for (the configured capacity).
+    capacity: usize,
+    /// buckets − 1 (buckets is a power of two).
+    mask: usize,
+    keys: [u64; 6],
+    live: usize,
+    cursor: usize,
+    pub counters: Counters,
+    /// Lines a full bucket pair's insert read beyond its two signature
+    /// lines (tests: the bound).
+    #[cfg(test)]
+    probed: std::cell::Cell<usize>,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("capacity", &self.capacity)
+            .field("slots", &self.slots())
+            .field("live", &self.live)
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
+#[inline(always)]
+fn fold_mul(a: u64, b: u64) -> u64 {
+    let r = u128::from(a).wrapping_mul(u128::from(b));
+    (r as u64) ^ ((r >> 64) as u64)
+}
+
+/// Six random words from the standard library's `RandomState`, which draws
+/// its SipHash keys from the OS's random source once per thread.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0x736c_7569_6365_4354);
+    h.finish()
+}
+
+/// `n` default elements on transparent huge pages where the kernel gives
+/// them (TLB misses otherwise dominate random lookups in a large table),
+/// written here — at start — so no page is faulted in on the packet path.
+fn table<T: Copy + Default>(n: usize) -> Box<[T]> {
+    let mut v = Vec::with_capacity(n);
+    sluice_platform::advise_huge_pages(&mut v);
+    v.resize(n, T::default());
+    v.into_boxed_slice()
+}
+
+impl Shard {
+    /// A shard sized to hold `capacity` connections, with a random hash
+    /// seed.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self::with_capacity_and_seed(capacity, random_seed())
+    }
+
+    /// Slots reserved for `capacity` connections: 1.25 × capacity rounded
+    /// up to a power of two (at least one bucket).
+    pub const fn slots_for(capacity: usize) -> usize {
+        let want = capacity.saturating_add(capacity / 4);
+        let want = if want < SLOTS { SLOTS } else { want };
+        want.next_power_of_two()
+    }
+
+    /// Deterministic seed: tests and benchmarks only. Production shards
+    /// must not be predictable (hash flooding), and need not agree across
+    /// appliances (unlike the flow hash): a shard is private to a worker.
+    pub fn with_capacity_and_seed(capacity: usize, seed: u64) -> Self {
+        let slots = Self::slots_for(capacity);
+        let buckets = slots / SLOTS;
+        // splitmix64 expands the seed into the six key words.
+        let mut s = seed;
+        let mut next = || {
+            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) | 1
+        };
+        let keys = [next(), next(), next(), next(), next(), next()];
+        Self {
+            sigs: table(buckets),
+            entries: table(slots),
+            capacity,
+            mask: buckets - 1,
+            keys,
+            live: 0,
+            cursor: 0,
+            counters: Counters::default(),
+            #[cfg(test)]
+            probed: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Empties the table (benchmarks, tests; not for the packet path: it
+    /// writes every signature line).
+    pub fn clear(&mut self) {
+        self.sigs.fill(Sigs::default());
+        self.entries.fill(Entry::default());
+        self.live = 0;
+        self.cursor = 0;
+    }
+
+    /// The connections this shard was sized for (it may hold more, up to
+    /// its slots, minus the few a full bucket pair cannot place).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Number of slots: [`Shard::slots_for`] the capacity.
+    pub fn slots(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Occupied slots, including expired entries not reclaimed yet.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Bytes of table memory per slot (signature + entry).
+    pub const fn bytes_per_slot() -> usize {
+        std::mem::size_of::<Entry>() + std::mem::size_of::<u32>()
+    }
+
+    /// The keyed hash: folded multiplies of key words XORed with secret
+    /// words (the foldhash/ahash-fallback construction). Without the seed an
+    /// attacker cannot aim keys at one bucket.
+    #[inline]
+    pub fn hash(&self, k: &TrackKey) -> u64 {
+        let a = fold_mul(k.src[0] ^ self.keys[0], k.src[1] ^ self.keys[1]);
+        let b = fold_mul(k.dst[0] ^ self.keys[2], k.dst[1] ^ self.keys[3]);
+        let h = fold_mul(a ^ k.meta ^ self.keys[4], b ^ self.keys[5]);
+        // Bucket (low bits) and signature (high bits) must be independent;
+        // one more multiply spreads every input bit over both.
+        fold_mul(h, 0x9e37_79b9_7f4a_7c15)
+    }
+
+    /// Signature and first bucket: all a home-slot lookup needs.
+    #[inline(always)]
+    fn sig_and_bucket(&self, h: u64) -> (u32, usize) {
+        (
+            (((h >> 32) as u32) | 1) & !HALF_OPEN,
+            (h as usize) & self.mask,
+        )
+    }
+
+    /// Signature and both candidate buckets.
+    #[inline]
+    fn candidates(&self, h: u64) -> (u32, usize, usize) {
+        let (sig, b1) = self.sig_and_bucket(h);
+        // Derived from the signature alone (bits independent of b1's).
+        let b2 = self.other_bucket(b1, sig);
+        (sig, b1, b2)
+    }
+
+    /// The slot in bucket `b1` that a key with signature `sig` takes when
+    /// it is free (the signature's bit 0 is always set; bits 1–4 pick).
+    #[inline(always)]
+    fn home(b1: usize, sig: u32) -> usize {
+        b1 * SLOTS + ((sig >> 1) as usize % SLOTS)
+    }
+
+    /// Burst pass 1: start loading `h`'s home entry — the only line a hit
+    /// in its home slot reads. `likely_new` (a SYN, CT-1): the key is
+    /// probably absent, which only the signature lines can tell, so the
+    /// first one is requested too.
+    #[inline]
+    pub fn prefetch_home(&self, h: u64, likely_new: bool) {
+        let (sig, b1) = self.sig_and_bucket(h);
+        if let Some(e) = self.entries.get(Self::home(b1, sig)) {
+            sluice_platform::prefetch_read(e);
+        }
+        if likely_new {
+            if let Some(s) = self.sigs.get(b1) {
+                sluice_platform::prefetch_read(s);
+            }
+        }
+    }
+
+    /// Lookahead step 1, a few packets before `h`'s lookup (the lines of
+    /// [`Shard::prefetch_home`] have arrived by then): whether the lookup
+    /// will need more than its home entry — the key lives elsewhere, or
+    /// is likely new — and if so, the next line it will read is requested
+    /// (the first signature line; for a likely new key, whose signature
+    /// line is here already, the entries it matches or else the second
+    /// signature line).
+    #[inline]
+    pub fn check_home(&self, h: u64, likely_new: bool) -> bool {
+        if likely_new {
+            self.prefetch_matches(h);
+            return false;
+        }
+        let (sig, b1) = self.sig_and_bucket(h);
+        let at_home = self
+            .entries
+            .get(Self::home(b1, sig))
+            .is_some_and(|e| e.sig & !HALF_OPEN == sig);
+        if !at_home {
+            if let Some(s) = self.sigs.get(b1) {
+                sluice_platform::prefetch_read(s);
+            }
+        }
+        !at_home
+    }
+
+    /// Lookahead step 2 (the first signature line has arrived): the entry
+    /// lines whose signature matches `h`'s, or else the second bucket's
+    /// signature line.
+    #[inline]
+    pub fn prefetch_matches(&self, h: u64) {
+        let (sig, b1, b2) = self.candidates(h);
+        let Some(sigs) = self.sigs.get(b1) else {
+            return;
+        };
+        let mut m = sigs.mask(sig);
+        if m == 0 {
+            if let Some(s) = self.sigs.get(b2) {
+                sluice_platform::prefetch_read(s);
+            }
+        }
+        while m != 0 {
+            if let Some(e) = self.entries.get(b1 * SLOTS + m.trailing_zeros() as usize) {
+                sluice_platform::prefetch_read(e);
+            }
+            m &= m - 1;
+        }
+    }
+
+    #[inline]
+    fn find(&self, key: &TrackKey, h: u64) -> Option<usize> {
+        let (sig, b1) = self.sig_and_bucket(h);
+        let home = Self::home(b1, sig);
+        if self
+            .entries
+            .get(home)
+            .is_some_and(|e| e.sig & !HALF_OPEN == sig && e.key == *key)
+        {
+            return Some(home);
+        }
+        let b2 = self.other_bucket(b1, sig);
+        for b in [b1, b2] {
+            let Some(sigs) = self.sigs.get(b) else {
+                continue;
+            };
+            let mut m = sigs.mask(sig);
+            while m != 0 {
+                let slot = b * SLOTS + m.trailing_zeros() as usize;
+                m &= m - 1;
+                if self.entries.get(slot).is_some_and(|e| e.key == *key) {
+                    return Some(slot);
+                }
+            }
+            if b1 == b2 {
+                break;
+            }
+        }
+        None
+    }
+
+    /// The live entry for `key` (CT-3). An expired one (CT-5: a timestamp
+    /// compare) is reclaimed on the spot and reported as a miss.
+    #[inline]
+    pub fn lookup(&mut self, key: &TrackKey, h: u64, now: Millis) -> Option<usize> {
+        let slot = self.find(key, h)?;
+        if self.entries.get(slot)?.expired(now) {
+            self.free(slot);
+            self.counters.expirations += 1;
+            return None;
+        }
+        Some(slot)
+    }
+
+    #[inline]
+    pub fn entry(&self, slot: usize) -> Option<&Entry> {
+        self.entries.get(slot)
+    }
+
+    /// Records a hit on `slot` (CT-5 refresh; CT-7/CT-8/CT-11: the backend
+    /// and pool epoch now in force). The key and signature stay. A
+    /// half-open entry stays half-open (and keeps its short timeout) while
+    /// only SYNs hit it (`syn`); any other packet completes it.
+    #[inline]
+    pub fn refresh(
+        &mut self,
+        slot: usize,
+        backend: BackendId,
+        pool_epoch: u32,
+        now: Millis,
+        idle_timeout_ms: u32,
+        syn: bool,
+    ) {
+        let Some(e) = self.entries.get_mut(slot) else {
+            return;
+        };
+        e.backend = backend;
+        e.pool_epoch = pool_epoch;
+        e.last_seen = now;
+        if !e.is_half_open() {
+            e.idle_timeout_ms = idle_timeout_ms;
+        } else if !syn {
+            self.establish(slot, idle_timeout_ms);
+        }
+    }
+
+    /// Half-open → established: clears [`HALF_OPEN`] in both copies of
+    /// the stored signature and gives the entry the idle timeout.
+    #[cold]
+    fn establish(&mut self, slot: usize, idle_timeout_ms: u32) {
+        if let Some(e) = self.entries.get_mut(slot) {
+            e.sig &= !HALF_OPEN;
+            e.idle_timeout_ms = idle_timeout_ms;
+        }
+        if let Some(s) = self.stored_sig(slot) {
+            *s &= !HALF_OPEN;
+        }
+    }
+
+    fn stored_sig(&mut self, slot: usize) -> Option<&mut u32> {
+        self.sigs
+            .get_mut(slot / SLOTS)
+            .and_then(|b| b.0.get_mut(slot % SLOTS))
+    }
+
+    fn free(&mut self, slot: usize) {
+        if let Some(s) = self.stored_sig(slot) {
+            if *s != 0 {
+                *s = 0;
+                self.live -= 1;
+            }
+        }
+        if let Some(e) = self.entries.get_mut(slot) {
+            e.sig = 0;
+        }
+    }
+
+    /// Stores `entry` under `h`: overwrites the key's slot if present
+    /// (half-open or not as `entry` is), else inserts it as
+    /// [`Shard::insert_absent`] does.
+    pub fn upsert(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {
+        if let Some(slot) = self.find(&entry.key, h) {
+            let stored = self
+                .entries
+                .get(slot)
+                .map_or(0, |e| (e.sig & !HALF_OPEN) | (entry.sig & HALF_OPEN));
+            self.write(slot, stored, entry);
+            return Ok(slot);
+        }
+        self.insert_absent(entry, h, now)
+    }
+
+    /// Like [`Shard::upsert`] for a key known to be absent (just missed):
+    /// takes the key's home slot if free, else a free slot of its first
+    /// bucket, then of its second; else reclaims its home slot if expired;
+    /// else, reading at most [`EVICTION_PROBES`] entries, an expired one
+    /// or the oldest half-open one (when the pair holds half-open entries,
+    /// only those are read); else moves one of at most
+    /// [`RELOCATION_PROBES`] residents to its other bucket. `Full` when
+    /// none of that frees a slot (the caller forwards statelessly; counted
+    /// as `insert_failed`).
+    pub fn insert_absent(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {
+        let (sig, b1, b2) = self.candidates(h);
+        let home = Self::home(b1, sig);
+        let home_free = self
+            .sigs
+            .get(b1)
+            .and_then(|b| b.0.get(home % SLOTS))
+            .is_some_and(|&s| s == 0);
+        let slot = match (home_free.then_some(home))
+            .or_else(|| self.empty_slot(b1))
+            .or_else(|| self.empty_slot(b2))
+        {
+            Some(slot) => slot,
+            None => match self.reclaim(home, b1, b2, sig, now) {
+                Some(slot) => slot,
+                None => {
+                    self.counters.insert_failed += 1;
+                    return Err(Full);
+                }
+            },
+        };
+        self.write(slot, sig | (entry.sig & HALF_OPEN), entry);
+        self.live += 1;
+        self.counters.inserts += 1;
+        Ok(slot)
+    }
+
+    /// A full bucket pair's way to a free slot, bounded: the home slot if
+    /// its entry expired (the line is in cache: the lookup read it), a
+    /// half-open entry, a relocation. The slot returned is free.
+    fn reclaim(
+        &mut self,
+        home: usize,
+        b1: usize,
+        b2: usize,
+        sig: u32,
+        now: Millis,
+    ) -> Option<usize> {
+        if self.entries.get(home).is_some_and(|e| e.expired(now)) {
+            self.free(home);
+            self.counters.expirations += 1;
+            return Some(home);
+        }
+        if let Some((slot, expired)) = self.evictable(b1, b2, sig, now) {
+            self.free(slot);
+            if expired {
+                self.counters.expirations += 1;
+            } else {
+                self.counters.half_open_evicted += 1;
+            }
+            return Some(slot);
+        }
+        // Where a bucket's probes start: from the key's signature, so keys
+        // sharing a bucket try different residents.
+        let start = (sig >> 5) as usize;
+        // Every probed resident's other signature line is requested
+        // first, so that their misses overlap instead of queueing.
+        for b in [b1, b2] {
+            self.prefetch_relocation_targets(b, start);
+        }
+        self.relocate_from(b1, start)
+            .or_else(|| self.relocate_from(b2, start))
+    }
+
+    fn prefetch_relocation_targets(&self, b: usize, start: usize) {
+        let Some(sigs) = self.sigs.get(b) else {
+            return;
+        };
+        for k in 0..RELOCATION_PROBES / 2 {
+            let stored = sigs.0[(start + k) % SLOTS];
+            if let Some(alt) = self.sigs.get(self.other_bucket(b, stored & !HALF_OPEN)) {
+                sluice_platform::prefetch_read(alt);
+            }
+        }
+    }
+
+    /// A slot of the full buckets `b1` and `b2` to take, from at most
+    /// [`EVICTION_PROBES`] entries read (starting at a position drawn from
+    /// `sig`): the first expired one, else the oldest half-open one, with
+    /// whether it expired. When the signature lines show half-open
+    /// entries only those are read; when there are none, other entries
+    /// are read for expiry alone.
+    fn evictable(&self, b1: usize, b2: usize, sig: u32, now: Millis) -> Option<(usize, bool)> {
+        let m1 = u64::from(self.sigs.get(b1)?.half_open());
+        let m2 = if b2 == b1 {
+            0
+        } else {
+            u64::from(self.sigs.get(b2)?.half_open())
+        };
+        // One 32-slot ring over both buckets, rotated to a random start.
+        let at = |i: u32| {
+            if i < 16 {
+                b1 * SLOTS + i as usize
+            } else {
+                b2 * SLOTS + (i - 16) as usize
+            }
+        };
+        let mut both = m1 | (m2 << 16);
+        let half_open = both != 0;
+        if !half_open {
+            both = if b2 == b1 { 0xffff } else { 0xffff_ffff };
+        }
+        let r = (sig >> 7) % 32;
+        let mut m = ((both >> r) | (both << (32 - r))) & 0xffff_ffff;
+        // The probed slots, their lines requested together (overlapping
+        // misses), then read.
+        let mut probes = [0usize; EVICTION_PROBES];
+        let mut n = 0;
+        for p in probes.iter_mut() {
+            if m == 0 {
+                break;
+            }
+            *p = at((m.trailing_zeros() + r) % 32);
+            m &= m - 1;
+            n += 1;
+            if let Some(e) = self.entries.get(*p) {
+                sluice_platform::prefetch_read(e);
+            }
+        }
+        let mut best: Option<(usize, Millis)> = None;
+        for &slot in probes.iter().take(n) {
+            #[cfg(test)]
+            self.probed.set(self.probed.get() + 1);
+            let e = self.entries.get(slot)?;
+            if e.expired(now) {
+                return Some((slot, true));
+            }
+            if half_open && best.is_none_or(|(_, seen)| e.last_seen < seen) {
+                best = Some((slot, e.last_seen));
+            }
+        }
+        best.map(|(slot, _)| (slot, false))
+    }
+
+    /// Writes `entry` into `slot` with the stored signature `stored`
+    /// (signature array and entry alike).
+    fn write(&mut self, slot: usize, stored: u32, entry: Entry) {
+        if let Some(s) = self.stored_sig(slot) {
+            *s = stored;
+        }
+        if let Some(e) = self.entries.get_mut(slot) {
+            *e = Entry {
+                sig: stored,
+                ..entry
+            };
+        }
+    }
+
+    /// The other candidate bucket of a key with signature `sig` in `b`
+    /// (the XOR makes the relation symmetric).
+    #[inline]
+    fn other_bucket(&self, b: usize, sig: u32) -> usize {
+        (b ^ (u64::from(sig).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize) & self.mask
+    }
+
+    /// Frees a slot of the full bucket `b` by moving one of at most half
+    /// of [`RELOCATION_PROBES`] residents (from slot `start`, wrapping) to
+    /// an empty slot of its other bucket; returns the freed slot.
+    fn relocate_from(&mut self, b: usize, start: usize) -> Option<usize> {
+        let sigs = self.sigs.get(b)?.0;
+        for k in 0..RELOCATION_PROBES / 2 {
+            let i = (start + k) % SLOTS;
+            let stored = *sigs.get(i)?;
+            let alt = self.other_bucket(b, stored & !HALF_OPEN);
+            if alt == b {
+                continue;
+            }
+            #[cfg(test)]
+            self.probed.set(self.probed.get() + 1);
+            let Some(to) = self.empty_slot(alt) else {
+                continue;
+            };
+            let from = b * SLOTS + i;
+            let e = *self.entries.get(from)?;
+            *self.entries.get_mut(to)? = e;
+            *self.sigs.get_mut(alt)?.0.get_mut(to % SLOTS)? = stored;
+            *self.sigs.get_mut(b)?.0.get_mut(i)? = 0;
+            self.entries.get_mut(from)?.sig = 0;
+            return Some(from);
+        }
+        None
+    }
+
+    fn empty_slot(&self, b: usize) -> Option<usize> {
+        let m = self.sigs.get(b)?.mask(0);
+        (m != 0).then(|| b * SLOTS + m.trailing_zeros() as usize)
+    }
+
+    /// Incremental expiry (CT-5): examines about `slots` slots from a
+    /// rotating cursor and frees the expired ones. Returns how many it freed.
+    pub fn sweep(&mut self, now: Millis, slots: usize) -> usize {
+        let buckets = slots.div_ceil(SLOTS).min(self.sigs.len());
+        let mut freed = 0;
+        for _ in 0..buckets {
+            let b = self.cursor & self.mask;
+            self.cursor = self.cursor.wrapping_add(1);
+            let Some(sigs) = self.sigs.get_mut(b) else {
+                continue;
+            };
+            for (i, s) in sigs.0.iter_mut().enumerate() {
+                if *s == 0 {
+                    continue;
+                }
+                if let Some(e) = self
+                    .entries
+                    .get_mut(b * SLOTS + i)
+                    .filter(|e| e.expired(now))
+                {
+                    e.sig = 0;
+                    *s = 0;
+                    freed += 1;
+                }
+            }
+        }
+        self.live -= freed;
+        self.counters.expirations += freed as u64;
+        freed
+    }
+}
+
+#[cfg(test)]
+mod half_open_tests;
+
+#[cfg(test)]
+mod tests;

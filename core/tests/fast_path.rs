@@ -1,0 +1,182 @@
+//! The IPv4 fast path of stage 1 (`fast_path::classify_ipv4`) against the
+//! general parser (`pipeline::classify_general`): whenever the fast path
+//! accepts a frame, both decide the same `Stage` — service, flow hash
+//! (HA-1, HA-3: every session affinity), layout, conntrack metadata and
+//! trackability (CT-2, CT-4) — or the same verdict for a rule miss (FR-1,
+//! AP-4). Frames are valid ones with a few bytes
+//! overwritten and cut at a random length, so the length, version, IHL,
+//! fragment, VLAN and TCP data-offset checks are all crossed.
+
+mod common;
+
+use common::state::{state, VIP4, VIP_CLIENT_IP, VIP_EMPTY, VIP_UNRESOLVED};
+use sluice_core::drop_reason::DropReason;
+use sluice_core::pipeline::Verdict;
+
+/// Port 0's own IPv4 address in the shared test state (AP-4).
+const APPLIANCE4: &str = "10.0.0.1";
+/// Nobody's address: neither a VIP nor the appliance's.
+const NOT_VIP4: &str = "192.0.2.99";
+use common::*;
+use proptest::prelude::*;
+use sluice_core::fast_path::classify_ipv4;
+use sluice_core::pipeline::{classify_general, Stage};
+use sluice_core::snapshot::SessionAffinity;
+use sluice_core::ForwardingState;
+
+const AFFINITIES: [SessionAffinity; 4] = [
+    SessionAffinity::None,
+    SessionAffinity::ClientIpPortProto,
+    SessionAffinity::ClientIpProto,
+    SessionAffinity::ClientIp,
+];
+
+/// The shared test state with every service under `affinity`.
+fn state_with(affinity: SessionAffinity) -> ForwardingState {
+    let mut s = state();
+    for svc in &mut s.services {
+        svc.affinity = affinity;
+    }
+    s
+}
+
+#[allow(clippy::too_many_arguments)]
+fn frame(
+    vlan: bool,
+    is_tcp: bool,
+    vip: &str,
+    src: [u8; 4],
+    ports: (u16, u16),
+    flags_frag: u16,
+    tcp_flags: u8,
+    payload: &[u8],
+) -> Vec<u8> {
+    let l4 = if is_tcp {
+        tcp(ports.0, ports.1, tcp_flags, payload)
+    } else {
+        udp(ports.0, ports.1, payload)
+    };
+    let proto = if is_tcp { TCP } else { UDP };
+    let ip = ipv4(src.into(), v4(vip), proto, flags_frag, &l4);
+    let tags: &[u16] = if vlan { &[VLAN] } else { &[] };
+    eth(tags, ETH_IPV4, &ip)
+}
+
+/// Unmutated frames to a VIP with a matching rule take the fast path, so
+/// the equivalence property below is not vacuous.
+#[test]
+fn well_formed_ipv4_tcp_and_udp_to_a_vip_take_the_fast_path() {
+    for affinity in AFFINITIES {
+        let st = state_with(affinity);
+        for (vlan, is_tcp, vip, dport) in [
+            (false, true, VIP4, 80),
+            (true, true, VIP4, 80),
+            (false, false, VIP4, 53),
+            (true, false, VIP_CLIENT_IP, 4000),
+            (false, true, VIP_UNRESOLVED, 80),
+        ] {
+            let f = frame(
+                vlan,
+                is_tcp,
+                vip,
+                [198, 51, 100, 7],
+                (40000, dport),
+                DF,
+                SYN,
+                b"hi",
+            );
+            let fast = classify_ipv4(&f, &st);
+            assert!(
+                fast.is_some(),
+                "{affinity:?} vlan={vlan} tcp={is_tcp} {vip}"
+            );
+            assert_eq!(fast, Some(classify_general(&f, &st)));
+            assert!(matches!(fast, Some(Stage::Balance(_))));
+        }
+        // Misses and what the fast path leaves to the general one.
+        let no_rule = frame(false, true, VIP4, [198, 51, 100, 7], (1, 81), 0, SYN, b"");
+        let not_vip = frame(
+            false,
+            true,
+            "192.0.2.99",
+            [198, 51, 100, 7],
+            (1, 80),
+            0,
+            SYN,
+            b"",
+        );
+        let fragment = frame(false, false, VIP4, [198, 51, 100, 7], (1, 53), MF, 0, b"x");
+        let empty_svc = frame(
+            false,
+            true,
+            VIP_EMPTY,
+            [198, 51, 100, 7],
+            (1, 80),
+            0,
+            SYN,
+            b"",
+        );
+        let to_appliance = frame(
+            false,
+            false,
+            APPLIANCE4,
+            [198, 51, 100, 7],
+            (1, 53),
+            0,
+            0,
+            b"",
+        );
+        // Rule misses are decided here too (FR-1: no rule; AP-4: the
+        // appliance's own address goes to the exception path), as the
+        // general path decides them.
+        for (f, want) in [
+            (&no_rule, Verdict::Drop(DropReason::NoRule)),
+            (&not_vip, Verdict::Drop(DropReason::NotForUs)),
+            (&to_appliance, Verdict::Punt),
+        ] {
+            assert_eq!(classify_ipv4(f, &st), Some(Stage::Done(want)));
+            assert_eq!(classify_general(f, &st), Stage::Done(want));
+        }
+        assert_eq!(classify_ipv4(&fragment, &st), None);
+        // A service with an empty table is still balanced (stage 2 drops it).
+        assert_eq!(
+            classify_ipv4(&empty_svc, &st),
+            Some(classify_general(&empty_svc, &st))
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    /// Whenever the fast path decides, the general path decides the same.
+    #[test]
+    fn fast_path_agrees_with_the_general_parser(
+        affinity in 0usize..4,
+        vlan in any::<bool>(),
+        is_tcp in any::<bool>(),
+        vip in prop::sample::select(vec![VIP4, VIP_CLIENT_IP, VIP_EMPTY, VIP_UNRESOLVED, NOT_VIP4, APPLIANCE4]),
+        src in any::<[u8; 4]>(),
+        sport in any::<u16>(),
+        dport in prop::sample::select(vec![53u16, 80, 81, 443, 0, 65535]),
+        flags_frag in prop::sample::select(vec![0u16, DF, MF, 1, DF | 1, 0x1fff, 0x8000]),
+        tcp_flags in any::<u8>(),
+        payload in proptest::collection::vec(any::<u8>(), 0..40),
+        mutations in proptest::collection::vec((0usize..64, any::<u8>()), 0..4),
+        cut in prop::option::of(0usize..100),
+    ) {
+        let st = state_with(AFFINITIES[affinity]);
+        let mut f = frame(vlan, is_tcp, vip, src, (sport, dport), flags_frag, tcp_flags, &payload);
+        for (at, byte) in mutations {
+            if let Some(b) = f.get_mut(at) {
+                *b = byte;
+            }
+        }
+        if let Some(n) = cut {
+            f.truncate(n);
+        }
+        if let Some(fast) = classify_ipv4(&f, &st) {
+            prop_assert_eq!(fast, classify_general(&f, &st));
+        }
+    }
+}
