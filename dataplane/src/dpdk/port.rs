@@ -106,10 +106,15 @@ impl Port {
         // SAFETY: cname is a valid C string; id is a valid out-pointer.
         let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
         if rc != 0 {
-            return Err(DpdkError::msg(
-                format!("rte_eth_dev_get_port_by_name({name})"),
-                "no such port: is the device in the EAL arguments (vdev or PCI allow-list)?",
-            ));
+            // -ENODEV: EAL did not probe the device (a PCI device not bound
+            // to a DPDK-compatible driver, a vdev whose driver failed).
+            return Err(DpdkError {
+                errno: -rc,
+                ..DpdkError::msg(
+                    format!("rte_eth_dev_get_port_by_name({name})"),
+                    "no such port: is the device in the EAL arguments (vdev or PCI allow-list)?",
+                )
+            });
         }
         Ok(id)
     }
