@@ -217,7 +217,7 @@ fn uio_without_sys_admin(dev: &PciDevice) -> String {
 
 fn no_iommu(address: Option<&str>) -> String {
     let what = address.map_or_else(
-        || "VFIO".to_string(),
+        || "VFIO cannot work".to_string(),
         |a| format!("vfio-pci cannot take {a}"),
     );
     format!(
@@ -282,14 +282,14 @@ fn hugepages(errno: i32, needed: Option<u64>, facts: &Facts) -> Option<String> {
         let sizes = sizes.join(" and ");
         return Some(match &facts.huge_dir {
             Some(dir) => format!(
-                "--huge-dir {dir} in dataplane.eal_args is not a hugetlbfs mount of the page \
-                 size with free pages ({sizes}): point it at one (`mount -t hugetlbfs` lists \
+                "--huge-dir {dir} in dataplane.eal_args is not a hugetlbfs mount of a page size \
+                 with free pages ({sizes}): point it at one (`mount -t hugetlbfs` lists \
                  them) or drop it to use /dev/hugepages, which `systemctl restart dpdk` mounts \
                  when NR_2M_PAGES is set in /etc/dpdk/dpdk.conf; {CHECK} shows the pages"
             ),
             None => format!(
-                "hugepages of {sizes} are reserved but no hugetlbfs of that page size is \
-                 mounted: `systemctl restart dpdk` mounts /dev/hugepages when NR_2M_PAGES is set \
+                "{sizes} hugepages are reserved but no hugetlbfs of that page size is mounted: \
+                 `systemctl restart dpdk` mounts /dev/hugepages when NR_2M_PAGES is set \
                  in /etc/dpdk/dpdk.conf (NR_1G_PAGES: /dev/hugepages-1048576), or `mount -t \
                  hugetlbfs -o pagesize=SIZE nodev DIR`; {CHECK} shows the pages"
             ),
@@ -312,14 +312,14 @@ fn hugepages(errno: i32, needed: Option<u64>, facts: &Facts) -> Option<String> {
     ))
 }
 
-/// `2048` → `2 MiB pages`, `1048576` → `1 GiB pages`.
+/// `2048` → `2 MiB`, `1048576` → `1 GiB`.
 fn page_size(kib: u64) -> String {
     if kib >= 1 << 20 && kib.is_multiple_of(1 << 20) {
-        format!("{} GiB pages", kib >> 20)
+        format!("{} GiB", kib >> 20)
     } else if kib >= 1 << 10 && kib.is_multiple_of(1 << 10) {
-        format!("{} MiB pages", kib >> 10)
+        format!("{} MiB", kib >> 10)
     } else {
-        format!("{kib} KiB pages")
+        format!("{kib} KiB")
     }
 }
 

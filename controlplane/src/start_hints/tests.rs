@@ -130,7 +130,7 @@ fn hugepages_without_a_mounted_hugetlbfs_say_how_to_mount_one() {
     has(
         &eal(libc::EACCES, &unmounted),
         &[
-            "hugepages of 1 GiB pages are reserved but no hugetlbfs of that page size is mounted",
+            "1 GiB hugepages are reserved but no hugetlbfs of that page size is mounted",
             "`systemctl restart dpdk` mounts",
             "NR_1G_PAGES: /dev/hugepages-1048576",
             "`grep Huge /proc/meminfo`",
@@ -145,7 +145,7 @@ fn hugepages_without_a_mounted_hugetlbfs_say_how_to_mount_one() {
         &eal(libc::EACCES, &huge_dir),
         &[
             "--huge-dir /tmp/empty in dataplane.eal_args is not a hugetlbfs mount",
-            "(2 MiB pages)",
+            "of a page size with free pages (2 MiB)",
             "`systemctl restart dpdk`",
             "`grep Huge /proc/meminfo`",
         ],
@@ -251,7 +251,7 @@ fn vfio_setup_failing_points_at_the_iommu_and_the_module() {
     has(
         &eal(libc::EAGAIN, &no_iommu),
         &[
-            "no IOMMU enabled (/sys/kernel/iommu_groups is empty)",
+            "no IOMMU enabled (/sys/kernel/iommu_groups is empty), so VFIO cannot work",
             "VT-d (Intel) or AMD-Vi (AMD) in the firmware",
             "`intel_iommu=on iommu=pt`",
             "bind the whole IOMMU group",
