@@ -21,5 +21,6 @@ pub mod neighbours;
 pub mod policy;
 pub mod publish;
 pub mod service_manager;
+pub mod start_hints;
 pub mod synthetic;
 pub mod table_cache;

@@ -14,6 +14,7 @@ use controlplane::mbuf_pool;
 use controlplane::metrics::{self, MetricsSources};
 use controlplane::neighbours::NeighbourResolver;
 use controlplane::service_manager::ServiceManager;
+use controlplane::start_hints::{self, Facts, Step};
 use dataplane::dpdk::{af_packet, mbuf_ring, Eal, Mempool, Port, PortConfig};
 use dataplane::worker::{ExceptionQueues, Steering, Worker};
 use sluice_core::snapshot::Millis;
@@ -44,6 +45,35 @@ pub enum RunError {
     Setup(String),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// A start-up failure with its likely cause and fix on this host, on
+    /// a line of its own.
+    #[error("{error}\n  hint: {hint}")]
+    Hinted { error: Box<RunError>, hint: String },
+}
+
+/// `error`, the failure of `step` with `errno`, with the hint
+/// [`start_hints`] gives for it from this host's state (read now, once).
+fn hinted(
+    step: Step<'_>,
+    errno: i32,
+    error: RunError,
+    cfg: &Config,
+    eal_args: &[String],
+) -> RunError {
+    let devices: Vec<&str> = cfg
+        .dataplane
+        .ports
+        .iter()
+        .map(|p| p.device.as_str())
+        .collect();
+    let facts = Facts::gather(eal_args, &devices);
+    match start_hints::hint(step, errno, &error.to_string(), &facts) {
+        Some(hint) => RunError::Hinted {
+            error: Box::new(error),
+            hint,
+        },
+        None => error,
+    }
 }
 
 /// EAL arguments: the configured ones, plus what the ports and workers need
@@ -157,7 +187,7 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let args = eal_args(&cfg, opts.file_prefix.as_deref());
     // Declared before `eal`: dropped after it, on every path out.
     let mut runtime_dir = RuntimeDir::of(&args);
-    let eal = Eal::init(&args)?;
+    let eal = Eal::init(&args).map_err(|e| hinted(Step::Eal, e.errno, e.into(), &cfg, &args))?;
     runtime_dir.initialised();
     if let Some(server) = &admin_server {
         if let Err(e) = server.share_cpus_of_current_thread() {
@@ -177,7 +207,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     let nports = cfg.dataplane.ports.len();
     let mbufs = mbuf_pool::mbuf_count(&cfg.dataplane);
     let data_room = mbuf_pool::data_room(&cfg.dataplane.ports);
-    let pool = Mempool::new("sluice_mbufs", mbufs, 256, data_room)?;
+    let pool = Mempool::new("sluice_mbufs", mbufs, 256, data_room).map_err(|e| {
+        let bytes = mbuf_pool::pool_bytes_at_least(mbufs, data_room);
+        hinted(Step::PacketPool { bytes }, e.errno, e.into(), &cfg, &args)
+    })?;
     controlplane::info!(
         "sluice: packet pool: {mbufs} mbufs of {data_room} bytes (frames up to {} bytes)",
         usize::from(data_room) - dataplane::dpdk::MBUF_HEADROOM
@@ -199,13 +232,16 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             mtu: Some(p.mtu),
             ..PortConfig::default()
         };
-        let port = Port::start(&p.device, &pc, &pool)
-            .map_err(|e| RunError::Setup(format!("port {:?} ({}): {e}", p.name, p.device)))?;
+        let port = Port::start(&p.device, &pc, &pool).map_err(|e| {
+            let error = RunError::Setup(format!("port {:?} ({}): {e}", p.name, p.device));
+            let step = Step::Port { device: &p.device };
+            hinted(step, e.errno, error, &cfg, &args)
+        })?;
         ports.push(port);
         admin.beat();
     }
     let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
-    let taps = start_taps(&cfg, &port_macs, workers as u16, &pool)?;
+    let taps = start_taps(&cfg, &args, &port_macs, workers as u16, &pool)?;
 
     // One clock for the control thread and the workers: draining deadlines
     // (CT-10) are compared against the workers' `now`.
@@ -590,6 +626,7 @@ fn steering_rings(
 /// port's MAC, and gives the kernel side the port's addresses and MTU.
 fn start_taps(
     cfg: &Config,
+    eal_args: &[String],
     port_macs: &[[u8; 6]],
     workers: u16,
     pool: &Mempool,
@@ -600,7 +637,10 @@ fn start_taps(
             taps.push(None);
             continue;
         };
-        let setup = |e: String| RunError::Setup(format!("port {:?} TAP {iface:?}: {e}", p.name));
+        let setup = |errno: i32, e: String| {
+            let error = RunError::Setup(format!("port {:?} TAP {iface:?}: {e}", p.name));
+            hinted(Step::Tap, errno, error, cfg, eal_args)
+        };
         let pc = PortConfig {
             rx_queues: workers,
             tx_queues: workers,
@@ -612,14 +652,15 @@ fn start_taps(
             ..PortConfig::default()
         };
         let tap = Port::start(&exception::tap_vdev(i, iface), &pc, pool)
-            .map_err(|e| setup(e.to_string()))?;
+            .map_err(|e| setup(e.errno, e.to_string()))?;
         // The kernel answers ARP/ND with the MAC the port's peers send to.
         let mac = p
             .mac
             .or_else(|| port_macs.get(i).copied())
             .unwrap_or_default();
-        tap.set_mac(mac).map_err(|e| setup(e.to_string()))?;
-        exception::configure_tap(p, iface).map_err(setup)?;
+        tap.set_mac(mac)
+            .map_err(|e| setup(e.errno, e.to_string()))?;
+        exception::configure_tap(p, iface).map_err(|e| setup(0, e))?;
         controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
         taps.push(Some(tap));
     }

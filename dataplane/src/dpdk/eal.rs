@@ -48,7 +48,11 @@ impl Eal {
         // what it keeps), and this runs once per process (flag above).
         let rc = unsafe { dpdk_sys::rte_eal_init(argv.len() as c_int, argv.as_mut_ptr()) };
         if rc < 0 {
-            return Err(DpdkError::from_rc("rte_eal_init", rc));
+            // rte_eal_init returns -1 and leaves the reason in rte_errno:
+            // EACCES when it found no usable hugepages, ENOMEM when they
+            // are too few, EAGAIN when VFIO could not be set up, EINVAL for
+            // arguments it refuses.
+            return Err(DpdkError::from_rte_errno("rte_eal_init"));
         }
         Ok(Eal {
             _not_send: std::marker::PhantomData,

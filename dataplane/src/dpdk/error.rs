@@ -13,12 +13,23 @@ impl DpdkError {
     /// Builds an error from a negative return code (`-errno`) or, when `rc`
     /// is not negative, from `rte_errno`.
     pub(crate) fn from_rc(call: impl Into<String>, rc: i32) -> Self {
-        let errno = if rc < 0 {
-            -rc
+        if rc < 0 {
+            Self::from_errno(call, -rc)
         } else {
-            // SAFETY: reads the calling thread's rte_errno; no preconditions.
-            unsafe { dpdk_sys::sluice_rte_errno() }
-        };
+            Self::from_rte_errno(call)
+        }
+    }
+
+    /// Builds an error from `rte_errno`: for calls that return NULL or a
+    /// bare -1 and leave the reason there (`rte_eal_init`,
+    /// `rte_pktmbuf_pool_create`). Their -1 is not `-EPERM`.
+    pub(crate) fn from_rte_errno(call: impl Into<String>) -> Self {
+        // SAFETY: reads the calling thread's rte_errno; no preconditions.
+        let errno = unsafe { dpdk_sys::sluice_rte_errno() };
+        Self::from_errno(call, errno)
+    }
+
+    fn from_errno(call: impl Into<String>, errno: i32) -> Self {
         // SAFETY: rte_strerror returns a pointer to a static or thread-local
         // NUL-terminated string, valid at least until the next call on this
         // thread; we copy it out at once.

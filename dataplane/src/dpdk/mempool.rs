@@ -37,7 +37,7 @@ impl Mempool {
         };
         NonNull::new(ptr)
             .map(|ptr| Self { ptr })
-            .ok_or_else(|| DpdkError::from_rc(format!("rte_pktmbuf_pool_create({name})"), 0))
+            .ok_or_else(|| DpdkError::from_rte_errno(format!("rte_pktmbuf_pool_create({name})")))
     }
 
     pub(crate) fn as_ptr(&self) -> *mut dpdk_sys::rte_mempool {

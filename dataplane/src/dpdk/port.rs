@@ -106,10 +106,15 @@ impl Port {
         // SAFETY: cname is a valid C string; id is a valid out-pointer.
         let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
         if rc != 0 {
-            return Err(DpdkError::msg(
-                format!("rte_eth_dev_get_port_by_name({name})"),
-                "no such port: is the device in the EAL arguments (vdev or PCI allow-list)?",
-            ));
+            // -ENODEV: EAL did not probe the device (a PCI device not bound
+            // to a DPDK-compatible driver, a vdev whose driver failed).
+            return Err(DpdkError {
+                errno: -rc,
+                ..DpdkError::msg(
+                    format!("rte_eth_dev_get_port_by_name({name})"),
+                    "no such port: is the device in the EAL arguments (vdev or PCI allow-list)?",
+                )
+            });
         }
         Ok(id)
     }
@@ -170,8 +175,16 @@ impl Port {
             } else {
                 addresses_only
             };
-            conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
-            conf.rx_adv_conf.rss_conf.rss_hf = wanted & info.flow_type_rss_offloads;
+            // A device that hashes none of these (virtio-net without
+            // VIRTIO_NET_F_RSS: vhost-net, vhost-user, QEMU's default) is
+            // left to spread its queues its own way: asking it for RSS
+            // fails rte_eth_dev_configure with ENOTSUP. Its address pairs
+            // are then not kept on one queue, so workers steer.
+            let rss_hf = wanted & info.flow_type_rss_offloads;
+            if rss_hf != 0 {
+                conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
+                conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+            }
         }
         // SAFETY: port id valid, conf fully initialised (zeroed + fields set).
         let rc =
