@@ -13,7 +13,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder as _, IntCounter, IntCounterVec, IntGauge, Opts, TextEncoder};
 use sluice_core::snapshot::SnapshotCell;
-use sluice_core::stats::{WorkerStats, MAX_PORTS};
+use sluice_core::stats::{ConntrackStats, Export, Metric, PortCounters, WorkerStats, MAX_PORTS};
 use sluice_core::DropReason;
 
 /// What the metrics endpoint reads.
@@ -65,54 +65,13 @@ fn sum(src: &MetricsSources, f: impl Fn(&WorkerStats) -> u64) -> u64 {
 pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     let mut out = Vec::new();
 
-    type PortField = fn(&sluice_core::stats::PortCounters) -> u64;
-    let port_metrics: [(&str, &str, PortField); 7] = [
-        (
-            "sluice_port_rx_packets_total",
-            "Packets received on a dataplane port.",
-            |p| p.rx_packets.get(),
-        ),
-        (
-            "sluice_port_rx_bytes_total",
-            "Bytes received on a dataplane port.",
-            |p| p.rx_bytes.get(),
-        ),
-        (
-            "sluice_port_tx_packets_total",
-            "Frames sent on a dataplane port; each IP fragment counts (see sluice_fragments_created_total).",
-            |p| p.tx_packets.get(),
-        ),
-        (
-            "sluice_port_tx_bytes_total",
-            "Bytes sent on a dataplane port.",
-            |p| p.tx_bytes.get(),
-        ),
-        (
-            "sluice_port_punted_packets_total",
-            "Packets received on a port for the appliance itself and handed to its TAP \
-             (AP-4). Per port, RX = TX + punted + drops.",
-            |p| p.punted.get(),
-        ),
-        (
-            "sluice_port_injected_packets_total",
-            "Packets the kernel sent on a port's TAP and the port transmitted (AP-4); \
-             not in tx_packets.",
-            |p| p.injected.get(),
-        ),
-        (
-            "sluice_port_inject_failed_packets_total",
-            "Packets the kernel sent on a port's TAP that the port's TX queue refused.",
-            |p| p.inject_failed.get(),
-        ),
-    ];
-    for (name, help, field) in port_metrics {
-        let v = counter_vec(name, help, &["port"]);
-        for (i, port) in src.port_names.iter().enumerate().take(MAX_PORTS) {
-            v.with_label_values(&[port.as_str()])
-                .inc_by(sum(src, |w| field(&w.ports[i])));
-        }
-        out.extend(v.collect());
-    }
+    let ports = &src.port_names[..src.port_names.len().min(MAX_PORTS)];
+    out.extend(block_families(
+        src,
+        PortCounters::METRICS,
+        Some(("port", ports)),
+        |w, i| &w.ports[i],
+    ));
 
     let drops = counter_vec(
         "sluice_dropped_packets_total",
@@ -132,53 +91,9 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         sum(src, |w| w.ports.iter().map(|p| p.punted.get()).sum()),
     ));
 
-    out.extend(counter(
-        "sluice_icmp_replies_total",
-        "ICMP fragmentation-needed / ICMPv6 packet-too-big answers sent to clients \
-         (AP-3). The answer replaces the packet it answers, so it counts in TX.",
-        sum(src, |w| w.icmp_replies.get()),
-    ));
-
-    let steered = counter_vec(
-        "sluice_steered_packets_total",
-        "Tracked packets moved between workers so that one worker's shard sees every \
-         packet of a tracking key (ports without RSS on addresses only).",
-        &["direction"],
-    );
-    steered
-        .with_label_values(&["out"])
-        .inc_by(sum(src, |w| w.steered_out.get()));
-    steered
-        .with_label_values(&["in"])
-        .inc_by(sum(src, |w| w.steered_in.get()));
-    out.extend(steered.collect());
-    out.extend(counter(
-        "sluice_steering_backpressure_total",
-        "RX polls a worker skipped because a peer's steering ring was full: the \
-         packets waited in the port's RX queue instead of being dropped between \
-         workers. Rising steadily: the owning workers cannot keep up (watch \
-         sluice_port_hw_total{counter=\"imissed\"} and sluice_port_kernel_drops_total).",
-        sum(src, |w| w.steering_backpressure.get()),
-    ));
-
-    // AP-3: oversize IPv4 without DF leaves as fragments. With these two,
-    // RX = TX + punted + drops - (fragments created - packets fragmented).
-    type WorkerField = fn(&WorkerStats) -> u64;
-    let fragment_counters: [(&str, &str, WorkerField); 2] = [
-        (
-            "sluice_fragmented_packets_total",
-            "Received packets sent on as IP fragments (oversize IPv4 without DF, AP-3).",
-            |w| w.fragmented.get(),
-        ),
-        (
-            "sluice_fragments_created_total",
-            "Fragments made of them, each then counted in sluice_port_tx_packets_total or as a tx_queue_full drop.",
-            |w| w.fragments.get(),
-        ),
-    ];
-    for (name, help, field) in fragment_counters {
-        out.extend(counter(name, help, sum(src, field)));
-    }
+    // Steering, ICMP answers, fragments (AP-3: with these two, RX = TX +
+    // punted + drops - (fragments created - packets fragmented)), polls.
+    out.extend(block_families(src, WorkerStats::METRICS, None, |w, _| w));
 
     let snap = src.snapshot.load();
     let per_backend = counter_vec(
@@ -222,7 +137,13 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         snap.generation,
     ));
 
-    out.extend(conntrack_families(src));
+    // SPEC §3: occupancy and size per worker, event counts summed.
+    out.extend(block_families(
+        src,
+        ConntrackStats::METRICS,
+        None,
+        |w, _| &w.conntrack,
+    ));
 
     if let Some(c) = &src.control {
         out.extend(crate::metrics_control::families(&c.view(), snap.generation));
@@ -259,80 +180,92 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     out
 }
 
-/// Conntrack (SPEC §3): live entries and capacity per worker (gauges), and
-/// the event counters summed over workers.
-fn conntrack_families(src: &MetricsSources) -> Vec<MetricFamily> {
-    use sluice_core::stats::ConntrackStats;
-    let mut out = Vec::new();
-    type Field = fn(&ConntrackStats) -> u64;
-    let gauges: [(&str, &str, Field); 3] = [
-        (
-            "sluice_conntrack_entries",
-            "Occupied conntrack slots per worker (expired ones not yet swept included).",
-            |c| c.entries.get(),
-        ),
-        (
-            "sluice_conntrack_capacity",
-            "Connections each worker's conntrack shard is sized to hold (conntrack_capacity).",
-            |c| c.capacity.get(),
-        ),
-        (
-            "sluice_conntrack_slots",
-            "Conntrack slots reserved per worker (1.25 x capacity rounded up to a power of two; 68 bytes each).",
-            |c| c.slots.get(),
-        ),
-    ];
-    for (name, help, field) in gauges {
-        // Names and labels are compile-time constants.
-        let v = prometheus::IntGaugeVec::new(Opts::new(name, help), &["worker"])
-            .expect("valid metric definition");
-        for (i, w) in src.workers.iter().enumerate() {
-            v.with_label_values(&[i.to_string().as_str()])
-                .set(i64::try_from(field(&w.conntrack)).unwrap_or(i64::MAX));
+/// A metric family being filled: the Prometheus type follows the export.
+enum Family {
+    Counter(IntCounterVec),
+    Gauge(prometheus::IntGaugeVec),
+}
+
+impl Family {
+    fn new(name: &str, help: &str, export: Export, labels: &[&str]) -> Self {
+        let opts = Opts::new(name, help);
+        // Names and labels are compile-time constants checked by the tests.
+        match export {
+            Export::Total | Export::WorkerCounter => {
+                Family::Counter(IntCounterVec::new(opts, labels).expect("valid metric definition"))
+            }
+            Export::WorkerGauge => Family::Gauge(
+                prometheus::IntGaugeVec::new(opts, labels).expect("valid metric definition"),
+            ),
         }
-        out.extend(v.collect());
     }
-    let counters: [(&str, &str, Field); 7] = [
-        (
-            "sluice_conntrack_inserts_total",
-            "Conntrack entries created.",
-            |c| c.inserts.get(),
-        ),
-        (
-            "sluice_conntrack_hits_total",
-            "Tracked packets that found a live entry.",
-            |c| c.hits.get(),
-        ),
-        (
-            "sluice_conntrack_misses_total",
-            "Tracked packets that found no live entry (new or expired flows).",
-            |c| c.misses.get(),
-        ),
-        (
-            "sluice_conntrack_expirations_total",
-            "Entries reclaimed after the idle timeout (CT-5).",
-            |c| c.expirations.get(),
-        ),
-        (
-            "sluice_conntrack_insert_failed_total",
-            "New flows not recorded because their slots were all live and none half-open (table full); forwarded by Maglev.",
-            |c| c.insert_failed.get(),
-        ),
-        (
-            "sluice_conntrack_half_open_evictions_total",
-            "Half-open (SYN-only) entries replaced by a new flow in a full part of the table.",
-            |c| c.half_open_evicted.get(),
-        ),
-        (
-            "sluice_conntrack_reselected_unhealthy_total",
-            "Tracked packets moved off an unhealthy backend (CT-8).",
-            |c| c.reselected_unhealthy.get(),
-        ),
-    ];
-    for (name, help, field) in counters {
-        out.extend(counter(name, help, sum(src, |w| field(&w.conntrack))));
+
+    fn put(&self, labels: &[&str], v: u64) {
+        match self {
+            Family::Counter(c) => c.with_label_values(labels).inc_by(v),
+            Family::Gauge(g) => g
+                .with_label_values(labels)
+                .set(i64::try_from(v).unwrap_or(i64::MAX)),
+        }
     }
-    out
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        match self {
+            Family::Counter(c) => c.collect(),
+            Family::Gauge(g) => g.collect(),
+        }
+    }
+}
+
+/// The families of a counter block declared with `counter_block!`
+/// (`sluice_core::stats`), in declaration order: fields naming the same
+/// metric share a family, told apart by their fixed label. `scope` is the
+/// label of the block's instances in one worker and each instance's value
+/// (ports: `("port", names)`, instance i read by `block(worker, i)`); None
+/// for one instance per worker.
+fn block_families<B: 'static>(
+    src: &MetricsSources,
+    metrics: &'static [Metric<B>],
+    scope: Option<(&str, &[String])>,
+    block: impl for<'a> Fn(&'a WorkerStats, usize) -> &'a B,
+) -> Vec<MetricFamily> {
+    let instances: Vec<Option<&str>> = match scope {
+        Some((_, values)) => values.iter().map(|v| Some(v.as_str())).collect(),
+        None => vec![None],
+    };
+    let mut families: Vec<(&str, Family)> = Vec::new();
+    for m in metrics {
+        let i = match families.iter().position(|(name, _)| *name == m.name) {
+            Some(i) => i,
+            None => {
+                let mut labels: Vec<&str> = Vec::new();
+                labels.extend(m.label.map(|(name, _)| name));
+                labels.extend(scope.map(|(name, _)| name));
+                if m.export != Export::Total {
+                    labels.push("worker");
+                }
+                families.push((m.name, Family::new(m.name, &m.help(), m.export, &labels)));
+                families.len() - 1
+            }
+        };
+        let family = &families[i].1;
+        for (k, instance) in instances.iter().enumerate() {
+            let mut labels: Vec<&str> = Vec::new();
+            labels.extend(m.label.map(|(_, value)| value));
+            labels.extend(*instance);
+            if m.export == Export::Total {
+                family.put(&labels, sum(src, |w| (m.read)(block(w, k))));
+            } else {
+                for (wi, w) in src.workers.iter().enumerate() {
+                    let worker = wi.to_string();
+                    let mut per_worker = labels.clone();
+                    per_worker.push(&worker);
+                    family.put(&per_worker, (m.read)(block(w, k)));
+                }
+            }
+        }
+    }
+    families.iter().flat_map(|(_, f)| f.collect()).collect()
 }
 
 /// Prometheus text exposition of [`families`].
@@ -494,7 +427,7 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 29);
-        assert_eq!(described, 29, "every collected family is described");
+        assert_eq!(r.gather().len(), 31);
+        assert_eq!(described, 31, "every collected family is described");
     }
 }

@@ -522,4 +522,7 @@ backend_service = "nope"
     assert_eq!(m["sluice_config_reloads_total{result=\"success\"}"], 0);
     assert_eq!(m["sluice_table_generation"], 1, "no snapshot built");
     assert_eq!(m["sluice_snapshot_generation"], 1);
+    // The worker's own view, from its declared counters.
+    assert_eq!(m["sluice_worker_snapshot_generation{worker=\"0\"}"], 1);
+    assert!(m["sluice_worker_polls_total{worker=\"0\"}"] > 0);
 }

@@ -122,44 +122,164 @@ impl Gauge {
     }
 }
 
-#[derive(Debug, Default)]
-pub struct PortCounters {
-    pub rx_packets: Counter,
-    pub rx_bytes: Counter,
-    pub tx_packets: Counter,
-    pub tx_bytes: Counter,
-    /// Received here and handed to this port's TAP (AP-4).
-    pub punted: Counter,
-    /// Sent by the kernel on this port's TAP and transmitted here (AP-4).
-    /// Not in `tx_packets`, so RX = TX + punted + drops holds per port.
-    pub injected: Counter,
-    /// Sent by the kernel on the TAP but refused by the port's TX queue.
-    pub inject_failed: Counter,
+/// How a declared number is exported.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Export {
+    /// A Prometheus counter: the sum over every worker.
+    Total,
+    /// A Prometheus counter with one series per worker (`worker="i"`).
+    WorkerCounter,
+    /// A Prometheus gauge with one series per worker (`worker="i"`).
+    WorkerGauge,
 }
 
-/// The worker's conntrack shard as the scrape sees it (SPEC §3). The shard
-/// counts in plain worker-local integers; the worker copies them here once
-/// per poll, so these are monotonic except `entries`, `capacity` and
-/// `slots`.
-#[derive(Debug, Default)]
-pub struct ConntrackStats {
-    /// Occupied slots (expired entries not yet swept included).
-    pub entries: Gauge,
-    /// Connections the shard is sized for (`conntrack_capacity`).
-    pub capacity: Gauge,
-    /// Slots reserved for them (memory: 68 bytes each).
-    pub slots: Gauge,
-    pub inserts: Gauge,
-    pub hits: Gauge,
-    pub misses: Gauge,
-    pub expirations: Gauge,
-    /// New flows forwarded statelessly because every candidate slot was live
-    /// and none half-open (table full).
-    pub insert_failed: Gauge,
-    /// Half-open entries replaced by a new flow in a full bucket pair.
-    pub half_open_evicted: Gauge,
-    /// Tracked packets moved off an unhealthy backend (CT-8).
-    pub reselected_unhealthy: Gauge,
+/// A label name and value fixed for one series of a family.
+pub type FixedLabel = Option<(&'static str, &'static str)>;
+
+/// One exported number of a counter block `B`: its metric family, help
+/// text, optional fixed label within the family, and how to read it. The
+/// block's declaration ([`counter_block!`]) makes these, so the metrics
+/// endpoint needs no list of its own.
+#[derive(Debug)]
+pub struct Metric<B: 'static> {
+    pub name: &'static str,
+    /// The field's doc comment, one entry per line (see [`Metric::help`]).
+    pub doc: &'static [&'static str],
+    /// A label fixed for this series, e.g. `("direction", "out")`: several
+    /// fields then make one family.
+    pub label: FixedLabel,
+    pub export: Export,
+    pub read: fn(&B) -> u64,
+}
+
+impl<B> Metric<B> {
+    /// The help text: the doc comment's lines joined by spaces.
+    pub fn help(&self) -> String {
+        let mut out = String::new();
+        for line in self.doc {
+            let line = line.trim();
+            if !line.is_empty() {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(line);
+            }
+        }
+        out
+    }
+}
+
+/// Declares a block of single-writer numbers once: the struct (each field
+/// documented by its doc comment), its `Default`, and `B::METRICS`, the
+/// exported metric of every field, whose help text is that same doc
+/// comment. A new counter is one field here; the worker bumps it and the
+/// metrics endpoint exports it with no other change.
+///
+/// ```text
+/// /// Help text and field doc.
+/// field: Counter => Total "metric_name" { label = "value" },   // label optional
+/// ```
+///
+/// Fields after `;` are part of the struct but not exported by the block
+/// itself (arrays and tables the endpoint labels on its own).
+macro_rules! counter_block {
+    (
+        $(#[doc = $sdoc:literal])*
+        pub struct $block:ident {
+            $(
+                $(#[doc = $doc:literal])*
+                $field:ident: $ty:ident => $export:ident $metric:literal
+                    $({ $lname:literal = $lvalue:literal })?,
+            )*
+            $(;
+                $(
+                    $(#[doc = $odoc:literal])*
+                    $ofield:ident: $oty:ty,
+                )*
+            )?
+        }
+    ) => {
+        $(#[doc = $sdoc])*
+        #[derive(Debug, Default)]
+        pub struct $block {
+            $($(#[doc = $doc])* pub $field: $ty,)*
+            $($($(#[doc = $odoc])* pub $ofield: $oty,)*)?
+        }
+
+        impl $block {
+            /// Every exported field, in declaration order.
+            pub const METRICS: &'static [Metric<$block>] = &[
+                $(Metric {
+                    name: $metric,
+                    doc: &[$($doc),*],
+                    label: counter_block!(@label $($lname, $lvalue)?),
+                    export: Export::$export,
+                    read: |b: &$block| b.$field.get(),
+                },)*
+            ];
+        }
+    };
+    (@label) => { None };
+    (@label $name:literal, $value:literal) => { Some(($name, $value)) };
+}
+
+counter_block! {
+    /// One port's counters in one worker; exported with a `port` label.
+    pub struct PortCounters {
+        /// Packets received on a dataplane port.
+        rx_packets: Counter => Total "sluice_port_rx_packets_total",
+        /// Bytes received on a dataplane port.
+        rx_bytes: Counter => Total "sluice_port_rx_bytes_total",
+        /// Frames sent on a dataplane port; each IP fragment counts (see
+        /// sluice_fragments_created_total).
+        tx_packets: Counter => Total "sluice_port_tx_packets_total",
+        /// Bytes sent on a dataplane port.
+        tx_bytes: Counter => Total "sluice_port_tx_bytes_total",
+        /// Packets received on a port for the appliance itself and handed to
+        /// its TAP (AP-4). Per port, RX = TX + punted + drops.
+        punted: Counter => Total "sluice_port_punted_packets_total",
+        /// Packets the kernel sent on a port's TAP and the port transmitted
+        /// (AP-4); not in tx_packets.
+        injected: Counter => Total "sluice_port_injected_packets_total",
+        /// Packets the kernel sent on a port's TAP that the port's TX queue
+        /// refused.
+        inject_failed: Counter => Total "sluice_port_inject_failed_packets_total",
+    }
+}
+
+counter_block! {
+    /// The worker's conntrack shard as the scrape sees it (SPEC §3). The
+    /// shard counts in plain worker-local integers; the worker copies them
+    /// here once per poll ([`ConntrackStats::publish`]), so the event
+    /// counts are monotonic and exported summed over workers, while
+    /// occupancy and size are gauges per worker.
+    pub struct ConntrackStats {
+        /// Occupied conntrack slots per worker (expired ones not yet swept
+        /// included).
+        entries: Gauge => WorkerGauge "sluice_conntrack_entries",
+        /// Connections each worker's conntrack shard is sized to hold
+        /// (conntrack_capacity).
+        capacity: Gauge => WorkerGauge "sluice_conntrack_capacity",
+        /// Conntrack slots reserved per worker (1.25 x capacity rounded up
+        /// to a power of two; 68 bytes each).
+        slots: Gauge => WorkerGauge "sluice_conntrack_slots",
+        /// Conntrack entries created.
+        inserts: Gauge => Total "sluice_conntrack_inserts_total",
+        /// Tracked packets that found a live entry.
+        hits: Gauge => Total "sluice_conntrack_hits_total",
+        /// Tracked packets that found no live entry (new or expired flows).
+        misses: Gauge => Total "sluice_conntrack_misses_total",
+        /// Entries reclaimed after the idle timeout (CT-5).
+        expirations: Gauge => Total "sluice_conntrack_expirations_total",
+        /// New flows not recorded because their slots were all live and
+        /// none half-open (table full); forwarded by Maglev.
+        insert_failed: Gauge => Total "sluice_conntrack_insert_failed_total",
+        /// Half-open (SYN-only) entries replaced by a new flow in a full
+        /// part of the table.
+        half_open_evicted: Gauge => Total "sluice_conntrack_half_open_evictions_total",
+        /// Tracked packets moved off an unhealthy backend (CT-8).
+        reselected_unhealthy: Gauge => Total "sluice_conntrack_reselected_unhealthy_total",
+    }
 }
 
 impl ConntrackStats {
@@ -180,54 +300,55 @@ impl ConntrackStats {
     }
 }
 
-/// Everything one worker counts. Allocated once at start; the metrics thread
-/// holds an `Arc` to every worker's block and sums them at scrape time.
-#[derive(Debug)]
-pub struct WorkerStats {
-    pub ports: [PortCounters; MAX_PORTS],
-    pub drops: [Counter; DropReason::COUNT],
-    /// Tracked packets handed to the worker owning their key (steering).
-    pub steered_out: Counter,
-    /// Tracked packets received from other workers (steering).
-    pub steered_in: Counter,
-    /// RX polls skipped because a peer's steering ring was full
-    /// (backpressure: the packets wait in the port's RX queue).
-    pub steering_backpressure: Counter,
-    /// ICMP errors the worker answered with (AP-3: fragmentation needed /
-    /// packet too big), sent back out of the receive port.
-    pub icmp_replies: Counter,
-    /// Received packets sent on as IP fragments (AP-3: oversize IPv4
-    /// without DF), each counted once here.
-    pub fragmented: Counter,
-    /// Fragments made of them, every one handed to a TX queue: counted in
-    /// `tx_packets` once the driver takes it, else under `tx_queue_full`.
-    /// So RX = TX + punted + drops − (fragments − fragmented).
-    pub fragments: Counter,
-    /// Packets sent per backend, by [`crate::BackendId::index`].
-    pub backend_packets: BackendCounters,
-    /// Generation of the snapshot the worker last loaded.
-    pub snapshot_generation: Gauge,
-    /// Number of poll-loop iterations (bursts attempted).
-    pub polls: Counter,
-    pub conntrack: ConntrackStats,
+counter_block! {
+    /// Everything one worker counts. Allocated once at start; the metrics
+    /// thread holds an `Arc` to every worker's block and sums them at
+    /// scrape time.
+    pub struct WorkerStats {
+        /// Tracked packets moved between workers so that one worker's shard
+        /// sees every packet of a tracking key (ports without RSS on
+        /// addresses only).
+        steered_out: Counter => Total "sluice_steered_packets_total" { "direction" = "out" },
+        /// Tracked packets moved between workers so that one worker's shard
+        /// sees every packet of a tracking key (ports without RSS on
+        /// addresses only).
+        steered_in: Counter => Total "sluice_steered_packets_total" { "direction" = "in" },
+        /// RX polls a worker skipped because a peer's steering ring was
+        /// full: the packets waited in the port's RX queue instead of being
+        /// dropped between workers. Rising steadily: the owning workers
+        /// cannot keep up (watch sluice_port_hw_total{counter="imissed"} and
+        /// sluice_port_kernel_drops_total).
+        steering_backpressure: Counter => Total "sluice_steering_backpressure_total",
+        /// ICMP fragmentation-needed / ICMPv6 packet-too-big answers sent
+        /// to clients (AP-3). The answer replaces the packet it answers, so
+        /// it counts in TX.
+        icmp_replies: Counter => Total "sluice_icmp_replies_total",
+        /// Received packets sent on as IP fragments (oversize IPv4 without
+        /// DF, AP-3). RX = TX + punted + drops - (fragments created -
+        /// packets fragmented).
+        fragmented: Counter => Total "sluice_fragmented_packets_total",
+        /// Fragments made of them, each then counted in
+        /// sluice_port_tx_packets_total or as a tx_queue_full drop.
+        fragments: Counter => Total "sluice_fragments_created_total",
+        /// Poll-loop iterations (RX bursts attempted), per worker: a worker
+        /// whose count stops rising is stuck.
+        polls: Counter => WorkerCounter "sluice_worker_polls_total",
+        /// Generation of the forwarding snapshot each worker last loaded:
+        /// one lagging behind sluice_snapshot_generation has not picked up
+        /// the latest publish.
+        snapshot_generation: Gauge => WorkerGauge "sluice_worker_snapshot_generation",
+        ;
+        ports: [PortCounters; MAX_PORTS],
+        drops: [Counter; DropReason::COUNT],
+        /// Packets sent per backend, by [`crate::BackendId::index`].
+        backend_packets: BackendCounters,
+        conntrack: ConntrackStats,
+    }
 }
 
 impl WorkerStats {
     pub fn new() -> CachePadded<Self> {
-        CachePadded::new(Self {
-            ports: Default::default(),
-            drops: Default::default(),
-            steered_out: Counter::default(),
-            steered_in: Counter::default(),
-            steering_backpressure: Counter::default(),
-            icmp_replies: Counter::default(),
-            fragmented: Counter::default(),
-            fragments: Counter::default(),
-            backend_packets: BackendCounters::default(),
-            snapshot_generation: Gauge::default(),
-            polls: Counter::default(),
-            conntrack: ConntrackStats::default(),
-        })
+        CachePadded::new(Self::default())
     }
 
     #[inline(always)]
@@ -260,6 +381,65 @@ mod tests {
         assert_eq!(s.total_drops(), 5);
         assert_eq!(s.backend_packets.get(3), 5);
         assert_eq!(s.backend_packets.uncounted.get(), 5);
+    }
+
+    /// Every declared number has a valid metric name and a help text, and
+    /// fields sharing a family share its export and differ in their label.
+    #[test]
+    fn declared_metrics_are_well_formed() {
+        fn check<B>(metrics: &[Metric<B>], seen: &mut Vec<(&'static str, Export, FixedLabel)>) {
+            for m in metrics {
+                assert!(m.name.starts_with("sluice_"), "{}", m.name);
+                assert!(
+                    m.name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                    "{}",
+                    m.name
+                );
+                assert!(
+                    !m.help().is_empty() && !m.help().contains('\n'),
+                    "{}",
+                    m.name
+                );
+                for &(name, export, label) in seen.iter() {
+                    if name == m.name {
+                        assert_eq!(export, m.export, "{name}: one family, one export");
+                        assert!(
+                            label.is_some() && label != m.label,
+                            "{name}: series told apart by label"
+                        );
+                    }
+                }
+                seen.push((m.name, m.export, m.label));
+            }
+        }
+        let mut seen = Vec::new();
+        check(WorkerStats::METRICS, &mut seen);
+        check(PortCounters::METRICS, &mut seen);
+        check(ConntrackStats::METRICS, &mut seen);
+        assert_eq!(seen.len(), 8 + 7 + 10);
+    }
+
+    /// A declared field is read by its metric: bumping one field moves
+    /// exactly its own metric.
+    #[test]
+    fn each_metric_reads_its_own_field() {
+        let s = WorkerStats::default();
+        s.steered_in.add(3);
+        s.polls.add(5);
+        let read: Vec<(&str, FixedLabel, u64)> = WorkerStats::METRICS
+            .iter()
+            .map(|m| (m.name, m.label, (m.read)(&s)))
+            .filter(|&(_, _, v)| v != 0)
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("sluice_steered_packets_total", Some(("direction", "in")), 3),
+                ("sluice_worker_polls_total", None, 5),
+            ]
+        );
     }
 
     /// Counters follow the indexes in use, past 65,536, and a reused index
