@@ -228,3 +228,30 @@ fn udp_check_errors_name_line_field_and_fix() {
         );
     }
 }
+
+/// The UDP example in docs/configuration.md validates, as documented: a
+/// DNS query sent as bytes, its id expected back.
+#[test]
+fn udp_example_in_the_docs_validates() {
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md"),
+    )
+    .unwrap();
+    let example = docs
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(b, _)| b))
+        .find(|b| b.contains("type = \"UDP\""))
+        .expect("a UDP example");
+    let check = BASE
+        .split("[[health_check]]")
+        .nth(1)
+        .and_then(|s| s.split("[[backend_service]]").next())
+        .unwrap();
+    let text = BASE.replace(&format!("[[health_check]]{check}"), &format!("{example}\n"));
+    let ProbeKind::Udp { request, response } = kind(&text) else {
+        panic!("not UDP");
+    };
+    assert_eq!(request.len(), 17, "a 12-byte header and one question");
+    assert_eq!(response.as_deref(), Some(&[0x5d, 0x1c][..]));
+}
