@@ -331,18 +331,33 @@ impl Shell {
                 Conn::Syn(_) => return,
             };
             let is_stream = matches!(conn, Conn::Stream { .. });
-            match got {
-                Ok(None) => self.feed(run, Input::Connected),
-                Ok(Some(0)) if is_stream => self.feed(run, Input::Closed),
+            // After end of file or an error the socket has nothing more
+            // to say: a driver that waits on is left to its deadline.
+            let last = match got {
+                Ok(None) => {
+                    self.feed(run, Input::Connected);
+                    false
+                }
+                Ok(Some(0)) if is_stream => {
+                    self.feed(run, Input::Closed);
+                    true
+                }
                 Ok(Some(n)) => {
                     let now = Instant::now();
                     self.core
                         .handle_input(run, Input::Data(&self.buf[..n]), now);
+                    false
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) => self.feed(run, input_of(&e)),
-            }
+                Err(e) => {
+                    self.feed(run, input_of(&e));
+                    true
+                }
+            };
             self.flush();
+            if last {
+                return;
+            }
         }
     }
 }

@@ -25,14 +25,3 @@ pub enum ProbeKind {
         response: Option<Vec<u8>>,
     },
 }
-
-impl ProbeKind {
-    /// The config's `type` name.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            ProbeKind::Tcp => "TCP",
-            ProbeKind::Http { .. } => "HTTP",
-            ProbeKind::Udp { .. } => "UDP",
-        }
-    }
-}
