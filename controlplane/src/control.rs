@@ -582,6 +582,7 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
                     .collect()
             })
             .unwrap_or_default();
+        let failing = last_failures(view, configured.get(svc.name.as_str()).copied());
         for &id in &svc.backends {
             *work += 1;
             let Some(b) = snap.backend(id) else { continue };
@@ -610,13 +611,17 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
                 100.0 * f64::from(owned) / slots as f64
             );
             let _ = match b.egress.next_hop_mac {
-                Some(m) => writeln!(
+                Some(m) => write!(
                     out,
                     "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} via {port}",
                     m[0], m[1], m[2], m[3], m[4], m[5]
                 ),
-                None => writeln!(out, "unresolved"),
+                None => write!(out, "unresolved"),
             };
+            if let Some(reason) = failing.get(&b.address) {
+                let _ = write!(out, " last-failure {}", reason.name());
+            }
+            out.push('\n');
         }
     }
     let _ = writeln!(
@@ -625,6 +630,30 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
         view.reloads_ok, view.reloads_failed
     );
     out
+}
+
+/// Why the latest probe failed, for each backend of `svc` whose latest
+/// probe failed (none without a health check).
+fn last_failures(
+    view: &View,
+    svc: Option<&config::BackendServiceConfig>,
+) -> HashMap<std::net::IpAddr, health::FailureReason> {
+    let (Some(cfg), Some(svc)) = (view.config.as_ref(), svc) else {
+        return HashMap::new();
+    };
+    let Some(hc) = svc.health_check.map(|i| &cfg.health_checks[i]) else {
+        return HashMap::new();
+    };
+    if view.health.is_empty() {
+        return HashMap::new();
+    }
+    svc.backends
+        .iter()
+        .filter_map(|b| {
+            let st = view.health.get(&health::probe_key(hc, b.address))?;
+            Some((b.address, st.last_failure?))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts};
 
 use crate::control::View;
-use crate::health::{probe_key, ProbeStatus};
+use crate::health::{probe_key, FailureReason, ProbeStatus};
 
 fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition")
@@ -47,6 +47,11 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
         &sb,
     );
     let probes = counter("sluice_backend_probes_total", "Probes completed.", &sb);
+    let failures = counter(
+        "sluice_backend_probe_failures_total",
+        "Failed probes by reason (timeout, refused, port_unreachable, ...); reasons never seen are not exported.",
+        &["service", "backend", "reason"],
+    );
     let mut latency_metrics = Vec::new();
     let eligible = gauge(
         "sluice_service_eligible_backends",
@@ -100,6 +105,14 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
                     .with_label_values(&labels)
                     .inc_by(st.state.weight_header_invalid);
                 probes.with_label_values(&labels).inc_by(st.probes);
+                for r in FailureReason::ALL {
+                    let n = st.failures[r.index()];
+                    if n > 0 {
+                        failures
+                            .with_label_values(&[labels[0], labels[1], r.name()])
+                            .inc_by(n);
+                    }
+                }
                 latency_metrics.push(histogram(&labels, st));
             }
         }
@@ -134,6 +147,7 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     out.extend(transitions.collect());
     out.extend(invalid.collect());
     out.extend(probes.collect());
+    out.extend(failures.collect());
     if !latency_metrics.is_empty() {
         let mut f = MetricFamily::default();
         f.set_name("sluice_backend_probe_latency_seconds".into());

@@ -42,10 +42,7 @@ pub fn probe_status(healthy: bool) -> ProbeStatus {
     ProbeStatus {
         state,
         probes: 1,
-        latency_counts: Default::default(),
-        latency_sum: 0.0,
-        lag_sum: 0.0,
-        lag_max: 0.0,
+        ..ProbeStatus::new(InitialState::Healthy)
     }
 }
 

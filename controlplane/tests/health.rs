@@ -1,13 +1,13 @@
 //! Health-check scheduler against real listeners on loopback (HC-1, HC-2,
-//! HC-5, HC-7).
+//! HC-5, HC-7) and real UDP sockets.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use controlplane::health::{HealthChecker, InitialState, ProbeKey, ProbeKind};
+use controlplane::health::{FailureReason, HealthChecker, InitialState, ProbeKey, ProbeKind};
 
 /// A tiny HTTP server: answers every request with `status` and, when set,
 /// the weight header; records the Host headers it saw.
@@ -186,4 +186,79 @@ fn hc_1_half_open_probe_completes_no_handshake() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         other => panic!("a handshake completed: {other:?} (no CAP_NET_RAW? connect() fallback)"),
     }
+}
+
+/// A UDP echo server: answers each datagram with "pong " and the datagram.
+fn udp_echo() -> SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = s.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        while let Ok((n, from)) = s.recv_from(&mut buf) {
+            let reply = [b"pong ", &buf[..n]].concat();
+            let _ = s.send_to(&reply, from);
+        }
+    });
+    addr
+}
+
+fn udp(response: Option<&str>) -> ProbeKind {
+    ProbeKind::Udp {
+        request: b"ping".to_vec(),
+        response: response.map(|r| r.as_bytes().to_vec()),
+    }
+}
+
+/// The UDP probe on real sockets: an echo backend is healthy; a reply
+/// without the expected `response` fails as `response_mismatch`; a port
+/// nobody listens on fails at once on the ICMP port unreachable
+/// (`port_unreachable`, well inside the timeout); a socket that never
+/// answers fails by `timeout`.
+#[test]
+fn udp_probe_echo_mismatch_closed_and_silent_backends() {
+    let echo = udp_echo();
+    // Bound (so the port stays ours) but connected elsewhere: the kernel
+    // delivers it nothing from us and answers port unreachable.
+    let closed = UdpSocket::bind("127.0.0.2:0").unwrap();
+    closed.connect("127.0.0.9:9").unwrap();
+    let closed_addr = closed.local_addr().unwrap();
+    // Bound and never read: datagrams queue, nothing answers.
+    let quiet = UdpSocket::bind("127.0.0.3:0").unwrap();
+    let quiet_addr = quiet.local_addr().unwrap();
+
+    let hc = HealthChecker::spawn().unwrap();
+    let healthy_first = |k: ProbeKey| ProbeKey {
+        initial: InitialState::Healthy,
+        ..k
+    };
+    let k_echo = key(echo, udp(Some("pong ping")));
+    let k_wrong = healthy_first(key(echo, udp(Some("nope"))));
+    let k_closed = healthy_first(key(closed_addr, udp(None)));
+    let k_quiet = healthy_first(key(quiet_addr, udp(None)));
+    hc.set_targets(vec![
+        k_echo.clone(),
+        k_wrong.clone(),
+        k_closed.clone(),
+        k_quiet.clone(),
+    ]);
+    wait_for(&hc, &k_echo, "echo healthy", |st| st.state.healthy);
+    for (k, reason) in [
+        (&k_wrong, FailureReason::ResponseMismatch),
+        (&k_closed, FailureReason::PortUnreachable),
+        (&k_quiet, FailureReason::Timeout),
+    ] {
+        wait_for(&hc, k, reason.name(), |st| {
+            !st.state.healthy && st.last_failure == Some(reason)
+        });
+    }
+    let st = hc.status.lock().unwrap()[&k_closed].clone();
+    assert!(
+        st.latency_sum / (st.probes as f64) < 0.1,
+        "port unreachable decides well before the 200 ms timeout: {st:?}"
+    );
+    assert_eq!(
+        st.failures[FailureReason::PortUnreachable.index()],
+        st.probes
+    );
+    drop((closed, quiet));
 }

@@ -9,6 +9,7 @@
 mod addresses;
 mod diagnostics;
 mod frames;
+mod health_check;
 mod interfaces;
 mod model;
 mod raw;

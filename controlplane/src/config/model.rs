@@ -185,22 +185,11 @@ pub struct ZoneConfig {
     pub client_subnets: Vec<Cidr>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HealthCheckKind {
-    /// HC-1: half-open TCP probe.
-    Tcp,
-    /// HC-2: `GET request_path` with `Host: host` (or `<ip>:<port>`).
-    Http {
-        request_path: String,
-        host: Option<String>,
-        response_codes: Vec<u16>,
-    },
-}
-
 #[derive(Clone, Debug)]
 pub struct HealthCheckConfig {
     pub name: String,
-    pub kind: HealthCheckKind,
+    /// The validated `type` and its fields: what the prober runs.
+    pub kind: crate::health::ProbeKind,
     pub port: u16,
     /// HC-3 defaults: 5 s, 5 s, 2, 3.
     pub check_interval: Duration,
@@ -215,7 +204,7 @@ pub struct HealthCheckConfig {
 
 impl HealthCheckConfig {
     pub fn is_http(&self) -> bool {
-        matches!(self.kind, HealthCheckKind::Http { .. })
+        matches!(self.kind, crate::health::ProbeKind::Http { .. })
     }
 }
 

@@ -1,36 +1,41 @@
-//! Health checking (SPEC §7): a sans-IO state machine per probe
-//! ([`state`]), non-blocking probe drivers ([`probe`]) and one scheduler
-//! thread ([`scheduler`]).
+//! Health checking (SPEC §7), sans-IO at the core:
+//! - [`state`]: one probe's health state machine (HC-3 … HC-5, HC-7);
+//! - [`driver`]: the probe interface; one driver per [`ProbeKind`]
+//!   ([`tcp`], [`http`], [`udp`]) turns network events into a verdict
+//!   ([`failure`] names why a probe failed);
+//! - [`scheduler`]: every probe's timers and runs on injected time;
+//! - [`checker`]: the I/O shell, one thread owning every socket
+//!   ([`syn_socket`] for HC-1's half-open SYNs, coded by [`halfopen`]).
 
+pub mod checker;
+pub mod driver;
+pub mod failure;
 pub mod halfopen;
-pub mod probe;
+pub mod http;
+pub mod kind;
 pub mod scheduler;
+#[cfg(test)]
+pub mod sim;
 pub mod state;
+pub mod syn_socket;
+pub mod tcp;
+pub mod udp;
 
 use std::net::{IpAddr, SocketAddr};
 
-pub use probe::ProbeKind;
-pub use scheduler::{Event, HealthChecker, ProbeKey, ProbeStatus, StatusMap};
+pub use checker::HealthChecker;
+pub use failure::FailureReason;
+pub use kind::ProbeKind;
+pub use scheduler::{Event, ProbeKey, ProbeStatus, StatusMap};
 pub use state::{HealthState, InitialState, ProbeResult, Thresholds, WeightReport};
 
-use crate::config::{HealthCheckConfig, HealthCheckKind};
+use crate::config::HealthCheckConfig;
 
 /// The shared-probe key of `backend` under `check`.
 pub fn probe_key(check: &HealthCheckConfig, backend: IpAddr) -> ProbeKey {
     ProbeKey {
         addr: SocketAddr::new(backend, check.port),
-        kind: match &check.kind {
-            HealthCheckKind::Tcp => ProbeKind::Tcp,
-            HealthCheckKind::Http {
-                request_path,
-                host,
-                response_codes,
-            } => ProbeKind::Http {
-                request_path: request_path.clone(),
-                host: host.clone(),
-                response_codes: response_codes.clone(),
-            },
-        },
+        kind: check.kind.clone(),
         interval: check.check_interval,
         timeout: check.timeout,
         healthy_threshold: check.healthy_threshold,

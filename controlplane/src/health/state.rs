@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::failure::FailureReason;
 use crate::config::HealthCheckConfig;
 
 /// What a new backend is considered before its first verdict.
@@ -23,10 +24,9 @@ pub enum InitialState {
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum ProbeResult {
     /// Passed, with what the response said about the weight.
-    Success {
-        weight: WeightReport,
-    },
-    Failure,
+    Success { weight: WeightReport },
+    /// Failed, and why (the state machine needs only that it failed).
+    Failure(FailureReason),
 }
 
 /// The `X-Load-Balancing-Endpoint-Weight` header of a passing probe (HC-7).
@@ -114,7 +114,7 @@ impl HealthState {
                     change.health = true;
                 }
             }
-            ProbeResult::Failure => {
+            ProbeResult::Failure(_) => {
                 self.consecutive_successes = 0;
                 self.consecutive_failures = self.consecutive_failures.saturating_add(1);
                 if self.healthy && self.consecutive_failures >= t.unhealthy {
@@ -158,6 +158,7 @@ mod tests {
     const OK: ProbeResult = ProbeResult::Success {
         weight: WeightReport::NotApplicable,
     };
+    const FAIL: ProbeResult = ProbeResult::Failure(FailureReason::Timeout);
 
     /// Drives the state with a simulated clock: each probe lasts `took`
     /// (the response time, or the timeout for a failure) and the next starts
@@ -185,12 +186,7 @@ mod tests {
     fn hc_4_windows_19s_and_7s() {
         let interval = Duration::from_secs(2);
         let mut st = HealthState::new(InitialState::Healthy);
-        let down = time_to_flip(
-            &mut st,
-            ProbeResult::Failure,
-            Duration::from_secs(5),
-            interval,
-        );
+        let down = time_to_flip(&mut st, FAIL, Duration::from_secs(5), interval);
         assert_eq!(down, Duration::from_secs(19));
         assert!(!st.healthy);
         let up = time_to_flip(&mut st, OK, Duration::from_secs(1), interval);
@@ -204,17 +200,12 @@ mod tests {
     #[test]
     fn hc_3_thresholds_need_consecutive_results() {
         let mut st = HealthState::new(InitialState::Healthy);
-        for r in [
-            ProbeResult::Failure,
-            ProbeResult::Failure,
-            OK,
-            ProbeResult::Failure,
-        ] {
+        for r in [FAIL, FAIL, OK, FAIL] {
             assert!(!st.record(r, T33).health);
             assert!(st.healthy);
         }
-        st.record(ProbeResult::Failure, T33);
-        assert!(st.record(ProbeResult::Failure, T33).health);
+        st.record(FAIL, T33);
+        assert!(st.record(FAIL, T33).health);
         assert!(!st.healthy);
     }
 

@@ -1,0 +1,257 @@
+//! `[[health_check]]` validation: the UDP type's fields, and each error
+//! naming file:line, the field and the fix (AP-5).
+
+use controlplane::config;
+use controlplane::health::ProbeKind;
+
+const BASE: &str = r#"
+[dataplane]
+eal_args = ["--no-huge"]
+
+[[dataplane.port]]
+name = "uplink"
+device = "net_null0"
+address = "192.0.2.1/24"
+
+[[health_check]]
+name = "dns"
+type = "UDP"
+port = 53
+request = "ping"
+
+[[backend_service]]
+name = "dns"
+health_check = "dns"
+backend = [{ address = "192.0.2.10" }]
+"#;
+
+fn with(from: &str, to: &str) -> String {
+    assert!(BASE.contains(from), "{from:?}");
+    BASE.replacen(from, to, 1)
+}
+
+fn kind(text: &str) -> ProbeKind {
+    let c = config::load_str(text, "test.toml").unwrap_or_else(|d| panic!("{d}"));
+    c.health_checks[0].kind.clone()
+}
+
+/// `request`/`response` as text, `request_hex`/`response_hex` as bytes
+/// (blanks between bytes allowed); without a response any reply passes.
+#[test]
+fn udp_check_request_and_response_text_or_hex() {
+    assert_eq!(
+        kind(BASE),
+        ProbeKind::Udp {
+            request: b"ping".to_vec(),
+            response: None
+        }
+    );
+    assert_eq!(
+        kind(&with(
+            "request = \"ping\"\n",
+            "request_hex = \"00 0A1b ff\"\nresponse = \"pong\"\n"
+        )),
+        ProbeKind::Udp {
+            request: vec![0x00, 0x0a, 0x1b, 0xff],
+            response: Some(b"pong".to_vec())
+        }
+    );
+    assert_eq!(
+        kind(&with(
+            "request = \"ping\"\n",
+            "request = \"ping\\n\"\nresponse_hex = \"504f4e47\"\n"
+        )),
+        ProbeKind::Udp {
+            request: b"ping\n".to_vec(),
+            response: Some(b"PONG".to_vec())
+        }
+    );
+}
+
+struct Case {
+    name: &'static str,
+    text: String,
+    /// The error's line is the first one containing this text.
+    at_line_with: &'static str,
+    path: &'static str,
+    message: &'static str,
+    hint: &'static str,
+}
+
+fn cases() -> Vec<Case> {
+    let long = format!("request = \"{}\"\n", "x".repeat(1025));
+    vec![
+        Case {
+            name: "no request",
+            text: with("request = \"ping\"\n", ""),
+            at_line_with: "type = \"UDP\"",
+            path: "health_check \"dns\".request",
+            message: "a UDP health check needs request or request_hex",
+            hint: "add request = \"ping\" (text, sent as UTF-8) or request_hex",
+        },
+        Case {
+            name: "no port",
+            text: with("port = 53\n", ""),
+            at_line_with: "type = \"UDP\"",
+            path: "health_check \"dns\".port",
+            message: "a UDP health check needs a port",
+            hint: "set port to the UDP port the backends answer on",
+        },
+        Case {
+            name: "request and request_hex",
+            text: with(
+                "request = \"ping\"\n",
+                "request = \"ping\"\nrequest_hex = \"00\"\n",
+            ),
+            at_line_with: "request_hex",
+            path: "health_check \"dns\".request_hex",
+            message: "request and request_hex are both set",
+            hint: "keep one: request for text, request_hex for bytes",
+        },
+        Case {
+            name: "not hex",
+            text: with("request = \"ping\"\n", "request_hex = \"0g\"\n"),
+            at_line_with: "request_hex",
+            path: "health_check \"dns\".request_hex",
+            message: "request_hex contains 'g', not a hex digit",
+            hint: "write pairs of hex digits",
+        },
+        Case {
+            name: "odd hex",
+            text: with("request = \"ping\"\n", "request_hex = \"00 abc\"\n"),
+            at_line_with: "request_hex",
+            path: "health_check \"dns\".request_hex",
+            message: "request_hex has an odd number of hex digits in \"abc\"",
+            hint: "write pairs of hex digits",
+        },
+        Case {
+            name: "empty request",
+            text: with("request = \"ping\"\n", "request = \"\"\n"),
+            at_line_with: "request = ",
+            path: "health_check \"dns\".request",
+            message: "request is empty",
+            hint: "give at least one byte to send",
+        },
+        Case {
+            name: "empty response",
+            text: with(
+                "request = \"ping\"\n",
+                "request = \"ping\"\nresponse_hex = \" \"\n",
+            ),
+            at_line_with: "response_hex",
+            path: "health_check \"dns\".response_hex",
+            message: "response_hex is empty",
+            hint: "remove response_hex to accept any reply",
+        },
+        Case {
+            name: "request too long",
+            text: with("request = \"ping\"\n", &long),
+            at_line_with: "request = ",
+            path: "health_check \"dns\".request",
+            message: "request is 1025 bytes long",
+            hint: "use at most 1024 bytes",
+        },
+        Case {
+            name: "UDP field on a TCP check",
+            text: with("type = \"UDP\"", "type = \"TCP\""),
+            at_line_with: "request = ",
+            path: "health_check \"dns\".request",
+            message: "request applies only to UDP health checks",
+            hint: "remove request, or set type = \"UDP\"",
+        },
+        Case {
+            name: "HTTP field on a UDP check",
+            text: with(
+                "request = \"ping\"\n",
+                "request = \"ping\"\nrequest_path = \"/\"\n",
+            ),
+            at_line_with: "request_path",
+            path: "health_check \"dns\".request_path",
+            message: "request_path applies only to HTTP health checks",
+            hint: "remove request_path, or set type = \"HTTP\"",
+        },
+        Case {
+            name: "type in lower case",
+            text: with("type = \"UDP\"", "type = \"udp\""),
+            at_line_with: "type = ",
+            path: "health_check \"dns\".type",
+            message: "unknown value \"udp\"",
+            hint: "did you mean \"UDP\"? use one of \"TCP\", \"HTTP\", \"UDP\"",
+        },
+        Case {
+            name: "weights need HTTP (HC-7)",
+            text: with(
+                "health_check = \"dns\"\n",
+                "health_check = \"dns\"\nlocality_lb_policy = \"WEIGHTED_MAGLEV\"\n",
+            ),
+            at_line_with: "locality_lb_policy",
+            path: "backend_service \"dns\".locality_lb_policy",
+            message: "WEIGHTED_MAGLEV needs an HTTP health check",
+            hint: "type = \"HTTP\"",
+        },
+    ]
+}
+
+/// Every UDP check error: exactly one, on the right line, with its
+/// field path, message and fix.
+#[test]
+fn udp_check_errors_name_line_field_and_fix() {
+    for c in cases() {
+        let out = match config::load_str(&c.text, "test.toml") {
+            Ok(_) => panic!("case {:?}: config unexpectedly valid", c.name),
+            Err(d) => {
+                assert_eq!(d.len(), 1, "case {:?}: {d}", c.name);
+                d.to_string()
+            }
+        };
+        let line = c
+            .text
+            .lines()
+            .position(|l| l.contains(c.at_line_with))
+            .unwrap()
+            + 1;
+        let ctx = format!("case {:?}:\n{out}", c.name);
+        let first = out.lines().next().unwrap();
+        assert!(
+            first.starts_with(&format!("test.toml:{line}:")),
+            "wrong line (want {line}) in {ctx}"
+        );
+        assert!(
+            first.contains(&format!(": error: {}: ", c.path)),
+            "wrong path in {ctx}"
+        );
+        assert!(first.contains(c.message), "wrong message in {ctx}");
+        let hint = out.lines().nth(1).unwrap();
+        assert!(
+            hint.starts_with("  hint: ") && hint.contains(c.hint),
+            "wrong hint in {ctx}"
+        );
+    }
+}
+
+/// The UDP example in docs/configuration.md validates, as documented: a
+/// DNS query sent as bytes, its id expected back.
+#[test]
+fn udp_example_in_the_docs_validates() {
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md"),
+    )
+    .unwrap();
+    let example = docs
+        .split("```toml\n")
+        .skip(1)
+        .filter_map(|b| b.split_once("```").map(|(b, _)| b))
+        .find(|b| b.contains("type = \"UDP\""))
+        .expect("a UDP example");
+    let check = BASE
+        .split("[[health_check]]")
+        .nth(1)
+        .and_then(|s| s.split("[[backend_service]]").next())
+        .unwrap();
+    let text = BASE.replace(&format!("[[health_check]]{check}"), &format!("{example}\n"));
+    let ProbeKind::Udp { request, response } = kind(&text) else {
+        panic!("not UDP");
+    };
+    assert_eq!(request.len(), 17, "a 12-byte header and one question");
+    assert_eq!(response.as_deref(), Some(&[0x5d, 0x1c][..]));
+}
