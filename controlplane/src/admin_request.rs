@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::admin_http::{AdminState, LIVENESS_WINDOW};
+use crate::admin_state::{AdminState, LIVENESS_WINDOW};
 use crate::metrics::{self, MetricsSources};
 
 /// Headers parsed per request; more gets 431.

@@ -5,6 +5,7 @@
 
 pub mod admin_http;
 pub mod admin_request;
+pub mod admin_state;
 pub mod backend_ids;
 pub mod config;
 pub mod control;

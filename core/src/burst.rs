@@ -77,7 +77,7 @@ pub struct BurstStages {
 impl Default for BurstStages {
     fn default() -> Self {
         Self {
-            stages: [Stage::default(); MAX_BURST],
+            stages: [Stage::UNSTAGED; MAX_BURST],
             conntrack: BurstConntrack {
                 tracked: [None; MAX_BURST],
                 needs_fallback: [false; MAX_BURST],
@@ -91,7 +91,7 @@ impl Default for BurstStages {
 
 impl BurstStages {
     /// Stage 1 over the whole burst (at most [`MAX_BURST`] packets; more
-    /// are left as `Shutdown` drops), the steering decision when `steer`
+    /// are left as `internal` drops), the steering decision when `steer`
     /// is given, and the conntrack pass: every tracked packet's key built
     /// and its home entry requested before any packet is delivered, so
     /// the misses of different packets overlap. `vlan`: the receive port
@@ -171,7 +171,7 @@ impl BurstStages {
         self.conntrack
             .fetch_fallback(&self.stages, ctx, n, i + FALLBACK_AHEAD);
         let (Some(stage), Some(&to)) = (self.stages.get(i), self.steer_to.get(i)) else {
-            return Outcome::Verdict(Verdict::Drop(DropReason::Shutdown));
+            return Outcome::Verdict(Verdict::Drop(DropReason::Internal));
         };
         if to != NO_STEER {
             return Outcome::Steer(usize::from(to));

@@ -92,6 +92,10 @@ drop_reasons! {
     /// tag as its outer tag (untagged, another VLAN, or an 802.1ad outer
     /// tag): it belongs to no network this port is on.
     WrongVlan => "wrong_vlan",
+    /// A packet the worker's own bookkeeping could not place: a slot of the
+    /// staged burst read out of range or never staged. Never expected; a
+    /// non-zero count is a bug worth reporting with the configuration.
+    Internal => "internal",
 }
 
 #[cfg(test)]

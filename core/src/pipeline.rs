@@ -85,9 +85,15 @@ pub enum Stage {
     Balance(Balance),
 }
 
+impl Stage {
+    /// A slot before stage 1 has run on it: delivered as it is, it is
+    /// counted as an `internal` drop, never forwarded.
+    pub const UNSTAGED: Stage = Stage::Done(Verdict::Drop(DropReason::Internal));
+}
+
 impl Default for Stage {
     fn default() -> Self {
-        Stage::Done(Verdict::Drop(DropReason::Shutdown))
+        Stage::UNSTAGED
     }
 }
 
