@@ -14,7 +14,8 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
-use controlplane::health::driver::{Driver, Input};
+use controlplane::health::driver::Input;
+use controlplane::health::drivers::Driver;
 use controlplane::health::scheduler::{Io, Scheduler};
 use controlplane::health::{HealthChecker, InitialState, ProbeKey, ProbeKind, StatusMap};
 

@@ -10,7 +10,7 @@
 //! slot (`framesz`) to fit: the PMD refuses queues whose slot an mbuf
 //! cannot take.
 
-use crate::config::{DataplaneConfig, PortConfig};
+use crate::config::model::{DataplaneConfig, PortConfig};
 use dataplane::dpdk::MBUF_HEADROOM;
 
 /// Ethernet header plus two VLAN tags (802.1ad + 802.1Q), which the

@@ -9,9 +9,9 @@
 //!   pool of jumbo-sized mbufs may not fit, and DPDK's refusal part-way
 //!   through start-up names neither the setting nor the fix.
 
+use super::context::Ctx;
 use super::model::DataplaneConfig;
 use super::raw::RawDataplane;
-use super::validate::Ctx;
 use crate::mbuf_pool::{self, AF_PACKET_SLOT_OVERHEAD};
 
 /// `net_af_packet`'s default `blocksz`.

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::context::Ctx;
 use super::model::HealthCheckConfig;
 use super::raw::RawHealthCheck;
-use super::validate::Ctx;
 use super::values::{self, Problem};
-use crate::health::ProbeKind;
+use crate::health::kind::ProbeKind;
 
 /// Most bytes a UDP probe sends or expects: one unfragmented datagram
 /// on any link a backend sits on.

@@ -7,7 +7,7 @@
 
 use toml::Spanned;
 
-use super::validate::Ctx;
+use super::context::Ctx;
 
 /// Longest interface name (IFNAMSIZ − 1).
 pub(crate) const MAX_IFNAME: usize = 15;

@@ -7,11 +7,12 @@
 //! field path and a hint. See `docs/configuration.md` for every field.
 
 mod addresses;
+mod context;
 mod diagnostics;
 mod frames;
 mod health_check;
 mod interfaces;
-mod model;
+pub(crate) mod model;
 mod raw;
 mod rules;
 mod service;

@@ -1,8 +1,8 @@
 //! Validation of `[[forwarding_rule]]` tables, including FR-2 overlaps.
 
+use super::context::Ctx;
 use super::model::*;
 use super::raw::*;
-use super::validate::Ctx;
 use super::values;
 
 pub(crate) fn rules_section(

@@ -7,10 +7,11 @@ use toml::Spanned;
 
 use sluice_core::ServiceId;
 
+use super::context::Ctx;
 use super::model::*;
 use super::raw::*;
 use super::validate::{
-    tunnel_source_exists, Ctx, DEFAULT_GUE_PORT, DEFAULT_TABLE, MAX_TABLE, MIN_TABLE,
+    tunnel_source_exists, DEFAULT_GUE_PORT, DEFAULT_TABLE, MAX_TABLE, MIN_TABLE,
 };
 use super::values;
 

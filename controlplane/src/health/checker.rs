@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::driver::{Driver, Input, Transport};
+use super::driver::{Input, Transport};
+use super::drivers::Driver;
 use super::halfopen::Answer;
 use super::scheduler::{Event, Io, ProbeKey, RunId, Scheduler, StatusMap};
 use super::syn_socket::SynSocket;

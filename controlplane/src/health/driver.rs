@@ -9,18 +9,14 @@
 //! arguments, so a driver runs the same on the wall clock and on the
 //! virtual time of the tests.
 //!
-//! A new probe kind is a driver file plus a [`ProbeKind`] variant; it
-//! needs shell work only if it needs a transport the shell lacks.
+//! A new probe kind is a driver file plus a `ProbeKind` variant and its
+//! arm in `drivers::Driver`; it needs shell work only if it needs a
+//! transport the shell lacks.
 
-use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::failure::FailureReason;
-use super::http::HttpProbe;
-use super::kind::ProbeKind;
 use super::state::ProbeResult;
-use super::tcp::TcpProbe;
-use super::udp::UdpProbe;
 
 /// What the shell opens for a run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -98,61 +94,5 @@ pub fn tcp_failure(input: Input<'_>) -> Option<FailureReason> {
         Input::Reset => Some(FailureReason::Reset),
         Input::LocalError => Some(FailureReason::LocalError),
         Input::Connected | Input::Data(_) | Input::Closed => None,
-    }
-}
-
-/// The driver of each [`ProbeKind`]: what the running scheduler uses.
-#[derive(Debug)]
-pub enum Driver {
-    Tcp(TcpProbe),
-    Http(HttpProbe),
-    Udp(UdpProbe),
-}
-
-impl Driver {
-    /// A fresh driver for one run against `addr`.
-    pub fn new(kind: &ProbeKind, addr: SocketAddr) -> Self {
-        match kind {
-            ProbeKind::Tcp => Driver::Tcp(TcpProbe),
-            ProbeKind::Http {
-                request_path,
-                host,
-                response_codes,
-            } => Driver::Http(HttpProbe::new(
-                request_path,
-                host.as_deref(),
-                response_codes,
-                addr,
-            )),
-            ProbeKind::Udp { request, response } => {
-                Driver::Udp(UdpProbe::new(request.clone(), response.clone()))
-            }
-        }
-    }
-}
-
-impl Probe for Driver {
-    fn start(&mut self, now: Instant) -> Transport {
-        match self {
-            Driver::Tcp(p) => p.start(now),
-            Driver::Http(p) => p.start(now),
-            Driver::Udp(p) => p.start(now),
-        }
-    }
-
-    fn on_input(&mut self, input: Input<'_>, now: Instant) -> Step {
-        match self {
-            Driver::Tcp(p) => p.on_input(input, now),
-            Driver::Http(p) => p.on_input(input, now),
-            Driver::Udp(p) => p.on_input(input, now),
-        }
-    }
-
-    fn on_timeout(&mut self, now: Instant) -> ProbeResult {
-        match self {
-            Driver::Tcp(p) => p.on_timeout(now),
-            Driver::Http(p) => p.on_timeout(now),
-            Driver::Udp(p) => p.on_timeout(now),
-        }
     }
 }

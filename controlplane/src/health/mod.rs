@@ -9,6 +9,7 @@
 
 pub mod checker;
 pub mod driver;
+pub mod drivers;
 pub mod failure;
 pub mod halfopen;
 pub mod http;

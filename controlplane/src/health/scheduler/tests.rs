@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::health::driver::Driver;
+use crate::health::drivers::Driver;
 use crate::health::sim::{Answer, Backend, Sim};
 
 fn ms(n: u64) -> Duration {
