@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use sluice_core::encap;
+use sluice_core::encap::{self, Gre, Gue, Ipip};
 use sluice_core::packet::VecPacket;
 use sluice_core::pipeline::{self, PipelineCtx};
 use sluice_core::snapshot::{BackendId, BackendState, Egress, Encapsulation, PortState, ServiceId};
@@ -258,14 +258,14 @@ fn bench_encap(c: &mut Criterion) {
     g.throughput(Throughput::Elements(BATCH as u64));
     for (name, e, b) in [
         ("l2", Encapsulation::L2, &b4),
-        ("gre_v4", Encapsulation::Gre, &b4),
-        ("ipip_v4", Encapsulation::Ipip, &b4),
-        ("gue_v4", Encapsulation::Gue { port: 6080 }, &b4),
-        ("gre_v6", Encapsulation::Gre, &b6),
-        ("ipip_v6", Encapsulation::Ipip, &b6),
+        ("gre_v4", Encapsulation::Gre(Gre), &b4),
+        ("ipip_v4", Encapsulation::Ipip(Ipip), &b4),
+        ("gue_v4", Encapsulation::Gue(Gue { port: 6080 }), &b4),
+        ("gre_v6", Encapsulation::Gre(Gre), &b6),
+        ("ipip_v6", Encapsulation::Ipip(Ipip), &b6),
         (
             "gue_v6_udp_checksum",
-            Encapsulation::Gue { port: 6080 },
+            Encapsulation::Gue(Gue { port: 6080 }),
             &b6,
         ),
     ] {

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use controlplane::config::{self, Encapsulation, LocalityLbPolicy, Pool, PortRange, RuleProtocol};
+use sluice_core::encap::Gue;
 
 fn conf_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf")
@@ -43,7 +44,7 @@ fn example_values_and_defaults() {
     assert_eq!(web.backends[0].zone, Some(0));
     assert_eq!(web.failover_policy.unwrap().failover_ratio, 0.5);
     let dns = cfg.service("dns").unwrap();
-    assert_eq!(dns.encapsulation, Encapsulation::Gue { port: 6080 });
+    assert_eq!(dns.encapsulation, Encapsulation::Gue(Gue { port: 6080 }));
     assert_eq!(cfg.forwarding_rules[2].protocol, RuleProtocol::L3Default);
     assert_eq!(cfg.forwarding_rules[2].ports, PortRange::ALL);
     assert_eq!(cfg.forwarding_rules[2].backend_service, 1);

@@ -6,7 +6,7 @@ mod common;
 use std::net::IpAddr;
 
 use common::*;
-use sluice_core::encap::{encapsulate, gue_src_port};
+use sluice_core::encap::{encapsulate, udp_src_port, Gre, Gue, Ipip};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::snapshot::{BackendState, Encapsulation, PortState};
 use sluice_core::wire::{parse, IpInfo, Parsed};
@@ -124,7 +124,7 @@ fn ap_3_gre_inner_ipv4_exact_bytes() {
         let ip4 = inner_v4(flags);
         let (r, out) = run(
             &eth(&[VLAN], ETH_IPV4, &ip4),
-            Encapsulation::Gre,
+            Encapsulation::Gre(Gre),
             &b,
             &port(1500),
         );
@@ -143,7 +143,7 @@ fn ap_3_gre_inner_ipv6_exact_bytes() {
     let ip6 = inner_v6();
     let (r, out) = run(
         &eth(&[], ETH_IPV6, &ip6),
-        Encapsulation::Gre,
+        Encapsulation::Gre(Gre),
         &b,
         &port(1500),
     );
@@ -165,7 +165,7 @@ fn ap_3_ipip_exact_bytes() {
     let ip4 = inner_v4(DF);
     let (r, out) = run(
         &eth(&[], ETH_IPV4, &ip4),
-        Encapsulation::Ipip,
+        Encapsulation::Ipip(Ipip),
         &b,
         &port(1500),
     );
@@ -177,7 +177,7 @@ fn ap_3_ipip_exact_bytes() {
     let ip6 = inner_v6();
     let (r, out) = run(
         &eth(&[], ETH_IPV6, &ip6),
-        Encapsulation::Ipip,
+        Encapsulation::Ipip(Ipip),
         &b,
         &port(1500),
     );
@@ -196,12 +196,12 @@ fn ap_3_gue_exact_bytes() {
     let ip4 = inner_v4(0);
     let (r, out) = run(
         &eth(&[], ETH_IPV4, &ip4),
-        Encapsulation::Gue { port: 6080 },
+        Encapsulation::Gue(Gue { port: 6080 }),
         &b,
         &port(1500),
     );
     assert_eq!(r, Ok(()));
-    let sport = gue_src_port(HASH);
+    let sport = udp_src_port(HASH);
     let udp_len = (8 + 4 + ip4.len()) as u16;
     let mut udp_hdr = sport.to_be_bytes().to_vec();
     udp_hdr.extend_from_slice(&6080u16.to_be_bytes());
@@ -219,7 +219,7 @@ fn ap_3_gue_exact_bytes() {
     let ip6 = inner_v6();
     let (_, out) = run(
         &eth(&[], ETH_IPV6, &ip6),
-        Encapsulation::Gue { port: 6080 },
+        Encapsulation::Gue(Gue { port: 6080 }),
         &b,
         &port(1500),
     );
@@ -229,18 +229,18 @@ fn ap_3_gue_exact_bytes() {
 #[test]
 fn ap_3_gue_source_port_range_and_stability() {
     for h in [0, u64::MAX, HASH, 1 << 32, 0x3fff << 32] {
-        let p = gue_src_port(h);
+        let p = udp_src_port(h);
         assert!(p >= 49152, "{p}");
-        assert_eq!(p, gue_src_port(h));
+        assert_eq!(p, udp_src_port(h));
     }
-    assert_ne!(gue_src_port(1 << 32), gue_src_port(2 << 32));
+    assert_ne!(udp_src_port(1 << 32), udp_src_port(2 << 32));
 }
 
 #[test]
 fn unresolved_next_hop_is_named() {
     let b = backend(ip("10.1.0.5"), None);
     let frame = eth(&[], ETH_IPV4, &inner_v4(DF));
-    for e in [Encapsulation::L2, Encapsulation::Gre] {
+    for e in [Encapsulation::L2, Encapsulation::Gre(Gre)] {
         let (r, out) = run(&frame, e, &b, &port(1500));
         assert_eq!(
             (r, out),
@@ -260,9 +260,9 @@ fn fr_5_unsupported_families_are_named() {
         ..port(1500)
     };
     for e in [
-        Encapsulation::Gre,
-        Encapsulation::Ipip,
-        Encapsulation::Gue { port: 1 },
+        Encapsulation::Gre(Gre),
+        Encapsulation::Ipip(Ipip),
+        Encapsulation::Gue(Gue { port: 1 }),
     ] {
         assert_eq!(
             run(&frame, e, &b6, &no_v6).0,
@@ -275,7 +275,7 @@ fn fr_5_unsupported_families_are_named() {
         ..port(1500)
     };
     assert_eq!(
-        run(&frame, Encapsulation::Gre, &b4, &no_v4).0,
+        run(&frame, Encapsulation::Gre(Gre), &b4, &no_v4).0,
         Err(DropReason::EncapUnsupported)
     );
     // L2 DSR carries any family.
@@ -302,7 +302,7 @@ fn ap_3_outer_ipv6_gre_and_ipip_exact_bytes() {
     for (inner, ethertype, ipip_next) in [(inner_v4(DF), ETH_IPV4, 4u8), (inner_v6(), ETH_IPV6, 41)]
     {
         let frame = eth(&[VLAN], ethertype, &inner);
-        let (r, out) = run(&frame, Encapsulation::Gre, &b6, &port(1500));
+        let (r, out) = run(&frame, Encapsulation::Gre(Gre), &b6, &port(1500));
         assert_eq!(r, Ok(()));
         let mut gre_hdr = vec![0, 0];
         gre_hdr.extend_from_slice(&ethertype.to_be_bytes());
@@ -314,7 +314,7 @@ fn ap_3_outer_ipv6_gre_and_ipip_exact_bytes() {
         ]
         .concat();
         assert_eq!(out, want);
-        let (r, out) = run(&frame, Encapsulation::Ipip, &b6, &port(1500));
+        let (r, out) = run(&frame, Encapsulation::Ipip(Ipip), &b6, &port(1500));
         assert_eq!(r, Ok(()));
         let want = [
             l2_header(ETH_IPV6),
@@ -329,7 +329,7 @@ fn ap_3_outer_ipv6_gre_and_ipip_exact_bytes() {
     let ip6 = inner_v6();
     let (r, out) = run(
         &eth(&[], ETH_IPV6, &ip6),
-        Encapsulation::Ipip,
+        Encapsulation::Ipip(Ipip),
         &b4,
         &port(1500),
     );
@@ -347,7 +347,7 @@ fn ap_3_gue_over_ipv6_udp_checksum() {
     let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
     for (inner, ethertype) in [(inner_v4(0), ETH_IPV4), (inner_v6(), ETH_IPV6)] {
         let frame = eth(&[], ethertype, &inner);
-        let (r, out) = run(&frame, Encapsulation::Gue { port: 6080 }, &b6, &port(1500));
+        let (r, out) = run(&frame, Encapsulation::Gue(Gue { port: 6080 }), &b6, &port(1500));
         assert_eq!(r, Ok(()));
         let udp_seg = &out[14 + 40..];
         assert_eq!(udp_seg.len(), 8 + 4 + inner.len());
@@ -372,10 +372,10 @@ fn ap_3_mtu_boundary() {
     let frame = eth(&[], ETH_IPV4, &ip4);
     let gre_len = (20 + 4 + ip4.len()) as u16;
     assert_eq!(
-        run(&frame, Encapsulation::Gre, &b, &port(gre_len)).0,
+        run(&frame, Encapsulation::Gre(Gre), &b, &port(gre_len)).0,
         Ok(())
     );
-    let (r, out) = run(&frame, Encapsulation::Gre, &b, &port(gre_len - 1));
+    let (r, out) = run(&frame, Encapsulation::Gre(Gre), &b, &port(gre_len - 1));
     assert_eq!((r, out), (Err(DropReason::MtuExceeded), frame.clone()));
     let l2_len = ip4.len() as u16;
     assert_eq!(run(&frame, Encapsulation::L2, &b, &port(l2_len)).0, Ok(()));
@@ -391,19 +391,19 @@ fn no_headroom_leaves_the_packet_alone() {
     let frame = eth(&[], ETH_IPV4, &inner_v4(DF));
     let i = info(&frame);
     let mut pkt = VecPacket::with_headroom(&frame, 23);
-    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH);
+    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre(Gre), &b, &port(1500), HASH);
     assert_eq!((r, pkt.data()), (Err(DropReason::NoHeadroom), &frame[..]));
     // With Ethernet padding too: the failed prepend must not have cut it
     // (regression found by the pipeline fuzz target).
     let mut padded = frame.clone();
     padded.extend_from_slice(&[0; 6]);
     let mut pkt = VecPacket::with_headroom(&padded, 23);
-    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH);
+    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre(Gre), &b, &port(1500), HASH);
     assert_eq!((r, pkt.data()), (Err(DropReason::NoHeadroom), &padded[..]));
     // 24 bytes of headroom are exactly enough for IPv4 + GRE.
     let mut pkt = VecPacket::with_headroom(&frame, 24);
     assert_eq!(
-        encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH),
+        encapsulate(&mut pkt, &i, Encapsulation::Gre(Gre), &b, &port(1500), HASH),
         Ok(())
     );
     // L2 DSR never grows the frame.

@@ -8,6 +8,7 @@
 
 mod addresses;
 mod diagnostics;
+mod encapsulation;
 mod frames;
 mod interfaces;
 mod model;

@@ -9,9 +9,8 @@ use sluice_core::ServiceId;
 
 use super::model::*;
 use super::raw::*;
-use super::validate::{
-    tunnel_source_exists, Ctx, DEFAULT_GUE_PORT, DEFAULT_TABLE, MAX_TABLE, MIN_TABLE,
-};
+use super::encapsulation::encapsulation;
+use super::validate::{tunnel_source_exists, Ctx, DEFAULT_TABLE, MAX_TABLE, MIN_TABLE};
 use super::values;
 
 pub(crate) fn services_section(
@@ -133,59 +132,6 @@ fn service(
         failover_policy,
         zonal_affinity,
         backends,
-    }
-}
-
-fn encapsulation(cx: &mut Ctx<'_>, s: &RawService, at: &str) -> Encapsulation {
-    #[derive(Copy, Clone, PartialEq)]
-    enum E {
-        L2,
-        Gre,
-        Ipip,
-        Gue,
-    }
-    let e = s
-        .encapsulation
-        .as_ref()
-        .and_then(|v| {
-            cx.parse(v, &format!("{at}.encapsulation"), |t| {
-                values::choice(
-                    t,
-                    &[
-                        ("l2", E::L2),
-                        ("gre", E::Gre),
-                        ("ipip", E::Ipip),
-                        ("gue", E::Gue),
-                    ],
-                )
-            })
-        })
-        .unwrap_or(E::L2);
-    if e != E::Gue {
-        if let Some(p) = &s.gue_port {
-            cx.err(
-                p.span(),
-                &format!("{at}.gue_port"),
-                (
-                    "gue_port applies only to encapsulation = \"gue\"".into(),
-                    "remove gue_port, or set encapsulation = \"gue\"".into(),
-                ),
-            );
-        }
-    }
-    match e {
-        E::L2 => Encapsulation::L2,
-        E::Gre => Encapsulation::Gre,
-        E::Ipip => Encapsulation::Ipip,
-        E::Gue => Encapsulation::Gue {
-            port: cx.int(
-                &s.gue_port,
-                DEFAULT_GUE_PORT,
-                (1, 65535),
-                &format!("{at}.gue_port"),
-                "gue_port",
-            ),
-        },
     }
 }
 
@@ -460,7 +406,7 @@ fn backends(
                 ),
             );
         }
-        if encap != Encapsulation::L2 && !tunnel_source_exists(ports, address) {
+        if encap.is_tunnel() && !tunnel_source_exists(ports, address) {
             let fam = if address.is_ipv4() { "IPv4" } else { "IPv6" };
             let field = if address.is_ipv4() {
                 "address"

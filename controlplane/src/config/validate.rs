@@ -20,7 +20,6 @@ pub(crate) const MAX_PORTS: usize = sluice_core::stats::MAX_PORTS;
 pub(crate) const MIN_TABLE: u32 = 251;
 pub(crate) const MAX_TABLE: u32 = 655_373;
 pub(crate) const DEFAULT_TABLE: u32 = 65_537;
-pub(crate) const DEFAULT_GUE_PORT: u16 = 6080;
 
 pub(crate) struct Ctx<'a> {
     pub map: SourceMap<'a>,
