@@ -1,12 +1,13 @@
-//! AP-3 delivery: exact output bytes for layer-2 DSR, GRE, IP-in-IP and GUE
-//! (outer IPv4 checksum verified independently), and the named drops.
+//! AP-3 delivery: exact output bytes for layer-2 DSR, GRE, IP-in-IP, GUE
+//! and GENEVE (outer IPv4 checksum verified independently, GENEVE's header
+//! written out from RFC 8926's layout), and the named drops.
 
 mod common;
 
 use std::net::IpAddr;
 
 use common::*;
-use sluice_core::encap::{encapsulate, udp_src_port, Gre, Gue, Ipip};
+use sluice_core::encap::{encapsulate, udp_src_port, Geneve, Gre, Gue, Ipip};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::snapshot::{BackendState, Encapsulation, PortState};
 use sluice_core::wire::{parse, IpInfo, Parsed};
@@ -236,6 +237,83 @@ fn ap_3_gue_source_port_range_and_stability() {
     assert_ne!(udp_src_port(1 << 32), udp_src_port(2 << 32));
 }
 
+const GENEVE: Encapsulation = Encapsulation::Geneve(Geneve {
+    port: 6081,
+    vni: 0xab_cdef,
+});
+
+/// RFC 8926 §3.4, written out: Ver 0 and Opt Len 0, O, C and reserved bits
+/// clear, the inner packet's ethertype, the 24-bit VNI, a reserved byte.
+fn geneve_header(ethertype: u16) -> Vec<u8> {
+    let [p0, p1] = ethertype.to_be_bytes();
+    vec![0, 0, p0, p1, 0xab, 0xcd, 0xef, 0]
+}
+
+/// AP-3 GENEVE over IPv4: UDP to the service port from a flow-hash port in
+/// 49152–65535, checksum 0 (RFC 8926 §3.3), the base header naming the
+/// inner IP family, and the inner packet right after it; DF copied.
+#[test]
+fn ap_3_geneve_exact_bytes() {
+    let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
+    for (inner, ethertype, df) in [(inner_v4(0), ETH_IPV4, false), (inner_v4(DF), ETH_IPV4, true), (inner_v6(), ETH_IPV6, true)] {
+        let (r, out) = run(&eth(&[VLAN], ethertype, &inner), GENEVE, &b, &port(1500));
+        assert_eq!(r, Ok(()));
+        let udp_len = (8 + 8 + inner.len()) as u16;
+        let mut udp_hdr = udp_src_port(HASH).to_be_bytes().to_vec();
+        udp_hdr.extend_from_slice(&6081u16.to_be_bytes());
+        udp_hdr.extend_from_slice(&udp_len.to_be_bytes());
+        udp_hdr.extend_from_slice(&[0, 0]);
+        let want = [
+            l2_header(ETH_IPV4),
+            outer_v4(UDP, df, usize::from(udp_len)),
+            udp_hdr,
+            geneve_header(ethertype),
+            inner,
+        ]
+        .concat();
+        assert_eq!(out, want);
+    }
+}
+
+/// AP-3 GENEVE over IPv6: a valid UDP checksum (a zero one needs both ends
+/// configured for it, RFC 6935/6936), checked against the pseudo-header.
+#[test]
+fn ap_3_geneve_over_ipv6_udp_checksum() {
+    let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
+    for (inner, ethertype) in [(inner_v4(0), ETH_IPV4), (inner_v6(), ETH_IPV6)] {
+        let (r, out) = run(&eth(&[], ethertype, &inner), GENEVE, &b6, &port(1500));
+        assert_eq!(r, Ok(()));
+        let udp_seg = &out[14 + 40..];
+        assert_eq!(out[14..54], outer_v6(17, udp_seg.len())[..]);
+        assert_eq!(&udp_seg[..2], &udp_src_port(HASH).to_be_bytes());
+        assert_eq!(&udp_seg[2..4], &6081u16.to_be_bytes());
+        assert_eq!(&udp_seg[4..6], &(udp_seg.len() as u16).to_be_bytes());
+        let mut pseudo = v6("fd00::1").octets().to_vec();
+        pseudo.extend_from_slice(&v6("fd00::5").octets());
+        pseudo.extend_from_slice(&(udp_seg.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 17]);
+        pseudo.extend_from_slice(udp_seg);
+        assert_ne!(&udp_seg[6..8], &[0, 0], "checksum present");
+        assert_eq!(inet_checksum(&pseudo), 0, "checksum verifies");
+        assert_eq!(udp_seg[8..16], geneve_header(ethertype)[..]);
+        assert_eq!(&udp_seg[16..], &inner[..]);
+    }
+}
+
+/// AP-3: GENEVE's overhead (outer IPv4 + UDP + 8) counts against the MTU.
+#[test]
+fn ap_3_geneve_mtu_boundary() {
+    let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
+    let ip4 = inner_v4(DF);
+    let frame = eth(&[], ETH_IPV4, &ip4);
+    let outer_len = (20 + 8 + 8 + ip4.len()) as u16;
+    assert_eq!(run(&frame, GENEVE, &b, &port(outer_len)).0, Ok(()));
+    let (r, out) = run(&frame, GENEVE, &b, &port(outer_len - 1));
+    assert_eq!((r, out), (Err(DropReason::MtuExceeded), frame.clone()));
+    assert_eq!(sluice_core::encap::overhead(GENEVE, ip("10.1.0.5")), 36);
+    assert_eq!(sluice_core::encap::overhead(GENEVE, ip("fd00::5")), 56);
+}
+
 #[test]
 fn unresolved_next_hop_is_named() {
     let b = backend(ip("10.1.0.5"), None);
@@ -263,6 +341,7 @@ fn fr_5_unsupported_families_are_named() {
         Encapsulation::Gre(Gre),
         Encapsulation::Ipip(Ipip),
         Encapsulation::Gue(Gue { port: 1 }),
+        Encapsulation::Geneve(Geneve { port: 1, vni: 1 }),
     ] {
         assert_eq!(
             run(&frame, e, &b6, &no_v6).0,

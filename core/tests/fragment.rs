@@ -19,13 +19,15 @@ use common::*;
 use etherparse::defrag::IpDefragPool;
 use etherparse::SlicedPacket;
 use proptest::prelude::*;
-use sluice_core::encap::{encapsulate, Gre, Gue, Ipip};
+use sluice_core::encap::{encapsulate, Geneve, Gre, Gue, Ipip};
 use sluice_core::fragment::{self, FragmentIds, MAX_FRAGMENTS};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
 use sluice_core::snapshot::{Encapsulation, ForwardingState, PortState};
 use sluice_core::wire::{parse, Parsed};
 use sluice_core::DropReason;
+
+const GENEVE: Encapsulation = Encapsulation::Geneve(Geneve { port: 6081, vni: 9 });
 
 /// What a fresh 2 KiB mbuf holds (the runtime's pool).
 const ROOM: usize = 2048;
@@ -367,7 +369,7 @@ fn check_tunnel(encap: Encapsulation, outer_v6: bool) {
     assert_eq!(parse_frag(&out[0]).ident, want_id, "{encap:?}");
 }
 
-/// AP-3 GRE / IP-in-IP / GUE over an outer IPv4 header: the outer packet
+/// AP-3 GRE / IP-in-IP / GUE / GENEVE over an outer IPv4 header: the outer packet
 /// (DF clear, since the inner has none) is fragmented, per-worker IDs.
 #[test]
 fn ap_3_tunnels_over_ipv4_fragment_the_outer_packet() {
@@ -375,6 +377,7 @@ fn ap_3_tunnels_over_ipv4_fragment_the_outer_packet() {
         Encapsulation::Gre(Gre),
         Encapsulation::Ipip(Ipip),
         Encapsulation::Gue(Gue { port: 6080 }),
+        GENEVE,
     ] {
         check_tunnel(encap, false);
     }
@@ -382,7 +385,7 @@ fn ap_3_tunnels_over_ipv4_fragment_the_outer_packet() {
 
 /// AP-3, RFC 8200 §4.5, FR-5 (IPv4 in IPv6): the appliance is the source
 /// of the outer IPv6 packet and fragments it with a Fragment header; GUE's
-/// UDP checksum, computed over the whole datagram, verifies after
+/// and GENEVE's UDP checksum, computed over the whole datagram, verifies after
 /// reassembly (it equals the unfragmented packet's).
 #[test]
 fn ap_3_tunnels_over_ipv6_use_a_fragment_header() {
@@ -390,6 +393,7 @@ fn ap_3_tunnels_over_ipv6_use_a_fragment_header() {
         Encapsulation::Gre(Gre),
         Encapsulation::Ipip(Ipip),
         Encapsulation::Gue(Gue { port: 6080 }),
+        GENEVE,
     ] {
         check_tunnel(encap, true);
     }
@@ -548,6 +552,8 @@ fn ap_3_small_ipv6_packets_fragment_the_tunnel() {
         (Encapsulation::Gue(Gue { port: 6080 }), true, 1300),
         (Encapsulation::Gue(Gue { port: 6080 }), false, 576),
         (Encapsulation::Gre(Gre), false, 1000),
+        (GENEVE, true, 1300),
+        (GENEVE, false, 576),
     ] {
         let st = v6_service(mtu, encap, outer_v6);
         let tunnel_mtu = usize::from(mtu)
@@ -659,6 +665,8 @@ fn encap_strategy() -> impl Strategy<Value = (Encapsulation, bool)> {
         Just((Encapsulation::Gre(Gre), true)),
         Just((Encapsulation::Ipip(Ipip), true)),
         Just((Encapsulation::Gue(Gue { port: 6080 }), true)),
+        Just((GENEVE, false)),
+        Just((GENEVE, true)),
     ]
 }
 
