@@ -1,18 +1,18 @@
 //! Prebuilt outer headers: for each backend reached by layer-2 DSR or by a
 //! tunnel over an outer IPv4 header, the bytes that precede an inner IPv4
-//! packet are built once per snapshot, so delivering a packet is one
-//! fixed-size copy and a few patched fields (outer total length, DF and
+//! packet are built once per snapshot, so delivering a packet is two
+//! fixed-size moves and a few patched fields (outer total length, DF and
 //! header checksum; a UDP tunnel's length and source port) instead of
 //! assembling every header from the snapshot.
 //!
 //! The bytes are the general path's: [`OuterHeader::build`] runs
 //! [`crate::encap::encapsulate`] on a probe packet and keeps what it wrote
 //! in front of it, so a tunnel's header is defined once, by its
-//! `encap::Tunnel`. They are stored right-aligned in a buffer as long as
-//! the longest header (GENEVE from a trunk port): every header is written
-//! by the same fixed-size copy of the whole buffer ending at the inner
-//! packet, and the bytes in front of it, which land in the headroom, are
-//! trimmed off. No tunnel-specific code and no per-length dispatch here.
+//! `encap::Tunnel`, and nothing here depends on which tunnel it is. Every
+//! header is 14 to 54 bytes long (GENEVE from a trunk port), and is copied
+//! as memcpy copies small sizes: two N-byte moves, one from its start and
+//! one ending at its end, overlapping in between, with N (8, 16 or 32) the
+//! size class of its length.
 //!
 //! Only the common case has a header here: an inner IPv4 packet that fits
 //! the egress MTU. Everything else — inner IPv6, an IPv6 outer header,
@@ -49,13 +49,14 @@ enum Patch {
 /// The bytes in front of an inner IPv4 packet for one backend.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct OuterHeader {
-    /// The header in the last `len` bytes.
+    /// The header in the first `len` bytes.
     bytes: [u8; MAX_LEN],
     /// Bytes of the header: Ethernet (14, 18 with the 802.1Q tag), and
     /// for a tunnel the outer IPv4 header and the tunnel's headers.
     len: u8,
-    /// Offset of the outer IPv4 header in `bytes` (tunnels only).
-    ip_at: u8,
+    /// Bytes of the Ethernet header: 14, or 18 with the tag. The outer
+    /// IPv4 header, if any, follows.
+    l2_len: u8,
     patch: Patch,
     /// Ones' complement sum of the outer IPv4 header with total length,
     /// flags and checksum zero, folded to 16 bits.
@@ -87,18 +88,15 @@ impl OuterHeader {
         };
         let mut probe = VecPacket::with_headroom(&frame, MAX_LEN);
         encap::encapsulate(&mut probe, probe_ip, encap, backend, port, 0).ok()?;
-        let header = probe.data().get(..probe.data().len() - ipv4::HEADER_LEN)?;
-        let len = header.len();
-        let at = MAX_LEN.checked_sub(len)?;
+        let len = probe.data().len().checked_sub(ipv4::HEADER_LEN)?;
         let mut bytes = [0u8; MAX_LEN];
-        bytes.get_mut(at..)?.copy_from_slice(header);
+        bytes.get_mut(..len)?.copy_from_slice(probe.data().get(..len)?);
         let l2 = ethernet::HEADER_LEN + port.vlan.map_or(0, |_| ethernet::VLAN_TAG_LEN);
-        let ip_at = at + l2;
         let mtu = usize::from(port.mtu);
         let mut out = Self {
             bytes,
             len: u8::try_from(len).ok()?,
-            ip_at: u8::try_from(ip_at).ok()?,
+            l2_len: u8::try_from(l2).ok()?,
             patch: Patch::Ethernet,
             partial_sum: 0,
             max_inner_len: u16::try_from(mtu.saturating_sub(len - l2)).unwrap_or(u16::MAX),
@@ -109,7 +107,7 @@ impl OuterHeader {
         }
         // Zero what varies per packet: total length, flags, checksum; a UDP
         // tunnel's source port and length (its checksum is 0 over IPv4).
-        let h = out.bytes.get_mut(ip_at..ip_at + ipv4::HEADER_LEN)?;
+        let h = out.bytes.get_mut(l2..l2 + ipv4::HEADER_LEN)?;
         h[2..4].fill(0);
         h[6] = 0;
         h[10..12].fill(0);
@@ -120,7 +118,7 @@ impl OuterHeader {
         out.partial_sum = fold(sum);
         out.patch = Patch::Ipv4;
         if let Some(Carrier::Udp { .. }) = encap.carrier() {
-            let at = ip_at + ipv4::HEADER_LEN;
+            let at = l2 + ipv4::HEADER_LEN;
             let u = out.bytes.get_mut(at..at + udp::HEADER_LEN)?;
             u[0..2].fill(0);
             u[4..6].fill(0);
@@ -135,40 +133,45 @@ impl OuterHeader {
     /// path decides then.
     #[inline]
     pub fn apply<P: PacketBuf>(&self, pkt: &mut P, ip: &L3Layout, flow_hash: u64) -> bool {
-        if ip.ethertype != ETHERTYPE_IPV4
-            || ip.ip_len > usize::from(self.max_inner_len)
-            || ip.l3_offset > MAX_LEN
-            || !pkt.prepend(MAX_LEN - ip.l3_offset)
-        {
+        if ip.ethertype != ETHERTYPE_IPV4 || ip.ip_len > usize::from(self.max_inner_len) {
             return false;
         }
-        // The packet now begins with MAX_LEN bytes before its IP header.
-        let Some(front) = pkt.data_mut().first_chunk_mut::<MAX_LEN>() else {
-            let _undone = pkt.trim_front(MAX_LEN - ip.l3_offset);
-            return false;
-        };
-        *front = self.bytes;
-        if self.patch != Patch::Ethernet {
-            self.patch_fields(front, ip, flow_hash);
-        }
-        // Cannot fail: the packet holds at least MAX_LEN bytes.
         let len = usize::from(self.len);
-        let _trimmed = pkt.trim_front(MAX_LEN - len);
+        let ok = if len >= ip.l3_offset {
+            pkt.prepend(len - ip.l3_offset)
+        } else {
+            pkt.trim_front(ip.l3_offset - len)
+        };
+        if !ok {
+            return false;
+        }
         pkt.truncate(len + ip.ip_len);
-        true
+        let data = pkt.data_mut();
+        // From here on nothing can fail: the packet is `len` + `ip_len`
+        // bytes long, and `len` is at least 14 (an Ethernet header).
+        let copied = match len {
+            32.. => put::<32>(data, &self.bytes, len),
+            16.. => put::<16>(data, &self.bytes, len),
+            _ => put::<8>(data, &self.bytes, len),
+        };
+        if copied && self.patch != Patch::Ethernet {
+            self.patch_fields(data, ip, flow_hash);
+        }
+        copied
     }
 
     /// The outer IPv4 header's total length, DF and checksum, and a UDP
-    /// tunnel's source port and length. `build` placed both headers inside
-    /// the buffer, so the lookups below always succeed.
+    /// tunnel's source port and length, in the header at the front of
+    /// `data`. `build` placed both headers inside it, so the lookups below
+    /// always succeed.
     #[inline(always)]
-    fn patch_fields(&self, front: &mut [u8; MAX_LEN], ip: &L3Layout, flow_hash: u64) {
-        let at = usize::from(self.ip_at);
-        // The outer IPv4 header to the end of the buffer, then the inner
+    fn patch_fields(&self, data: &mut [u8], ip: &L3Layout, flow_hash: u64) {
+        let at = usize::from(self.l2_len);
+        // The outer IPv4 header to the end of the header, then the inner
         // packet.
-        let total = (MAX_LEN - at + ip.ip_len) as u16;
+        let total = (usize::from(self.len) - at + ip.ip_len) as u16;
         let flags = if ip.dont_fragment { DF_BIT } else { 0 };
-        let Some((h, rest)) = front
+        let Some((h, rest)) = data
             .get_mut(at..)
             .and_then(|h| h.split_first_chunk_mut::<{ ipv4::HEADER_LEN }>())
         else {
@@ -193,6 +196,31 @@ impl OuterHeader {
             }
         }
     }
+}
+
+/// Copies the header, the first `len` bytes of `bytes` (N ≤ `len` ≤ 2N),
+/// to the front of `data` as two N-byte copies, one from its start and one
+/// ending at its end, overlapping in between: two fixed-size moves for any
+/// length in the class, whatever the tunnel.
+#[inline(always)]
+fn put<const N: usize>(data: &mut [u8], bytes: &[u8; MAX_LEN], len: usize) -> bool {
+    let tail_at = len.wrapping_sub(N);
+    let (Some(head), Some(tail)) = (
+        bytes.first_chunk::<N>(),
+        bytes.get(tail_at..).and_then(|b| b.first_chunk::<N>()),
+    ) else {
+        return false;
+    };
+    let Some(out) = data.get_mut(..len) else {
+        return false;
+    };
+    if let Some(o) = out.first_chunk_mut::<N>() {
+        *o = *head;
+    }
+    if let Some(o) = out.last_chunk_mut::<N>() {
+        *o = *tail;
+    }
+    true
 }
 
 /// Folds a ones' complement sum to 16 bits (end-around carry).
