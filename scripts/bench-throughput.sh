@@ -16,6 +16,8 @@
 # the receive rate of the clients port (nothing is transmitted).
 # ENCAP: the service's encapsulation (default gre): l2, gre, ipip, gue or
 # geneve, each to the same three IPv4 backends.
+# METRICS_LISTEN: where sluice serves the metrics the rate is read from
+# (default 127.0.0.1:19100); give runs that may overlap different ones.
 # CT_CAPACITY: the worker's conntrack_capacity in connections (default: the
 # config default, 1,048,576, which reserves 2,097,152 slots: 48 % full with
 # FLOWS=1000000).
@@ -34,6 +36,7 @@ SECONDS_PER_RUN=${SECONDS_PER_RUN:-10}
 BURST=${BURST:-32}
 TRAFFIC=${TRAFFIC:-tcp}
 ENCAP=${ENCAP:-gre}
+METRICS_LISTEN=${METRICS_LISTEN:-127.0.0.1:19100}
 case "$ENCAP" in
   l2|gre|ipip|gue|geneve) ;;
   *) echo "ENCAP must be l2, gre, ipip, gue or geneve" >&2; exit 2 ;;
@@ -112,7 +115,7 @@ mac = "02:00:00:00:00:02"
 address = "198.18.0.1/24"
 
 [metrics]
-listen = "127.0.0.1:19100"
+listen = "$METRICS_LISTEN"
 
 [[backend_service]]
 name = "web"
@@ -135,7 +138,7 @@ TOML
 # the packets received and dropped.
 COUNTED='sluice_port_tx_packets_total{port="backends"}'
 [ "$TRAFFIC" = drop ] && COUNTED='sluice_port_rx_packets_total{port="clients"}'
-tx_of() { curl -s http://127.0.0.1:19100/metrics | awk -v m="$COUNTED" '$1 == m {print $2}'; }
+tx_of() { curl -s http://$METRICS_LISTEN/metrics | awk -v m="$COUNTED" '$1 == m {print $2}'; }
 "${SLUICE_BIN:-target/release/sluice}" run --config "$work/bench.toml" --duration $((SECONDS_PER_RUN + WARMUP + 2)) \
   --metrics-dump "$work/sluice-metrics.txt" > "$work/sluice.log" 2>&1 &
 sl=$!

@@ -161,10 +161,12 @@ pub trait Tunnel: Copy {
         self
     }
 
+    /// [`Self::NAME`], from a value (as `dispatch!` holds one).
     fn name(self) -> &'static str {
         Self::NAME
     }
 
+    /// [`Self::KEYS`], from a value.
     fn keys(self) -> &'static [ConfigKey] {
         Self::KEYS
     }
