@@ -58,7 +58,10 @@ fn ap_3_geneve_example_sets_vni_and_default_port() {
     let svc = cfg.service("inspect").unwrap();
     assert_eq!(
         svc.encapsulation,
-        Encapsulation::Geneve(Geneve { port: 6081, vni: 100 })
+        Encapsulation::Geneve(Geneve {
+            port: 6081,
+            vni: 100
+        })
     );
 }
 

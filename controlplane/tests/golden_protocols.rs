@@ -483,7 +483,10 @@ fn check_forward(encap: &str, family: u8, frame: &[u8]) -> (String, Vec<u8>) {
             assert_eq!(&payload[2..4], &6080u16.to_be_bytes());
             assert!(u16::from_be_bytes([payload[0], payload[1]]) >= 49152);
             if family == 6 {
-                assert!(udp_v6_checksum_ok(&want_dst, payload), "GUE over IPv6: UDP checksum");
+                assert!(
+                    udp_v6_checksum_ok(&want_dst, payload),
+                    "GUE over IPv6: UDP checksum"
+                );
             }
             payload[12..].to_vec()
         }
@@ -491,11 +494,20 @@ fn check_forward(encap: &str, family: u8, frame: &[u8]) -> (String, Vec<u8>) {
             // RFC 8926 §3.3-3.4 by hand (etherparse has no GENEVE).
             assert_eq!(proto, 17);
             let (udp, g) = payload.split_at(8);
-            assert!(u16::from_be_bytes([udp[0], udp[1]]) >= 49152, "flow-hash port");
+            assert!(
+                u16::from_be_bytes([udp[0], udp[1]]) >= 49152,
+                "flow-hash port"
+            );
             assert_eq!(&udp[2..4], &6081u16.to_be_bytes(), "IANA GENEVE port");
-            assert_eq!(usize::from(u16::from_be_bytes([udp[4], udp[5]])), payload.len());
+            assert_eq!(
+                usize::from(u16::from_be_bytes([udp[4], udp[5]])),
+                payload.len()
+            );
             if family == 6 {
-                assert!(udp_v6_checksum_ok(&want_dst, payload), "GENEVE over IPv6: UDP checksum");
+                assert!(
+                    udp_v6_checksum_ok(&want_dst, payload),
+                    "GENEVE over IPv6: UDP checksum"
+                );
             } else {
                 assert_eq!(&udp[6..8], &[0, 0], "no UDP checksum over IPv4");
             }
@@ -503,7 +515,11 @@ fn check_forward(encap: &str, family: u8, frame: &[u8]) -> (String, Vec<u8>) {
             assert_eq!(g[1], 0, "O and C clear, reserved bits zero");
             let inner = &g[8..];
             let ethertype: u16 = if inner[0] >> 4 == 4 { 0x0800 } else { 0x86dd };
-            assert_eq!(&g[2..4], &ethertype.to_be_bytes(), "protocol type: the inner IP");
+            assert_eq!(
+                &g[2..4],
+                &ethertype.to_be_bytes(),
+                "protocol type: the inner IP"
+            );
             let vni = if family == 4 { GENEVE_VNI4 } else { 0 };
             assert_eq!(&g[4..8], &(vni << 8).to_be_bytes(), "VNI, reserved byte");
             inner.to_vec()

@@ -69,6 +69,8 @@ pub struct OuterHeader {
 
 // One cache line per backend on the packet path.
 const _: () = assert!(std::mem::size_of::<Option<OuterHeader>>() <= 64);
+// `put`'s largest class, two 32-byte moves, covers every header.
+const _: () = assert!(MAX_LEN <= 2 * 32);
 
 impl OuterHeader {
     /// The header for `backend` under `encap` out of `port`, or None when
@@ -90,7 +92,9 @@ impl OuterHeader {
         encap::encapsulate(&mut probe, probe_ip, encap, backend, port, 0).ok()?;
         let len = probe.data().len().checked_sub(ipv4::HEADER_LEN)?;
         let mut bytes = [0u8; MAX_LEN];
-        bytes.get_mut(..len)?.copy_from_slice(probe.data().get(..len)?);
+        bytes
+            .get_mut(..len)?
+            .copy_from_slice(probe.data().get(..len)?);
         let l2 = ethernet::HEADER_LEN + port.vlan.map_or(0, |_| ethernet::VLAN_TAG_LEN);
         let mtu = usize::from(port.mtu);
         let mut out = Self {

@@ -255,7 +255,11 @@ fn geneve_header(ethertype: u16) -> Vec<u8> {
 #[test]
 fn ap_3_geneve_exact_bytes() {
     let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
-    for (inner, ethertype, df) in [(inner_v4(0), ETH_IPV4, false), (inner_v4(DF), ETH_IPV4, true), (inner_v6(), ETH_IPV6, true)] {
+    for (inner, ethertype, df) in [
+        (inner_v4(0), ETH_IPV4, false),
+        (inner_v4(DF), ETH_IPV4, true),
+        (inner_v6(), ETH_IPV6, true),
+    ] {
         let (r, out) = run(&eth(&[VLAN], ethertype, &inner), GENEVE, &b, &port(1500));
         assert_eq!(r, Ok(()));
         let udp_len = (8 + 8 + inner.len()) as u16;
@@ -426,7 +430,12 @@ fn ap_3_gue_over_ipv6_udp_checksum() {
     let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
     for (inner, ethertype) in [(inner_v4(0), ETH_IPV4), (inner_v6(), ETH_IPV6)] {
         let frame = eth(&[], ethertype, &inner);
-        let (r, out) = run(&frame, Encapsulation::Gue(Gue { port: 6080 }), &b6, &port(1500));
+        let (r, out) = run(
+            &frame,
+            Encapsulation::Gue(Gue { port: 6080 }),
+            &b6,
+            &port(1500),
+        );
         assert_eq!(r, Ok(()));
         let udp_seg = &out[14 + 40..];
         assert_eq!(udp_seg.len(), 8 + 4 + inner.len());

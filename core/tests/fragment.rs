@@ -405,7 +405,11 @@ fn ap_3_tunnels_over_ipv6_use_a_fragment_header() {
 /// under every encapsulation; nothing is fragmented.
 #[test]
 fn ap_3_ipv4_with_df_still_gets_icmp() {
-    for encap in [Encapsulation::L2, Encapsulation::Gre(Gre), Encapsulation::Ipip(Ipip)] {
+    for encap in [
+        Encapsulation::L2,
+        Encapsulation::Gre(Gre),
+        Encapsulation::Ipip(Ipip),
+    ] {
         let st = udp_service(MTU, encap, false);
         let (frame, _) = udp4(1200, DF);
         let (v, out) = run(&st, &mut PipelineCtx::default(), &frame);

@@ -10,10 +10,8 @@ use super::validate::Ctx;
 use super::values;
 
 pub(crate) fn encapsulation(cx: &mut Ctx<'_>, s: &RawService, at: &str) -> Encapsulation {
-    let choices: Vec<(&str, Encapsulation)> = Encapsulation::ALL
-        .iter()
-        .map(|e| (e.name(), *e))
-        .collect();
+    let choices: Vec<(&str, Encapsulation)> =
+        Encapsulation::ALL.iter().map(|e| (e.name(), *e)).collect();
     let chosen = match &s.encapsulation {
         None => Some(Encapsulation::L2),
         Some(v) => cx.parse(v, &format!("{at}.encapsulation"), |t| {

@@ -7,9 +7,9 @@ use toml::Spanned;
 
 use sluice_core::ServiceId;
 
+use super::encapsulation::encapsulation;
 use super::model::*;
 use super::raw::*;
-use super::encapsulation::encapsulation;
 use super::validate::{tunnel_source_exists, Ctx, DEFAULT_TABLE, MAX_TABLE, MIN_TABLE};
 use super::values;
 

@@ -119,7 +119,10 @@ mod tests {
         let ver = h[0] >> 6;
         let opt_len_words = h[0] & 0x3f;
         let (o, c) = (h[1] & 0x80 != 0, h[1] & 0x40 != 0);
-        assert_eq!((ver, opt_len_words, o, c, h[1] & 0x3f), (0, 0, false, false, 0));
+        assert_eq!(
+            (ver, opt_len_words, o, c, h[1] & 0x3f),
+            (0, 0, false, false, 0)
+        );
         let vni = u32::from_be_bytes([0, h[4], h[5], h[6]]);
         assert_eq!((vni, h[7]), (0x12_3456, 0));
 
@@ -137,7 +140,13 @@ mod tests {
             "geneve_port" => 7000,
             _ => VNI.max,
         });
-        assert_eq!(g, Geneve { port: 7000, vni: 0xff_ffff });
+        assert_eq!(
+            g,
+            Geneve {
+                port: 7000,
+                vni: 0xff_ffff
+            }
+        );
         assert_eq!(g.carrier(), Carrier::Udp { port: 7000 });
         assert_eq!(g.tunnel_len(), 16);
         assert_eq!(Geneve::DEFAULT, Geneve { port: 6081, vni: 0 });

@@ -125,7 +125,12 @@ pub fn state() -> ForwardingState {
         rules,
         services: vec![
             service("tcp80", Encapsulation::L2, SessionAffinity::None, table01()),
-            service("udp", Encapsulation::Gre(Gre), SessionAffinity::None, table01()),
+            service(
+                "udp",
+                Encapsulation::Gre(Gre),
+                SessionAffinity::None,
+                table01(),
+            ),
             service(
                 "v6",
                 Encapsulation::Gue(Gue { port: 6080 }),
