@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use sluice_core::encap;
+use sluice_core::encap::{self, Geneve, Gre, Gue, Ipip};
 use sluice_core::packet::VecPacket;
 use sluice_core::pipeline::{self, PipelineCtx};
 use sluice_core::snapshot::{BackendId, BackendState, Egress, Encapsulation, PortState, ServiceId};
@@ -254,20 +254,23 @@ fn bench_encap(c: &mut Criterion) {
     };
     let b4 = backend(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 10)));
     let b6 = backend("fd00::10".parse().unwrap());
+    let geneve = Encapsulation::Geneve(Geneve { port: 6081, vni: 1 });
     let mut g = c.benchmark_group("encap");
     g.throughput(Throughput::Elements(BATCH as u64));
     for (name, e, b) in [
         ("l2", Encapsulation::L2, &b4),
-        ("gre_v4", Encapsulation::Gre, &b4),
-        ("ipip_v4", Encapsulation::Ipip, &b4),
-        ("gue_v4", Encapsulation::Gue { port: 6080 }, &b4),
-        ("gre_v6", Encapsulation::Gre, &b6),
-        ("ipip_v6", Encapsulation::Ipip, &b6),
+        ("gre_v4", Encapsulation::Gre(Gre), &b4),
+        ("ipip_v4", Encapsulation::Ipip(Ipip), &b4),
+        ("gue_v4", Encapsulation::Gue(Gue { port: 6080 }), &b4),
+        ("gre_v6", Encapsulation::Gre(Gre), &b6),
+        ("ipip_v6", Encapsulation::Ipip(Ipip), &b6),
         (
             "gue_v6_udp_checksum",
-            Encapsulation::Gue { port: 6080 },
+            Encapsulation::Gue(Gue { port: 6080 }),
             &b6,
         ),
+        ("geneve_v4", geneve, &b4),
+        ("geneve_v6_udp_checksum", geneve, &b6),
     ] {
         g.bench_function(format!("{name}_batch32"), |bn| {
             bn.iter_batched_ref(

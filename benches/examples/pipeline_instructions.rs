@@ -9,8 +9,8 @@
 //! callgrind_annotate --inclusive=yes /tmp/cg.out | head -40
 //! ```
 //!
-//! Arguments: traffic (`tcp` | `udp`), encapsulation (`gre` | `l2` |
-//! `ipip`), packets. The frames are reset between passes by `reset`, which
+//! Arguments: traffic (`tcp` | `udp`), encapsulation (any `encapsulation`
+//! value: `l2`, `gre`, `ipip`, `gue`, `geneve`), packets. The frames are reset between passes by `reset`, which
 //! shows up as its own function in the profile.
 
 use std::hint::black_box;

@@ -5,10 +5,10 @@
 //! chained mbufs as `multi_segment`): the largest port MTU plus an Ethernet
 //! header and two VLAN tags, never less than DPDK's default 2 KiB, plus
 //! DPDK's headroom, into which the encapsulation prepends its headers (at
-//! most 14 + 40 + 8 + 4 + 8 = 74 bytes, minus the client's own Ethernet
-//! header it replaces). A `net_af_packet` port also needs its whole frame
-//! slot (`framesz`) to fit: the PMD refuses queues whose slot an mbuf
-//! cannot take.
+//! most 14 + 40 + 8 + 8 + 8 = 78 bytes, GENEVE over IPv6 with a Fragment
+//! header, minus the client's own Ethernet header it replaces). A
+//! `net_af_packet` port also needs its whole frame slot (`framesz`) to fit:
+//! the PMD refuses queues whose slot an mbuf cannot take.
 
 use crate::config::model::{DataplaneConfig, PortConfig};
 use dataplane::dpdk::MBUF_HEADROOM;

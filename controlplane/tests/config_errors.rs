@@ -271,6 +271,53 @@ fn cases() -> Vec<Case> {
             hint: "address6",
         },
         Case {
+            name: "geneve VNI beyond 24 bits (RFC 8926)",
+            text: replace(
+                "name = \"web\"\n",
+                "name = \"web\"\nencapsulation = \"geneve\"\ngeneve_vni = 16777216\n",
+            ),
+            at_line_with: "geneve_vni",
+            path: "backend_service \"web\".geneve_vni",
+            message: "geneve_vni 16777216 is out of range",
+            hint: "use a value from 0 to 16777215",
+        },
+        Case {
+            name: "geneve_port on another tunnel",
+            text: replace(
+                "name = \"web\"\n",
+                "name = \"web\"\nencapsulation = \"gre\"\ngeneve_port = 6081\n",
+            ),
+            at_line_with: "geneve_port",
+            path: "backend_service \"web\".geneve_port",
+            message: "geneve_port applies only to encapsulation = \"geneve\"",
+            hint: "remove geneve_port, or set encapsulation = \"geneve\"",
+        },
+        Case {
+            name: "gue_port under the default (l2) encapsulation",
+            text: replace("name = \"web\"\n", "name = \"web\"\ngue_port = 6080\n"),
+            at_line_with: "gue_port",
+            path: "backend_service \"web\".gue_port",
+            message: "gue_port applies only to encapsulation = \"gue\"",
+            hint: "remove gue_port, or set encapsulation = \"gue\"",
+        },
+        Case {
+            name: "unknown encapsulation names every registered one",
+            text: replace("name = \"web\"\n", "name = \"web\"\nencapsulation = \"GENEVE\"\n"),
+            at_line_with: "encapsulation",
+            path: "backend_service \"web\".encapsulation",
+            message: "unknown value \"GENEVE\"",
+            hint: "did you mean \"geneve\"? use one of \"l2\", \"gre\", \"ipip\", \"gue\", \"geneve\"",
+        },
+        Case {
+            name: "geneve needs a port address of the backend's family",
+            text: replace("name = \"web\"\n", "name = \"web\"\nencapsulation = \"geneve\"\n")
+                .replace("192.0.2.11\"", "2001:db8::11\""),
+            at_line_with: "2001:db8::11",
+            path: "backend_service \"web\" backend[1].address",
+            message: "no dataplane port has an IPv6 address",
+            hint: "address6",
+        },
+        Case {
             name: "conntrack capacity beyond the slot ceiling",
             text: replace(
                 "eal_args = [\"--no-huge\"]\n",

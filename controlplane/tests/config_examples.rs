@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use controlplane::config::{self, Encapsulation, LocalityLbPolicy, Pool, PortRange, RuleProtocol};
+use sluice_core::encap::{Geneve, Gue};
 
 fn conf_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf")
@@ -43,10 +44,25 @@ fn example_values_and_defaults() {
     assert_eq!(web.backends[0].zone, Some(0));
     assert_eq!(web.failover_policy.unwrap().failover_ratio, 0.5);
     let dns = cfg.service("dns").unwrap();
-    assert_eq!(dns.encapsulation, Encapsulation::Gue { port: 6080 });
+    assert_eq!(dns.encapsulation, Encapsulation::Gue(Gue { port: 6080 }));
     assert_eq!(cfg.forwarding_rules[2].protocol, RuleProtocol::L3Default);
     assert_eq!(cfg.forwarding_rules[2].ports, PortRange::ALL);
     assert_eq!(cfg.forwarding_rules[2].backend_service, 1);
+}
+
+/// AP-3: `conf/geneve.toml` gives a GENEVE service its VNI and the
+/// default port, 6081.
+#[test]
+fn ap_3_geneve_example_sets_vni_and_default_port() {
+    let cfg = config::load_file(&conf_dir().join("geneve.toml")).unwrap();
+    let svc = cfg.service("inspect").unwrap();
+    assert_eq!(
+        svc.encapsulation,
+        Encapsulation::Geneve(Geneve {
+            port: 6081,
+            vni: 100
+        })
+    );
 }
 
 /// HC-3, CT-5, MG-1 and the other SPEC defaults apply when fields are omitted.

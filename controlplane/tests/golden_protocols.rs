@@ -1,5 +1,5 @@
 //! Golden pcaps through the real `sluice` binary, per encapsulation (`l2`,
-//! `gre`, `ipip`, `gue`): one mixed input of every protocol to an IPv4 and
+//! `gre`, `ipip`, `gue`, `geneve`): one mixed input of every protocol to an IPv4 and
 //! an IPv6 VIP (and to VIPs whose backends are of the other family), fragment
 //! trains out of order, ICMP errors quoting a flow, oversize packets, a
 //! double-tagged frame and one packet per drop reason. The output is compared
@@ -11,7 +11,8 @@
 //! backend per flow; ESP's SPI not hashed), HA-4 (ICMP frag-needed /
 //! packet-too-big quoting a flow → that flow's backend), FR-5 and AP-3
 //! (every encapsulation, outer IPv4 and IPv6, mixed families, outer
-//! checksums, GUE-over-IPv6 UDP checksum; oversize + DF → ICMP reply with
+//! checksums, GUE- and GENEVE-over-IPv6 UDP checksums, GENEVE's header
+//! and configured VNI (RFC 8926); oversize + DF → ICMP reply with
 //! the MTU left after the tunnel; oversize without DF → IP fragments ≤ MTU:
 //! the client's packet under `l2`, the outer IPv4 packet, or the outer IPv6
 //! packet with a Fragment header, reassembling to exactly what the backend
@@ -85,6 +86,7 @@ mtu = {MTU}
 [[backend_service]]
 name = "v4"
 encapsulation = "{encap}"
+{v4_keys}
 backend = [ {b4} ]
 
 [[backend_service]]
@@ -100,6 +102,12 @@ backend = [ {b6} ]
 "#,
         dir = dir.display(),
         port_mac = mac_str(&PORT_MAC),
+        // The IPv4 backends' service sets a VNI; the IPv6 one keeps 0.
+        v4_keys = if encap == "geneve" {
+            format!("geneve_vni = {GENEVE_VNI4}")
+        } else {
+            String::new()
+        },
         b4 = backend_list(&BACKENDS4),
         b6 = backend_list(&BACKENDS6),
         r1 = rule("vip4", v4(VIP4), "L3_DEFAULT", "ALL", "v4"),
@@ -399,8 +407,23 @@ fn overhead(encap: &str, family: u8) -> u16 {
         "gre" => outer + 4,
         "ipip" => outer,
         "gue" => outer + 12,
+        "geneve" => outer + 16,
         e => panic!("{e}"),
     }
+}
+
+/// The VNI of the `v4` service under `geneve`.
+const GENEVE_VNI4: u32 = 0x12_3456;
+
+/// The UDP checksum over IPv6 of `segment` (header and payload) from the
+/// port to `dst` verifies.
+fn udp_v6_checksum_ok(dst: &IpAddr, segment: &[u8]) -> bool {
+    let mut pseudo = v6(PORT6).octets().to_vec();
+    pseudo.extend_from_slice(&want_dst_v6(dst));
+    pseudo.extend_from_slice(&(segment.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    pseudo.extend_from_slice(segment);
+    csum(&pseudo) == 0
 }
 
 /// Checks a frame sent to a backend; returns (backend name, inner IP packet).
@@ -460,14 +483,46 @@ fn check_forward(encap: &str, family: u8, frame: &[u8]) -> (String, Vec<u8>) {
             assert_eq!(&payload[2..4], &6080u16.to_be_bytes());
             assert!(u16::from_be_bytes([payload[0], payload[1]]) >= 49152);
             if family == 6 {
-                let mut pseudo = v6(PORT6).octets().to_vec();
-                pseudo.extend_from_slice(&want_dst_v6(&want_dst));
-                pseudo.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-                pseudo.extend_from_slice(&[0, 0, 0, 17]);
-                pseudo.extend_from_slice(payload);
-                assert_eq!(csum(&pseudo), 0, "GUE over IPv6: UDP checksum");
+                assert!(
+                    udp_v6_checksum_ok(&want_dst, payload),
+                    "GUE over IPv6: UDP checksum"
+                );
             }
             payload[12..].to_vec()
+        }
+        "geneve" => {
+            // RFC 8926 §3.3-3.4 by hand (etherparse has no GENEVE).
+            assert_eq!(proto, 17);
+            let (udp, g) = payload.split_at(8);
+            assert!(
+                u16::from_be_bytes([udp[0], udp[1]]) >= 49152,
+                "flow-hash port"
+            );
+            assert_eq!(&udp[2..4], &6081u16.to_be_bytes(), "IANA GENEVE port");
+            assert_eq!(
+                usize::from(u16::from_be_bytes([udp[4], udp[5]])),
+                payload.len()
+            );
+            if family == 6 {
+                assert!(
+                    udp_v6_checksum_ok(&want_dst, payload),
+                    "GENEVE over IPv6: UDP checksum"
+                );
+            } else {
+                assert_eq!(&udp[6..8], &[0, 0], "no UDP checksum over IPv4");
+            }
+            assert_eq!((g[0] >> 6, g[0] & 0x3f), (0, 0), "version 0, no options");
+            assert_eq!(g[1], 0, "O and C clear, reserved bits zero");
+            let inner = &g[8..];
+            let ethertype: u16 = if inner[0] >> 4 == 4 { 0x0800 } else { 0x86dd };
+            assert_eq!(
+                &g[2..4],
+                &ethertype.to_be_bytes(),
+                "protocol type: the inner IP"
+            );
+            let vni = if family == 4 { GENEVE_VNI4 } else { 0 };
+            assert_eq!(&g[4..8], &(vni << 8).to_be_bytes(), "VNI, reserved byte");
+            inner.to_vec()
         }
         e => panic!("{e}"),
     };
@@ -794,4 +849,12 @@ fn golden_protocols_ipip() {
 #[test]
 fn golden_protocols_gue() {
     check("gue");
+}
+
+/// AP-3 GENEVE (RFC 8926): base header with the service's VNI, IP
+/// payloads, UDP checksum over IPv6, ICMP answers with its 36/56-byte
+/// overhead, IPv4 without DF fragmented (HA-1/2/4, FR-1/3/4/5).
+#[test]
+fn golden_protocols_geneve() {
+    check("geneve");
 }

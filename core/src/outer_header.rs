@@ -1,112 +1,142 @@
-//! Prebuilt outer headers: for each backend reached over an IPv4 outer
-//! header (GRE, IP-in-IP) or by layer-2 DSR, the bytes that precede an
-//! inner IPv4 packet are built once per snapshot, so delivering a packet
-//! is one copy and three patched fields (outer total length, DF, header
-//! checksum) instead of assembling every header from the snapshot.
+//! Prebuilt outer headers: for each backend reached by layer-2 DSR or by a
+//! tunnel over an outer IPv4 header, the bytes that precede an inner IPv4
+//! packet are built once per snapshot, so delivering a packet is two
+//! fixed-size moves and a few patched fields (outer total length, DF and
+//! header checksum; a UDP tunnel's length and source port) instead of
+//! assembling every header from the snapshot.
+//!
+//! The bytes are the general path's: [`OuterHeader::build`] runs
+//! [`crate::encap::encapsulate`] on a probe packet and keeps what it wrote
+//! in front of it, so a tunnel's header is defined once, by its
+//! `encap::Tunnel`, and nothing here depends on which tunnel it is. Every
+//! header is 14 to 54 bytes long (GENEVE from a trunk port), and is copied
+//! as memcpy copies small sizes: two N-byte moves, one from its start and
+//! one ending at its end, overlapping in between, with N (8, 16 or 32) the
+//! size class of its length.
 //!
 //! Only the common case has a header here: an inner IPv4 packet that fits
-//! the egress MTU. Everything else — inner IPv6, GUE, an IPv6 outer
-//! header, oversize packets, an unresolved next hop — takes
+//! the egress MTU. Everything else — inner IPv6, an IPv6 outer header,
+//! oversize packets, an unresolved next hop — takes
 //! [`crate::encap::encapsulate`], which writes the same bytes for every
 //! packet this one accepts (property-tested in `tests/outer_header.rs`).
 
 use std::net::IpAddr;
 
-use crate::encap::OUTER_TTL;
-use crate::packet::PacketBuf;
+use crate::encap::{self, udp_src_port, Carrier};
+use crate::packet::{PacketBuf, VecPacket};
 use crate::snapshot::{BackendId, BackendState, Encapsulation, ForwardingState, PortState};
-use crate::wire::ethernet::{self, EthernetRepr, ETHERTYPE_IPV4};
-use crate::wire::proto::{GRE, IPV4_IN_IP};
-use crate::wire::{gre, ipv4, L3Layout};
+use crate::wire::ethernet::{self, ETHERTYPE_IPV4};
+use crate::wire::{ipv4, udp, L3Layout};
 
-/// Ethernet with an 802.1Q tag + IPv4 + GRE: the longest header built here.
+/// The longest header: Ethernet with an 802.1Q tag, IPv4 and the longest
+/// tunnel's headers.
 const MAX_LEN: usize =
-    ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + ipv4::HEADER_LEN + gre::HEADER_LEN;
+    ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + ipv4::HEADER_LEN + encap::MAX_TUNNEL_LEN;
 /// DF in the flags byte.
 const DF_BIT: u8 = 0x40;
+
+/// Which fields [`OuterHeader::apply`] patches per packet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Patch {
+    /// Layer 2: none.
+    Ethernet,
+    /// The outer IPv4 header's total length, DF and checksum.
+    Ipv4,
+    /// Those, and the UDP header's source port and length.
+    Ipv4Udp,
+}
 
 /// The bytes in front of an inner IPv4 packet for one backend.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct OuterHeader {
+    /// The header in the first `len` bytes.
     bytes: [u8; MAX_LEN],
-    /// Bytes used: 14 (layer 2), 34 (IP-in-IP), 38 (GRE); 4 more each
-    /// on a trunk port (the 802.1Q tag).
+    /// Bytes of the header: Ethernet (14, 18 with the 802.1Q tag), and
+    /// for a tunnel the outer IPv4 header and the tunnel's headers.
     len: u8,
     /// Bytes of the Ethernet header: 14, or 18 with the tag. The outer
     /// IPv4 header, if any, follows.
     l2_len: u8,
+    patch: Patch,
     /// Ones' complement sum of the outer IPv4 header with total length,
-    /// flags and checksum zero (not yet folded).
-    partial_sum: u32,
+    /// flags and checksum zero, folded to 16 bits.
+    partial_sum: u16,
     /// Largest inner IP packet that leaves within the egress MTU.
     max_inner_len: u16,
     /// The egress port (config index).
     pub port: u16,
 }
 
+// One cache line per backend on the packet path.
+const _: () = assert!(std::mem::size_of::<Option<OuterHeader>>() <= 64);
+// `put`'s largest class, two 32-byte moves, covers every header.
+const _: () = assert!(MAX_LEN <= 2 * 32);
+
 impl OuterHeader {
     /// The header for `backend` under `encap` out of `port`, or None when
     /// the general path must handle it.
     pub fn build(encap: Encapsulation, backend: &BackendState, port: &PortState) -> Option<Self> {
-        let next_hop = backend.egress.next_hop_mac?;
-        let mut bytes = [0u8; MAX_LEN];
-        let eth = EthernetRepr {
-            dst: next_hop,
-            src: port.mac,
-            vlan: port.vlan,
-            ethertype: ETHERTYPE_IPV4,
-        };
-        eth.emit(&mut bytes).ok()?;
-        let l2 = eth.header_len();
-        let mtu = usize::from(port.mtu);
-        let (protocol, tunnel_len) = match encap {
-            Encapsulation::L2 => {
-                return Some(Self {
-                    bytes,
-                    len: l2 as u8,
-                    l2_len: l2 as u8,
-                    partial_sum: 0,
-                    max_inner_len: u16::try_from(mtu).unwrap_or(u16::MAX),
-                    port: backend.egress.port,
-                });
-            }
-            Encapsulation::Gre => (GRE, gre::HEADER_LEN),
-            Encapsulation::Ipip => (IPV4_IN_IP, 0),
-            Encapsulation::Gue { .. } => return None,
-        };
-        let (IpAddr::V4(dst), Some(src)) = (backend.address, port.ipv4) else {
+        if encap.is_tunnel() && !matches!((backend.address, port.ipv4), (IpAddr::V4(_), Some(_))) {
             return None;
+        }
+        // The general path's bytes in front of a bare IPv4 header.
+        let mut frame = [0u8; ethernet::HEADER_LEN + ipv4::HEADER_LEN];
+        frame[ethernet::HEADER_LEN] = 0x45;
+        let probe_ip = L3Layout {
+            ethertype: ETHERTYPE_IPV4,
+            l3_offset: ethernet::HEADER_LEN,
+            ip_len: ipv4::HEADER_LEN,
+            dont_fragment: false,
         };
-        let ip = &mut bytes[l2..l2 + ipv4::HEADER_LEN];
-        ip[0] = 0x45;
-        ip[8] = OUTER_TTL;
-        ip[9] = protocol;
-        ip[12..16].copy_from_slice(&src.octets());
-        ip[16..20].copy_from_slice(&dst.octets());
-        let partial_sum = ip
+        let mut probe = VecPacket::with_headroom(&frame, MAX_LEN);
+        encap::encapsulate(&mut probe, probe_ip, encap, backend, port, 0).ok()?;
+        let len = probe.data().len().checked_sub(ipv4::HEADER_LEN)?;
+        let mut bytes = [0u8; MAX_LEN];
+        bytes
+            .get_mut(..len)?
+            .copy_from_slice(probe.data().get(..len)?);
+        let l2 = ethernet::HEADER_LEN + port.vlan.map_or(0, |_| ethernet::VLAN_TAG_LEN);
+        let mtu = usize::from(port.mtu);
+        let mut out = Self {
+            bytes,
+            len: u8::try_from(len).ok()?,
+            l2_len: u8::try_from(l2).ok()?,
+            patch: Patch::Ethernet,
+            partial_sum: 0,
+            max_inner_len: u16::try_from(mtu.saturating_sub(len - l2)).unwrap_or(u16::MAX),
+            port: backend.egress.port,
+        };
+        if !encap.is_tunnel() {
+            return Some(out);
+        }
+        // Zero what varies per packet: total length, flags, checksum; a UDP
+        // tunnel's source port and length (its checksum is 0 over IPv4).
+        let h = out.bytes.get_mut(l2..l2 + ipv4::HEADER_LEN)?;
+        h[2..4].fill(0);
+        h[6] = 0;
+        h[10..12].fill(0);
+        let sum: u32 = h
             .chunks_exact(2)
             .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
             .sum();
-        if tunnel_len > 0 {
+        out.partial_sum = fold(sum);
+        out.patch = Patch::Ipv4;
+        if let Some(Carrier::Udp { .. }) = encap.carrier() {
             let at = l2 + ipv4::HEADER_LEN;
-            bytes[at + 2..at + 4].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+            let u = out.bytes.get_mut(at..at + udp::HEADER_LEN)?;
+            u[0..2].fill(0);
+            u[4..6].fill(0);
+            out.patch = Patch::Ipv4Udp;
         }
-        let overhead = ipv4::HEADER_LEN + tunnel_len;
-        Some(Self {
-            bytes,
-            len: (l2 + overhead) as u8,
-            l2_len: l2 as u8,
-            partial_sum,
-            max_inner_len: u16::try_from(mtu.saturating_sub(overhead)).unwrap_or(u16::MAX),
-            port: backend.egress.port,
-        })
+        Some(out)
     }
 
-    /// Rewrites `pkt` (whose IP packet is at `ip`) for the backend. False,
-    /// with the packet untouched, when this header does not apply (inner
-    /// IPv6, over the MTU, no headroom): the general path decides then.
+    /// Rewrites `pkt` (whose IP packet is at `ip`, of the flow `flow_hash`)
+    /// for the backend. False, with the packet untouched, when this header
+    /// does not apply (inner IPv6, over the MTU, no headroom): the general
+    /// path decides then.
     #[inline]
-    pub fn apply<P: PacketBuf>(&self, pkt: &mut P, ip: &L3Layout) -> bool {
+    pub fn apply<P: PacketBuf>(&self, pkt: &mut P, ip: &L3Layout, flow_hash: u64) -> bool {
         if ip.ethertype != ETHERTYPE_IPV4 || ip.ip_len > usize::from(self.max_inner_len) {
             return false;
         }
@@ -121,60 +151,88 @@ impl OuterHeader {
         }
         pkt.truncate(len + ip.ip_len);
         let data = pkt.data_mut();
-        // One fixed-size copy per header length. From here on nothing can
-        // fail: the packet is now `len` + `ip_len` bytes long, at least as
-        // long as the header (the false returns below are unreachable).
+        // From here on nothing can fail: the packet is `len` + `ip_len`
+        // bytes long, and `len` is at least 14 (an Ethernet header).
         let copied = match len {
-            GRE_TAGGED_LEN => put::<GRE_TAGGED_LEN>(data, &self.bytes),
-            GRE_LEN => put::<GRE_LEN>(data, &self.bytes),
-            IPIP_LEN => put::<IPIP_LEN>(data, &self.bytes),
-            L2_TAGGED_LEN => put::<L2_TAGGED_LEN>(data, &self.bytes),
-            _ => put::<{ ethernet::HEADER_LEN }>(data, &self.bytes),
+            32.. => put::<32>(data, &self.bytes, len),
+            16.. => put::<16>(data, &self.bytes, len),
+            _ => put::<8>(data, &self.bytes, len),
         };
-        // Layer 2 has no outer IPv4 header to patch.
-        let l2 = usize::from(self.l2_len);
-        if len == l2 || !copied {
-            return copied;
+        if copied && self.patch != Patch::Ethernet {
+            self.patch_fields(data, ip, flow_hash);
         }
-        let Some(h) = data
-            .get_mut(l2..)
-            .and_then(|d| d.first_chunk_mut::<{ ipv4::HEADER_LEN }>())
-        else {
-            return false;
-        };
-        let total = (len - l2 + ip.ip_len) as u16;
+        copied
+    }
+
+    /// The outer IPv4 header's total length, DF and checksum, and a UDP
+    /// tunnel's source port and length, in the header at the front of
+    /// `data`. `build` placed both headers inside it, so the lookups below
+    /// always succeed.
+    #[inline(always)]
+    fn patch_fields(&self, data: &mut [u8], ip: &L3Layout, flow_hash: u64) {
+        let at = usize::from(self.l2_len);
+        // The outer IPv4 header to the end of the header, then the inner
+        // packet.
+        let total = (usize::from(self.len) - at + ip.ip_len) as u16;
         let flags = if ip.dont_fragment { DF_BIT } else { 0 };
-        let mut sum = self.partial_sum + u32::from(total) + (u32::from(flags) << 8);
-        sum = (sum & 0xffff) + (sum >> 16);
-        sum = (sum & 0xffff) + (sum >> 16);
+        let Some((h, rest)) = data
+            .get_mut(at..)
+            .and_then(|h| h.split_first_chunk_mut::<{ ipv4::HEADER_LEN }>())
+        else {
+            return;
+        };
+        let sum = u32::from(self.partial_sum) + u32::from(total) + (u32::from(flags) << 8);
         let [t0, t1] = total.to_be_bytes();
-        let [c0, c1] = (!(sum as u16)).to_be_bytes();
+        let [c0, c1] = (!fold(sum)).to_be_bytes();
         h[2] = t0;
         h[3] = t1;
         h[6] = flags;
         h[10] = c0;
         h[11] = c1;
-        true
+        if self.patch == Patch::Ipv4Udp {
+            if let Some(u) = rest.first_chunk_mut::<{ udp::HEADER_LEN }>() {
+                let [s0, s1] = udp_src_port(flow_hash).to_be_bytes();
+                let [l0, l1] = (total - ipv4::HEADER_LEN as u16).to_be_bytes();
+                u[0] = s0;
+                u[1] = s1;
+                u[4] = l0;
+                u[5] = l1;
+            }
+        }
     }
 }
 
-/// The header lengths (a tagged IP-in-IP header is as long as an untagged
-/// GRE one, and copied alike).
-const GRE_TAGGED_LEN: usize = MAX_LEN;
-const GRE_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN + gre::HEADER_LEN;
-const IPIP_LEN: usize = ethernet::HEADER_LEN + ipv4::HEADER_LEN;
-const L2_TAGGED_LEN: usize = ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN;
-
-/// Copies the first `N` bytes of `bytes` to the front of `data`.
+/// Copies the header, the first `len` bytes of `bytes` (N ≤ `len` ≤ 2N),
+/// to the front of `data` as two N-byte copies, one from its start and one
+/// ending at its end, overlapping in between: two fixed-size moves for any
+/// length in the class, whatever the tunnel.
 #[inline(always)]
-fn put<const N: usize>(data: &mut [u8], bytes: &[u8; MAX_LEN]) -> bool {
-    match (data.first_chunk_mut::<N>(), bytes.first_chunk::<N>()) {
-        (Some(out), Some(b)) => {
-            *out = *b;
-            true
-        }
-        _ => false,
+fn put<const N: usize>(data: &mut [u8], bytes: &[u8; MAX_LEN], len: usize) -> bool {
+    let tail_at = len.wrapping_sub(N);
+    let (Some(head), Some(tail)) = (
+        bytes.first_chunk::<N>(),
+        bytes.get(tail_at..).and_then(|b| b.first_chunk::<N>()),
+    ) else {
+        return false;
+    };
+    let Some(out) = data.get_mut(..len) else {
+        return false;
+    };
+    if let Some(o) = out.first_chunk_mut::<N>() {
+        *o = *head;
     }
+    if let Some(o) = out.last_chunk_mut::<N>() {
+        *o = *tail;
+    }
+    true
+}
+
+/// Folds a ones' complement sum to 16 bits (end-around carry).
+#[inline(always)]
+fn fold(mut sum: u32) -> u16 {
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum as u16
 }
 
 /// Every backend's [`OuterHeader`], indexed by [`BackendId::index`]; part of a

@@ -482,7 +482,7 @@ fn deliver_inner<P: PacketBuf>(
     // The common case: a prebuilt outer header for an inner IPv4 packet
     // within the MTU (everything else falls through, packet untouched).
     if let Some(h) = state.outer_headers.get(id) {
-        if h.apply(pkt, &b.layout) {
+        if h.apply(pkt, &b.layout, b.hash) {
             return Ok(Verdict::Forward {
                 port: h.port,
                 backend: id,

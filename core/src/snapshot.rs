@@ -145,18 +145,9 @@ pub enum PersistenceOnUnhealthy {
     AlwaysPersist,
 }
 
-/// How a packet is delivered to its backend (AP-3).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Encapsulation {
-    /// Layer-2 DSR: rewrite the Ethernet header, backend on the same segment.
-    L2,
-    /// GRE (RFC 2784) in an outer IP header from the appliance to the backend.
-    Gre,
-    /// IP-in-IP (IPv4/IPv6 in IPv4/IPv6).
-    Ipip,
-    /// Generic UDP Encapsulation to `port`; source port from the flow hash.
-    Gue { port: u16 },
-}
+/// How a packet is delivered to its backend (AP-3): layer-2 DSR or one of
+/// the tunnels registered in [`crate::encap`].
+pub use crate::encap::Encapsulation;
 
 /// Whether a backend belongs to the primary or the failover pool (FO-1).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]

@@ -1,12 +1,13 @@
-//! AP-3 delivery: exact output bytes for layer-2 DSR, GRE, IP-in-IP and GUE
-//! (outer IPv4 checksum verified independently), and the named drops.
+//! AP-3 delivery: exact output bytes for layer-2 DSR, GRE, IP-in-IP, GUE
+//! and GENEVE (outer IPv4 checksum verified independently, GENEVE's header
+//! written out from RFC 8926's layout), and the named drops.
 
 mod common;
 
 use std::net::IpAddr;
 
 use common::*;
-use sluice_core::encap::{encapsulate, gue_src_port};
+use sluice_core::encap::{encapsulate, udp_src_port, Geneve, Gre, Gue, Ipip};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::snapshot::{BackendState, Encapsulation, PortState};
 use sluice_core::wire::{parse, IpInfo, Parsed};
@@ -124,7 +125,7 @@ fn ap_3_gre_inner_ipv4_exact_bytes() {
         let ip4 = inner_v4(flags);
         let (r, out) = run(
             &eth(&[VLAN], ETH_IPV4, &ip4),
-            Encapsulation::Gre,
+            Encapsulation::Gre(Gre),
             &b,
             &port(1500),
         );
@@ -143,7 +144,7 @@ fn ap_3_gre_inner_ipv6_exact_bytes() {
     let ip6 = inner_v6();
     let (r, out) = run(
         &eth(&[], ETH_IPV6, &ip6),
-        Encapsulation::Gre,
+        Encapsulation::Gre(Gre),
         &b,
         &port(1500),
     );
@@ -165,7 +166,7 @@ fn ap_3_ipip_exact_bytes() {
     let ip4 = inner_v4(DF);
     let (r, out) = run(
         &eth(&[], ETH_IPV4, &ip4),
-        Encapsulation::Ipip,
+        Encapsulation::Ipip(Ipip),
         &b,
         &port(1500),
     );
@@ -177,7 +178,7 @@ fn ap_3_ipip_exact_bytes() {
     let ip6 = inner_v6();
     let (r, out) = run(
         &eth(&[], ETH_IPV6, &ip6),
-        Encapsulation::Ipip,
+        Encapsulation::Ipip(Ipip),
         &b,
         &port(1500),
     );
@@ -196,12 +197,12 @@ fn ap_3_gue_exact_bytes() {
     let ip4 = inner_v4(0);
     let (r, out) = run(
         &eth(&[], ETH_IPV4, &ip4),
-        Encapsulation::Gue { port: 6080 },
+        Encapsulation::Gue(Gue { port: 6080 }),
         &b,
         &port(1500),
     );
     assert_eq!(r, Ok(()));
-    let sport = gue_src_port(HASH);
+    let sport = udp_src_port(HASH);
     let udp_len = (8 + 4 + ip4.len()) as u16;
     let mut udp_hdr = sport.to_be_bytes().to_vec();
     udp_hdr.extend_from_slice(&6080u16.to_be_bytes());
@@ -219,7 +220,7 @@ fn ap_3_gue_exact_bytes() {
     let ip6 = inner_v6();
     let (_, out) = run(
         &eth(&[], ETH_IPV6, &ip6),
-        Encapsulation::Gue { port: 6080 },
+        Encapsulation::Gue(Gue { port: 6080 }),
         &b,
         &port(1500),
     );
@@ -229,18 +230,99 @@ fn ap_3_gue_exact_bytes() {
 #[test]
 fn ap_3_gue_source_port_range_and_stability() {
     for h in [0, u64::MAX, HASH, 1 << 32, 0x3fff << 32] {
-        let p = gue_src_port(h);
+        let p = udp_src_port(h);
         assert!(p >= 49152, "{p}");
-        assert_eq!(p, gue_src_port(h));
+        assert_eq!(p, udp_src_port(h));
     }
-    assert_ne!(gue_src_port(1 << 32), gue_src_port(2 << 32));
+    assert_ne!(udp_src_port(1 << 32), udp_src_port(2 << 32));
+}
+
+const GENEVE: Encapsulation = Encapsulation::Geneve(Geneve {
+    port: 6081,
+    vni: 0xab_cdef,
+});
+
+/// RFC 8926 §3.4, written out: Ver 0 and Opt Len 0, O, C and reserved bits
+/// clear, the inner packet's ethertype, the 24-bit VNI, a reserved byte.
+fn geneve_header(ethertype: u16) -> Vec<u8> {
+    let [p0, p1] = ethertype.to_be_bytes();
+    vec![0, 0, p0, p1, 0xab, 0xcd, 0xef, 0]
+}
+
+/// AP-3 GENEVE over IPv4: UDP to the service port from a flow-hash port in
+/// 49152–65535, checksum 0 (RFC 8926 §3.3), the base header naming the
+/// inner IP family, and the inner packet right after it; DF copied.
+#[test]
+fn ap_3_geneve_exact_bytes() {
+    let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
+    for (inner, ethertype, df) in [
+        (inner_v4(0), ETH_IPV4, false),
+        (inner_v4(DF), ETH_IPV4, true),
+        (inner_v6(), ETH_IPV6, true),
+    ] {
+        let (r, out) = run(&eth(&[VLAN], ethertype, &inner), GENEVE, &b, &port(1500));
+        assert_eq!(r, Ok(()));
+        let udp_len = (8 + 8 + inner.len()) as u16;
+        let mut udp_hdr = udp_src_port(HASH).to_be_bytes().to_vec();
+        udp_hdr.extend_from_slice(&6081u16.to_be_bytes());
+        udp_hdr.extend_from_slice(&udp_len.to_be_bytes());
+        udp_hdr.extend_from_slice(&[0, 0]);
+        let want = [
+            l2_header(ETH_IPV4),
+            outer_v4(UDP, df, usize::from(udp_len)),
+            udp_hdr,
+            geneve_header(ethertype),
+            inner,
+        ]
+        .concat();
+        assert_eq!(out, want);
+    }
+}
+
+/// AP-3 GENEVE over IPv6: a valid UDP checksum (a zero one needs both ends
+/// configured for it, RFC 6935/6936), checked against the pseudo-header.
+#[test]
+fn ap_3_geneve_over_ipv6_udp_checksum() {
+    let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
+    for (inner, ethertype) in [(inner_v4(0), ETH_IPV4), (inner_v6(), ETH_IPV6)] {
+        let (r, out) = run(&eth(&[], ethertype, &inner), GENEVE, &b6, &port(1500));
+        assert_eq!(r, Ok(()));
+        let udp_seg = &out[14 + 40..];
+        assert_eq!(out[14..54], outer_v6(17, udp_seg.len())[..]);
+        assert_eq!(&udp_seg[..2], &udp_src_port(HASH).to_be_bytes());
+        assert_eq!(&udp_seg[2..4], &6081u16.to_be_bytes());
+        assert_eq!(&udp_seg[4..6], &(udp_seg.len() as u16).to_be_bytes());
+        let mut pseudo = v6("fd00::1").octets().to_vec();
+        pseudo.extend_from_slice(&v6("fd00::5").octets());
+        pseudo.extend_from_slice(&(udp_seg.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 17]);
+        pseudo.extend_from_slice(udp_seg);
+        assert_ne!(&udp_seg[6..8], &[0, 0], "checksum present");
+        assert_eq!(inet_checksum(&pseudo), 0, "checksum verifies");
+        assert_eq!(udp_seg[8..16], geneve_header(ethertype)[..]);
+        assert_eq!(&udp_seg[16..], &inner[..]);
+    }
+}
+
+/// AP-3: GENEVE's overhead (outer IPv4 + UDP + 8) counts against the MTU.
+#[test]
+fn ap_3_geneve_mtu_boundary() {
+    let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
+    let ip4 = inner_v4(DF);
+    let frame = eth(&[], ETH_IPV4, &ip4);
+    let outer_len = (20 + 8 + 8 + ip4.len()) as u16;
+    assert_eq!(run(&frame, GENEVE, &b, &port(outer_len)).0, Ok(()));
+    let (r, out) = run(&frame, GENEVE, &b, &port(outer_len - 1));
+    assert_eq!((r, out), (Err(DropReason::MtuExceeded), frame.clone()));
+    assert_eq!(sluice_core::encap::overhead(GENEVE, ip("10.1.0.5")), 36);
+    assert_eq!(sluice_core::encap::overhead(GENEVE, ip("fd00::5")), 56);
 }
 
 #[test]
 fn unresolved_next_hop_is_named() {
     let b = backend(ip("10.1.0.5"), None);
     let frame = eth(&[], ETH_IPV4, &inner_v4(DF));
-    for e in [Encapsulation::L2, Encapsulation::Gre] {
+    for e in [Encapsulation::L2, Encapsulation::Gre(Gre)] {
         let (r, out) = run(&frame, e, &b, &port(1500));
         assert_eq!(
             (r, out),
@@ -260,9 +342,10 @@ fn fr_5_unsupported_families_are_named() {
         ..port(1500)
     };
     for e in [
-        Encapsulation::Gre,
-        Encapsulation::Ipip,
-        Encapsulation::Gue { port: 1 },
+        Encapsulation::Gre(Gre),
+        Encapsulation::Ipip(Ipip),
+        Encapsulation::Gue(Gue { port: 1 }),
+        Encapsulation::Geneve(Geneve { port: 1, vni: 1 }),
     ] {
         assert_eq!(
             run(&frame, e, &b6, &no_v6).0,
@@ -275,7 +358,7 @@ fn fr_5_unsupported_families_are_named() {
         ..port(1500)
     };
     assert_eq!(
-        run(&frame, Encapsulation::Gre, &b4, &no_v4).0,
+        run(&frame, Encapsulation::Gre(Gre), &b4, &no_v4).0,
         Err(DropReason::EncapUnsupported)
     );
     // L2 DSR carries any family.
@@ -302,7 +385,7 @@ fn ap_3_outer_ipv6_gre_and_ipip_exact_bytes() {
     for (inner, ethertype, ipip_next) in [(inner_v4(DF), ETH_IPV4, 4u8), (inner_v6(), ETH_IPV6, 41)]
     {
         let frame = eth(&[VLAN], ethertype, &inner);
-        let (r, out) = run(&frame, Encapsulation::Gre, &b6, &port(1500));
+        let (r, out) = run(&frame, Encapsulation::Gre(Gre), &b6, &port(1500));
         assert_eq!(r, Ok(()));
         let mut gre_hdr = vec![0, 0];
         gre_hdr.extend_from_slice(&ethertype.to_be_bytes());
@@ -314,7 +397,7 @@ fn ap_3_outer_ipv6_gre_and_ipip_exact_bytes() {
         ]
         .concat();
         assert_eq!(out, want);
-        let (r, out) = run(&frame, Encapsulation::Ipip, &b6, &port(1500));
+        let (r, out) = run(&frame, Encapsulation::Ipip(Ipip), &b6, &port(1500));
         assert_eq!(r, Ok(()));
         let want = [
             l2_header(ETH_IPV6),
@@ -329,7 +412,7 @@ fn ap_3_outer_ipv6_gre_and_ipip_exact_bytes() {
     let ip6 = inner_v6();
     let (r, out) = run(
         &eth(&[], ETH_IPV6, &ip6),
-        Encapsulation::Ipip,
+        Encapsulation::Ipip(Ipip),
         &b4,
         &port(1500),
     );
@@ -347,7 +430,12 @@ fn ap_3_gue_over_ipv6_udp_checksum() {
     let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
     for (inner, ethertype) in [(inner_v4(0), ETH_IPV4), (inner_v6(), ETH_IPV6)] {
         let frame = eth(&[], ethertype, &inner);
-        let (r, out) = run(&frame, Encapsulation::Gue { port: 6080 }, &b6, &port(1500));
+        let (r, out) = run(
+            &frame,
+            Encapsulation::Gue(Gue { port: 6080 }),
+            &b6,
+            &port(1500),
+        );
         assert_eq!(r, Ok(()));
         let udp_seg = &out[14 + 40..];
         assert_eq!(udp_seg.len(), 8 + 4 + inner.len());
@@ -372,10 +460,10 @@ fn ap_3_mtu_boundary() {
     let frame = eth(&[], ETH_IPV4, &ip4);
     let gre_len = (20 + 4 + ip4.len()) as u16;
     assert_eq!(
-        run(&frame, Encapsulation::Gre, &b, &port(gre_len)).0,
+        run(&frame, Encapsulation::Gre(Gre), &b, &port(gre_len)).0,
         Ok(())
     );
-    let (r, out) = run(&frame, Encapsulation::Gre, &b, &port(gre_len - 1));
+    let (r, out) = run(&frame, Encapsulation::Gre(Gre), &b, &port(gre_len - 1));
     assert_eq!((r, out), (Err(DropReason::MtuExceeded), frame.clone()));
     let l2_len = ip4.len() as u16;
     assert_eq!(run(&frame, Encapsulation::L2, &b, &port(l2_len)).0, Ok(()));
@@ -391,19 +479,19 @@ fn no_headroom_leaves_the_packet_alone() {
     let frame = eth(&[], ETH_IPV4, &inner_v4(DF));
     let i = info(&frame);
     let mut pkt = VecPacket::with_headroom(&frame, 23);
-    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH);
+    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre(Gre), &b, &port(1500), HASH);
     assert_eq!((r, pkt.data()), (Err(DropReason::NoHeadroom), &frame[..]));
     // With Ethernet padding too: the failed prepend must not have cut it
     // (regression found by the pipeline fuzz target).
     let mut padded = frame.clone();
     padded.extend_from_slice(&[0; 6]);
     let mut pkt = VecPacket::with_headroom(&padded, 23);
-    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH);
+    let r = encapsulate(&mut pkt, &i, Encapsulation::Gre(Gre), &b, &port(1500), HASH);
     assert_eq!((r, pkt.data()), (Err(DropReason::NoHeadroom), &padded[..]));
     // 24 bytes of headroom are exactly enough for IPv4 + GRE.
     let mut pkt = VecPacket::with_headroom(&frame, 24);
     assert_eq!(
-        encapsulate(&mut pkt, &i, Encapsulation::Gre, &b, &port(1500), HASH),
+        encapsulate(&mut pkt, &i, Encapsulation::Gre(Gre), &b, &port(1500), HASH),
         Ok(())
     );
     // L2 DSR never grows the frame.

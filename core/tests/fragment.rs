@@ -19,13 +19,15 @@ use common::*;
 use etherparse::defrag::IpDefragPool;
 use etherparse::SlicedPacket;
 use proptest::prelude::*;
-use sluice_core::encap::encapsulate;
+use sluice_core::encap::{encapsulate, Geneve, Gre, Gue, Ipip};
 use sluice_core::fragment::{self, FragmentIds, MAX_FRAGMENTS};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
 use sluice_core::snapshot::{Encapsulation, ForwardingState, PortState};
 use sluice_core::wire::{parse, Parsed};
 use sluice_core::DropReason;
+
+const GENEVE: Encapsulation = Encapsulation::Geneve(Geneve { port: 6081, vni: 9 });
 
 /// What a fresh 2 KiB mbuf holds (the runtime's pool).
 const ROOM: usize = 2048;
@@ -367,14 +369,15 @@ fn check_tunnel(encap: Encapsulation, outer_v6: bool) {
     assert_eq!(parse_frag(&out[0]).ident, want_id, "{encap:?}");
 }
 
-/// AP-3 GRE / IP-in-IP / GUE over an outer IPv4 header: the outer packet
+/// AP-3 GRE / IP-in-IP / GUE / GENEVE over an outer IPv4 header: the outer packet
 /// (DF clear, since the inner has none) is fragmented, per-worker IDs.
 #[test]
 fn ap_3_tunnels_over_ipv4_fragment_the_outer_packet() {
     for encap in [
-        Encapsulation::Gre,
-        Encapsulation::Ipip,
-        Encapsulation::Gue { port: 6080 },
+        Encapsulation::Gre(Gre),
+        Encapsulation::Ipip(Ipip),
+        Encapsulation::Gue(Gue { port: 6080 }),
+        GENEVE,
     ] {
         check_tunnel(encap, false);
     }
@@ -382,14 +385,15 @@ fn ap_3_tunnels_over_ipv4_fragment_the_outer_packet() {
 
 /// AP-3, RFC 8200 §4.5, FR-5 (IPv4 in IPv6): the appliance is the source
 /// of the outer IPv6 packet and fragments it with a Fragment header; GUE's
-/// UDP checksum, computed over the whole datagram, verifies after
+/// and GENEVE's UDP checksum, computed over the whole datagram, verifies after
 /// reassembly (it equals the unfragmented packet's).
 #[test]
 fn ap_3_tunnels_over_ipv6_use_a_fragment_header() {
     for encap in [
-        Encapsulation::Gre,
-        Encapsulation::Ipip,
-        Encapsulation::Gue { port: 6080 },
+        Encapsulation::Gre(Gre),
+        Encapsulation::Ipip(Ipip),
+        Encapsulation::Gue(Gue { port: 6080 }),
+        GENEVE,
     ] {
         check_tunnel(encap, true);
     }
@@ -401,7 +405,11 @@ fn ap_3_tunnels_over_ipv6_use_a_fragment_header() {
 /// under every encapsulation; nothing is fragmented.
 #[test]
 fn ap_3_ipv4_with_df_still_gets_icmp() {
-    for encap in [Encapsulation::L2, Encapsulation::Gre, Encapsulation::Ipip] {
+    for encap in [
+        Encapsulation::L2,
+        Encapsulation::Gre(Gre),
+        Encapsulation::Ipip(Ipip),
+    ] {
         let st = udp_service(MTU, encap, false);
         let (frame, _) = udp4(1200, DF);
         let (v, out) = run(&st, &mut PipelineCtx::default(), &frame);
@@ -428,7 +436,7 @@ fn ap_3_ipv6_clients_get_packet_too_big() {
 /// A packet that fits is forwarded whole (no fragmentation verdict).
 #[test]
 fn ap_3_packets_that_fit_are_not_fragmented() {
-    let st = udp_service(MTU, Encapsulation::Gre, false);
+    let st = udp_service(MTU, Encapsulation::Gre(Gre), false);
     let (frame, _) = udp4(usize::from(MTU) - 24, 0);
     let (v, out) = run(&st, &mut PipelineCtx::default(), &frame);
     assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
@@ -441,7 +449,7 @@ fn ap_3_packets_that_fit_are_not_fragmented() {
 /// original packet is left whole (the worker then drops it, counted once).
 #[test]
 fn ap_3_missing_buffers_fail_without_touching_the_packet() {
-    let st = udp_service(MTU, Encapsulation::Gre, false);
+    let st = udp_service(MTU, Encapsulation::Gre(Gre), false);
     let (frame, _) = udp4(2000, 0);
     let mut pkt = VecPacket::new(&frame);
     let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
@@ -461,7 +469,7 @@ fn ap_3_missing_buffers_fail_without_touching_the_packet() {
 /// fragments are cut to the room.
 #[test]
 fn ap_3_fragments_fit_the_buffer_room() {
-    let st = udp_service(1500, Encapsulation::Gre, false);
+    let st = udp_service(1500, Encapsulation::Gre(Gre), false);
     let (frame, _) = udp4(1600, 0);
     let mut pkt = VecPacket::new(&frame);
     let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
@@ -543,11 +551,13 @@ fn udp6(ip_len: usize) -> Vec<u8> {
 #[test]
 fn ap_3_small_ipv6_packets_fragment_the_tunnel() {
     for (encap, outer_v6, mtu) in [
-        (Encapsulation::Gre, true, 1280u16),
-        (Encapsulation::Ipip, true, 1280),
-        (Encapsulation::Gue { port: 6080 }, true, 1300),
-        (Encapsulation::Gue { port: 6080 }, false, 576),
-        (Encapsulation::Gre, false, 1000),
+        (Encapsulation::Gre(Gre), true, 1280u16),
+        (Encapsulation::Ipip(Ipip), true, 1280),
+        (Encapsulation::Gue(Gue { port: 6080 }), true, 1300),
+        (Encapsulation::Gue(Gue { port: 6080 }), false, 576),
+        (Encapsulation::Gre(Gre), false, 1000),
+        (GENEVE, true, 1300),
+        (GENEVE, false, 576),
     ] {
         let st = v6_service(mtu, encap, outer_v6);
         let tunnel_mtu = usize::from(mtu)
@@ -581,7 +591,7 @@ fn ap_3_small_ipv6_packets_fragment_the_tunnel() {
 /// (before: 1236, which the client ignores).
 #[test]
 fn ap_3_ipv6_packet_too_big_is_never_below_1280() {
-    let st = v6_service(1280, Encapsulation::Gre, true);
+    let st = v6_service(1280, Encapsulation::Gre(Gre), true);
     let mut pkt = VecPacket::new(&udp6(1281));
     let v = process(&mut pkt, 0, &st, &mut PipelineCtx::default());
     assert_eq!(v, Verdict::Reply);
@@ -594,7 +604,7 @@ fn ap_3_ipv6_packet_too_big_is_never_below_1280() {
         etherparse::Icmpv6Type::PacketTooBig { mtu: 1280 }
     );
     // IPv4 with DF keeps the tunnel MTU: IPv4's minimum is 68.
-    let st = udp_service(1280, Encapsulation::Gre, true);
+    let st = udp_service(1280, Encapsulation::Gre(Gre), true);
     let (frame, _) = udp4(1281, DF);
     let mut pkt = VecPacket::new(&frame);
     assert_eq!(
@@ -618,7 +628,7 @@ fn ap_3_ipv6_packet_too_big_is_never_below_1280() {
 /// `no_headroom`; an outer packet beyond 65,535 bytes → `mtu_exceeded`.
 #[test]
 fn ap_3_failed_preparation_leaves_the_packet_untouched() {
-    let st = udp_service(1280, Encapsulation::Gre, true);
+    let st = udp_service(1280, Encapsulation::Gre(Gre), true);
     let (_, ip4) = udp4(1500, 0);
     let frame = eth(&[], ETH_IPV4, &ip4);
     // Ethernet + IPv6 + GRE is 44 bytes more than the client's Ethernet
@@ -633,7 +643,7 @@ fn ap_3_failed_preparation_leaves_the_packet_untouched() {
             assert_eq!(pkt.data(), frame, "{headroom}: untouched");
         }
     }
-    let st = udp_service(MTU, Encapsulation::Gre, false);
+    let st = udp_service(MTU, Encapsulation::Gre(Gre), false);
     let (_, huge) = udp4(65_535, 0);
     let frame = eth(&[], ETH_IPV4, &huge);
     let mut pkt = VecPacket::new(&frame);
@@ -653,12 +663,14 @@ fn verdict_stays_small() {
 fn encap_strategy() -> impl Strategy<Value = (Encapsulation, bool)> {
     prop_oneof![
         Just((Encapsulation::L2, false)),
-        Just((Encapsulation::Gre, false)),
-        Just((Encapsulation::Ipip, false)),
-        Just((Encapsulation::Gue { port: 6080 }, false)),
-        Just((Encapsulation::Gre, true)),
-        Just((Encapsulation::Ipip, true)),
-        Just((Encapsulation::Gue { port: 6080 }, true)),
+        Just((Encapsulation::Gre(Gre), false)),
+        Just((Encapsulation::Ipip(Ipip), false)),
+        Just((Encapsulation::Gue(Gue { port: 6080 }), false)),
+        Just((Encapsulation::Gre(Gre), true)),
+        Just((Encapsulation::Ipip(Ipip), true)),
+        Just((Encapsulation::Gue(Gue { port: 6080 }), true)),
+        Just((GENEVE, false)),
+        Just((GENEVE, true)),
     ]
 }
 

@@ -1,11 +1,12 @@
 //! AP-3 delivery through prebuilt outer headers (`outer_header`) against
 //! the general encapsulator (`encap::encapsulate`): whenever a prebuilt
 //! header applies, the frame it writes is byte for byte the one the
-//! general path writes — layer-2 DSR, GRE and IP-in-IP, with and without
-//! VLAN tags on the client side, DF set or clear, Ethernet padding, sizes
-//! up to and past the egress MTU, out of untagged and trunk ports (802.1Q
-//! tag on the egress side). Where it does not apply (inner IPv6,
-//! GUE, an IPv6 or missing outer address, unresolved next hop, oversize,
+//! general path writes — layer-2 DSR and every tunnel (GRE, IP-in-IP, and
+//! the UDP tunnels GUE and GENEVE with their per-flow source port), with
+//! and without VLAN tags on the client side, DF set or clear, Ethernet
+//! padding, sizes up to and past the egress MTU, out of untagged and trunk
+//! ports (802.1Q tag on the egress side). Where it does not apply (inner
+//! IPv6, an IPv6 or missing outer address, unresolved next hop, oversize,
 //! too little headroom) the packet must be untouched.
 
 mod common;
@@ -14,7 +15,7 @@ use std::net::IpAddr;
 
 use common::*;
 use proptest::prelude::*;
-use sluice_core::encap::encapsulate;
+use sluice_core::encap::{encapsulate, Geneve, Gre, Gue, Ipip};
 use sluice_core::outer_header::OuterHeader;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::snapshot::{BackendState, Encapsulation, PortState};
@@ -81,13 +82,28 @@ fn both(
     encap: Encapsulation,
     b: &BackendState,
     p: &PortState,
+    flow_hash: u64,
 ) -> (Option<bool>, Vec<u8>, bool, Vec<u8>) {
     let l = layout(f);
     let mut general = VecPacket::with_headroom(f, headroom);
-    let ok = encapsulate(&mut general, l, encap, b, p, HASH).is_ok();
+    let ok = encapsulate(&mut general, l, encap, b, p, flow_hash).is_ok();
     let mut fast = VecPacket::with_headroom(f, headroom);
-    let applied = OuterHeader::build(encap, b, p).map(|h| h.apply(&mut fast, &l));
+    let applied = OuterHeader::build(encap, b, p).map(|h| h.apply(&mut fast, &l, flow_hash));
     (applied, fast.data().to_vec(), ok, general.data().to_vec())
+}
+
+/// Every encapsulation: layer 2 and each tunnel.
+fn all() -> [Encapsulation; 5] {
+    [
+        Encapsulation::L2,
+        Encapsulation::Gre(Gre),
+        Encapsulation::Ipip(Ipip),
+        Encapsulation::Gue(Gue { port: 6080 }),
+        Encapsulation::Geneve(Geneve {
+            port: 6081,
+            vni: 0xab_cdef,
+        }),
+    ]
 }
 
 /// The common cases take the prebuilt header, so the property below is
@@ -95,10 +111,10 @@ fn both(
 #[test]
 fn ap_3_prebuilt_headers_apply_to_inner_ipv4_within_the_mtu() {
     let b4 = backend(ip("10.9.0.5"), Some(NEXT_HOP_MAC));
-    for encap in [Encapsulation::L2, Encapsulation::Gre, Encapsulation::Ipip] {
+    for encap in all() {
         for (vlan, df) in [(false, true), (true, false)] {
             let f = frame(vlan, false, df, 100, 6);
-            let (applied, fast, ok, general) = both(&f, 64, encap, &b4, &port(1500, true));
+            let (applied, fast, ok, general) = both(&f, 64, encap, &b4, &port(1500, true), HASH);
             assert_eq!(applied, Some(true), "{encap:?} vlan={vlan}");
             assert!(ok);
             assert_eq!(fast, general, "{encap:?} vlan={vlan} df={df}");
@@ -106,14 +122,14 @@ fn ap_3_prebuilt_headers_apply_to_inner_ipv4_within_the_mtu() {
     }
     // Out of a trunk port: the tag after the MACs, then what an untagged
     // port sends (the IP packet 4 bytes further on).
-    for encap in [Encapsulation::L2, Encapsulation::Gre, Encapsulation::Ipip] {
+    for encap in all() {
         for vlan in [false, true] {
             let f = frame(vlan, false, true, 100, 0);
-            let (applied, fast, ok, general) = both(&f, 64, encap, &b4, &trunk(1500, true));
+            let (applied, fast, ok, general) = both(&f, 64, encap, &b4, &trunk(1500, true), HASH);
             assert_eq!(applied, Some(true), "{encap:?} vlan={vlan}");
             assert!(ok);
             assert_eq!(fast, general, "{encap:?} vlan={vlan}");
-            let (_, untagged, _, _) = both(&f, 64, encap, &b4, &port(1500, true));
+            let (_, untagged, _, _) = both(&f, 64, encap, &b4, &port(1500, true), HASH);
             assert_eq!(&fast[12..16], &[0x81, 0x00, 0x00, EGRESS_VLAN as u8]);
             assert_eq!(fast[..12], untagged[..12]);
             assert_eq!(fast[16..], untagged[12..], "{encap:?}");
@@ -122,10 +138,8 @@ fn ap_3_prebuilt_headers_apply_to_inner_ipv4_within_the_mtu() {
     // No header is built where the general path must decide.
     let b6 = backend(ip("fd00::9"), Some(NEXT_HOP_MAC));
     let unresolved = backend(ip("10.9.0.5"), None);
-    let gue = Encapsulation::Gue { port: 6080 };
-    assert!(OuterHeader::build(gue, &b4, &port(1500, true)).is_none());
-    assert!(OuterHeader::build(Encapsulation::Gre, &b6, &port(1500, true)).is_none());
-    assert!(OuterHeader::build(Encapsulation::Gre, &b4, &port(1500, false)).is_none());
+    assert!(OuterHeader::build(Encapsulation::Gre(Gre), &b6, &port(1500, true)).is_none());
+    assert!(OuterHeader::build(Encapsulation::Gre(Gre), &b4, &port(1500, false)).is_none());
     assert!(OuterHeader::build(Encapsulation::L2, &unresolved, &port(1500, true)).is_none());
 }
 
@@ -134,7 +148,8 @@ proptest! {
 
     #[test]
     fn ap_3_prebuilt_header_writes_what_the_general_path_writes(
-        encap in 0usize..4,
+        encap in 0usize..5,
+        flow_hash in any::<u64>(),
         v6_backend in any::<bool>(),
         port_v4 in any::<bool>(),
         resolved in any::<bool>(),
@@ -147,17 +162,12 @@ proptest! {
         mtu in prop::sample::select(vec![68u16, 576, 1280, 1400, 1500, 9000]),
         headroom in prop::sample::select(vec![0usize, 8, 20, 24, 64, 128]),
     ) {
-        let encap = [
-            Encapsulation::L2,
-            Encapsulation::Gre,
-            Encapsulation::Ipip,
-            Encapsulation::Gue { port: 6080 },
-        ][encap];
+        let encap = all()[encap];
         let address = if v6_backend { ip("fd00::9") } else { ip("10.9.0.5") };
         let b = backend(address, resolved.then_some(NEXT_HOP_MAC));
         let f = frame(vlan, v6_inner, df, payload, pad);
         let p = if egress_vlan { trunk(mtu, port_v4) } else { port(mtu, port_v4) };
-        let (applied, fast, ok, general) = both(&f, headroom, encap, &b, &p);
+        let (applied, fast, ok, general) = both(&f, headroom, encap, &b, &p, flow_hash);
         match applied {
             Some(true) => {
                 prop_assert!(ok, "general path refused what the prebuilt header took");

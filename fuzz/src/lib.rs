@@ -2,6 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use sluice_core::encap::{Geneve, Gre, Gue, Ipip};
 use sluice_core::fragment;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::rules::{ForwardingRule, RuleTable};
@@ -15,9 +16,10 @@ use sluice_core::snapshot::{
 pub fn state(mtu: u16) -> ForwardingState {
     let encaps = [
         Encapsulation::L2,
-        Encapsulation::Gre,
-        Encapsulation::Ipip,
-        Encapsulation::Gue { port: 6080 },
+        Encapsulation::Gre(Gre),
+        Encapsulation::Ipip(Ipip),
+        Encapsulation::Gue(Gue { port: 6080 }),
+        Encapsulation::Geneve(Geneve { port: 6081, vni: 7 }),
     ];
     let mut rules = Vec::new();
     let mut services = Vec::new();

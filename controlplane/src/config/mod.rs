@@ -9,6 +9,7 @@
 mod addresses;
 mod context;
 mod diagnostics;
+mod encapsulation;
 mod frames;
 mod health_check;
 mod interfaces;

@@ -93,6 +93,8 @@ pub(crate) struct RawService {
     pub name: S<String>,
     pub encapsulation: Option<S<String>>,
     pub gue_port: Option<S<i64>>,
+    pub geneve_port: Option<S<i64>>,
+    pub geneve_vni: Option<S<i64>>,
     pub maglev_table_size: Option<S<i64>>,
     pub session_affinity: Option<S<String>>,
     pub health_check: Option<S<String>>,
@@ -103,6 +105,18 @@ pub(crate) struct RawService {
     pub zonal_affinity: Option<RawZonal>,
     #[serde(default)]
     pub backend: Vec<S<RawBackend>>,
+}
+
+impl RawService {
+    /// The tunnel keys (`sluice_core::encap::Tunnel::KEYS`) by name, each
+    /// checked against the service's `encapsulation`.
+    pub fn tunnel_keys(&self) -> [(&'static str, &Option<S<i64>>); 3] {
+        [
+            ("gue_port", &self.gue_port),
+            ("geneve_port", &self.geneve_port),
+            ("geneve_vni", &self.geneve_vni),
+        ]
+    }
 }
 
 #[derive(Deserialize, Debug)]

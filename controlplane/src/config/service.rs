@@ -1,6 +1,7 @@
 //! Validation of `[[backend_service]]` tables and their backends.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -8,12 +9,15 @@ use toml::Spanned;
 use sluice_core::ServiceId;
 
 use super::context::Ctx;
+use super::encapsulation::encapsulation;
 use super::model::*;
 use super::raw::*;
-use super::validate::{
-    tunnel_source_exists, DEFAULT_GUE_PORT, DEFAULT_TABLE, MAX_TABLE, MIN_TABLE,
-};
 use super::values;
+
+/// Maglev table sizes (prime): the accepted range and the default.
+const MIN_TABLE: u32 = 251;
+const MAX_TABLE: u32 = 655_373;
+const DEFAULT_TABLE: u32 = 65_537;
 
 pub(crate) fn services_section(
     cx: &mut Ctx<'_>,
@@ -134,59 +138,6 @@ fn service(
         failover_policy,
         zonal_affinity,
         backends,
-    }
-}
-
-fn encapsulation(cx: &mut Ctx<'_>, s: &RawService, at: &str) -> Encapsulation {
-    #[derive(Copy, Clone, PartialEq)]
-    enum E {
-        L2,
-        Gre,
-        Ipip,
-        Gue,
-    }
-    let e = s
-        .encapsulation
-        .as_ref()
-        .and_then(|v| {
-            cx.parse(v, &format!("{at}.encapsulation"), |t| {
-                values::choice(
-                    t,
-                    &[
-                        ("l2", E::L2),
-                        ("gre", E::Gre),
-                        ("ipip", E::Ipip),
-                        ("gue", E::Gue),
-                    ],
-                )
-            })
-        })
-        .unwrap_or(E::L2);
-    if e != E::Gue {
-        if let Some(p) = &s.gue_port {
-            cx.err(
-                p.span(),
-                &format!("{at}.gue_port"),
-                (
-                    "gue_port applies only to encapsulation = \"gue\"".into(),
-                    "remove gue_port, or set encapsulation = \"gue\"".into(),
-                ),
-            );
-        }
-    }
-    match e {
-        E::L2 => Encapsulation::L2,
-        E::Gre => Encapsulation::Gre,
-        E::Ipip => Encapsulation::Ipip,
-        E::Gue => Encapsulation::Gue {
-            port: cx.int(
-                &s.gue_port,
-                DEFAULT_GUE_PORT,
-                (1, 65535),
-                &format!("{at}.gue_port"),
-                "gue_port",
-            ),
-        },
     }
 }
 
@@ -461,7 +412,7 @@ fn backends(
                 ),
             );
         }
-        if encap != Encapsulation::L2 && !tunnel_source_exists(ports, address) {
+        if encap.is_tunnel() && !tunnel_source_exists(ports, address) {
             let fam = if address.is_ipv4() { "IPv4" } else { "IPv6" };
             let field = if address.is_ipv4() {
                 "address"
@@ -524,6 +475,12 @@ fn backend_limit(cx: &mut Ctx<'_>, services: &[RawService], limit: usize) {
             }
         }
     }
+}
+
+/// Tunnelled encapsulations need an outer source address of the backend's
+/// family on some port.
+fn tunnel_source_exists(ports: &[PortConfig], backend: IpAddr) -> bool {
+    ports.iter().any(|p| p.address_for(backend).is_some())
 }
 
 #[cfg(test)]

@@ -15,10 +15,6 @@ use super::raw::*;
 use super::values::{self, Problem};
 
 pub(crate) const MAX_PORTS: usize = sluice_core::stats::MAX_PORTS;
-pub(crate) const MIN_TABLE: u32 = 251;
-pub(crate) const MAX_TABLE: u32 = 655_373;
-pub(crate) const DEFAULT_TABLE: u32 = 65_537;
-pub(crate) const DEFAULT_GUE_PORT: u16 = 6080;
 
 pub(crate) fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Diagnostics> {
     let mut cx = Ctx {
@@ -364,10 +360,4 @@ fn zones_section(cx: &mut Ctx<'_>, zones: &[RawZone]) -> Vec<ZoneConfig> {
         });
     }
     out
-}
-
-/// Tunnelled encapsulations need an outer source address of the backend's
-/// family on some port.
-pub(crate) fn tunnel_source_exists(ports: &[PortConfig], backend: IpAddr) -> bool {
-    ports.iter().any(|p| p.address_for(backend).is_some())
 }

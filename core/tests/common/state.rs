@@ -2,6 +2,7 @@
 
 use std::net::IpAddr;
 
+use sluice_core::encap::{Gre, Gue};
 use sluice_core::rules::{ForwardingRule, RuleTable};
 use sluice_core::snapshot::{
     BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, PortRange,
@@ -124,10 +125,15 @@ pub fn state() -> ForwardingState {
         rules,
         services: vec![
             service("tcp80", Encapsulation::L2, SessionAffinity::None, table01()),
-            service("udp", Encapsulation::Gre, SessionAffinity::None, table01()),
+            service(
+                "udp",
+                Encapsulation::Gre(Gre),
+                SessionAffinity::None,
+                table01(),
+            ),
             service(
                 "v6",
-                Encapsulation::Gue { port: 6080 },
+                Encapsulation::Gue(Gue { port: 6080 }),
                 SessionAffinity::None,
                 table01(),
             ),
@@ -145,7 +151,7 @@ pub fn state() -> ForwardingState {
             ),
             service(
                 "client-ip",
-                Encapsulation::Gre,
+                Encapsulation::Gre(Gre),
                 SessionAffinity::ClientIp,
                 table01(),
             ),

@@ -1,0 +1,382 @@
+//! Delivery to the backend (AP-3): layer-2 DSR, or a tunnel in an outer
+//! IPv4 or IPv6 header (the backend's family; the inner family may differ,
+//! FR-5). The inner IP packet is never modified (DSR: the backend sees the
+//! client's source and the VIP as destination).
+//!
+//! **The registry.** Each tunnel is one file and one [`Tunnel`]
+//! implementation: its configuration name and keys, the length and bytes
+//! of its own header, and what the outer header's protocol field names
+//! ([`Carrier`]: an IP protocol of its own, the inner packet's family, or
+//! UDP to a port). Everything else is derived from those, alike for every
+//! tunnel: the outer IP header, a UDP tunnel's UDP header (source port
+//! from the flow hash, checksum), the MTU check, the overhead that ICMP
+//! answers and fragmentation count ([`overhead`]), the prebuilt headers of
+//! the fast path (`outer_header`) and the configuration rules (the control
+//! plane's `config::service`). [`Encapsulation`] lists the tunnels and
+//! `dispatch!` is the one `match` over it: each arm binds a different
+//! tunnel type, so generic code is compiled once per tunnel and the packet
+//! path has no dynamic dispatch.
+//!
+//! A backend whose family the egress port has no address for yields
+//! `EncapUnsupported`. An outer packet larger than the egress MTU yields
+//! `MtuExceeded` with the packet untouched; the pipeline then answers with
+//! ICMP (DF or IPv6, `icmp`) or encapsulates again without the limit and
+//! fragments (IPv4 without DF, `fragment`), both off the common path.
+
+use std::net::IpAddr;
+
+use crate::drop_reason::DropReason;
+use crate::packet::PacketBuf;
+use crate::snapshot::{BackendState, PortState};
+use crate::wire::proto::{IPV4_IN_IP, IPV6_IN_IP, UDP};
+use crate::wire::{ipv4, ipv6, udp as udp_header, L3Layout};
+
+mod geneve;
+mod gre;
+mod gue;
+mod ipip;
+mod l2;
+mod outer;
+mod udp;
+
+pub use geneve::Geneve;
+pub use gre::Gre;
+pub use gue::Gue;
+pub use ipip::Ipip;
+pub use outer::flow_label;
+pub use udp::{udp_src_port, UDP_SRC_PORT_BASE};
+
+/// TTL of outer headers: the tunnel spans at most a few routed hops.
+pub const OUTER_TTL: u8 = 64;
+
+/// The longest [`Encapsulation::tunnel_len`] (GENEVE: UDP and its base
+/// header), which sizes the prebuilt headers' buffer.
+pub const MAX_TUNNEL_LEN: usize = 16;
+
+/// How a service's packets reach its backends (AP-3).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Encapsulation {
+    /// Layer-2 DSR: rewrite the Ethernet header, backend on the same segment.
+    L2,
+    Gre(Gre),
+    Ipip(Ipip),
+    Gue(Gue),
+    Geneve(Geneve),
+}
+
+/// The one `match` over [`Encapsulation`]: evaluates `$tunnel` with `$t`
+/// bound to the tunnel (a different type in each arm), or `$l2` for
+/// layer-2 DSR. `map` rewraps what `$tunnel` gives in the same variant.
+macro_rules! dispatch {
+    ($encap:expr, |$t:ident| $tunnel:expr, l2 => $l2:expr $(,)?) => {
+        match $encap {
+            $crate::encap::Encapsulation::L2 => $l2,
+            $crate::encap::Encapsulation::Gre($t) => $tunnel,
+            $crate::encap::Encapsulation::Ipip($t) => $tunnel,
+            $crate::encap::Encapsulation::Gue($t) => $tunnel,
+            $crate::encap::Encapsulation::Geneve($t) => $tunnel,
+        }
+    };
+    (map $encap:expr, |$t:ident| $tunnel:expr) => {{
+        use $crate::encap::Encapsulation as E;
+        match $encap {
+            E::L2 => E::L2,
+            E::Gre($t) => E::Gre($tunnel),
+            E::Ipip($t) => E::Ipip($tunnel),
+            E::Gue($t) => E::Gue($tunnel),
+            E::Geneve($t) => E::Geneve($tunnel),
+        }
+    }};
+}
+
+impl Encapsulation {
+    /// Every encapsulation, tunnels with their keys' defaults: the
+    /// configuration's choices, in the order the documentation lists them.
+    pub const ALL: [Encapsulation; 5] = [
+        Encapsulation::L2,
+        Encapsulation::Gre(Gre::DEFAULT),
+        Encapsulation::Ipip(Ipip::DEFAULT),
+        Encapsulation::Gue(Gue::DEFAULT),
+        Encapsulation::Geneve(Geneve::DEFAULT),
+    ];
+
+    /// Its `encapsulation` value in the configuration.
+    pub fn name(self) -> &'static str {
+        dispatch!(self, |t| t.name(), l2 => "l2")
+    }
+
+    /// Its configuration keys besides `encapsulation`.
+    pub fn keys(self) -> &'static [ConfigKey] {
+        dispatch!(self, |t| t.keys(), l2 => &[])
+    }
+
+    /// The same encapsulation with each of its [`keys`](Self::keys) set to
+    /// `value(key)` (within the key's range).
+    pub fn configure(self, mut value: impl FnMut(&ConfigKey) -> u32) -> Self {
+        dispatch!(map self, |t| t.configure(&mut value))
+    }
+
+    /// Whether it is a tunnel: an outer IP header, sourced from an egress
+    /// port address of the backend's family, rather than layer-2 DSR.
+    pub fn is_tunnel(self) -> bool {
+        !matches!(self, Encapsulation::L2)
+    }
+
+    /// What the outer IP header's protocol field names; None for layer 2.
+    pub fn carrier(self) -> Option<Carrier> {
+        dispatch!(self, |t| Some(t.carrier()), l2 => None)
+    }
+
+    /// Bytes between the outer IP header and the inner packet (a UDP
+    /// tunnel's UDP header included); 0 for layer 2.
+    pub fn tunnel_len(self) -> usize {
+        dispatch!(self, |t| t.tunnel_len(), l2 => 0)
+    }
+}
+
+/// One tunnel: what sluice derives its handling from (module docs).
+pub trait Tunnel: Copy {
+    /// Its `encapsulation` value in the configuration.
+    const NAME: &'static str;
+    /// Its configuration keys besides `encapsulation`; a service of any
+    /// other encapsulation may not set them.
+    const KEYS: &'static [ConfigKey] = &[];
+    /// The tunnel with every key at its default.
+    const DEFAULT: Self;
+    /// Bytes of its own header, after the carrier's UDP header if any and
+    /// before the inner IP packet.
+    const HEADER_LEN: usize;
+
+    /// What the outer IP header's protocol field names.
+    fn carrier(self) -> Carrier;
+
+    /// Writes its header into `hdr` (`HEADER_LEN` bytes) in front of an
+    /// inner packet of `inner_ethertype` (IPv4 or IPv6).
+    fn emit(self, hdr: &mut [u8], inner_ethertype: u16) -> Result<(), DropReason>;
+
+    /// The tunnel with each of [`Self::KEYS`] set to `value(key)`, which
+    /// the caller has checked against the key's range.
+    fn configure(self, value: &mut impl FnMut(&ConfigKey) -> u32) -> Self {
+        let _ = value;
+        self
+    }
+
+    /// [`Self::NAME`], from a value (as `dispatch!` holds one).
+    fn name(self) -> &'static str {
+        Self::NAME
+    }
+
+    /// [`Self::KEYS`], from a value.
+    fn keys(self) -> &'static [ConfigKey] {
+        Self::KEYS
+    }
+
+    /// Bytes between the outer IP header and the inner packet.
+    #[inline(always)]
+    fn tunnel_len(self) -> usize {
+        self.carrier().header_len() + Self::HEADER_LEN
+    }
+}
+
+/// What follows the outer IP header, as its protocol field names it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Carrier {
+    /// An IP protocol of the tunnel's own (GRE: 47).
+    Protocol(u8),
+    /// The inner packet's family: IPv4-in-IP (4) or IPv6-in-IP (41).
+    InnerFamily,
+    /// UDP (17) to `port`. The UDP header is written here for every UDP
+    /// tunnel: source port from the flow hash ([`udp_src_port`]), checksum
+    /// 0 over IPv4 and computed over IPv6.
+    Udp { port: u16 },
+}
+
+impl Carrier {
+    /// The outer IP protocol / next header for an inner packet of the
+    /// given family.
+    #[inline(always)]
+    pub const fn protocol(self, inner_v6: bool) -> u8 {
+        match self {
+            Carrier::Protocol(p) => p,
+            Carrier::InnerFamily if inner_v6 => IPV6_IN_IP,
+            Carrier::InnerFamily => IPV4_IN_IP,
+            Carrier::Udp { .. } => UDP,
+        }
+    }
+
+    /// Bytes of the carrier's own header (the UDP header).
+    #[inline(always)]
+    pub const fn header_len(self) -> usize {
+        match self {
+            Carrier::Udp { .. } => udp_header::HEADER_LEN,
+            _ => 0,
+        }
+    }
+}
+
+/// An integer configuration key of a tunnel (`gue_port`, `geneve_vni`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ConfigKey {
+    pub name: &'static str,
+    pub default: u32,
+    pub min: u32,
+    pub max: u32,
+}
+
+/// Rewrites the parsed frame `ip` in `pkt` for delivery to `backend` out of
+/// `port` with `encap`. `flow_hash` feeds a UDP tunnel's source port and
+/// the outer IPv6 flow label.
+///
+/// The packet is left untouched when an error is returned before any
+/// header is written (all of them except, in theory, a buffer that shrank
+/// between parse and encap).
+pub fn encapsulate<P: PacketBuf>(
+    pkt: &mut P,
+    ip: impl Into<L3Layout>,
+    encap: Encapsulation,
+    backend: &BackendState,
+    port: &PortState,
+    flow_hash: u64,
+) -> Result<(), DropReason> {
+    let limit = usize::from(port.mtu);
+    let out = Egress {
+        port,
+        vlan: port.vlan,
+        limit,
+        to_fragment: false,
+    };
+    encapsulate_within(pkt, &ip.into(), encap, backend, out, flow_hash)
+}
+
+/// [`encapsulate`] with the IP length limit raised from the MTU to 65,535
+/// bytes, for a packet about to be fragmented (AP-3: IPv4 without DF); a
+/// packet beyond that is refused (`MtuExceeded`) before anything is
+/// written, so every length field fits. The outer IPv4 header carries ID
+/// 0 and DF clear (also around an IPv6 packet, which is only sent this way
+/// when it is at most the IPv6 minimum MTU, RFC 4213 §3.2);
+/// `fragment::prepare` sets the identification. The Ethernet header is
+/// untagged whatever the port's VLAN: the fragments are cut behind a plain
+/// header and the worker tags each one (`crate::vlan`).
+pub(crate) fn encapsulate_oversize<P: PacketBuf>(
+    pkt: &mut P,
+    ip: &L3Layout,
+    encap: Encapsulation,
+    backend: &BackendState,
+    port: &PortState,
+    flow_hash: u64,
+) -> Result<(), DropReason> {
+    let out = Egress {
+        port,
+        vlan: None,
+        limit: usize::from(u16::MAX),
+        to_fragment: true,
+    };
+    encapsulate_within(pkt, ip, encap, backend, out, flow_hash)
+}
+
+/// How the encapsulated packet leaves: the port (MAC, addresses), the
+/// 802.1Q tag of its Ethernet header, the longest IP packet allowed, and
+/// whether it is about to be fragmented (then an outer IPv4 header gets DF
+/// clear).
+#[derive(Copy, Clone)]
+struct Egress<'a> {
+    port: &'a PortState,
+    vlan: Option<u16>,
+    limit: usize,
+    to_fragment: bool,
+}
+
+/// The encapsulation, refusing (untouched) an IP packet that would leave
+/// longer than `out.limit` bytes. Always inlined: [`encapsulate`] compiles
+/// to what it was before fragmentation existed, the check one comparison.
+#[inline(always)]
+fn encapsulate_within<P: PacketBuf>(
+    pkt: &mut P,
+    ip: &L3Layout,
+    encap: Encapsulation,
+    backend: &BackendState,
+    out: Egress<'_>,
+    flow_hash: u64,
+) -> Result<(), DropReason> {
+    let next_hop = backend
+        .egress
+        .next_hop_mac
+        .ok_or(DropReason::NextHopUnresolved)?;
+    dispatch!(
+        encap,
+        |t| outer::tunnel(pkt, ip, t, backend.address, next_hop, out, flow_hash),
+        l2 => l2::deliver(pkt, ip, next_hop, out),
+    )
+}
+
+/// Bytes the encapsulation adds in front of the inner IP packet, counted
+/// against the egress MTU (Ethernet excluded): what the path MTU
+/// advertised to clients is reduced by.
+pub fn overhead(encap: Encapsulation, backend: IpAddr) -> usize {
+    if !encap.is_tunnel() {
+        return 0;
+    }
+    let outer = match backend {
+        IpAddr::V4(_) => ipv4::HEADER_LEN,
+        IpAddr::V6(_) => ipv6::HEADER_LEN,
+    };
+    outer + encap.tunnel_len()
+}
+
+/// Cuts Ethernet padding after the IP packet (inside a tunnel it would
+/// become garbage after the inner packet) and makes the bytes before the IP
+/// header exactly `headers` long, in a single prepend or trim so that a
+/// failure leaves the front of the packet as it was.
+///
+/// The front is adjusted before the padding is cut: a failed prepend then
+/// leaves the packet exactly as it was (found by the pipeline fuzz target).
+fn replace_l2<P: PacketBuf>(pkt: &mut P, ip: &L3Layout, headers: usize) -> Result<(), DropReason> {
+    let ok = if headers >= ip.l3_offset {
+        pkt.prepend(headers - ip.l3_offset)
+    } else {
+        pkt.trim_front(ip.l3_offset - headers)
+    };
+    if !ok {
+        return Err(DropReason::NoHeadroom);
+    }
+    pkt.truncate(headers + ip.ip_len);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_keys_are_unique_across_the_registry() {
+        let mut names: Vec<_> = Encapsulation::ALL.iter().map(|e| e.name()).collect();
+        let mut keys: Vec<_> = Encapsulation::ALL
+            .iter()
+            .flat_map(|e| e.keys().iter().map(|k| k.name))
+            .collect();
+        let (n, k) = (names.len(), keys.len());
+        names.sort_unstable();
+        names.dedup();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!((names.len(), keys.len()), (n, k));
+        for e in Encapsulation::ALL {
+            for key in e.keys() {
+                assert!(key.min <= key.default && key.default <= key.max, "{key:?}");
+            }
+            // The defaults are what `configure` gives from the defaults.
+            assert_eq!(e.configure(|k| k.default), e);
+            assert!(e.tunnel_len() <= MAX_TUNNEL_LEN, "{}", e.name());
+        }
+    }
+
+    #[test]
+    fn overhead_is_outer_header_plus_tunnel() {
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
+        let v6: IpAddr = "fd00::1".parse().unwrap();
+        let want = [(0, 0), (24, 44), (20, 40), (32, 52), (36, 56)];
+        for (e, (o4, o6)) in Encapsulation::ALL.into_iter().zip(want) {
+            assert_eq!((overhead(e, v4), overhead(e, v6)), (o4, o6), "{}", e.name());
+        }
+    }
+}
