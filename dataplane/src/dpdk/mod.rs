@@ -17,6 +17,7 @@ mod ids;
 mod mbuf;
 mod mempool;
 mod port;
+mod queue;
 mod ring;
 pub mod rte_hash;
 #[cfg(test)]
@@ -28,7 +29,6 @@ pub use error::DpdkError;
 pub use ids::{LcoreId, PortId};
 pub use mbuf::Mbuf;
 pub use mempool::{Mempool, MBUF_HEADROOM};
-pub use port::{
-    LinkStatus, Port, PortConfig, PortHwStats, PortMonitor, QueuePair, RxQueue, TxQueue,
-};
+pub use port::{LinkStatus, Port, PortConfig, PortHwStats, PortMonitor};
+pub use queue::{QueuePair, RxQueue, TxQueue};
 pub use ring::{mbuf_ring, RingConsumer, RingProducer};

@@ -8,8 +8,8 @@
 use std::ffi::CString;
 use std::sync::Arc;
 
-use super::burst::MbufBurst;
 use super::eal::EalGuard;
+use super::queue::QueuePair;
 use super::{DpdkError, Mempool, PortId};
 
 // RSS hash-function bits from rte_ethdev.h (RTE_BIT64 macros, which bindgen
@@ -99,7 +99,7 @@ pub struct Port {
 /// What every handle of one port shares; stops and closes the port when
 /// the last goes (which flushes drivers such as net_pcap's TX file).
 #[derive(Debug)]
-struct PortInner {
+pub(super) struct PortInner {
     id: PortId,
     name: String,
     /// `rte_eth_dev_start` succeeded: stop before closing.
@@ -129,16 +129,9 @@ impl Drop for PortInner {
     }
 }
 
-/// One worker's queue pair on a port.
-#[derive(Debug)]
-pub struct QueuePair {
-    pub rx: RxQueue,
-    pub tx: TxQueue,
-}
-
 /// Finds the port DPDK created for `device` (the text before the first
 /// comma of a vdev string, or a PCI address). The pool proves EAL is up.
-fn id_by_name(device: &str, _eal: &Mempool) -> Result<PortId, DpdkError> {
+fn id_by_name(device: &str, _pool: &Mempool) -> Result<PortId, DpdkError> {
     let name = device.split(',').next().unwrap_or(device);
     let cname = CString::new(name).map_err(|_| DpdkError::msg("port name", "contains NUL"))?;
     let mut id: u16 = 0;
@@ -215,46 +208,10 @@ impl Port {
             _eal: pool.eal(),
         };
         port.set_up_queues(cfg, pool)?;
-        if let Some(mtu) = mtu {
-            // SAFETY: port id valid. Drivers without an MTU operation
-            // (-ENOTSUP) took it from rxmode above; the MTU the pipeline
-            // enforces on what it sends comes from the config anyway.
-            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id.get(), mtu) };
-            if rc != 0 && rc != -(dpdk_sys::ENOTSUP as i32) {
-                return Err(DpdkError::from_rc(
-                    format!("rte_eth_dev_set_mtu({}, {mtu})", port.name),
-                    rc,
-                ));
-            }
-        }
-        // SAFETY: port configured and queues set up.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_start(id.get()) };
-        if rc != 0 {
-            return Err(DpdkError::from_rc(
-                format!("rte_eth_dev_start({})", port.name),
-                rc,
-            ));
-        }
-        port.started = true;
-        if cfg.promiscuous {
-            // SAFETY: port started. Failure (unsupported) is harmless: the
-            // port then only receives frames to its own MAC and broadcast.
-            let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id.get()) };
-        }
+        port.start_device(mtu, cfg.promiscuous)?;
         let inner = Arc::new(port);
         let pairs = (0..queues)
-            .map(|queue| QueuePair {
-                rx: RxQueue {
-                    port: id,
-                    queue,
-                    _port: Arc::clone(&inner),
-                },
-                tx: TxQueue {
-                    port: id,
-                    queue,
-                    _port: Arc::clone(&inner),
-                },
-            })
+            .map(|queue| QueuePair::new(&inner, queue))
             .collect();
         Ok((Port { inner }, pairs))
     }
@@ -307,6 +264,42 @@ impl Port {
 }
 
 impl PortInner {
+    pub(super) fn id(&self) -> PortId {
+        self.id
+    }
+
+    /// Sets the MTU, starts the device, and turns promiscuous mode on.
+    fn start_device(&mut self, mtu: Option<u16>, promiscuous: bool) -> Result<(), DpdkError> {
+        let id = self.id.get();
+        if let Some(mtu) = mtu {
+            // SAFETY: port id valid. Drivers without an MTU operation
+            // (-ENOTSUP) took it from rxmode above; the MTU the pipeline
+            // enforces on what it sends comes from the config anyway.
+            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
+            if rc != 0 && rc != -(dpdk_sys::ENOTSUP as i32) {
+                return Err(DpdkError::from_rc(
+                    format!("rte_eth_dev_set_mtu({}, {mtu})", self.name),
+                    rc,
+                ));
+            }
+        }
+        // SAFETY: port configured and queues set up.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+        if rc != 0 {
+            return Err(DpdkError::from_rc(
+                format!("rte_eth_dev_start({})", self.name),
+                rc,
+            ));
+        }
+        self.started = true;
+        if promiscuous {
+            // SAFETY: port started. Failure (unsupported) is harmless: the
+            // port then only receives frames to its own MAC and broadcast.
+            let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
+        }
+        Ok(())
+    }
+
     fn set_up_queues(&self, cfg: &PortConfig, pool: &Mempool) -> Result<(), DpdkError> {
         let (id, name) = (self.id.get(), &self.name);
         // SAFETY: port id valid.
@@ -487,76 +480,6 @@ fn driver_name(info: &dpdk_sys::rte_eth_dev_info) -> String {
     unsafe { std::ffi::CStr::from_ptr(info.driver_name) }
         .to_string_lossy()
         .into_owned()
-}
-
-/// One RX queue of one port. Not `Clone`, made once by [`Port::start`]:
-/// exactly one owner polls it. Holds the port open.
-#[derive(Debug)]
-pub struct RxQueue {
-    port: PortId,
-    queue: u16,
-    _port: Arc<PortInner>,
-}
-
-/// One TX queue of one port. Not `Clone`, made once by [`Port::start`]:
-/// exactly one owner sends on it. Holds the port open.
-#[derive(Debug)]
-pub struct TxQueue {
-    port: PortId,
-    queue: u16,
-    _port: Arc<PortInner>,
-}
-
-impl RxQueue {
-    pub fn port(&self) -> PortId {
-        self.port
-    }
-
-    /// Receives up to `max` packets (capped by the room left in `burst`).
-    #[inline]
-    pub fn rx_burst(&mut self, burst: &mut MbufBurst, max: usize) -> usize {
-        let (slots, room) = burst.spare_raw();
-        let room = room.min(max);
-        if room == 0 {
-            return 0;
-        }
-        // SAFETY: this RxQueue is the only user of (port, queue) (not Clone,
-        // made once by Port::start), and the port is open while it exists;
-        // `slots` has room for `room` pointers (the burst's empty tail,
-        // which it lends for this call only).
-        let n =
-            unsafe { dpdk_sys::rte_eth_rx_burst(self.port.get(), self.queue, slots, room as u16) };
-        let n = usize::from(n).min(room);
-        // SAFETY: the driver wrote `n` received mbufs, which it hands to us.
-        unsafe { burst.commit_raw(n) };
-        n
-    }
-}
-
-impl TxQueue {
-    pub fn port(&self) -> PortId {
-        self.port
-    }
-
-    /// Transmits the burst. Packets the driver did not take stay in `burst`
-    /// (the caller counts and frees them). Returns how many were sent.
-    #[inline]
-    pub fn tx_burst(&mut self, burst: &mut MbufBurst) -> usize {
-        let (slots, n) = burst.held_raw();
-        if n == 0 {
-            return 0;
-        }
-        // SAFETY: this TxQueue is the only user of (port, queue), which is
-        // open while it exists; slots[..n] are valid mbufs whose ownership
-        // passes to the driver for the ones it accepts (the first `sent`).
-        let sent = usize::from(unsafe {
-            dpdk_sys::rte_eth_tx_burst(self.port.get(), self.queue, slots, n as u16)
-        })
-        .min(n);
-        // SAFETY: the driver took exactly the first `sent`.
-        unsafe { burst.release_sent(sent) };
-        sent
-    }
 }
 
 #[cfg(test)]
