@@ -172,6 +172,17 @@ impl Drop for Eal {
 
 /// A worker lcore EAL started, idle. Not `Clone`: one owner launches on it;
 /// a launched job gives it back when waited for ([`Launched::wait`]).
+/// Not `Send`: launched from the main lcore only.
+///
+/// ```compile_fail
+/// fn a_second_owner<T: Clone>() {}
+/// a_second_owner::<dataplane::dpdk::Lcore>();
+/// ```
+///
+/// ```compile_fail
+/// fn another_thread<T: Send>() {}
+/// another_thread::<dataplane::dpdk::Lcore>();
+/// ```
 #[derive(Debug)]
 pub struct Lcore {
     id: LcoreId,

@@ -34,6 +34,11 @@ impl QueuePair {
 
 /// One RX queue of one port. Not `Clone`, made once by [`Port::start`](super::Port::start):
 /// exactly one owner polls it. Holds the port open.
+///
+/// ```compile_fail
+/// fn a_second_owner<T: Clone>() {}
+/// a_second_owner::<dataplane::dpdk::RxQueue>();
+/// ```
 #[derive(Debug)]
 pub struct RxQueue {
     port: PortId,
@@ -43,6 +48,11 @@ pub struct RxQueue {
 
 /// One TX queue of one port. Not `Clone`, made once by [`Port::start`](super::Port::start):
 /// exactly one owner sends on it. Holds the port open.
+///
+/// ```compile_fail
+/// fn a_second_owner<T: Clone>() {}
+/// a_second_owner::<dataplane::dpdk::TxQueue>();
+/// ```
 #[derive(Debug)]
 pub struct TxQueue {
     port: PortId,
