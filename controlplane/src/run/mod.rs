@@ -3,7 +3,7 @@
 //! an orderly stop — on every path out, the runtime's drop stops and joins
 //! the workers before the ports close.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,24 +108,33 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         },
     );
 
+    stop(runtime, control, opts.metrics_dump.as_deref())
+}
+
+/// The orderly stop: workers stopped and joined, the final metrics read
+/// while the ports are open, everything else taken down (the runtime's
+/// drop), then the metrics written to `dump` ("-": standard output).
+fn stop(
+    mut runtime: Runtime,
+    control: control_plane::ControlPlane,
+    dump: Option<&Path>,
+) -> Result<(), RunError> {
     runtime.stop_workers();
-    let final_metrics = opts
-        .metrics_dump
-        .as_ref()
-        .and_then(|_| runtime.final_metrics());
+    let final_metrics = dump.and_then(|_| runtime.final_metrics());
+    // The metrics sources hold the ports open: gone before the runtime.
     drop(control);
     drop(runtime);
-    if let (Some(path), Some(text)) = (&opts.metrics_dump, final_metrics) {
-        if path.as_os_str() == "-" {
-            print!("{text}");
-        } else {
-            std::fs::write(path, text).map_err(|source| RunError::MetricsDump {
-                path: path.clone(),
-                source,
-            })?;
-        }
+    let (Some(path), Some(text)) = (dump, final_metrics) else {
+        return Ok(());
+    };
+    if path.as_os_str() == "-" {
+        print!("{text}");
+        return Ok(());
     }
-    Ok(())
+    std::fs::write(path, text).map_err(|source| RunError::MetricsDump {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The line that says the appliance runs: workers, lcores, each port's
