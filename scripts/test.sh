@@ -14,7 +14,13 @@ cargo fmt --all -- --check
 
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The shipped configuration: without the tests, cargo leaves the
+# controlplane's `test-hooks` feature off.
+cargo clippy -p controlplane -p dataplane --locked -- -D warnings
 
+# With the tests among the targets, controlplane's `test-hooks` feature is
+# on (the tests' dev-dependency on the package itself): this
+# target/debug/sluice has the golden tests' hooks.
 echo "== cargo build (the sluice binary the golden tests run)"
 cargo build --workspace --all-targets --locked
 
@@ -28,7 +34,12 @@ scripts/fuzz-smoke.sh
 echo "== sluice check-config conf/*.toml"
 target/debug/sluice check-config conf/*.toml
 
-# The Debian package from the debug binary above (same packaging as the
+# From here on target/debug/sluice is the product binary, built without
+# the test hooks: the package, the e2e suite and the appliance run it.
+echo "== cargo build (the shipped sluice binary: no test hooks)"
+cargo build --locked -p controlplane --bin sluice
+
+# The Debian package from that debug binary (same packaging as the
 # release one scripts/package/build-deb.sh ships): files, conffile,
 # Depends against the binary's NEEDED, check-config, systemd-analyze verify.
 echo "== Debian package"

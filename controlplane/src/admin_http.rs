@@ -524,7 +524,7 @@ mod tests {
             snapshot: Arc::new(SnapshotCell::new(Default::default())),
             port_names: vec![],
             control: None,
-            dpdk_port_ids: vec![],
+            ports: vec![],
             kernel_drops: vec![],
         }));
         let ok = get(addr, "/metrics");

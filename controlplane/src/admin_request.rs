@@ -168,10 +168,10 @@ fn readiness(src: Option<&MetricsSources>) -> Response {
         return Response::text(503, "not ready: starting or stopping\n");
     };
     let links: Vec<(String, bool)> = src
-        .dpdk_port_ids
+        .ports
         .iter()
         .zip(&src.port_names)
-        .map(|(&id, name)| (name.clone(), dataplane::dpdk::Port::link_of(id).up))
+        .map(|(port, name)| (name.clone(), port.link().up))
         .collect();
     readiness_of(src.snapshot.load().generation, &links)
 }

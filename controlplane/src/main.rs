@@ -8,7 +8,15 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 mod run;
+#[cfg(feature = "test-hooks")]
 mod test_hook;
+/// Without the `test-hooks` feature `sluice run` has no test hooks and
+/// takes none of their arguments.
+#[cfg(not(feature = "test-hooks"))]
+mod test_hook {
+    #[derive(clap::Args, Clone, Debug, Default)]
+    pub struct HookArgs {}
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -45,23 +53,8 @@ enum Command {
         /// Unix socket for `sluice reload` and `sluice status` (mode 0600).
         #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
         control_socket: PathBuf,
-        /// TEST HOOK, not a product feature: after the worker has received
-        /// N packets it pauses, the backend ADDR is republished unhealthy,
-        /// and the worker resumes (golden conntrack tests, CT-8). Only for
-        /// one worker and configurations without health checks.
-        #[arg(long, value_name = "N:ADDR", hide = true)]
-        test_mark_unhealthy_after_packets: Option<test_hook::MarkUnhealthy>,
-        /// TEST HOOK, not a product feature: after the worker has received
-        /// N packets it pauses, PATH is copied over the --config file and
-        /// reloaded as on SIGHUP, and the worker resumes (golden reload
-        /// tests, CT-7, CT-10). Overwrites the --config file; one worker.
-        #[arg(
-            long,
-            value_name = "N:PATH",
-            hide = true,
-            conflicts_with = "test_mark_unhealthy_after_packets"
-        )]
-        test_reload_after_packets: Option<test_hook::ReloadAfter>,
+        #[command(flatten)]
+        hooks: test_hook::HookArgs,
         /// Serve no control socket (reload with SIGHUP only).
         #[arg(long)]
         no_control_socket: bool,
@@ -114,8 +107,7 @@ fn main() -> ExitCode {
             control_socket,
             no_control_socket,
             file_prefix,
-            test_mark_unhealthy_after_packets,
-            test_reload_after_packets,
+            hooks,
         } => {
             let cfg = match controlplane::config::load_file(&config) {
                 Ok(cfg) => cfg,
@@ -136,14 +128,16 @@ fn main() -> ExitCode {
                 config_path: Some(config),
                 control_socket: (!no_control_socket).then_some(control_socket),
                 file_prefix,
-                test_mark_unhealthy: test_mark_unhealthy_after_packets,
-                test_reload: test_reload_after_packets,
+                #[cfg(feature = "test-hooks")]
+                hooks,
             };
+            #[cfg(not(feature = "test-hooks"))]
+            let test_hook::HookArgs {} = hooks;
             match run::run(cfg, opts) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     controlplane::error!("sluice: {e}");
-                    ExitCode::FAILURE
+                    ExitCode::from(e.exit_status())
                 }
             }
         }

@@ -27,8 +27,9 @@ pub struct MetricsSources {
     /// The control thread's view (health, policy, reloads); None in tests
     /// that only look at worker counters.
     pub control: Option<Arc<crate::control::Shared>>,
-    /// DPDK port ids for hardware counters (empty: none exported).
-    pub dpdk_port_ids: Vec<u16>,
+    /// Per port index: the DPDK port, for its link and hardware counters
+    /// (empty: none exported). Holds the ports open.
+    pub ports: Vec<dataplane::dpdk::PortMonitor>,
     /// Per port index: the kernel's socket drops of a `net_af_packet`
     /// port (None: another driver).
     pub kernel_drops: Vec<Option<dataplane::dpdk::af_packet::KernelDrops>>,
@@ -149,7 +150,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         out.extend(crate::metrics_control::families(&c.view(), snap.generation));
     }
     out.extend(crate::metrics_control::port_hw_families(
-        &src.dpdk_port_ids,
+        &src.ports,
         &src.port_names,
     ));
 
@@ -382,7 +383,7 @@ mod tests {
             snapshot: Arc::new(SnapshotCell::new(state)),
             port_names: vec!["uplink".into(), "downlink".into()],
             control: None,
-            dpdk_port_ids: vec![],
+            ports: vec![],
             kernel_drops: vec![],
         }
     }

@@ -194,15 +194,21 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
 }
 
 /// DPDK port hardware counters (thread-safe reads).
-pub fn port_hw_families(ids: &[u16], names: &[String]) -> Vec<MetricFamily> {
+pub fn port_hw_families(
+    ports: &[dataplane::dpdk::PortMonitor],
+    names: &[String],
+) -> Vec<MetricFamily> {
     let c = counter(
         "sluice_port_hw_total",
         "DPDK port hardware counters (rte_eth_stats).",
         &["port", "counter"],
     );
-    for (i, &id) in ids.iter().enumerate() {
-        let s = dataplane::dpdk::Port::hw_stats_of(id);
-        let port = names.get(i).cloned().unwrap_or_else(|| id.to_string());
+    for (i, monitor) in ports.iter().enumerate() {
+        let s = monitor.hw_stats();
+        let port = names
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| monitor.id().to_string());
         for (name, v) in [
             ("ipackets", s.ipackets),
             ("opackets", s.opackets),
@@ -216,7 +222,7 @@ pub fn port_hw_families(ids: &[u16], names: &[String]) -> Vec<MetricFamily> {
             c.with_label_values(&[port.as_str(), name]).inc_by(v);
         }
     }
-    if ids.is_empty() {
+    if ports.is_empty() {
         return Vec::new(); // an empty family fails the whole scrape
     }
     c.collect()

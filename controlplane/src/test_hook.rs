@@ -1,9 +1,12 @@
-//! TEST HOOKS — not product features. A pcap is replayed in microseconds,
-//! so nothing can be timed between two of its packets from outside; these
+//! TEST HOOKS — not product features, compiled only with the `test-hooks`
+//! feature (which the controlplane's tests turn on through a
+//! dev-dependency on the package itself; `cargo build` and the Debian
+//! package leave it out). A pcap is replayed in microseconds, so nothing
+//! can be timed between two of its packets from outside; the first two
 //! hooks let a golden test put a control-plane event at an exact point of
-//! the replay. Both use `Worker::test_pause_after_rx` (the worker stops
-//! polling RX after N packets until a new snapshot version is published)
-//! and are meant for one worker with `burst_size = 1`.
+//! the replay. Both use the worker's `TestPause` (the worker stops polling
+//! RX after N packets until a new snapshot version is published) and are
+//! meant for one worker with `burst_size = 1`.
 //!
 //! `sluice run --test-mark-unhealthy-after-packets N:ADDR` (golden
 //! conntrack tests, CT-8):
@@ -33,21 +36,161 @@
 //!    resume.
 //!
 //! The file given to `--config` is overwritten: use a scratch copy.
+//!
+//! `sluice run --test-fail-launch-of-worker W` (`tests/launch_failure.rs`):
+//! once the workers before W are running and the ports have received
+//! traffic, the launch of worker W fails as if `rte_eal_remote_launch` had
+//! refused it. The run must stop and join the running workers before it
+//! closes the ports, and exit with the error.
 
-use std::net::IpAddr;
+use std::net::{AddrParseError, IpAddr};
+use std::num::ParseIntError;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use controlplane::config::Config;
 use controlplane::control::Shared;
 use controlplane::maglev::{build_table, MaglevBackend};
 use crossbeam_utils::CachePadded;
+use dataplane::dpdk::{DpdkError, LcoreId, Port};
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
+
+use crate::run::control_plane::ControlPlane;
+use crate::run::runtime::Runtime;
+use crate::run::{RunError, RunOptions};
+
+/// The hooks' `sluice run` arguments (hidden from `--help`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct HookArgs {
+    /// TEST HOOK, not a product feature: after the worker has received
+    /// N packets it pauses, the backend ADDR is republished unhealthy,
+    /// and the worker resumes (golden conntrack tests, CT-8). Only for
+    /// one worker and configurations without health checks.
+    #[arg(
+        long = "test-mark-unhealthy-after-packets",
+        value_name = "N:ADDR",
+        hide = true
+    )]
+    pub mark_unhealthy: Option<MarkUnhealthy>,
+    /// TEST HOOK, not a product feature: after the worker has received
+    /// N packets it pauses, PATH is copied over the --config file and
+    /// reloaded as on SIGHUP, and the worker resumes (golden reload
+    /// tests, CT-7, CT-10). Overwrites the --config file; one worker.
+    #[arg(
+        long = "test-reload-after-packets",
+        value_name = "N:PATH",
+        hide = true,
+        conflicts_with = "mark_unhealthy"
+    )]
+    pub reload: Option<ReloadAfter>,
+    /// TEST HOOK, not a product feature: the launch of worker W fails once
+    /// the workers before it run and the ports have received traffic.
+    #[arg(long = "test-fail-launch-of-worker", value_name = "W", hide = true)]
+    pub fail_launch_of_worker: Option<usize>,
+}
+
+/// A hook argument that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum HookArgError {
+    #[error("expected {0}")]
+    Shape(&'static str),
+    #[error("N: {0}")]
+    Count(#[from] ParseIntError),
+    #[error("ADDR: {0}")]
+    Address(#[from] AddrParseError),
+    #[error("PATH: empty")]
+    EmptyPath,
+}
+
+impl HookArgs {
+    /// The worker pauses RX after this many packets (either pausing hook).
+    pub fn pause_after_rx(&self) -> Option<u64> {
+        (self.mark_unhealthy.as_ref().map(|h| h.after_packets))
+            .or(self.reload.as_ref().map(|h| h.after_packets))
+    }
+
+    /// Starts the threads of the pausing hooks; the runtime joins them
+    /// when it stops.
+    pub fn spawn(
+        &self,
+        runtime: &mut Runtime,
+        cfg: &Config,
+        opts: &RunOptions,
+        ctl: &ControlPlane,
+    ) {
+        let stop = runtime.stop_flag();
+        let hooks = runtime.hooks();
+        if let Some(h) = self.mark_unhealthy.clone() {
+            let stats = ctl.stats.clone();
+            let thread = spawn(h, cfg, Arc::clone(&ctl.snapshots), stats, Arc::clone(&stop));
+            hooks.threads.push(thread);
+        }
+        if let Some(h) = self.reload.clone() {
+            let thread = spawn_reload(
+                h,
+                opts.config_path.clone(),
+                Arc::clone(&ctl.snapshots),
+                ctl.stats.clone(),
+                Arc::clone(&ctl.controller.shared),
+                stop,
+            );
+            hooks.threads.push(thread);
+        }
+    }
+}
+
+/// The hooks the runtime runs: the pausing hooks' threads, and the
+/// launch failure.
+#[derive(Debug, Default)]
+pub struct RuntimeHooks {
+    threads: Vec<JoinHandle<()>>,
+    fail_launch_of: Option<usize>,
+}
+
+impl RuntimeHooks {
+    pub fn fail_launch_of(&mut self, worker: Option<usize>) {
+        self.fail_launch_of = worker;
+    }
+
+    /// Before worker `worker` is launched on `lcore`: the failure, if it
+    /// is this worker's, once the ports have received traffic (so workers
+    /// already launched are in the middle of it; at most 5 s).
+    pub fn before_launch(
+        &self,
+        worker: usize,
+        lcore: LcoreId,
+        ports: &[Port],
+    ) -> Result<(), RunError> {
+        if self.fail_launch_of != Some(worker) {
+            return Ok(());
+        }
+        let monitors: Vec<_> = ports.iter().map(Port::monitor).collect();
+        let t0 = Instant::now();
+        while monitors.iter().all(|m| m.hw_stats().ipackets == 0)
+            && t0.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        eprintln!("sluice: TEST HOOK: failing the launch of worker {worker}");
+        Err(RunError::Launch {
+            worker,
+            lcore,
+            source: DpdkError::injected(format!("rte_eal_remote_launch(lcore {lcore})")),
+        })
+    }
+
+    /// Waits for the hooks' threads (after the stop flag is set).
+    pub fn join(&mut self) {
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct MarkUnhealthy {
@@ -56,17 +199,17 @@ pub struct MarkUnhealthy {
 }
 
 impl FromStr for MarkUnhealthy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (n, a) = s.split_once(':').ok_or("expected N:ADDR")?;
+    type Err = HookArgError;
+    fn from_str(s: &str) -> Result<Self, HookArgError> {
+        let (n, a) = s.split_once(':').ok_or(HookArgError::Shape("N:ADDR"))?;
         Ok(Self {
-            after_packets: n.parse().map_err(|e| format!("N: {e}"))?,
-            address: a.parse().map_err(|e| format!("ADDR: {e}"))?,
+            after_packets: n.parse()?,
+            address: a.parse()?,
         })
     }
 }
 
-pub fn spawn(
+fn spawn(
     hook: MarkUnhealthy,
     cfg: &Config,
     snapshots: Arc<SnapshotCell>,
@@ -174,14 +317,14 @@ pub struct ReloadAfter {
 }
 
 impl FromStr for ReloadAfter {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (n, p) = s.split_once(':').ok_or("expected N:PATH")?;
+    type Err = HookArgError;
+    fn from_str(s: &str) -> Result<Self, HookArgError> {
+        let (n, p) = s.split_once(':').ok_or(HookArgError::Shape("N:PATH"))?;
         if p.is_empty() {
-            return Err("PATH: empty".into());
+            return Err(HookArgError::EmptyPath);
         }
         Ok(Self {
-            after_packets: n.parse().map_err(|e| format!("N: {e}"))?,
+            after_packets: n.parse()?,
             path: p.into(),
         })
     }
@@ -190,7 +333,7 @@ impl FromStr for ReloadAfter {
 /// The reload hook (see the module documentation). `config_path` is the
 /// file the controller reloads from; `shared` tells when the control
 /// thread has handled the reload and how it ended.
-pub fn spawn_reload(
+fn spawn_reload(
     hook: ReloadAfter,
     config_path: Option<PathBuf>,
     snapshots: Arc<SnapshotCell>,

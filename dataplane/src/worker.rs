@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crossbeam_utils::CachePadded;
 
 use crate::dpdk::MAX_BURST;
-use crate::dpdk::{MbufBurst, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
+use crate::dpdk::{MbufBurst, PortId, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
 use sluice_core::drop_reason::DropReason;
 use sluice_core::pipeline::{PipelineCtx, Verdict};
 use sluice_core::snapshot::{ForwardingState, Millis, SnapshotCell};
@@ -20,6 +20,10 @@ use sluice_core::vlan;
 
 mod fragments;
 pub mod handover;
+#[cfg(feature = "test-hooks")]
+mod test_pause;
+#[cfg(feature = "test-hooks")]
+pub use test_pause::TestPause;
 
 use sluice_core::burst::{BurstStages, Outcome, SteerFor};
 
@@ -27,7 +31,7 @@ use sluice_core::burst::{BurstStages, Outcome, SteerFor};
 pub struct Worker {
     pub index: usize,
     /// DPDK port id of each config port (steered packets carry the id).
-    pub port_ids: Vec<u16>,
+    pub port_ids: Vec<PortId>,
     /// Software steering between workers (None: one worker, or every port
     /// keeps a tracking key on one queue by itself).
     pub steering: Option<Steering>,
@@ -46,11 +50,9 @@ pub struct Worker {
     pub burst_size: usize,
     /// Entries in this worker's conntrack shard (reserved at start).
     pub conntrack_capacity: usize,
-    /// TEST HOOK (`sluice run --test-mark-unhealthy-after-packets`): after
-    /// receiving this many packets, stop polling RX until the next snapshot
-    /// is published, so a test knows exactly which packets saw which
-    /// snapshot. None in production.
-    pub test_pause_after_rx: Option<u64>,
+    /// TEST HOOK, only with the `test-hooks` feature: see [`TestPause`].
+    #[cfg(feature = "test-hooks")]
+    pub test_pause: TestPause,
 }
 
 /// This worker's rings to and from every other worker (see
@@ -97,10 +99,9 @@ impl Worker {
             clock,
             burst_size,
             conntrack_capacity,
-            mut test_pause_after_rx,
+            #[cfg(feature = "test-hooks")]
+            mut test_pause,
         } = self;
-        let mut rx_seen = 0u64;
-        let mut paused_at_version = None;
         // Allocated once, before the loop.
         let mut rx_burst = MbufBurst::default();
         let mut version = snapshots.version();
@@ -138,15 +139,9 @@ impl Worker {
                 lanes.stats.snapshot_generation.set(lanes.state.generation);
             }
             lanes.ctx.now = Millis(clock.now_ms());
-            if test_pause_after_rx.is_some_and(|n| rx_seen >= n) {
-                test_pause_after_rx = None;
-                paused_at_version = Some(version);
-            }
-            if paused_at_version.is_some() {
-                if paused_at_version == Some(version) {
-                    continue;
-                }
-                paused_at_version = None;
+            #[cfg(feature = "test-hooks")]
+            if test_pause.holds(version) {
+                continue;
             }
 
             for (port_idx, rxq) in rx.iter_mut().enumerate() {
@@ -170,7 +165,8 @@ impl Worker {
                 };
                 pc.rx_packets.add(n as u64);
                 pc.rx_bytes.add(rx_burst.total_len());
-                rx_seen += n as u64;
+                #[cfg(feature = "test-hooks")]
+                test_pause.received(n);
                 lanes.handle_burst(&mut rx_burst, Some(port_idx), steer);
             }
             // Tracked packets other workers received for this one's shard.
@@ -213,7 +209,7 @@ struct Lanes {
     tx_bursts: Vec<MbufBurst>,
     exception: Vec<Option<ExceptionQueues>>,
     punt_bursts: Vec<MbufBurst>,
-    port_ids: Vec<u16>,
+    port_ids: Vec<PortId>,
     steering: Option<Steering>,
     steer_bursts: Vec<MbufBurst>,
     ctx: PipelineCtx,

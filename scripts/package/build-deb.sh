@@ -10,7 +10,9 @@
 # Usage: scripts/package/build-deb.sh [--profile release|dev] [--no-build] [--out DIR]
 #   --profile dev packages the debug build (tests: no LTO build needed);
 #   the shipped package is the release build (the default).
-#   --no-build packages the binary already in target/<profile>/.
+#   --no-build packages the binary already in target/<profile>/, which
+#   must be a product build (`cargo build -p controlplane --bin sluice`):
+#   one with the golden tests' hooks is refused.
 # Needs what scripts/setup.sh installs (dpkg-dev, DPDK, Rust).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,6 +49,15 @@ if ((build)); then
   cargo build --locked --profile "$profile" -p controlplane --bin sluice
 fi
 [ -x "$bindir/sluice" ] || { echo "build-deb.sh: no $bindir/sluice (build it, or drop --no-build)" >&2; exit 1; }
+# The golden tests' hooks (controlplane's `test-hooks` feature) are never
+# shipped. Cargo turns the feature on in any build that includes the
+# controlplane's tests (`cargo test`, `--all-targets`), so a binary left
+# in target/ by one of those has them; the build above never does.
+if grep -qaF 'test-fail-launch-of-worker' "$bindir/sluice"; then
+  echo "build-deb.sh: $bindir/sluice was built with the test hooks (cargo test or --all-targets);" \
+    "rebuild it with: cargo build --locked --profile $profile -p controlplane --bin sluice" >&2
+  exit 1
+fi
 # Reproducible: file dates and the changelog from the last commit (set
 # after the build: build scripts watching it would rebuild everything).
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}

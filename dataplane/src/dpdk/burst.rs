@@ -84,16 +84,24 @@ impl MbufBurst {
     /// when the pool is short, the burst not empty or `n` above
     /// [`MAX_BURST`]. For the fragments of an oversize packet (AP-3).
     pub fn alloc_from_pool_of(&mut self, like: &Mbuf, n: usize) -> bool {
+        // SAFETY: `like.pool()` is the live mempool `like` came from: a
+        // pool is freed only with no mbuf out (`Mempool`'s drop checks).
+        unsafe { self.alloc_from(like.pool(), n) }
+    }
+
+    /// [`MbufBurst::alloc_from_pool_of`] for a pool pointer.
+    ///
+    /// # Safety
+    /// `pool` must be a live mempool of mbufs.
+    pub(crate) unsafe fn alloc_from(&mut self, pool: *mut dpdk_sys::rte_mempool, n: usize) -> bool {
         if !self.is_empty() || n > MAX_BURST {
             return false;
         }
         let (slots, _) = self.spare_raw();
-        // SAFETY: `like.pool()` is the live mempool `like` came from (the
-        // runtime frees the pool only after ports and workers, which own
-        // every mbuf, are gone); rte_pktmbuf_alloc_bulk is safe from any
-        // lcore, and `slots` (the whole empty burst) has room for
-        // n ≤ MAX_BURST pointers.
-        let rc = unsafe { dpdk_sys::rte_pktmbuf_alloc_bulk(like.pool(), slots, n as u32) };
+        // SAFETY: `pool` is live (the caller's contract);
+        // rte_pktmbuf_alloc_bulk is safe from any lcore, and `slots` (the
+        // whole empty burst) has room for n ≤ MAX_BURST pointers.
+        let rc = unsafe { dpdk_sys::rte_pktmbuf_alloc_bulk(pool, slots, n as u32) };
         if rc != 0 {
             return false;
         }
@@ -103,12 +111,25 @@ impl MbufBurst {
         true
     }
 
-    /// Takes every mbuf out, in order, leaving the burst empty.
+    /// Takes the mbufs out, in order. Whatever the iterator has not
+    /// yielded when it is dropped (a `break`, an early return) stays in
+    /// the burst, moved to the front, so the slots past
+    /// [`MbufBurst::len`] are empty again for the driver calls that fill
+    /// them.
     #[inline]
-    pub fn drain(&mut self) -> impl Iterator<Item = Mbuf> + '_ {
-        let n = std::mem::take(&mut self.len);
+    pub fn drain(&mut self) -> Drain<'_> {
+        // Empty until the iterator is dropped, which puts back what it did
+        // not yield. Were it forgotten instead (`mem::forget`), the burst
+        // stays empty and the rest is freed with it or, if a driver call
+        // overwrites those slots first, leaks: never a length over emptied
+        // slots, which would hand null pointers to a TX call.
+        let end = std::mem::take(&mut self.len);
         self.bytes = 0;
-        self.slots[..n].iter_mut().filter_map(Option::take)
+        Drain {
+            burst: self,
+            next: 0,
+            end,
+        }
     }
 
     /// Frees every mbuf still held, in one `rte_pktmbuf_free_bulk` call
@@ -189,5 +210,52 @@ impl MbufBurst {
     #[inline]
     pub fn total_len(&self) -> u64 {
         self.bytes
+    }
+}
+
+/// The iterator of [`MbufBurst::drain`].
+#[derive(Debug)]
+pub struct Drain<'a> {
+    burst: &'a mut MbufBurst,
+    /// The next slot to yield.
+    next: usize,
+    /// The burst's length when draining began.
+    end: usize,
+}
+
+impl Iterator for Drain<'_> {
+    type Item = Mbuf;
+
+    #[inline]
+    fn next(&mut self) -> Option<Mbuf> {
+        while self.next < self.end {
+            let slot = self.burst.slots.get_mut(self.next);
+            self.next += 1;
+            if let Some(m) = slot.and_then(Option::take) {
+                return Some(m);
+            }
+        }
+        None
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.end - self.next;
+        (left, Some(left))
+    }
+}
+
+impl Drop for Drain<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.next >= self.end {
+            return;
+        }
+        let burst = &mut *self.burst;
+        // Left early: the slots before `next` are empty, the rest still
+        // hold their mbufs; move those to the front, in order.
+        burst.slots[..self.end].rotate_left(self.next);
+        burst.len = self.end - self.next;
+        burst.bytes = burst.iter().map(|m| u64::from(m.pkt_len())).sum();
     }
 }

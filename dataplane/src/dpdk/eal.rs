@@ -1,24 +1,54 @@
-//! EAL initialisation, lcore launch, and the TSC clock.
+//! EAL initialisation and cleanup, the worker lcores, and the TSC clock.
 
 use std::ffi::{c_int, c_uint, c_void, CString};
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use super::DpdkError;
+use super::{DpdkError, LcoreId};
 
 static EAL_INITIALISED: AtomicBool = AtomicBool::new(false);
 
+/// Proof that EAL is initialised and not cleaned up. Every object that
+/// calls into DPDK after its creation holds one (mempools, ports and
+/// through them queues, rings, lcores, launched jobs); [`Eal`] runs
+/// `rte_eal_cleanup` only once it holds the last.
+#[derive(Clone, Debug)]
+pub(crate) struct EalGuard(Arc<EalAlive>);
+
+#[derive(Debug)]
+struct EalAlive;
+
+/// Marks a type as usable only on the thread that initialised EAL (the
+/// main lcore): `rte_eal_remote_launch`, `rte_eal_wait_lcore` and
+/// `rte_eal_cleanup` must be called there.
+type MainLcoreOnly = PhantomData<*const ()>;
+
 /// The initialised Environment Abstraction Layer. At most one per process
-/// (DPDK cannot be initialised twice); dropping it runs `rte_eal_cleanup`,
-/// so it must outlive every port, mempool and mbuf.
+/// (DPDK cannot be initialised twice). Dropping it (or [`Eal::close`]) runs
+/// `rte_eal_cleanup` only when no pool, port, queue, ring or lcore is left:
+/// while one is, cleanup is skipped, never run under it.
 #[derive(Debug)]
 pub struct Eal {
-    _not_send: std::marker::PhantomData<*const ()>,
+    guard: EalGuard,
+    lcores_taken: bool,
+    cleaned_up: bool,
+    _main_lcore: MainLcoreOnly,
+}
+
+/// [`Eal::close`] refused: DPDK objects still hold EAL. Gives the `Eal`
+/// back, to close once they are gone.
+#[derive(Debug, thiserror::Error)]
+#[error("EAL is still used by {users} DPDK object(s) (pools, ports, queues, rings, lcores)")]
+pub struct EalInUse {
+    pub eal: Eal,
+    pub users: usize,
 }
 
 type LcoreJob = Box<dyn FnOnce() -> i32 + Send + 'static>;
 
 unsafe extern "C" fn lcore_trampoline(arg: *mut c_void) -> c_int {
-    // SAFETY: `arg` is the `Box<LcoreJob>` leaked by `Eal::launch` for
+    // SAFETY: `arg` is the `Box<LcoreJob>` leaked by `Lcore::launch` for
     // exactly this call; EAL calls the function once, so we take it back once.
     let job: Box<LcoreJob> = unsafe { Box::from_raw(arg.cast::<LcoreJob>()) };
     job()
@@ -55,12 +85,24 @@ impl Eal {
             return Err(DpdkError::from_rte_errno("rte_eal_init"));
         }
         Ok(Eal {
-            _not_send: std::marker::PhantomData,
+            guard: EalGuard(Arc::new(EalAlive)),
+            lcores_taken: false,
+            cleaned_up: false,
+            _main_lcore: PhantomData,
         })
     }
 
-    /// Lcore ids of the worker lcores EAL started (main lcore excluded).
-    pub fn worker_lcores(&self) -> Vec<u32> {
+    pub(crate) fn guard(&self) -> EalGuard {
+        self.guard.clone()
+    }
+
+    /// The worker lcores EAL started (main lcore excluded), each idle and
+    /// ready for one job. Handed out once: a second call returns none, so
+    /// no two owners can launch on one lcore.
+    pub fn take_worker_lcores(&mut self) -> Vec<Lcore> {
+        if std::mem::replace(&mut self.lcores_taken, true) {
+            return Vec::new();
+        }
         let mut out = Vec::new();
         let mut id: c_uint = u32::MAX;
         loop {
@@ -70,53 +112,163 @@ impl Eal {
             if id >= dpdk_sys::RTE_MAX_LCORE {
                 return out;
             }
-            out.push(id);
+            out.push(Lcore {
+                id: LcoreId::new(id),
+                _eal: self.guard(),
+                _main_lcore: PhantomData,
+            });
         }
-    }
-
-    /// Runs `job` on worker lcore `lcore`. The lcore must be idle.
-    pub fn launch(
-        &self,
-        lcore: u32,
-        job: impl FnOnce() -> i32 + Send + 'static,
-    ) -> Result<(), DpdkError> {
-        let boxed: Box<LcoreJob> = Box::new(Box::new(job));
-        let arg = Box::into_raw(boxed).cast::<c_void>();
-        // SAFETY: the trampoline takes ownership of `arg` exactly once when
-        // the lcore runs it; if the launch fails it never runs and we
-        // reclaim `arg` below.
-        let rc = unsafe { dpdk_sys::rte_eal_remote_launch(Some(lcore_trampoline), arg, lcore) };
-        if rc != 0 {
-            // SAFETY: the launch failed, so EAL did not take `arg`.
-            drop(unsafe { Box::from_raw(arg.cast::<LcoreJob>()) });
-            return Err(DpdkError::from_rc(
-                format!("rte_eal_remote_launch(lcore {lcore})"),
-                rc,
-            ));
-        }
-        Ok(())
-    }
-
-    /// Waits for the job on `lcore` to finish and returns its result.
-    pub fn wait(&self, lcore: u32) -> i32 {
-        // SAFETY: EAL is initialised; waiting on an idle lcore returns at once.
-        unsafe { dpdk_sys::rte_eal_wait_lcore(lcore) }
     }
 
     pub fn tsc_clock(&self) -> TscClock {
         TscClock::new()
     }
-}
 
-impl Drop for Eal {
-    fn drop(&mut self) {
-        // SAFETY: called once, after everything that used EAL (ports,
-        // mempools, mbufs) has been dropped — callers own those by value and
-        // drop them before the Eal (documented on the type).
+    /// How many DPDK objects still hold EAL.
+    fn users(&self) -> usize {
+        // Only holders clone the guard, so a count of 1 (ours) cannot grow
+        // behind our back: nobody else holds one to clone.
+        Arc::strong_count(&self.guard.0) - 1
+    }
+
+    /// Runs `rte_eal_cleanup`, or gives the `Eal` back when DPDK objects
+    /// still use it.
+    pub fn close(mut self) -> Result<(), EalInUse> {
+        match self.users() {
+            0 => {
+                self.cleanup();
+                Ok(())
+            }
+            users => Err(EalInUse { eal: self, users }),
+        }
+    }
+
+    fn cleanup(&mut self) {
+        if std::mem::replace(&mut self.cleaned_up, true) {
+            return;
+        }
+        // SAFETY: called once (flag above), on the main lcore (`Eal` is not
+        // Send), and only when no guard but ours is left: no pool, port,
+        // queue, ring, lcore or running job uses EAL any more.
         unsafe {
             dpdk_sys::rte_eal_cleanup();
         }
     }
+}
+
+impl Drop for Eal {
+    fn drop(&mut self) {
+        if self.cleaned_up {
+            return;
+        }
+        match self.users() {
+            0 => self.cleanup(),
+            // The process is ending with DPDK objects alive (a leak in the
+            // caller): leaving EAL up is safe, cleaning up under them is not.
+            users => eprintln!("sluice: EAL not cleaned up: still used by {users} DPDK object(s)"),
+        }
+    }
+}
+
+/// A worker lcore EAL started, idle. Not `Clone`: one owner launches on it;
+/// a launched job gives it back when waited for ([`Launched::wait`]).
+/// Not `Send`: launched from the main lcore only.
+///
+/// ```compile_fail
+/// fn a_second_owner<T: Clone>() {}
+/// a_second_owner::<dataplane::dpdk::Lcore>();
+/// ```
+///
+/// ```compile_fail
+/// fn another_thread<T: Send>() {}
+/// another_thread::<dataplane::dpdk::Lcore>();
+/// ```
+#[derive(Debug)]
+pub struct Lcore {
+    id: LcoreId,
+    _eal: EalGuard,
+    _main_lcore: MainLcoreOnly,
+}
+
+/// [`Lcore::launch`] failed: the lcore, still idle, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct LaunchError {
+    pub lcore: Lcore,
+    pub error: DpdkError,
+}
+
+impl Lcore {
+    pub fn id(&self) -> LcoreId {
+        self.id
+    }
+
+    /// Runs `job` on this lcore; its return value is the lcore's exit code.
+    pub fn launch(
+        self,
+        job: impl FnOnce() -> i32 + Send + 'static,
+    ) -> Result<Launched, LaunchError> {
+        let boxed: Box<LcoreJob> = Box::new(Box::new(job));
+        let arg = Box::into_raw(boxed).cast::<c_void>();
+        // SAFETY: we are on the main lcore (`Lcore` is not Send) and own
+        // the idle lcore; the trampoline takes ownership of `arg` exactly
+        // once when the lcore runs it; if the launch fails it never runs
+        // and we reclaim `arg` below.
+        let rc =
+            unsafe { dpdk_sys::rte_eal_remote_launch(Some(lcore_trampoline), arg, self.id.get()) };
+        if rc != 0 {
+            // SAFETY: the launch failed, so EAL did not take `arg`.
+            drop(unsafe { Box::from_raw(arg.cast::<LcoreJob>()) });
+            let error = DpdkError::from_rc(format!("rte_eal_remote_launch(lcore {})", self.id), rc);
+            return Err(LaunchError { lcore: self, error });
+        }
+        Ok(Launched { lcore: Some(self) })
+    }
+}
+
+/// A job running on a worker lcore. Dropping it waits for the job to end,
+/// so nothing the job uses can be torn down under it.
+#[derive(Debug)]
+pub struct Launched {
+    /// Some until waited for (by [`Launched::wait`] or on drop).
+    lcore: Option<Lcore>,
+}
+
+impl Launched {
+    pub fn id(&self) -> LcoreId {
+        self.lcore().id
+    }
+
+    fn lcore(&self) -> &Lcore {
+        self.lcore
+            .as_ref()
+            .expect("a Launched holds its lcore until it is waited for")
+    }
+
+    /// Waits for the job to end; returns the idle lcore and the job's
+    /// exit code.
+    pub fn wait(mut self) -> (Lcore, i32) {
+        let rc = wait_lcore(self.lcore());
+        let lcore = self
+            .lcore
+            .take()
+            .expect("a Launched holds its lcore until it is waited for");
+        (lcore, rc)
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        if let Some(lcore) = &self.lcore {
+            wait_lcore(lcore);
+        }
+    }
+}
+
+fn wait_lcore(lcore: &Lcore) -> i32 {
+    // SAFETY: on the main lcore (`Lcore` is not Send), EAL initialised
+    // (the lcore holds a guard); returns when the job has finished.
+    unsafe { dpdk_sys::rte_eal_wait_lcore(lcore.id.get()) }
 }
 
 /// The time-stamp counter turned into coarse milliseconds: one `rdtsc` per

@@ -51,3 +51,12 @@ impl DpdkError {
         }
     }
 }
+
+#[cfg(feature = "test-hooks")]
+impl DpdkError {
+    /// A failure of `call` made up by a test hook, to drive an error path
+    /// through the real binary.
+    pub fn injected(call: impl Into<String>) -> Self {
+        Self::msg(call, "failure injected by a test hook")
+    }
+}

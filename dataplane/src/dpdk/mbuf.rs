@@ -3,6 +3,8 @@ use std::ptr::NonNull;
 use sluice_core::burst::BurstPacket;
 use sluice_core::packet::PacketBuf;
 
+use super::PortId;
+
 /// An owned, single-segment packet buffer. Freed on drop; ownership passes
 /// to and from drivers through a burst's slots (`MbufBurst::held_raw`,
 /// `MbufBurst::spare_raw`).
@@ -33,10 +35,10 @@ impl Mbuf {
         self.raw().pkt_len
     }
 
-    /// The DPDK port id the packet was received on.
+    /// The DPDK port the packet was received on.
     #[inline]
-    pub fn port(&self) -> u16 {
-        self.raw().port
+    pub fn port(&self) -> PortId {
+        PortId::new(self.raw().port)
     }
 
     /// Whether the mbuf is a single segment (the only kind we process).
@@ -54,7 +56,7 @@ impl Mbuf {
     }
 
     /// The mempool this mbuf was allocated from (valid as long as any of
-    /// its mbufs is: the runtime frees the pool last).
+    /// its mbufs is: `Mempool` frees a pool only with every mbuf back).
     #[inline]
     pub(crate) fn pool(&self) -> *mut dpdk_sys::rte_mempool {
         self.raw().pool

@@ -1,25 +1,34 @@
 //! The safe layer over DPDK: the only `unsafe` code outside `dpdk-sys`.
 //!
 //! Every type here upholds one DPDK invariant so the rest of the dataplane
-//! does not have to: [`Eal`] is initialised once and cleaned up last,
-//! [`Mbuf`] owns its buffer (freed on drop, given up on TX), a [`Port`] is
-//! configured before its queues are handed to workers, and each
-//! [`RxQueue`]/[`TxQueue`] is owned by exactly one worker.
+//! does not have to: [`Eal`] is initialised once and cleaned up only when
+//! nothing holds it any more (every pool, port, queue, ring and lcore
+//! holds a guard); [`Mbuf`] owns its buffer (freed on drop, given up on
+//! TX) and a [`Mempool`] is freed only with all its mbufs back; a [`Port`]
+//! hands out its queues once, at start, and each [`RxQueue`]/[`TxQueue`]
+//! holds the port open; each [`Lcore`] runs one job at a time, and a
+//! [`Launched`] job is waited for before anything it holds goes away.
 
 pub mod af_packet;
 mod burst;
 mod eal;
 mod error;
+mod ids;
 mod mbuf;
 mod mempool;
 mod port;
+mod queue;
 mod ring;
 pub mod rte_hash;
+#[cfg(test)]
+mod tests;
 
-pub use burst::{MbufBurst, MAX_BURST};
-pub use eal::{Eal, TscClock};
+pub use burst::{Drain, MbufBurst, MAX_BURST};
+pub use eal::{Eal, EalInUse, LaunchError, Launched, Lcore, TscClock};
 pub use error::DpdkError;
+pub use ids::{LcoreId, PortId};
 pub use mbuf::Mbuf;
 pub use mempool::{Mempool, MBUF_HEADROOM};
-pub use port::{LinkStatus, Port, PortConfig, PortHwStats, RxQueue, TxQueue};
+pub use port::{LinkStatus, Port, PortConfig, PortHwStats, PortMonitor};
+pub use queue::{QueuePair, RxQueue, TxQueue};
 pub use ring::{mbuf_ring, RingConsumer, RingProducer};

@@ -1,9 +1,16 @@
 //! Ethernet ports: configuration, queues, link state, statistics.
+//!
+//! A started port hands out its queues once, as owned values; each queue,
+//! and each [`PortMonitor`], holds the port, so the port is stopped and
+//! closed only after the last of them is gone. The port holds its packet
+//! pool (its RX queues refill from it), the pool holds EAL.
 
 use std::ffi::CString;
+use std::sync::Arc;
 
-use super::burst::MbufBurst;
-use super::{DpdkError, Mempool};
+use super::eal::EalGuard;
+use super::queue::QueuePair;
+use super::{DpdkError, Mempool, PortId};
 
 // RSS hash-function bits from rte_ethdev.h (RTE_BIT64 macros, which bindgen
 // cannot evaluate).
@@ -21,8 +28,8 @@ const RSS_NONFRAG_IPV6_OTHER: u64 = 1 << 13;
 /// How a port is set up.
 #[derive(Clone, Debug)]
 pub struct PortConfig {
-    pub rx_queues: u16,
-    pub tx_queues: u16,
+    /// RX/TX queue pairs: one per worker.
+    pub queue_pairs: u16,
     pub rx_descriptors: u16,
     pub tx_descriptors: u16,
     /// Spread flows over RX queues by RSS when there is more than one.
@@ -39,8 +46,7 @@ pub struct PortConfig {
 impl Default for PortConfig {
     fn default() -> Self {
         Self {
-            rx_queues: 1,
-            tx_queues: 1,
+            queue_pairs: 1,
             rx_descriptors: 1024,
             tx_descriptors: 1024,
             rss_l4: false,
@@ -83,63 +89,98 @@ pub struct PortHwStats {
     pub rx_nombuf: u64,
 }
 
-/// A configured and started port. Stopped and closed on drop (which flushes
-/// drivers such as net_pcap's TX file).
+/// A configured and started port: the control handle (MAC, link). Not
+/// `Clone`; its queues come with it from [`Port::start`], once.
 #[derive(Debug)]
 pub struct Port {
-    id: u16,
+    inner: Arc<PortInner>,
+}
+
+/// What every handle of one port shares; stops and closes the port when
+/// the last goes (which flushes drivers such as net_pcap's TX file).
+#[derive(Debug)]
+pub(super) struct PortInner {
+    id: PortId,
     name: String,
-    rx_queues: u16,
-    tx_queues: u16,
+    /// `rte_eth_dev_start` succeeded: stop before closing.
+    started: bool,
     /// Every packet between two addresses reaches one RX queue (one queue,
     /// or RSS on addresses only that the device supports in full).
     pairs_on_one_queue: bool,
+    /// The pool the RX queues refill from, and through it EAL.
+    _pool: Mempool,
+    _eal: EalGuard,
+}
+
+impl Drop for PortInner {
+    fn drop(&mut self) {
+        // SAFETY: this is the last handle of the port: every queue (and so
+        // every worker polling one) and monitor is gone. Stop + close
+        // release the queues (freeing the mbufs in their rings while the
+        // pool is still held) and flush drivers (net_pcap writes its TX
+        // file on close). Closing a configured but not started port (a
+        // failed start) is allowed.
+        unsafe {
+            if self.started {
+                dpdk_sys::rte_eth_dev_stop(self.id.get());
+            }
+            dpdk_sys::rte_eth_dev_close(self.id.get());
+        }
+    }
+}
+
+/// Finds the port DPDK created for `device` (the text before the first
+/// comma of a vdev string, or a PCI address). The pool proves EAL is up.
+fn id_by_name(device: &str, _pool: &Mempool) -> Result<PortId, DpdkError> {
+    let name = device.split(',').next().unwrap_or(device);
+    let cname = CString::new(name).map_err(|_| DpdkError::msg("port name", "contains NUL"))?;
+    let mut id: u16 = 0;
+    // SAFETY: EAL is initialised; cname is a valid C string; id is a valid
+    // out-pointer.
+    let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
+    if rc != 0 {
+        // -ENODEV: EAL did not probe the device (a PCI device not bound
+        // to a DPDK-compatible driver, a vdev whose driver failed).
+        return Err(DpdkError {
+            errno: -rc,
+            ..DpdkError::msg(
+                format!("rte_eth_dev_get_port_by_name({name})"),
+                "no such port: is the device in the EAL arguments (vdev or PCI allow-list)?",
+            )
+        });
+    }
+    Ok(PortId::new(id))
 }
 
 impl Port {
-    /// Finds the port DPDK created for `device` (the text before the first
-    /// comma of a vdev string, or a PCI address).
-    pub fn id_by_name(device: &str) -> Result<u16, DpdkError> {
-        let name = device.split(',').next().unwrap_or(device);
-        let cname = CString::new(name).map_err(|_| DpdkError::msg("port name", "contains NUL"))?;
-        let mut id: u16 = 0;
-        // SAFETY: cname is a valid C string; id is a valid out-pointer.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(cname.as_ptr(), &mut id) };
-        if rc != 0 {
-            // -ENODEV: EAL did not probe the device (a PCI device not bound
-            // to a DPDK-compatible driver, a vdev whose driver failed).
-            return Err(DpdkError {
-                errno: -rc,
-                ..DpdkError::msg(
-                    format!("rte_eth_dev_get_port_by_name({name})"),
-                    "no such port: is the device in the EAL arguments (vdev or PCI allow-list)?",
-                )
-            });
-        }
-        Ok(id)
-    }
-
     /// Configures the port, sets up its queues with buffers from `pool`,
-    /// and starts it.
-    pub fn start(device: &str, cfg: &PortConfig, pool: &Mempool) -> Result<Port, DpdkError> {
-        let id = Self::id_by_name(device)?;
+    /// and starts it. Returns the port and its `cfg.queue_pairs` queue
+    /// pairs, queue 0 first: the only handles of those queues there are.
+    /// A port that fails part-way is closed again.
+    pub fn start(
+        device: &str,
+        cfg: &PortConfig,
+        pool: &Mempool,
+    ) -> Result<(Port, Vec<QueuePair>), DpdkError> {
+        let id = id_by_name(device, pool)?;
         let name = device.split(',').next().unwrap_or(device).to_string();
         let mut info = dpdk_sys::rte_eth_dev_info::default();
         // SAFETY: id is a valid port; info is a valid out-struct.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id, &mut info) };
+        let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id.get(), &mut info) };
         if rc != 0 {
             return Err(DpdkError::from_rc(
                 format!("rte_eth_dev_info_get({name})"),
                 rc,
             ));
         }
-        if cfg.rx_queues > info.max_rx_queues || cfg.tx_queues > info.max_tx_queues {
+        let queues = cfg.queue_pairs;
+        if queues > info.max_rx_queues || queues > info.max_tx_queues {
             return Err(DpdkError::msg(
                 format!("configure {name}"),
                 format!(
-                    "{} RX / {} TX queues requested, the device supports {} / {} \
+                    "{queues} RX / {queues} TX queues requested, the device supports {} / {} \
                      (net_pcap: one queue per rx_pcap/tx_pcap pair; net_af_packet: qpairs=N)",
-                    cfg.rx_queues, cfg.tx_queues, info.max_rx_queues, info.max_tx_queues
+                    info.max_rx_queues, info.max_tx_queues
                 ),
             ));
         }
@@ -148,59 +189,126 @@ impl Port {
             .map(|m| device_mtu(&info, &name, m))
             .transpose()?
             .flatten();
-        let mut conf = dpdk_sys::rte_eth_conf::default();
-        if let Some(m) = mtu {
-            // The largest frame the port receives; configure validates it
-            // against the device and the PMD sizes its RX path from it.
-            conf.rxmode.mtu = u32::from(m);
-        }
-        let addresses_only =
-            RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6;
-        let pairs_on_one_queue = cfg.rx_queues == 1
-            || (cfg.rss
-                && !cfg.rss_l4
-                && info.flow_type_rss_offloads & addresses_only == addresses_only);
-        if cfg.rx_queues > 1 && cfg.rss {
-            let wanted = if cfg.rss_l4 {
-                RSS_IPV4
-                    | RSS_FRAG_IPV4
-                    | RSS_NONFRAG_IPV4_TCP
-                    | RSS_NONFRAG_IPV4_UDP
-                    | RSS_NONFRAG_IPV4_OTHER
-                    | RSS_IPV6
-                    | RSS_FRAG_IPV6
-                    | RSS_NONFRAG_IPV6_TCP
-                    | RSS_NONFRAG_IPV6_UDP
-                    | RSS_NONFRAG_IPV6_OTHER
-            } else {
-                addresses_only
-            };
-            // A device that hashes none of these (virtio-net without
-            // VIRTIO_NET_F_RSS: vhost-net, vhost-user, QEMU's default) is
-            // left to spread its queues its own way: asking it for RSS
-            // fails rte_eth_dev_configure with ENOTSUP. Its address pairs
-            // are then not kept on one queue, so workers steer.
-            let rss_hf = wanted & info.flow_type_rss_offloads;
-            if rss_hf != 0 {
-                conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
-                conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
-            }
-        }
+        let (conf, pairs_on_one_queue) = eth_conf(cfg, &info, mtu);
         // SAFETY: port id valid, conf fully initialised (zeroed + fields set).
-        let rc =
-            unsafe { dpdk_sys::rte_eth_dev_configure(id, cfg.rx_queues, cfg.tx_queues, &conf) };
+        let rc = unsafe { dpdk_sys::rte_eth_dev_configure(id.get(), queues, queues, &conf) };
         if rc != 0 {
             return Err(DpdkError::from_rc(
                 format!("rte_eth_dev_configure({name})"),
                 rc,
             ));
         }
+        // Configured: from here on a failure closes the port (drop).
+        let mut port = PortInner {
+            id,
+            name,
+            started: false,
+            pairs_on_one_queue,
+            _pool: pool.clone(),
+            _eal: pool.eal(),
+        };
+        port.set_up_queues(cfg, pool)?;
+        port.start_device(mtu, cfg.promiscuous)?;
+        let inner = Arc::new(port);
+        let pairs = (0..queues)
+            .map(|queue| QueuePair::new(&inner, queue))
+            .collect();
+        Ok((Port { inner }, pairs))
+    }
+
+    /// Whether the port itself keeps every packet between two addresses on
+    /// one RX queue; when not, workers steer tracked packets in software.
+    pub fn keeps_address_pairs_on_one_queue(&self) -> bool {
+        self.inner.pairs_on_one_queue
+    }
+
+    pub fn id(&self) -> PortId {
+        self.inner.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        let mut addr = dpdk_sys::rte_ether_addr::default();
+        // SAFETY: port id valid (open while we hold it); addr is a valid
+        // out-struct.
+        unsafe { dpdk_sys::rte_eth_macaddr_get(self.id().get(), &mut addr) };
+        addr.addr_bytes
+    }
+
+    /// Sets the port's MAC address (on a TAP also the kernel interface's).
+    pub fn set_mac(&self, mac: [u8; 6]) -> Result<(), DpdkError> {
+        let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac };
+        // SAFETY: port id valid; addr is a valid in-struct DPDK copies from.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(self.id().get(), &mut addr) };
+        if rc != 0 {
+            return Err(DpdkError::from_rc(
+                format!("rte_eth_dev_default_mac_addr_set({})", self.name()),
+                rc,
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn link(&self) -> LinkStatus {
+        link_of(self.id())
+    }
+
+    /// A read-only view of the port's link and counters for other threads
+    /// (the admin endpoint, metrics); it keeps the port open.
+    pub fn monitor(&self) -> PortMonitor {
+        PortMonitor(Arc::clone(&self.inner))
+    }
+}
+
+impl PortInner {
+    pub(super) fn id(&self) -> PortId {
+        self.id
+    }
+
+    /// Sets the MTU, starts the device, and turns promiscuous mode on.
+    fn start_device(&mut self, mtu: Option<u16>, promiscuous: bool) -> Result<(), DpdkError> {
+        let id = self.id.get();
+        if let Some(mtu) = mtu {
+            // SAFETY: port id valid. Drivers without an MTU operation
+            // (-ENOTSUP) took it from rxmode above; the MTU the pipeline
+            // enforces on what it sends comes from the config anyway.
+            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
+            if rc != 0 && rc != -(dpdk_sys::ENOTSUP as i32) {
+                return Err(DpdkError::from_rc(
+                    format!("rte_eth_dev_set_mtu({}, {mtu})", self.name),
+                    rc,
+                ));
+            }
+        }
+        // SAFETY: port configured and queues set up.
+        let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+        if rc != 0 {
+            return Err(DpdkError::from_rc(
+                format!("rte_eth_dev_start({})", self.name),
+                rc,
+            ));
+        }
+        self.started = true;
+        if promiscuous {
+            // SAFETY: port started. Failure (unsupported) is harmless: the
+            // port then only receives frames to its own MAC and broadcast.
+            let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
+        }
+        Ok(())
+    }
+
+    fn set_up_queues(&self, cfg: &PortConfig, pool: &Mempool) -> Result<(), DpdkError> {
+        let (id, name) = (self.id.get(), &self.name);
         // SAFETY: port id valid.
         let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
         let socket = if socket < 0 { 0 } else { socket as u32 };
-        for q in 0..cfg.rx_queues {
-            // SAFETY: port configured with rx_queues queues; NULL rx_conf
-            // means driver defaults; pool outlives the port (runtime order).
+        for q in 0..cfg.queue_pairs {
+            // SAFETY: port configured with queue_pairs queues; NULL rx_conf
+            // means driver defaults; the port holds the pool, so it
+            // outlives the queue.
             let rc = unsafe {
                 dpdk_sys::rte_eth_rx_queue_setup(
                     id,
@@ -217,8 +325,6 @@ impl Port {
                     rc,
                 ));
             }
-        }
-        for q in 0..cfg.tx_queues {
             // SAFETY: as above for TX; NULL tx_conf means driver defaults.
             let rc = unsafe {
                 dpdk_sys::rte_eth_tx_queue_setup(
@@ -236,97 +342,77 @@ impl Port {
                 ));
             }
         }
-        if let Some(mtu) = mtu {
-            // SAFETY: port id valid. Drivers without an MTU operation
-            // (-ENOTSUP) took it from rxmode above; the MTU the pipeline
-            // enforces on what it sends comes from the config anyway.
-            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
-            if rc != 0 && rc != -(dpdk_sys::ENOTSUP as i32) {
-                return Err(DpdkError::from_rc(
-                    format!("rte_eth_dev_set_mtu({name}, {mtu})"),
-                    rc,
-                ));
-            }
-        }
-        // SAFETY: port configured and queues set up.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
-        if rc != 0 {
-            return Err(DpdkError::from_rc(format!("rte_eth_dev_start({name})"), rc));
-        }
-        if cfg.promiscuous {
-            // SAFETY: port started. Failure (unsupported) is harmless: the
-            // port then only receives frames to its own MAC and broadcast.
-            let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
-        }
-        Ok(Port {
-            id,
-            name,
-            rx_queues: cfg.rx_queues,
-            tx_queues: cfg.tx_queues,
-            pairs_on_one_queue,
-        })
-    }
-
-    /// Whether the port itself keeps every packet between two addresses on
-    /// one RX queue; when not, workers steer tracked packets in software.
-    pub fn keeps_address_pairs_on_one_queue(&self) -> bool {
-        self.pairs_on_one_queue
-    }
-
-    pub fn id(&self) -> u16 {
-        self.id
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn mac(&self) -> [u8; 6] {
-        let mut addr = dpdk_sys::rte_ether_addr::default();
-        // SAFETY: port id valid; addr is a valid out-struct.
-        unsafe { dpdk_sys::rte_eth_macaddr_get(self.id, &mut addr) };
-        addr.addr_bytes
-    }
-
-    /// Sets the port's MAC address (on a TAP also the kernel interface's).
-    pub fn set_mac(&self, mac: [u8; 6]) -> Result<(), DpdkError> {
-        let mut addr = dpdk_sys::rte_ether_addr { addr_bytes: mac };
-        // SAFETY: port id valid; addr is a valid in-struct DPDK copies from.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_default_mac_addr_set(self.id, &mut addr) };
-        if rc != 0 {
-            return Err(DpdkError::from_rc(
-                format!("rte_eth_dev_default_mac_addr_set({})", self.name),
-                rc,
-            ));
-        }
         Ok(())
+    }
+}
+
+/// `rte_eth_conf` for `cfg` on a device that reports `info`, and whether
+/// the port will keep every address pair on one RX queue.
+fn eth_conf(
+    cfg: &PortConfig,
+    info: &dpdk_sys::rte_eth_dev_info,
+    mtu: Option<u16>,
+) -> (dpdk_sys::rte_eth_conf, bool) {
+    let mut conf = dpdk_sys::rte_eth_conf::default();
+    if let Some(m) = mtu {
+        // The largest frame the port receives; configure validates it
+        // against the device and the PMD sizes its RX path from it.
+        conf.rxmode.mtu = u32::from(m);
+    }
+    let addresses_only =
+        RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6;
+    let pairs_on_one_queue = cfg.queue_pairs == 1
+        || (cfg.rss
+            && !cfg.rss_l4
+            && info.flow_type_rss_offloads & addresses_only == addresses_only);
+    if cfg.queue_pairs > 1 && cfg.rss {
+        let wanted = if cfg.rss_l4 {
+            RSS_IPV4
+                | RSS_FRAG_IPV4
+                | RSS_NONFRAG_IPV4_TCP
+                | RSS_NONFRAG_IPV4_UDP
+                | RSS_NONFRAG_IPV4_OTHER
+                | RSS_IPV6
+                | RSS_FRAG_IPV6
+                | RSS_NONFRAG_IPV6_TCP
+                | RSS_NONFRAG_IPV6_UDP
+                | RSS_NONFRAG_IPV6_OTHER
+        } else {
+            addresses_only
+        };
+        // A device that hashes none of these (virtio-net without
+        // VIRTIO_NET_F_RSS: vhost-net, vhost-user, QEMU's default) is
+        // left to spread its queues its own way: asking it for RSS
+        // fails rte_eth_dev_configure with ENOTSUP. Its address pairs
+        // are then not kept on one queue, so workers steer.
+        let rss_hf = wanted & info.flow_type_rss_offloads;
+        if rss_hf != 0 {
+            conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
+            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+        }
+    }
+    (conf, pairs_on_one_queue)
+}
+
+/// A port's link state and counters, readable from any thread. Clones
+/// share the port, which stays open while one exists.
+#[derive(Clone, Debug)]
+pub struct PortMonitor(Arc<PortInner>);
+
+impl PortMonitor {
+    pub fn id(&self) -> PortId {
+        self.0.id
     }
 
     pub fn link(&self) -> LinkStatus {
-        Self::link_of(self.id)
+        link_of(self.0.id)
     }
 
-    /// Link state of port `id` (usable from the admin HTTP thread, which
-    /// does not own the `Port`); an invalid id reads as down.
-    pub fn link_of(id: u16) -> LinkStatus {
-        let mut link = dpdk_sys::rte_eth_link::default();
-        // SAFETY: link is a valid out-struct; an invalid id returns an error
-        // and leaves it zeroed (down).
-        unsafe { dpdk_sys::rte_eth_link_get_nowait(id, &mut link) };
-        LinkStatus {
-            up: link.link_status() != 0,
-            speed_mbps: known_speed(link.link_speed),
-            full_duplex: link.link_duplex() != 0,
-        }
-    }
-
-    /// Counters of port `id` (usable from the metrics thread, which does not
-    /// own the `Port`). Reading stats is thread-safe in DPDK.
-    pub fn hw_stats_of(id: u16) -> PortHwStats {
+    /// The port's counters. Reading stats is thread-safe in DPDK.
+    pub fn hw_stats(&self) -> PortHwStats {
         let mut s = dpdk_sys::rte_eth_stats::default();
-        // SAFETY: s is a valid out-struct; an invalid id returns an error
-        // and leaves it zeroed.
-        unsafe { dpdk_sys::rte_eth_stats_get(id, &mut s) };
+        // SAFETY: the port is open (we hold it); s is a valid out-struct.
+        unsafe { dpdk_sys::rte_eth_stats_get(self.0.id.get(), &mut s) };
         PortHwStats {
             ipackets: s.ipackets,
             opackets: s.opackets,
@@ -338,32 +424,16 @@ impl Port {
             rx_nombuf: s.rx_nombuf,
         }
     }
-
-    /// The RX queue handle for `queue`; hand each to exactly one worker.
-    pub fn rx_queue(&self, queue: u16) -> Option<RxQueue> {
-        (queue < self.rx_queues).then_some(RxQueue {
-            port: self.id,
-            queue,
-        })
-    }
-
-    pub fn tx_queue(&self, queue: u16) -> Option<TxQueue> {
-        (queue < self.tx_queues).then_some(TxQueue {
-            port: self.id,
-            queue,
-        })
-    }
 }
 
-impl Drop for Port {
-    fn drop(&mut self) {
-        // SAFETY: workers using this port's queues have been joined before
-        // the runtime drops the Port; stop + close release the queues and
-        // flush drivers (net_pcap writes its TX file on close).
-        unsafe {
-            dpdk_sys::rte_eth_dev_stop(self.id);
-            dpdk_sys::rte_eth_dev_close(self.id);
-        }
+fn link_of(id: PortId) -> LinkStatus {
+    let mut link = dpdk_sys::rte_eth_link::default();
+    // SAFETY: callers hold the port open; link is a valid out-struct.
+    unsafe { dpdk_sys::rte_eth_link_get_nowait(id.get(), &mut link) };
+    LinkStatus {
+        up: link.link_status() != 0,
+        speed_mbps: known_speed(link.link_speed),
+        full_duplex: link.link_duplex() != 0,
     }
 }
 
@@ -410,70 +480,6 @@ fn driver_name(info: &dpdk_sys::rte_eth_dev_info) -> String {
     unsafe { std::ffi::CStr::from_ptr(info.driver_name) }
         .to_string_lossy()
         .into_owned()
-}
-
-/// One RX queue of one port. Not `Clone`: exactly one owner polls it.
-#[derive(Debug)]
-pub struct RxQueue {
-    port: u16,
-    queue: u16,
-}
-
-/// One TX queue of one port. Not `Clone`: exactly one owner sends on it.
-#[derive(Debug)]
-pub struct TxQueue {
-    port: u16,
-    queue: u16,
-}
-
-impl RxQueue {
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Receives up to `max` packets (capped by the room left in `burst`).
-    #[inline]
-    pub fn rx_burst(&mut self, burst: &mut MbufBurst, max: usize) -> usize {
-        let (slots, room) = burst.spare_raw();
-        let room = room.min(max);
-        if room == 0 {
-            return 0;
-        }
-        // SAFETY: this RxQueue is the only user of (port, queue) (not Clone,
-        // one per worker); `slots` has room for `room` pointers (the
-        // burst's empty tail, which it lends for this call only).
-        let n = unsafe { dpdk_sys::rte_eth_rx_burst(self.port, self.queue, slots, room as u16) };
-        let n = usize::from(n).min(room);
-        // SAFETY: the driver wrote `n` received mbufs, which it hands to us.
-        unsafe { burst.commit_raw(n) };
-        n
-    }
-}
-
-impl TxQueue {
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Transmits the burst. Packets the driver did not take stay in `burst`
-    /// (the caller counts and frees them). Returns how many were sent.
-    #[inline]
-    pub fn tx_burst(&mut self, burst: &mut MbufBurst) -> usize {
-        let (slots, n) = burst.held_raw();
-        if n == 0 {
-            return 0;
-        }
-        // SAFETY: this TxQueue is the only user of (port, queue); slots[..n]
-        // are valid mbufs whose ownership passes to the driver for the ones
-        // it accepts (the first `sent`).
-        let sent = usize::from(unsafe {
-            dpdk_sys::rte_eth_tx_burst(self.port, self.queue, slots, n as u16)
-        })
-        .min(n);
-        // SAFETY: the driver took exactly the first `sent`.
-        unsafe { burst.release_sent(sent) };
-        sent
-    }
 }
 
 #[cfg(test)]

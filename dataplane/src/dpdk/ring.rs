@@ -6,14 +6,19 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::burst::MbufBurst;
-use super::DpdkError;
+use super::{DpdkError, Mempool};
 
 // From rte_ring_core.h (macros bindgen cannot see through).
 const RING_F_SP_ENQ: u32 = 0x0001;
 const RING_F_SC_DEQ: u32 = 0x0002;
 
-/// The ring itself; freed when both ends are gone.
-struct Ring(NonNull<dpdk_sys::rte_ring>);
+/// The ring itself; freed when both ends are gone. Holds the pool of the
+/// mbufs it carries, so those still queued can be freed then (and, through
+/// the pool, EAL).
+struct Ring {
+    ptr: NonNull<dpdk_sys::rte_ring>,
+    _pool: Mempool,
+}
 
 // SAFETY: an rte_ring is designed to be shared between lcores; each end
 // below is used by exactly one thread (SP/SC flags), and rte_ring_free is
@@ -36,7 +41,7 @@ impl Ring {
         // `room` pointers (the burst's empty tail, lent for this call).
         let n = unsafe {
             dpdk_sys::rte_ring_dequeue_burst(
-                self.0.as_ptr(),
+                self.ptr.as_ptr(),
                 slots.cast::<*mut std::ffi::c_void>(),
                 room as u32,
                 std::ptr::null_mut(),
@@ -60,7 +65,7 @@ impl Drop for Ring {
             burst.clear();
         }
         // SAFETY: the ring was created by rte_ring_create and nobody uses it.
-        unsafe { dpdk_sys::rte_ring_free(self.0.as_ptr()) };
+        unsafe { dpdk_sys::rte_ring_free(self.ptr.as_ptr()) };
     }
 }
 
@@ -81,17 +86,25 @@ impl std::fmt::Debug for RingConsumer {
     }
 }
 
-/// Creates a ring of `capacity` (a power of two) slots; one slot stays
-/// empty, as rte_ring requires.
-pub fn mbuf_ring(name: &str, capacity: u32) -> Result<(RingProducer, RingConsumer), DpdkError> {
+/// Creates a ring of `capacity` (a power of two) slots for mbufs of
+/// `pool`; one slot stays empty, as rte_ring requires.
+pub fn mbuf_ring(
+    pool: &Mempool,
+    name: &str,
+    capacity: u32,
+) -> Result<(RingProducer, RingConsumer), DpdkError> {
     let cname = CString::new(name).map_err(|_| DpdkError::msg("ring name", "contains NUL"))?;
-    // SAFETY: cname is a valid C string; SOCKET_ID_ANY (-1) is allowed.
+    // SAFETY: EAL is initialised (the pool holds it); cname is a valid C
+    // string; SOCKET_ID_ANY (-1) is allowed.
     let ring = unsafe {
         dpdk_sys::rte_ring_create(cname.as_ptr(), capacity, -1, RING_F_SP_ENQ | RING_F_SC_DEQ)
     };
-    let ring = NonNull::new(ring)
+    let ptr = NonNull::new(ring)
         .ok_or_else(|| DpdkError::from_rc(format!("rte_ring_create({name})"), 0))?;
-    let ring = Arc::new(Ring(ring));
+    let ring = Arc::new(Ring {
+        ptr,
+        _pool: pool.clone(),
+    });
     Ok((RingProducer(Arc::clone(&ring)), RingConsumer(ring)))
 }
 
@@ -109,7 +122,7 @@ impl RingProducer {
         // ring for the first `sent`.
         let sent = unsafe {
             dpdk_sys::rte_ring_enqueue_burst(
-                (self.0).0.as_ptr(),
+                self.0.ptr.as_ptr(),
                 slots.cast::<*mut std::ffi::c_void>().cast_const(),
                 n as u32,
                 std::ptr::null_mut(),

@@ -5,20 +5,21 @@
 use std::ffi::CString;
 use std::ptr::NonNull;
 
+use super::eal::EalGuard;
 use super::{DpdkError, Eal};
 
 /// An `rte_hash` table of `K`-byte keys. Single-threaded use only (created
 /// without the multi-writer / read-write-concurrency flags), hence not
-/// `Sync`.
+/// `Sync`. Holds EAL ([`Eal`] cleans up only after it).
 pub struct RteHash<const K: usize> {
     raw: NonNull<dpdk_sys::rte_hash>,
+    _eal: EalGuard,
 }
 
 impl<const K: usize> RteHash<K> {
     /// Creates a table for `entries` keys. `name` must be unique in the
-    /// process (DPDK names its memory zones after it). `_eal` proves EAL is
-    /// initialised.
-    pub fn new(_eal: &Eal, name: &str, entries: u32) -> Result<Self, DpdkError> {
+    /// process (DPDK names its memory zones after it).
+    pub fn new(eal: &Eal, name: &str, entries: u32) -> Result<Self, DpdkError> {
         let cname = CString::new(name)
             .map_err(|_| DpdkError::msg("rte_hash_create", "name contains a NUL byte"))?;
         let params = dpdk_sys::rte_hash_parameters {
@@ -32,10 +33,13 @@ impl<const K: usize> RteHash<K> {
             ..Default::default()
         };
         // SAFETY: params is fully initialised and outlives the call; DPDK
-        // copies the name into the table; EAL is initialised (`_eal`).
+        // copies the name into the table; EAL is initialised (`eal`).
         let raw = unsafe { dpdk_sys::rte_hash_create(&params) };
         NonNull::new(raw)
-            .map(|raw| Self { raw })
+            .map(|raw| Self {
+                raw,
+                _eal: eal.guard(),
+            })
             .ok_or_else(|| DpdkError::from_rc("rte_hash_create", 0))
     }
 

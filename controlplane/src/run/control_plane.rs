@@ -1,0 +1,99 @@
+//! The control plane of a run, started once the ports are up: the
+//! controller (health, policy, publishing), neighbour resolution, the
+//! workers' counters, the metrics sources and the control socket.
+
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use controlplane::config::Config;
+use controlplane::control::Controller;
+use controlplane::control_socket::{self, Pending};
+use controlplane::metrics::MetricsSources;
+use controlplane::neighbours::NeighbourResolver;
+use crossbeam_utils::CachePadded;
+use dataplane::dpdk::{af_packet, Port};
+use sluice_core::snapshot::{Millis, SnapshotCell};
+use sluice_core::stats::WorkerStats;
+
+use super::error::RunError;
+use super::runtime::Runtime;
+use super::RunOptions;
+
+/// What the control loop and the metrics work with. Holds the ports open
+/// (through `sources`): dropped before the runtime.
+pub struct ControlPlane {
+    pub controller: Controller,
+    pub snapshots: Arc<SnapshotCell>,
+    /// One block per worker.
+    pub stats: Vec<Arc<CachePadded<WorkerStats>>>,
+    pub sources: Arc<MetricsSources>,
+    /// `sluice reload` / `sluice status` requests (None: no socket).
+    pub requests: Option<Receiver<Pending>>,
+}
+
+pub fn start(cfg: &Config, opts: &RunOptions, runtime: &Runtime) -> Result<ControlPlane, RunError> {
+    let workers = usize::from(cfg.dataplane.workers);
+    let port_macs: Vec<[u8; 6]> = runtime.ports().iter().map(Port::mac).collect();
+    // One clock for the control thread and the workers: draining deadlines
+    // (CT-10) are compared against the workers' `now`.
+    let clock = runtime.clock();
+    let mut controller = Controller::new(
+        cfg.clone(),
+        opts.config_path.clone(),
+        port_macs,
+        Box::new(move || Millis(clock.now_ms())),
+    )
+    .map_err(RunError::ControlThreads)?;
+    if runtime.has_taps() {
+        let names = cfg.dataplane.ports.iter().map(|p| p.tap.clone()).collect();
+        let resolver = NeighbourResolver::spawn(names).map_err(RunError::ControlThreads)?;
+        controller.attach_neighbours(resolver);
+    } else {
+        warn_unresolvable_backends(cfg);
+    }
+    let snapshots = controller.snapshots();
+    let stats: Vec<_> = (0..workers).map(|_| Arc::new(WorkerStats::new())).collect();
+    controller.count_backends_in(stats.clone());
+    let sources = Arc::new(MetricsSources {
+        workers: stats.clone(),
+        snapshot: Arc::clone(&snapshots),
+        port_names: cfg.dataplane.ports.iter().map(|p| p.name.clone()).collect(),
+        control: Some(Arc::clone(&controller.shared)),
+        ports: runtime.ports().iter().map(Port::monitor).collect(),
+        kernel_drops: cfg
+            .dataplane
+            .ports
+            .iter()
+            .map(|p| af_packet::iface_of(&p.device).and_then(af_packet::KernelDrops::for_iface))
+            .collect(),
+    });
+    let requests = match opts.control_socket.as_deref().map(control_socket::serve) {
+        Some(Ok(rx)) => Some(rx),
+        Some(Err(e)) => {
+            controlplane::warn!("sluice: control socket: {e}; reload with SIGHUP instead");
+            None
+        }
+        None => None,
+    };
+    Ok(ControlPlane {
+        controller,
+        snapshots,
+        stats,
+        sources,
+        requests,
+    })
+}
+
+/// Without a TAP nothing resolves a backend's next hop: one without a
+/// static `mac` gets no traffic.
+fn warn_unresolvable_backends(cfg: &Config) {
+    for b in cfg.backend_services.iter().flat_map(|s| &s.backends) {
+        if b.mac.is_none() {
+            controlplane::warn!(
+                "sluice: backend {} has no `mac` and no port has a `tap` to resolve it \
+                 through the kernel: its packets are dropped as next_hop_unresolved",
+                b.address
+            );
+        }
+    }
+}

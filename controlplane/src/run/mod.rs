@@ -1,0 +1,169 @@
+//! `sluice run`: the checks before EAL, the [`Runtime`] (EAL, pool, ports,
+//! TAPs, workers), the control plane around it, the supervision loop, and
+//! an orderly stop — on every path out, the runtime's drop stops and joins
+//! the workers before the ports close.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use controlplane::admin_http::AdminState;
+use controlplane::config::Config;
+use controlplane::service_manager::ServiceManager;
+use dataplane::dpdk::LcoreId;
+
+mod before_eal;
+pub mod control_plane;
+mod eal_args;
+mod error;
+pub mod runtime;
+mod runtime_dir;
+mod supervise;
+mod workers;
+
+pub use eal_args::eal_args;
+pub use error::RunError;
+use runtime::Runtime;
+use supervise::{Control, Signals, Until};
+
+pub struct RunOptions {
+    pub exit_on_idle: Option<Duration>,
+    pub duration: Option<Duration>,
+    pub metrics_dump: Option<PathBuf>,
+    pub metrics_server: bool,
+    /// The file `cfg` came from: SIGHUP and `sluice reload` re-read it.
+    pub config_path: Option<PathBuf>,
+    /// Unix socket for `sluice reload` / `sluice status` (None: none).
+    pub control_socket: Option<PathBuf>,
+    /// EAL file prefix (None: `sluice-<pid>`, one per process).
+    pub file_prefix: Option<String>,
+    /// The test hooks asked for.
+    #[cfg(feature = "test-hooks")]
+    pub hooks: crate::test_hook::HookArgs,
+}
+
+pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
+    let mut service = ServiceManager::from_env();
+    let signals = Signals::register().map_err(RunError::Signals)?;
+    before_eal::check_host(&cfg)?;
+    // Before EAL: a taken address fails here, in a second, by name.
+    let admin = AdminState::new();
+    let admin_server = before_eal::start_admin(&cfg, &opts, &admin)?;
+    before_eal::check_conntrack(&cfg)?;
+
+    let args = eal_args(&cfg, opts.file_prefix.as_deref());
+    // From here on every `?` drops the runtime: workers stopped and
+    // joined, then ports, pool and EAL, in that order.
+    let mut runtime = Runtime::start(&cfg, &args, &admin)?;
+    if let Some(server) = &admin_server {
+        if let Err(e) = server.share_cpus_of_current_thread() {
+            controlplane::warn!("sluice: admin http thread keeps its CPUs: {e}");
+        }
+    }
+    admin.beat();
+    let mut control = control_plane::start(&cfg, &opts, &runtime)?;
+    let workers = workers::build(
+        &mut runtime,
+        &workers::Shared {
+            cfg: &cfg,
+            stats: &control.stats,
+            snapshots: &control.snapshots,
+            #[cfg(feature = "test-hooks")]
+            pause_after_rx: opts.hooks.pause_after_rx(),
+        },
+    )?;
+    #[cfg(feature = "test-hooks")]
+    runtime
+        .hooks()
+        .fail_launch_of(opts.hooks.fail_launch_of_worker);
+    let mut lcores: Vec<LcoreId> = Vec::with_capacity(workers.len());
+    for worker in workers {
+        lcores.push(runtime.launch(worker)?);
+    }
+    log_started(&cfg, &runtime, &lcores);
+    // /metrics and /ready answer from here on, until the runtime stops.
+    runtime.publish(Arc::clone(&control.sources));
+    // Ports and TAPs are up, workers poll, the first snapshot is published.
+    service.ready(&format!(
+        "{} worker(s), {} port(s), {} service(s)",
+        lcores.len(),
+        cfg.dataplane.ports.len(),
+        cfg.backend_services.len()
+    ));
+    #[cfg(feature = "test-hooks")]
+    opts.hooks.spawn(&mut runtime, &cfg, &opts, &control);
+
+    supervise::supervise(
+        &Until {
+            duration: opts.duration,
+            exit_on_idle: opts.exit_on_idle,
+        },
+        &signals,
+        &control.stats,
+        Control {
+            controller: &mut control.controller,
+            requests: control.requests.as_ref(),
+            admin: &admin,
+            service: &mut service,
+        },
+    );
+
+    stop(runtime, control, opts.metrics_dump.as_deref())
+}
+
+/// The orderly stop: workers stopped and joined, the final metrics read
+/// while the ports are open, everything else taken down (the runtime's
+/// drop), then the metrics written to `dump` ("-": standard output).
+fn stop(
+    mut runtime: Runtime,
+    control: control_plane::ControlPlane,
+    dump: Option<&Path>,
+) -> Result<(), RunError> {
+    runtime.stop_workers();
+    let final_metrics = dump.and_then(|_| runtime.final_metrics());
+    // The metrics sources hold the ports open: gone before the runtime.
+    drop(control);
+    drop(runtime);
+    let (Some(path), Some(text)) = (dump, final_metrics) else {
+        return Ok(());
+    };
+    if path.as_os_str() == "-" {
+        print!("{text}");
+        return Ok(());
+    }
+    std::fs::write(path, text).map_err(|source| RunError::MetricsDump {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The line that says the appliance runs: workers, lcores, each port's
+/// DPDK device and link.
+fn log_started(cfg: &Config, runtime: &Runtime, lcores: &[LcoreId]) {
+    let ports = cfg
+        .dataplane
+        .ports
+        .iter()
+        .zip(runtime.ports())
+        .map(|(p, port)| {
+            let link = port.link();
+            let speed = link
+                .speed_mbps
+                .map_or_else(|| "speed unknown".to_string(), |s| format!("{s} Mb/s"));
+            format!(
+                "{}={}(dpdk {}, link {} {speed})",
+                p.name,
+                port.name(),
+                port.id(),
+                if link.up { "up" } else { "down" },
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    controlplane::info!(
+        "sluice: {} worker(s) on lcores {:?}, {} port(s): {ports}",
+        lcores.len(),
+        lcores.iter().map(|l| l.get()).collect::<Vec<_>>(),
+        cfg.dataplane.ports.len(),
+    );
+}

@@ -1,0 +1,363 @@
+//! The DPDK side of one `sluice run` and its lifecycle: EAL, the packet
+//! pool, the ports and their TAPs, the workers on their lcores, and the
+//! metrics published from them. Dropping a [`Runtime`] — at the end of a
+//! run or on any error after it started — stops and joins the workers
+//! (and the test hooks' threads), withdraws what the admin endpoint
+//! answers from, closes the ports, then the TAPs, frees the pool, and
+//! cleans up EAL; EAL's runtime directory goes last.
+//!
+//! The order is for timing, not safety: `dataplane::dpdk` makes every
+//! order sound (queues hold their port open, ports and rings their pool,
+//! everything EAL; a launched job is waited for before its lcore goes).
+//! It is fixed here so that the workers have finished before a port's
+//! queues are released, net_pcap writes its TX file at a known point, and
+//! the final metrics are read before closing a port resets its counters.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use controlplane::admin_http::AdminState;
+use controlplane::config::Config;
+use controlplane::exception;
+use controlplane::mbuf_pool;
+use controlplane::metrics::{self, MetricsSources};
+use controlplane::start_hints::Step;
+use dataplane::dpdk::{
+    Eal, Launched, Lcore, LcoreId, Mempool, Port, PortConfig, QueuePair, TscClock,
+};
+use dataplane::worker::{ExceptionQueues, Worker};
+
+use super::error::{hinted, RunError};
+use super::runtime_dir::RuntimeDir;
+
+/// Everything DPDK of one run; see the module documentation.
+pub struct Runtime {
+    /// Tells the workers (and the test hooks' threads) to stop.
+    stop: Arc<AtomicBool>,
+    clock: TscClock,
+    /// Worker lcores not running a worker, lowest id first.
+    idle_lcores: Vec<Lcore>,
+    workers: Vec<Launched>,
+    #[cfg(feature = "test-hooks")]
+    hooks: crate::test_hook::RuntimeHooks,
+    admin: Arc<AdminState>,
+    sources: Option<Arc<MetricsSources>>,
+    /// Per config port, its queue pairs until they are dealt to workers.
+    queues: Vec<Vec<QueuePair>>,
+    /// Per config port, its TAP's queue pairs (none: no TAP).
+    tap_queues: Vec<Vec<QueuePair>>,
+    ports: Vec<Port>,
+    taps: Vec<Option<Port>>,
+    pool: Option<Mempool>,
+    eal: Option<Eal>,
+    /// Removed after EAL's cleanup (it is dropped after `drop` ran).
+    _runtime_dir: RuntimeDir,
+}
+
+/// One worker's queues: a pair on every port, and on every port's TAP.
+pub struct WorkerQueues {
+    pub rx: Vec<dataplane::dpdk::RxQueue>,
+    pub tx: Vec<dataplane::dpdk::TxQueue>,
+    pub exception: Vec<Option<ExceptionQueues>>,
+}
+
+impl Runtime {
+    /// Initialises EAL with `args`, creates the packet pool, starts every
+    /// port with one queue pair per worker, and each port's TAP.
+    pub fn start(
+        cfg: &Config,
+        args: &[String],
+        admin: &Arc<AdminState>,
+    ) -> Result<Runtime, RunError> {
+        let workers = usize::from(cfg.dataplane.workers);
+        // Declared before `eal`: dropped after it, on every path out.
+        let mut runtime_dir = RuntimeDir::of(args);
+        let mut eal =
+            Eal::init(args).map_err(|e| hinted(Step::Eal, e.errno, RunError::Eal(e), cfg, args))?;
+        runtime_dir.initialised();
+        admin.beat();
+        let lcores = eal.take_worker_lcores();
+        if lcores.len() < workers {
+            return Err(RunError::Lcores {
+                workers,
+                lcores: lcores.len(),
+            });
+        }
+        let pool = packet_pool(&eal, cfg, args)?;
+        admin.beat();
+        let mut ports = Vec::with_capacity(cfg.dataplane.ports.len());
+        let mut queues = Vec::with_capacity(cfg.dataplane.ports.len());
+        for p in &cfg.dataplane.ports {
+            let pc = PortConfig {
+                queue_pairs: workers as u16,
+                // One flow, one shard (SPEC §3, AP-1): RSS on addresses only.
+                // Every tracking key — 5-, 3- or 2-tuple (CT-3) — and every
+                // fragment of a datagram (HA-2: later fragments have no ports)
+                // contains both addresses, so all its packets reach the same
+                // queue and thus the same worker's shard. L4 RSS would split
+                // PER_SESSION 2/3-tuple keys and fragments across workers.
+                rss_l4: false,
+                mtu: Some(p.mtu),
+                ..PortConfig::default()
+            };
+            let (port, pairs) = Port::start(&p.device, &pc, &pool).map_err(|e| {
+                let errno = e.errno;
+                let error = RunError::Port {
+                    name: p.name.clone(),
+                    device: p.device.clone(),
+                    source: e,
+                };
+                hinted(Step::Port { device: &p.device }, errno, error, cfg, args)
+            })?;
+            ports.push(port);
+            queues.push(pairs);
+            admin.beat();
+        }
+        let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
+        let (taps, tap_queues) = start_taps(cfg, args, &port_macs, workers as u16, &pool)?
+            .into_iter()
+            .map(|t| t.map_or((None, Vec::new()), |(port, pairs)| (Some(port), pairs)))
+            .unzip();
+        Ok(Runtime {
+            stop: Arc::new(AtomicBool::new(false)),
+            clock: eal.tsc_clock(),
+            idle_lcores: lcores,
+            workers: Vec::new(),
+            #[cfg(feature = "test-hooks")]
+            hooks: Default::default(),
+            admin: Arc::clone(admin),
+            sources: None,
+            queues,
+            tap_queues,
+            ports,
+            taps,
+            pool: Some(pool),
+            eal: Some(eal),
+            _runtime_dir: runtime_dir,
+        })
+    }
+
+    /// The TSC clock the workers and the control thread share.
+    pub fn clock(&self) -> TscClock {
+        self.clock
+    }
+
+    pub fn pool(&self) -> Option<&Mempool> {
+        self.pool.as_ref()
+    }
+
+    /// The data ports, in config order.
+    pub fn ports(&self) -> &[Port] {
+        &self.ports
+    }
+
+    pub fn has_taps(&self) -> bool {
+        self.taps.iter().any(Option::is_some)
+    }
+
+    /// The flag that stops the workers; set when the runtime stops.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.stop)
+    }
+
+    #[cfg(feature = "test-hooks")]
+    pub fn hooks(&mut self) -> &mut crate::test_hook::RuntimeHooks {
+        &mut self.hooks
+    }
+
+    /// Deals the ports' queue pairs to `workers` workers: worker w gets
+    /// queue w of every port and of every TAP. Once; later calls find none.
+    pub fn take_worker_queues(&mut self, workers: usize) -> Vec<WorkerQueues> {
+        let mut ports = transpose(std::mem::take(&mut self.queues), workers);
+        let mut taps = transpose(std::mem::take(&mut self.tap_queues), workers);
+        (0..workers)
+            .map(|w| {
+                let (rx, tx) = std::mem::take(&mut ports[w])
+                    .into_iter()
+                    .flatten()
+                    .map(|q| (q.rx, q.tx))
+                    .unzip();
+                let exception = std::mem::take(&mut taps[w])
+                    .into_iter()
+                    .map(|q| q.map(|q| ExceptionQueues { rx: q.rx, tx: q.tx }))
+                    .collect();
+                WorkerQueues { rx, tx, exception }
+            })
+            .collect()
+    }
+
+    /// Runs `worker` on the next idle worker lcore. On an error the
+    /// workers launched so far keep running until the runtime is dropped,
+    /// which stops and joins them before anything else goes.
+    pub fn launch(&mut self, worker: Worker) -> Result<LcoreId, RunError> {
+        let index = worker.index;
+        if self.idle_lcores.is_empty() {
+            return Err(RunError::Lcores {
+                workers: index + 1,
+                lcores: self.workers.len(),
+            });
+        }
+        let lcore = self.idle_lcores.remove(0);
+        let id = lcore.id();
+        #[cfg(feature = "test-hooks")]
+        self.hooks.before_launch(index, id, &self.ports)?;
+        match lcore.launch(move || worker.run()) {
+            Ok(launched) => {
+                self.workers.push(launched);
+                Ok(id)
+            }
+            Err(e) => {
+                self.idle_lcores.insert(0, e.lcore);
+                Err(RunError::Launch {
+                    worker: index,
+                    lcore: id,
+                    source: e.error,
+                })
+            }
+        }
+    }
+
+    /// /metrics and /ready answer from `sources` from now on, until the
+    /// runtime stops.
+    pub fn publish(&mut self, sources: Arc<MetricsSources>) {
+        self.admin.publish(Arc::clone(&sources));
+        self.sources = Some(sources);
+    }
+
+    /// Stops the workers and the test hooks' threads and waits for them.
+    pub fn stop_workers(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        #[cfg(feature = "test-hooks")]
+        self.hooks.join();
+        for launched in self.workers.drain(..) {
+            let (lcore, _) = launched.wait();
+            self.idle_lcores.push(lcore);
+        }
+    }
+
+    /// After [`Runtime::stop_workers`]: the final metrics, read while the
+    /// ports are still open (closing a port resets its counters).
+    pub fn final_metrics(&self) -> Option<String> {
+        self.sources.as_deref().map(metrics::render)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if !self.workers.is_empty() {
+            controlplane::info!(
+                "sluice: stopping {} worker(s) before closing the ports",
+                self.workers.len()
+            );
+        }
+        self.stop_workers();
+        // No admin answer reads a port from here on (withdraw waits for
+        // one in progress).
+        self.admin.withdraw();
+        self.sources = None;
+        self.queues.clear();
+        self.tap_queues.clear();
+        // Closing the ports flushes drivers (net_pcap writes its TX file
+        // here); closing a TAP removes its kernel interface.
+        self.ports.clear();
+        self.taps.clear();
+        self.pool = None;
+        self.idle_lcores.clear();
+        if let Some(eal) = self.eal.take() {
+            if let Err(in_use) = eal.close() {
+                controlplane::warn!("sluice: {in_use}: EAL not cleaned up");
+                // Cleaning up under them would not be safe; the process
+                // is ending.
+                std::mem::forget(in_use.eal);
+            }
+        }
+    }
+}
+
+/// `per_port[p][w]` as `[w][p]`, `workers` wide (a port with fewer
+/// entries gives None).
+fn transpose<T>(per_port: Vec<Vec<T>>, workers: usize) -> Vec<Vec<Option<T>>> {
+    let mut ports: Vec<_> = per_port.into_iter().map(Vec::into_iter).collect();
+    (0..workers)
+        .map(|_| ports.iter_mut().map(Iterator::next).collect())
+        .collect()
+}
+
+/// The packet pool, sized for the configuration (`mbuf_pool`).
+fn packet_pool(eal: &Eal, cfg: &Config, args: &[String]) -> Result<Mempool, RunError> {
+    let mbufs = mbuf_pool::mbuf_count(&cfg.dataplane);
+    let data_room = mbuf_pool::data_room(&cfg.dataplane.ports);
+    let pool = Mempool::new(eal, "sluice_mbufs", mbufs, 256, data_room).map_err(|e| {
+        let bytes = mbuf_pool::pool_bytes_at_least(mbufs, data_room);
+        hinted(
+            Step::PacketPool { bytes },
+            e.errno,
+            RunError::PacketPool(e),
+            cfg,
+            args,
+        )
+    })?;
+    controlplane::info!(
+        "sluice: packet pool: {mbufs} mbufs of {data_room} bytes (frames up to {} bytes)",
+        usize::from(data_room) - dataplane::dpdk::MBUF_HEADROOM
+    );
+    Ok(pool)
+}
+
+/// A started port and its queue pairs.
+type Started = (Port, Vec<QueuePair>);
+
+/// AP-4: starts each port's TAP (one queue pair per worker) with the
+/// port's MAC, and gives the kernel side the port's addresses and MTU.
+fn start_taps(
+    cfg: &Config,
+    eal_args: &[String],
+    port_macs: &[[u8; 6]],
+    workers: u16,
+    pool: &Mempool,
+) -> Result<Vec<Option<Started>>, RunError> {
+    let mut taps = Vec::with_capacity(cfg.dataplane.ports.len());
+    for (i, p) in cfg.dataplane.ports.iter().enumerate() {
+        let Some(iface) = &p.tap else {
+            taps.push(None);
+            continue;
+        };
+        let device_error = |e: dataplane::dpdk::DpdkError| {
+            let errno = e.errno;
+            let error = RunError::TapDevice {
+                port: p.name.clone(),
+                iface: iface.clone(),
+                source: e,
+            };
+            hinted(Step::Tap, errno, error, cfg, eal_args)
+        };
+        let pc = PortConfig {
+            queue_pairs: workers,
+            rss: false,
+            promiscuous: false,
+            rx_descriptors: 512,
+            tx_descriptors: 512,
+            mtu: Some(p.mtu),
+            ..PortConfig::default()
+        };
+        let (tap, pairs) =
+            Port::start(&exception::tap_vdev(i, iface), &pc, pool).map_err(device_error)?;
+        // The kernel answers ARP/ND with the MAC the port's peers send to.
+        let mac = p
+            .mac
+            .or_else(|| port_macs.get(i).copied())
+            .unwrap_or_default();
+        tap.set_mac(mac).map_err(device_error)?;
+        exception::configure_tap(p, iface).map_err(|reason| {
+            let error = RunError::TapKernel {
+                port: p.name.clone(),
+                iface: iface.clone(),
+                reason,
+            };
+            hinted(Step::Tap, 0, error, cfg, eal_args)
+        })?;
+        controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
+        taps.push(Some((tap, pairs)));
+    }
+    Ok(taps)
+}

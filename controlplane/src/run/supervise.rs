@@ -1,0 +1,189 @@
+//! The main lcore once the workers run: signals, reloads, status
+//! requests, `--duration` and `--exit-on-idle`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use controlplane::admin_http::AdminState;
+use controlplane::control::Controller;
+use controlplane::control_socket::{Pending, Request};
+use controlplane::service_manager::ServiceManager;
+use crossbeam_utils::CachePadded;
+use sluice_core::stats::WorkerStats;
+
+/// SIGINT/SIGTERM (stop) and SIGHUP (reload), raised since the last check.
+pub struct Signals {
+    term: Arc<AtomicBool>,
+    hup: Arc<AtomicBool>,
+}
+
+impl Signals {
+    pub fn register() -> std::io::Result<Self> {
+        let term = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, Arc::clone(&term))?;
+        }
+        let hup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hup))?;
+        Ok(Self { term, hup })
+    }
+}
+
+/// When the run ends by itself (`--duration`, `--exit-on-idle`).
+pub struct Until {
+    pub duration: Option<Duration>,
+    pub exit_on_idle: Option<Duration>,
+}
+
+/// What the control loop drives.
+pub struct Control<'a> {
+    pub controller: &'a mut Controller,
+    pub requests: Option<&'a Receiver<Pending>>,
+    pub admin: &'a AdminState,
+    pub service: &'a mut ServiceManager,
+}
+
+/// Waits on the main lcore until a signal, the duration, or idleness says stop.
+///
+/// Between checks it is the control thread (AP-2): health results, draining
+/// deadlines, reloads (SIGHUP or the control socket) and status requests.
+pub fn supervise(
+    until: &Until,
+    signals: &Signals,
+    stats: &[Arc<CachePadded<WorkerStats>>],
+    ctl: Control<'_>,
+) {
+    let started = Instant::now();
+    let mut idle = until.exit_on_idle.map(|limit| IdleWatch::new(limit, stats));
+    loop {
+        // One liveness for /healthz and systemd's watchdog: this loop ran.
+        ctl.admin.beat();
+        ctl.service.alive();
+        std::thread::sleep(Duration::from_millis(10));
+        if signals.term.load(Ordering::Relaxed) {
+            ctl.service.stopping();
+            controlplane::info!("sluice: signal received, stopping");
+            return;
+        }
+        ctl.controller.tick();
+        if signals.hup.swap(false, Ordering::Relaxed) {
+            let _ = reload(ctl.controller, ctl.service);
+        }
+        for p in ctl.requests.into_iter().flat_map(|r| r.try_iter()) {
+            answer(p, ctl.controller, ctl.service);
+        }
+        if until.duration.is_some_and(|d| started.elapsed() >= d) {
+            return;
+        }
+        if idle.as_mut().is_some_and(|w| w.idle(stats)) {
+            return;
+        }
+    }
+}
+
+/// Reloads the configuration file. systemd sees RELOADING=1 ... READY=1
+/// around every reload, refused or not: a refused one leaves the running
+/// configuration serving.
+fn reload(controller: &mut Controller, service: &ServiceManager) -> Result<String, String> {
+    service.reloading();
+    let result = controller.reload();
+    match &result {
+        Ok(m) => {
+            controlplane::info!("sluice: {m}");
+            service.ready(m.trim_end());
+        }
+        Err(e) => {
+            controlplane::error!("sluice: reload failed:\n{e}");
+            service.ready("reload refused; the running configuration is unchanged");
+        }
+    }
+    result
+}
+
+/// Answers one control-socket request.
+fn answer(p: Pending, controller: &mut Controller, service: &ServiceManager) {
+    match p.request {
+        Request::Reload => {
+            let _ = p.reply.send(reload(controller, service));
+        }
+        // Rendered on its own thread from the published state: a status
+        // over a big configuration never delays a publish.
+        Request::Status => {
+            let render = controller.status_renderer();
+            let spawned = std::thread::Builder::new()
+                .name("sluice-status".into())
+                .spawn(move || {
+                    let _ = p.reply.send(Ok(render()));
+                });
+            if let Err(e) = spawned {
+                controlplane::error!("sluice: status: cannot start a thread: {e}");
+            }
+        }
+    }
+}
+
+/// `--exit-on-idle`: whether the workers' input has gone quiet.
+///
+/// Idle counts from the first packet on: on a loaded machine the workers
+/// may start polling late (each touches its conntrack shard first), and
+/// stopping before any traffic would silently cut a replay short. A source
+/// that never sends anything still ends, after [`IDLE_STARTUP_GRACE`].
+///
+/// Quiet also means every worker has polled since the last packet (twice:
+/// the first poll after a stall may still read a burst): a worker the
+/// scheduler starved for longer than the limit has not read its queues
+/// yet. A worker that never polls again does not hold the exit up for
+/// more than [`IDLE_STARTUP_GRACE`] beyond the limit.
+struct IdleWatch {
+    limit: Duration,
+    last_rx: u64,
+    last_change: Instant,
+    polls_at_change: Vec<u64>,
+}
+
+impl IdleWatch {
+    fn new(limit: Duration, stats: &[Arc<CachePadded<WorkerStats>>]) -> Self {
+        Self {
+            limit,
+            last_rx: rx_total(stats),
+            last_change: Instant::now(),
+            polls_at_change: polls(stats),
+        }
+    }
+
+    fn idle(&mut self, stats: &[Arc<CachePadded<WorkerStats>>]) -> bool {
+        let rx = rx_total(stats);
+        let quiet = self.last_change.elapsed();
+        let all_polled = polls(stats)
+            .iter()
+            .zip(&self.polls_at_change)
+            .all(|(now, then)| now.saturating_sub(*then) >= 2);
+        if rx != self.last_rx {
+            self.last_rx = rx;
+            self.last_change = Instant::now();
+            self.polls_at_change = polls(stats);
+            return false;
+        }
+        let limit = self.limit;
+        (rx > 0 && quiet >= limit && all_polled)
+            || (rx > 0 && quiet >= limit + IDLE_STARTUP_GRACE)
+            || (rx == 0 && quiet >= limit.max(IDLE_STARTUP_GRACE))
+    }
+}
+
+fn rx_total(stats: &[Arc<CachePadded<WorkerStats>>]) -> u64 {
+    stats
+        .iter()
+        .flat_map(|s| s.ports.iter())
+        .map(|p| p.rx_packets.get())
+        .sum()
+}
+
+fn polls(stats: &[Arc<CachePadded<WorkerStats>>]) -> Vec<u64> {
+    stats.iter().map(|s| s.polls.get()).collect()
+}
+
+/// How long `--exit-on-idle` waits for the first packet.
+const IDLE_STARTUP_GRACE: Duration = Duration::from_secs(5);

@@ -1,0 +1,110 @@
+//! The workers of a run, built on the main lcore before they are launched:
+//! each gets its queue pair on every port and TAP, its steering rings,
+//! its counters, the snapshot cell and the runtime's clock.
+
+use std::sync::Arc;
+
+use controlplane::config::Config;
+use crossbeam_utils::CachePadded;
+use dataplane::dpdk::{mbuf_ring, Mempool, Port};
+use dataplane::worker::{Steering, Worker};
+use sluice_core::snapshot::SnapshotCell;
+use sluice_core::stats::WorkerStats;
+
+use super::error::RunError;
+use super::runtime::Runtime;
+
+/// What every worker shares, or has one of per worker.
+pub struct Shared<'a> {
+    pub cfg: &'a Config,
+    /// One block per worker.
+    pub stats: &'a [Arc<CachePadded<WorkerStats>>],
+    pub snapshots: &'a Arc<SnapshotCell>,
+    /// TEST HOOK: the worker pauses RX after this many packets.
+    #[cfg(feature = "test-hooks")]
+    pub pause_after_rx: Option<u64>,
+}
+
+/// One [`Worker`] per configured worker, owning the runtime's queues.
+pub fn build(runtime: &mut Runtime, shared: &Shared<'_>) -> Result<Vec<Worker>, RunError> {
+    let cfg = shared.cfg;
+    let workers = usize::from(cfg.dataplane.workers);
+    let burst_size = usize::from(cfg.dataplane.burst_size);
+    let mut steering = match runtime.pool() {
+        Some(pool) => steering_rings(pool, runtime.ports(), workers, burst_size)?,
+        None => Vec::new(),
+    };
+    let port_ids: Vec<_> = runtime.ports().iter().map(Port::id).collect();
+    let stop = runtime.stop_flag();
+    let clock = runtime.clock();
+    let queues = runtime.take_worker_queues(workers);
+    let built = queues
+        .into_iter()
+        .zip(shared.stats)
+        .enumerate()
+        .map(|(index, (q, stats))| Worker {
+            index,
+            port_ids: port_ids.clone(),
+            steering: steering.get_mut(index).and_then(Option::take),
+            rx: q.rx,
+            tx: q.tx,
+            exception: q.exception,
+            stats: Arc::clone(stats),
+            snapshots: Arc::clone(shared.snapshots),
+            stop: Arc::clone(&stop),
+            clock,
+            burst_size,
+            conntrack_capacity: cfg.dataplane.conntrack_capacity as usize,
+            #[cfg(feature = "test-hooks")]
+            test_pause: dataplane::worker::TestPause::after_rx(shared.pause_after_rx),
+        })
+        .collect();
+    Ok(built)
+}
+
+/// One flow, one shard: when a port cannot keep an address pair on one RX
+/// queue (net_af_packet, RSS-less devices) and there are several workers,
+/// a ring from every worker to every other carries tracked packets to the
+/// worker that owns their key (`sluice_core::steering`). Per worker, its
+/// rings (none for any when no port needs them).
+fn steering_rings(
+    pool: &Mempool,
+    ports: &[Port],
+    workers: usize,
+    burst_size: usize,
+) -> Result<Vec<Option<Steering>>, RunError> {
+    let needs: Vec<bool> = ports
+        .iter()
+        .map(|p| !p.keeps_address_pairs_on_one_queue())
+        .collect();
+    if workers < 2 || !needs.iter().any(|&n| n) {
+        return Ok(Vec::new());
+    }
+    let mut per_worker: Vec<Steering> = (0..workers)
+        .map(|_| Steering {
+            to: (0..workers).map(|_| None).collect(),
+            from: Vec::new(),
+            ports: needs.clone(),
+        })
+        .collect();
+    let slots = sluice_core::steering::ring_slots(burst_size, workers);
+    for from in 0..workers {
+        for to in (0..workers).filter(|&t| t != from) {
+            let (p, c) = mbuf_ring(pool, &format!("sluice_steer_{from}_{to}"), slots)
+                .map_err(RunError::SteeringRing)?;
+            per_worker[from].to[to] = Some(p);
+            per_worker[to].from.push(c);
+        }
+    }
+    controlplane::info!(
+        "sluice: software steering between {workers} workers ({slots}-slot rings) for port(s) {:?} \
+         (no RSS on addresses only)",
+        ports
+            .iter()
+            .zip(&needs)
+            .filter(|(_, &n)| n)
+            .map(|(p, _)| p.name())
+            .collect::<Vec<_>>()
+    );
+    Ok(per_worker.into_iter().map(Some).collect())
+}
