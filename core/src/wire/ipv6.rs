@@ -236,7 +236,7 @@ impl Ipv6Repr {
     /// the 16-bit field (jumbograms are not emitted).
     pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
         let len = u16::try_from(self.payload_len).map_err(|_| Error::Malformed)?;
-        let fl = (self.flow_label & 0x000f_ffff).to_be_bytes();
+        let fl = (self.flow_label & FLOW_LABEL_MASK).to_be_bytes();
         let l = len.to_be_bytes();
         let mut h = [0u8; HEADER_LEN];
         h[..8].copy_from_slice(&[
