@@ -14,19 +14,22 @@
 
 use crate::conntrack::{policy, PacketMeta};
 use crate::flow::ipv4_ports_hash;
-use crate::pipeline::{Balance, Stage};
 use crate::snapshot::ForwardingState;
-use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_VLAN};
+use crate::stage::{Balance, Stage};
+use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_VLAN};
+use crate::wire::ipv4::{self, Ipv4Packet, VERSION_IHL_NO_OPTIONS};
+use crate::wire::ipv4::{FLAG_DF, FLAG_MF, FRAG_OFFSET_MASK};
 use crate::wire::proto::{TCP, UDP};
-use crate::wire::{L3Layout, Ports};
+use crate::wire::tcp::{self, TcpSegment};
+use crate::wire::udp::{self, UdpDatagram};
+use crate::wire::{field, get_u16, get_u8, L3Layout, Ports};
 
-const ETH_LEN: usize = 14;
-const IPV4_LEN: usize = 20;
-const TCP_LEN: usize = 20;
-const UDP_LEN: usize = 8;
-/// IPv4 flags/fragment-offset word: MF and the 13-bit offset.
-const MF_OR_OFFSET: u16 = 0x3fff;
-const DF: u16 = 0x4000;
+const ETH_LEN: usize = ethernet::HEADER_LEN;
+const VLAN_ETH_LEN: usize = ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN;
+const IPV4_LEN: usize = ipv4::HEADER_LEN;
+/// The bytes read at once: an option-less IPv4 header and the first 8
+/// bytes of its payload (a whole UDP header; TCP's ports).
+const IP_UDP_LEN: usize = IPV4_LEN + udp::HEADER_LEN;
 
 /// The stage of a frame this path understands, or None (general path).
 #[inline(always)]
@@ -38,58 +41,67 @@ pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
 /// [`classify_ipv4`] written into `out` (built in place, not returned
 /// through a temporary); None, with `out` untouched, when the general path
 /// must decide.
+///
+/// Every field is read through the wire layer's views over fixed-size
+/// arrays: their offsets are constants and their bounds are proven at
+/// compile time, so each read is one load.
 #[inline(always)]
 pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) -> Option<()> {
     let eth: &[u8; ETH_LEN] = frame.first_chunk()?;
-    let l3 = match u16::from_be_bytes([eth[12], eth[13]]) {
+    let l3 = match get_u16::<{ ethernet::offset::ETHERTYPE }, ETH_LEN>(eth) {
         ETHERTYPE_IPV4 => ETH_LEN,
         ETHERTYPE_VLAN => {
-            let inner = frame.get(ETH_LEN + 2..ETH_LEN + 4)?;
-            if u16::from_be_bytes([inner[0], inner[1]]) != ETHERTYPE_IPV4 {
+            let tagged: &[u8; VLAN_ETH_LEN] = frame.first_chunk()?;
+            let inner = get_u16::<{ ethernet::offset::VLAN_ETHERTYPE }, VLAN_ETH_LEN>(tagged);
+            if inner != ETHERTYPE_IPV4 {
                 return None;
             }
-            ETH_LEN + 4
+            VLAN_ETH_LEN
         }
         _ => return None,
     };
     let rest = frame.get(l3..)?;
-    let ip: &[u8; IPV4_LEN + UDP_LEN] = rest.first_chunk()?;
+    let ip_udp: &[u8; IP_UDP_LEN] = rest.first_chunk()?;
     // Version 4 with a 20-byte header: options take the general path.
-    if ip[0] != 0x45 {
+    if get_u8::<{ ipv4::offset::VERSION_IHL }, IP_UDP_LEN>(ip_udp) != VERSION_IHL_NO_OPTIONS {
         return None;
     }
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let frag = u16::from_be_bytes([ip[6], ip[7]]);
-    if total > rest.len() || frag & MF_OR_OFFSET != 0 {
+    let ip = Ipv4Packet::new_unchecked(ip_udp);
+    let total = usize::from(ip.total_len());
+    let frag = ip.flags_frag();
+    if total > rest.len() || frag & (FLAG_MF | FRAG_OFFSET_MASK) != 0 {
         return None;
     }
-    let proto = ip[9];
+    let proto = ip.protocol();
     let l4_len = total.checked_sub(IPV4_LEN)?;
     let tcp_flags = match proto {
         TCP => {
-            let tcp: &[u8; TCP_LEN] = rest.get(IPV4_LEN..)?.first_chunk()?;
-            let doff = usize::from(tcp[12] >> 4) * 4;
-            if l4_len < TCP_LEN || doff < TCP_LEN || doff > l4_len {
+            let tcp: &[u8; tcp::HEADER_LEN] = rest.get(IPV4_LEN..)?.first_chunk()?;
+            let tcp = TcpSegment::new_unchecked(tcp);
+            let doff = tcp.header_len();
+            if l4_len < tcp::HEADER_LEN || doff < tcp::HEADER_LEN || doff > l4_len {
                 return None;
             }
-            tcp[13]
+            tcp.flags()
         }
-        UDP if l4_len >= UDP_LEN => 0,
+        UDP if l4_len >= udp::HEADER_LEN => 0,
         _ => return None,
     };
-    let src = u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]);
-    let dst = u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]);
+    let src = u32::from(ip.src_addr());
+    let dst = u32::from(ip.dst_addr());
+    // TCP's ports sit where UDP's do.
+    let l4 = UdpDatagram::new_unchecked(field::<IPV4_LEN, { udp::HEADER_LEN }, IP_UDP_LEN>(ip_udp));
     let ports = Ports {
-        src: u16::from_be_bytes([ip[20], ip[21]]),
-        dst: u16::from_be_bytes([ip[22], ip[23]]),
+        src: l4.src_port(),
+        dst: l4.dst_port(),
     };
     let rule = match state.rules.lookup_v4_ports(dst, proto, ports.dst) {
         Ok(rule) => rule,
         // Only TCP and UDP get here, so "for the appliance" is just its
         // own address (no neighbour discovery).
         Err(miss) => {
-            let own = || crate::pipeline::is_own_address(state, dst.to_be_bytes().into());
-            *out = Stage::Done(crate::pipeline::rule_miss(miss, own));
+            let own = || crate::stage::is_own_address(state, dst.to_be_bytes().into());
+            *out = Stage::Done(crate::stage::rule_miss(miss, own));
             return Some(());
         }
     };
@@ -97,14 +109,14 @@ pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage
     let hash = ipv4_ports_hash(state.flow_seed, src, dst, proto, ports, service.affinity);
     let tracked = policy::trackable(proto, service.affinity);
     if !tracked {
-        crate::pipeline::prefetch_table(service, hash);
+        crate::stage::prefetch_table(service, hash);
     }
     *out = Stage::Balance(Balance {
         layout: L3Layout {
             ethertype: ETHERTYPE_IPV4,
             l3_offset: l3,
             ip_len: total,
-            dont_fragment: frag & DF != 0,
+            dont_fragment: frag & FLAG_DF != 0,
         },
         service: rule.service,
         hash,

@@ -43,11 +43,10 @@ use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::packet::PacketBuf;
 use crate::snapshot::{BackendState, Encapsulation, PortState};
-use crate::wire::checksum;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
-use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv4::{self, Ipv4Packet, FRAG_OFFSET_MASK};
 use crate::wire::ipv6::{self, Ipv6Packet};
-use crate::wire::ipv6_ext::FRAGMENT_HEADER_LEN;
+use crate::wire::ipv6_ext::{Ipv6FragInfo, Ipv6FragmentHeader, FRAGMENT_HEADER_LEN};
 use crate::wire::proto::IPV6_FRAGMENT;
 use crate::wire::L3Layout;
 
@@ -62,11 +61,8 @@ pub const MAX_FRAGMENTS: usize = 64;
 /// encapsulation always writes a plain, untagged one (on a trunk port the
 /// worker pushes the 802.1Q tag onto each fragment, `crate::vlan`).
 const L2_LEN: usize = ethernet::HEADER_LEN;
-const IPV4_MF: u16 = 0x2000;
-const IPV4_DF: u16 = 0x4000;
-const IPV4_OFFSET: u16 = 0x1fff;
 /// Highest IPv4 fragment offset, in 8-byte units (13 bits).
-const IPV4_MAX_OFFSET: usize = IPV4_OFFSET as usize;
+const IPV4_MAX_OFFSET: usize = FRAG_OFFSET_MASK as usize;
 /// IPv4 option type bit: copy the option into every fragment.
 const OPTION_COPIED: u8 = 0x80;
 /// First fragment header of an IPv6 fragment: fixed header + Fragment.
@@ -160,26 +156,22 @@ pub fn prepare<P: PacketBuf>(
         let _undone = pkt.trim_front(need);
     }
     encap::encapsulate_oversize(pkt, ip, encap, backend, port, flow_hash)?;
-    match ethertype(pkt.data()) {
+    match ethernet::ethertype_field(pkt.data()) {
         Some(ETHERTYPE_IPV4) => stamp_ipv4_ident(pkt.data_mut(), ids.next_v4()),
         Some(ETHERTYPE_IPV6) => insert_fragment_header(pkt, ids.next_v6()),
         _ => Err(DropReason::EncapUnsupported),
     }
 }
 
-fn ethertype(frame: &[u8]) -> Option<u16> {
-    let (_, t) = frame.first_chunk::<L2_LEN>()?.split_last_chunk::<2>()?;
-    Some(u16::from_be_bytes(*t))
-}
-
 /// Sets the identification of the (option-less) outer IPv4 header.
 fn stamp_ipv4_ident(frame: &mut [u8], ident: u16) -> Result<(), DropReason> {
     let h = frame
-        .get_mut(L2_LEN..L2_LEN + ipv4::HEADER_LEN)
+        .get_mut(L2_LEN..)
         .and_then(|h| h.first_chunk_mut::<{ ipv4::HEADER_LEN }>())
         .ok_or(DropReason::NoHeadroom)?;
-    h[4..6].copy_from_slice(&ident.to_be_bytes());
-    set_ipv4_checksum(h);
+    let mut ip = Ipv4Packet::new_unchecked(h);
+    ip.set_ident(ident);
+    ip.fill_checksum();
     Ok(())
 }
 
@@ -195,26 +187,27 @@ fn insert_fragment_header<P: PacketBuf>(pkt: &mut P, ident: u32) -> Result<(), D
         .first_chunk_mut::<{ L2_LEN + V6_HDR }>()
         .ok_or(DropReason::NoHeadroom)?;
     front.copy_within(FRAGMENT_HEADER_LEN.., 0);
-    let (l2_ip, frag) = front.split_at_mut(L2_LEN + ipv6::HEADER_LEN);
-    let ip = &mut l2_ip[L2_LEN..];
+    let (ip, frag) = front
+        .get_mut(L2_LEN..)
+        .and_then(|h| h.split_first_chunk_mut::<{ ipv6::HEADER_LEN }>())
+        .ok_or(DropReason::NoHeadroom)?;
+    let frag = frag
+        .first_chunk_mut::<FRAGMENT_HEADER_LEN>()
+        .ok_or(DropReason::NoHeadroom)?;
+    let mut ip = Ipv6Packet::new_unchecked(ip);
     // No overflow: the outer packet is at most 65,535 bytes
     // (`encapsulate_oversize`), its payload 40 less.
-    let payload_len = u16::from_be_bytes([ip[4], ip[5]]).saturating_add(FRAGMENT_HEADER_LEN as u16);
-    ip[4..6].copy_from_slice(&payload_len.to_be_bytes());
-    let next = std::mem::replace(&mut ip[6], IPV6_FRAGMENT);
-    let id = ident.to_be_bytes();
-    frag.copy_from_slice(&[next, 0, 0, 0, id[0], id[1], id[2], id[3]]);
+    ip.set_payload_len(ip.payload_len().saturating_add(FRAGMENT_HEADER_LEN as u16));
+    let next = ip.next_header();
+    ip.set_next_header(IPV6_FRAGMENT);
+    Ipv6FragInfo {
+        offset: 0,
+        more: false,
+        ident,
+        next,
+    }
+    .emit(frag);
     Ok(())
-}
-
-fn set_ipv4_checksum(h: &mut [u8]) {
-    if let Some(c) = h.get_mut(10..12) {
-        c.fill(0);
-    }
-    let c = checksum::checksum(h).to_be_bytes();
-    if let Some(f) = h.get_mut(10..12) {
-        f.copy_from_slice(&c);
-    }
 }
 
 /// How a frame's IP packet splits: header sizes, payload per fragment and
@@ -261,7 +254,7 @@ impl Plan {
 pub fn plan(frame: &[u8], mtu: u16, room: usize) -> Result<Plan, DropReason> {
     let limit = usize::from(mtu).min(room.saturating_sub(L2_LEN));
     let ip_bytes = frame.get(L2_LEN..).ok_or(DropReason::MtuExceeded)?;
-    let (v6, first_hdr, later_hdr, payload, base) = match ethertype(frame) {
+    let (v6, first_hdr, later_hdr, payload, base) = match ethernet::ethertype_field(frame) {
         Some(ETHERTYPE_IPV4) => {
             let ip = Ipv4Packet::new_checked(ip_bytes).map_err(|_| DropReason::BadIpv4Header)?;
             if ip.dont_frag() {
@@ -376,8 +369,8 @@ pub fn split<'a, P: PacketBuf + 'a>(
             .first_chunk::<V6_HDR>()
             .ok_or(DropReason::MtuExceeded)?;
         later[..V6_HDR].copy_from_slice(h);
-        let f = u16::from_be_bytes([h[42], h[43]]);
-        (usize::from(f >> 3) * 8, f & 1 != 0)
+        let f = Ipv6FragmentHeader::new_unchecked(&h[ipv6::HEADER_LEN..]);
+        (usize::from(f.frag_offset()) * 8, f.more_frags())
     } else {
         let h = orig_hdr
             .first_chunk::<{ ipv4::HEADER_LEN }>()
@@ -390,9 +383,9 @@ pub fn split<'a, P: PacketBuf + 'a>(
             return Err(DropReason::BadIpv4Header);
         };
         to.copy_from_slice(from);
-        fixed[0] = 0x40 | (plan.later_hdr / 4) as u8;
-        let f = u16::from_be_bytes([h[6], h[7]]);
-        (usize::from(f & IPV4_OFFSET) * 8, f & IPV4_MF != 0)
+        Ipv4Packet::new_unchecked(fixed).set_header_len(plan.later_hdr);
+        let ip = Ipv4Packet::new_unchecked(h);
+        (usize::from(ip.frag_offset()) * 8, ip.more_frags())
     };
     let later = later.get(..plan.later_hdr).ok_or(DropReason::MtuExceeded)?;
 
@@ -433,25 +426,22 @@ pub fn split<'a, P: PacketBuf + 'a>(
 fn set_fragment_fields(h: &mut [u8], v6: bool, len: usize, offset: usize, more: bool) {
     let units = (offset / 8) as u16;
     if v6 {
-        let Some(h) = h.first_chunk_mut::<V6_HDR>() else {
+        let Some((ip, frag)) = h.split_first_chunk_mut::<{ ipv6::HEADER_LEN }>() else {
             return;
         };
-        let payload_len = (FRAGMENT_HEADER_LEN + len) as u16;
-        h[4..6].copy_from_slice(&payload_len.to_be_bytes());
-        let f = (units << 3) | u16::from(more);
-        h[42..44].copy_from_slice(&f.to_be_bytes());
+        Ipv6Packet::new_unchecked(ip).set_payload_len((FRAGMENT_HEADER_LEN + len) as u16);
+        let mut frag = Ipv6FragmentHeader::new_unchecked(frag);
+        frag.set_frag_offset(units);
+        frag.set_more_frags(more);
     } else {
         let total = (h.len() + len) as u16;
-        let Some(fixed) = h.first_chunk_mut::<{ ipv4::HEADER_LEN }>() else {
-            return;
-        };
-        fixed[2..4].copy_from_slice(&total.to_be_bytes());
+        let mut ip = Ipv4Packet::new_unchecked(h);
+        ip.set_total_len(total);
         // Keep the reserved bit as it came; DF is clear (checked by plan).
-        let old = u16::from_be_bytes([fixed[6], fixed[7]]);
-        let mf = if more { IPV4_MF } else { 0 };
-        let f = (old & !(IPV4_MF | IPV4_DF | IPV4_OFFSET)) | mf | (units & IPV4_OFFSET);
-        fixed[6..8].copy_from_slice(&f.to_be_bytes());
-        set_ipv4_checksum(h);
+        ip.set_dont_frag(false);
+        ip.set_more_frags(more);
+        ip.set_frag_offset(units);
+        ip.fill_checksum();
     }
 }
 

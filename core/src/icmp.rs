@@ -18,20 +18,20 @@
 //! ([`TokenBucket`]) so a flood of oversize packets cannot turn the
 //! appliance into an ICMP amplifier.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::fragment;
 use crate::packet::PacketBuf;
-use crate::pipeline::{Balance, PipelineCtx, Verdict};
 use crate::snapshot::{ForwardingState, Millis};
-use crate::wire::checksum::ones_complement_sum;
-use crate::wire::ethernet::ETHERTYPE_IPV6;
-use crate::wire::icmp::V6_PACKET_TOO_BIG;
-use crate::wire::icmp::{self as icmp_wire, V4_CODE_FRAG_NEEDED, V4_DEST_UNREACHABLE};
-use crate::wire::ipv4::{self, Ipv4Repr};
-use crate::wire::ipv6::{self, Ipv6Repr};
+use crate::stage::{Balance, Verdict};
+use crate::wire::ethernet::{self, ETHERTYPE_IPV6};
+use crate::wire::icmp::{self as icmp_wire, IcmpPacket};
+use crate::wire::icmp::{V4_CODE_FRAG_NEEDED, V4_DEST_UNREACHABLE, V4_PARAMETER_PROBLEM};
+use crate::wire::icmp::{V4_REDIRECT, V6_FIRST_INFORMATIONAL, V6_PACKET_TOO_BIG};
+use crate::wire::ipv4::{self, Ipv4Packet, Ipv4Repr};
+use crate::wire::ipv6::{self, Ipv6Packet, Ipv6Repr};
 use crate::wire::proto::{ICMP, ICMPV6};
 use crate::wire::L3Layout;
 
@@ -81,7 +81,8 @@ impl TokenBucket {
 }
 
 /// Called by stage 2 when encapsulation failed with `MtuExceeded`: finds
-/// the egress MTU the packet's backend imposes and answers the client.
+/// the egress MTU the packet's backend imposes and answers the client,
+/// within the worker's reply budget `bucket`.
 /// The backend is looked up again by hash; only its egress port and
 /// address family matter (the tunnel overhead), not which one it is.
 #[cold]
@@ -90,7 +91,8 @@ pub fn answer_mtu_exceeded<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     state: &ForwardingState,
-    ctx: &mut PipelineCtx,
+    bucket: &mut TokenBucket,
+    now: Millis,
 ) -> Verdict {
     let mtu = state.service(b.service).and_then(|s| {
         let backend = state.backend(s.table_for(None)?.lookup(b.hash)?)?;
@@ -106,7 +108,7 @@ pub fn answer_mtu_exceeded<P: PacketBuf>(
         })
     });
     match mtu {
-        Some(mtu) => too_big(pkt, &b.layout, mtu, &mut ctx.icmp_replies, ctx.now),
+        Some(mtu) => too_big(pkt, &b.layout, mtu, bucket, now),
         None => Verdict::Drop(DropReason::MtuExceeded),
     }
 }
@@ -126,34 +128,35 @@ pub fn too_big<P: PacketBuf>(
     }
 }
 
-/// Source, destination and whether an error may be sent about the packet.
+/// Source and destination of the packet, when an error may be sent about
+/// it.
 fn addresses(ip: &[u8], v6: bool) -> Option<(IpAddr, IpAddr)> {
     if v6 {
-        let h = ip.first_chunk::<{ ipv6::HEADER_LEN }>()?;
-        let mut s = [0u8; 16];
-        let mut d = [0u8; 16];
-        s.copy_from_slice(&h[8..24]);
-        d.copy_from_slice(&h[24..40]);
-        let src = Ipv6Addr::from(s);
+        let h = Ipv6Packet::new_unchecked(ip.first_chunk::<{ ipv6::HEADER_LEN }>()?);
+        let src = h.src_addr();
         // RFC 4443 §2.4 (e): never about ICMPv6 errors (types < 128).
         // Only a header-less ICMPv6 is recognised; that is the usual case.
-        let icmp_error = h[6] == ICMPV6 && ip.get(ipv6::HEADER_LEN).is_some_and(|t| *t < 128);
+        let icmp_error = h.next_header() == ICMPV6
+            && ip
+                .get(ipv6::HEADER_LEN)
+                .is_some_and(|t| *t < V6_FIRST_INFORMATIONAL);
         let bad_src = src.is_unspecified() || src.is_multicast();
-        (!icmp_error && !bad_src).then_some((IpAddr::V6(src), IpAddr::V6(Ipv6Addr::from(d))))
+        (!icmp_error && !bad_src).then_some((IpAddr::V6(src), IpAddr::V6(h.dst_addr())))
     } else {
-        let h = ip.first_chunk::<{ ipv4::HEADER_LEN }>()?;
-        let ihl = usize::from(h[0] & 0x0f) * 4;
-        let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
-        let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-        let later_fragment = u16::from_be_bytes([h[6], h[7]]) & 0x1fff != 0;
+        let h = Ipv4Packet::new_unchecked(ip.first_chunk::<{ ipv4::HEADER_LEN }>()?);
+        let src = h.src_addr();
         // RFC 1122 §3.2.2: not about ICMP errors, non-first fragments,
         // broadcast, multicast or unspecified sources.
-        let icmp_error = h[9] == ICMP
-            && ip
-                .get(ihl)
-                .is_some_and(|t| icmp_wire::is_steered_error(ICMP, *t) || *t == 12 || *t == 5);
+        let icmp_error = h.protocol() == ICMP
+            && ip.get(h.header_len()).is_some_and(|t| {
+                icmp_wire::is_steered_error(ICMP, *t)
+                    || *t == V4_PARAMETER_PROBLEM
+                    || *t == V4_REDIRECT
+            });
+        let later_fragment = h.frag_offset() != 0;
         let bad_src = src.is_unspecified() || src.is_multicast() || src.is_broadcast();
-        (!icmp_error && !later_fragment && !bad_src).then_some((IpAddr::V4(src), IpAddr::V4(dst)))
+        (!icmp_error && !later_fragment && !bad_src)
+            .then_some((IpAddr::V4(src), IpAddr::V4(h.dst_addr())))
     }
 }
 
@@ -175,7 +178,7 @@ fn rewrite<P: PacketBuf>(
         .get(l.l3_offset..l.l3_offset + l.ip_len)
         .ok_or(DropReason::MtuExceeded)?;
     let (client, vip) = addresses(ip, v6).ok_or(DropReason::IcmpNotAllowed)?;
-    if l.l3_offset > MAX_L2 || l.l3_offset < 14 {
+    if l.l3_offset > MAX_L2 || l.l3_offset < ethernet::HEADER_LEN {
         return Err(DropReason::IcmpNotAllowed);
     }
     if !bucket.take(now) {
@@ -184,8 +187,7 @@ fn rewrite<P: PacketBuf>(
     let mut l2 = [0u8; MAX_L2];
     l2[..l.l3_offset].copy_from_slice(&data[..l.l3_offset]);
     // Back to the sender: its MAC becomes the destination, ours the source.
-    let (dst_mac, src_mac) = l2.split_at_mut(6);
-    dst_mac.swap_with_slice(&mut src_mac[..6]);
+    ethernet::swap_addresses(&mut l2);
 
     let (ip_hdr, max) = if v6 {
         (ipv6::HEADER_LEN, V6_REPLY_MAX)
@@ -203,9 +205,9 @@ fn rewrite<P: PacketBuf>(
     let (front, rest) = buf.split_at_mut(l.l3_offset.min(buf.len()));
     front.copy_from_slice(&l2[..front.len()]);
     let icmp_len = icmp_wire::HEADER_LEN + quote;
-    let rest = match (client, vip) {
+    match (client, vip) {
         (IpAddr::V4(c), IpAddr::V4(v)) => {
-            let (h, rest) = rest
+            let (h, msg) = rest
                 .split_first_chunk_mut::<{ ipv4::HEADER_LEN }>()
                 .ok_or(DropReason::NoHeadroom)?;
             Ipv4Repr {
@@ -219,10 +221,10 @@ fn rewrite<P: PacketBuf>(
             }
             .emit(h)
             .map_err(|_| DropReason::MtuExceeded)?;
-            rest
+            write_frag_needed(msg, mtu)
         }
         (IpAddr::V6(c), IpAddr::V6(v)) => {
-            let (h, rest) = rest
+            let (h, msg) = rest
                 .split_first_chunk_mut::<{ ipv6::HEADER_LEN }>()
                 .ok_or(DropReason::NoHeadroom)?;
             Ipv6Repr {
@@ -235,38 +237,36 @@ fn rewrite<P: PacketBuf>(
             }
             .emit(h)
             .map_err(|_| DropReason::MtuExceeded)?;
-            rest
+            write_packet_too_big(msg, mtu, &v, &c)
         }
-        _ => return Err(DropReason::IcmpNotAllowed),
-    };
-    let (h, quote_bytes) = rest
-        .split_first_chunk_mut::<{ icmp_wire::HEADER_LEN }>()
-        .ok_or(DropReason::NoHeadroom)?;
-    let m = mtu.to_be_bytes();
-    *h = if v6 {
-        [V6_PACKET_TOO_BIG, 0, 0, 0, 0, 0, m[0], m[1]]
-    } else {
-        [
-            V4_DEST_UNREACHABLE,
-            V4_CODE_FRAG_NEEDED,
-            0,
-            0,
-            0,
-            0,
-            m[0],
-            m[1],
-        ]
-    };
-    let mut sum = u32::from(ones_complement_sum(h)) + u32::from(ones_complement_sum(quote_bytes));
-    if let (IpAddr::V6(c), IpAddr::V6(v)) = (client, vip) {
-        // ICMPv6 covers a pseudo-header (RFC 4443 §2.3).
-        sum += u32::from(ones_complement_sum(&v.octets()));
-        sum += u32::from(ones_complement_sum(&c.octets()));
-        sum += icmp_len as u32 + u32::from(ICMPV6);
+        _ => Err(DropReason::IcmpNotAllowed),
     }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    h[2..4].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+}
+
+/// The ICMP header of fragmentation-needed (RFC 1191 §4) in front of the
+/// quote already in `msg`, and its checksum.
+fn write_frag_needed(msg: &mut [u8], mtu: u16) -> Result<(), DropReason> {
+    let mut icmp = IcmpPacket::new_checked(msg).map_err(|_| DropReason::NoHeadroom)?;
+    icmp.set_msg_type(V4_DEST_UNREACHABLE);
+    icmp.set_code(V4_CODE_FRAG_NEEDED);
+    icmp.set_rest_of_header(0);
+    icmp.set_next_hop_mtu(mtu);
+    icmp.fill_checksum_v4();
+    Ok(())
+}
+
+/// The ICMPv6 header of packet-too-big (RFC 4443 §3.2) in front of the
+/// quote already in `msg`, and its checksum from `vip` to `client`.
+fn write_packet_too_big(
+    msg: &mut [u8],
+    mtu: u16,
+    vip: &Ipv6Addr,
+    client: &Ipv6Addr,
+) -> Result<(), DropReason> {
+    let mut icmp = IcmpPacket::new_checked(msg).map_err(|_| DropReason::NoHeadroom)?;
+    icmp.set_msg_type(V6_PACKET_TOO_BIG);
+    icmp.set_code(0);
+    icmp.set_mtu(u32::from(mtu));
+    icmp.fill_checksum_v6(vip, client);
     Ok(())
 }

@@ -22,6 +22,7 @@ pub mod packet;
 pub mod pipeline;
 pub mod rules;
 pub mod snapshot;
+pub mod stage;
 pub mod stats;
 pub mod steering;
 pub mod vlan;

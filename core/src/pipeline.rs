@@ -15,31 +15,12 @@ use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::packet::PacketBuf;
-use crate::rules::RuleMiss;
 use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId, ServiceState};
+use crate::stage::{is_own_address, rule_miss};
+pub use crate::stage::{prefetch_table, Balance, Stage, Verdict};
 use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::proto::ICMPV6;
 use crate::wire::{self, icmp as icmp_wire, IpInfo, L3Layout, Parsed, Ports};
-
-/// What the worker does with a packet after [`process`].
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Transmit the (rewritten) packet on `port`; it went to `backend`.
-    Forward { port: u16, backend: BackendId },
-    /// Like `Forward`, but the rewritten packet exceeds `port`'s MTU and
-    /// may be fragmented (AP-3: IPv4 without DF): the worker splits it with
-    /// `fragment::plan` / `fragment::split` to that port's MTU (in the
-    /// snapshot's `PortState`) and transmits every fragment.
-    Fragment { port: u16, backend: BackendId },
-    /// Addressed to the appliance itself: hand to the exception path (AP-4).
-    Punt,
-    /// The packet was rewritten into an answer to its sender (ICMP
-    /// fragmentation-needed / packet-too-big, AP-3): transmit it on the
-    /// port it was received on.
-    Reply,
-    /// Drop and count under the reason.
-    Drop(DropReason),
-}
 
 /// Worker-local state the pipeline may read and update.
 #[derive(Debug)]
@@ -73,44 +54,6 @@ impl Default for PipelineCtx {
     fn default() -> Self {
         Self::new(4096)
     }
-}
-
-/// The first stage's outcome for one packet.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Stage {
-    /// Decided already (punt or drop).
-    Done(Verdict),
-    /// To be load-balanced: the second stage picks the backend and
-    /// encapsulates.
-    Balance(Balance),
-}
-
-impl Stage {
-    /// A slot before stage 1 has run on it: delivered as it is, it is
-    /// counted as an `internal` drop, never forwarded.
-    pub const UNSTAGED: Stage = Stage::Done(Verdict::Drop(DropReason::Internal));
-}
-
-impl Default for Stage {
-    fn default() -> Self {
-        Stage::UNSTAGED
-    }
-}
-
-/// A packet for a VIP: where its IP packet is, its service and flow hash.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Balance {
-    pub layout: L3Layout,
-    pub service: ServiceId,
-    pub hash: u64,
-    /// Protocol, TCP flags, fragment status, ports: what conntrack needs
-    /// besides the addresses (which stage 2 reads back from the frame).
-    pub meta: PacketMeta,
-    /// Whether the service tracks this packet's protocol (CT-2, CT-4).
-    pub tracked: bool,
-    /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
-    /// quoted flow up in the shard (without recording anything).
-    pub icmp_error: bool,
 }
 
 /// Decides what to do with one packet received on `rx_port` (config index;
@@ -220,17 +163,6 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         tracked,
         icmp_error: false,
     }))
-}
-
-/// Starts loading the Maglev slot stage 2 will read for `hash`: at once
-/// for an untracked packet; for a tracked one only when the conntrack
-/// lookahead finds that it will need the table (a new key, or one away
-/// from its home slot), since a hit never reads it.
-#[inline(always)]
-pub fn prefetch_table(service: &ServiceState, hash: u64) {
-    if let Some(table) = service.table_for(None) {
-        table.prefetch(hash);
-    }
 }
 
 /// HA-4: when the packet is an ICMP/ICMPv6 error sent to a VIP (`dst`) and
@@ -456,7 +388,9 @@ pub fn deliver_keyed<P: PacketBuf>(
     match deliver_inner(pkt, b, tracked, state, ctx) {
         Ok(v) => v,
         // AP-3: answer the client with the path MTU (cold path).
-        Err(DropReason::MtuExceeded) => icmp::answer_mtu_exceeded(pkt, b, state, ctx),
+        Err(DropReason::MtuExceeded) => {
+            icmp::answer_mtu_exceeded(pkt, b, state, &mut ctx.icmp_replies, ctx.now)
+        }
         Err(reason) => Verdict::Drop(reason),
     }
 }
@@ -565,27 +499,6 @@ fn select_backend(
 /// link-local address), go to the kernel.
 fn is_for_appliance(ip: &IpInfo, state: &ForwardingState) -> bool {
     is_own_address(state, ip.dst) || is_neighbour_discovery(ip)
-}
-
-/// One of the appliance's own port addresses.
-pub(crate) fn is_own_address(state: &ForwardingState, addr: IpAddr) -> bool {
-    state.ports.iter().any(|p| match addr {
-        IpAddr::V4(a) => p.ipv4 == Some(a),
-        IpAddr::V6(a) => p.ipv6 == Some(a),
-    })
-}
-
-/// FR-1, AP-4: the verdict for a packet no rule takes — the exception path
-/// when it is for the appliance (`for_appliance`, asked only for a
-/// destination that is no VIP), else a counted drop. The general path and
-/// the IPv4 fast path both decide misses here.
-#[cold]
-pub(crate) fn rule_miss(miss: RuleMiss, for_appliance: impl FnOnce() -> bool) -> Verdict {
-    match miss {
-        RuleMiss::NoRule => Verdict::Drop(DropReason::NoRule),
-        RuleMiss::NotVip if for_appliance() => Verdict::Punt,
-        RuleMiss::NotVip => Verdict::Drop(DropReason::NotForUs),
-    }
 }
 
 fn is_neighbour_discovery(ip: &IpInfo) -> bool {

@@ -11,7 +11,7 @@
 
 use crate::hash::stable_hash_bytes;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
-use crate::wire::L3Layout;
+use crate::wire::{ipv4, ipv6, L3Layout};
 
 /// A fixed seed: the choice only has to agree between this process's
 /// workers, but a fixed function keeps tests reproducible.
@@ -34,13 +34,14 @@ pub fn ring_slots(burst_size: usize, workers: usize) -> u32 {
 /// The worker (0..workers) that owns every packet between these addresses.
 #[inline]
 pub fn owner(frame: &[u8], layout: &L3Layout, workers: usize) -> usize {
-    // IPv4 source and destination are bytes 12..20 of the header; IPv6's
-    // are 8..40. The parser checked the header is in the frame; a short
-    // slice (cannot happen) hashes as empty, which is still a valid owner.
+    // Source then destination: adjacent, and the last fields of both
+    // fixed headers. The parser checked the header is in the frame; a
+    // short slice (cannot happen) hashes as empty, which is still a valid
+    // owner.
     let addrs = if layout.ethertype == ETHERTYPE_IPV6 {
-        layout.l3_offset + 8..layout.l3_offset + 40
+        layout.l3_offset + ipv6::offset::SRC_ADDR..layout.l3_offset + ipv6::HEADER_LEN
     } else {
-        layout.l3_offset + 12..layout.l3_offset + 20
+        layout.l3_offset + ipv4::offset::SRC_ADDR..layout.l3_offset + ipv4::HEADER_LEN
     };
     pick(frame.get(addrs).unwrap_or(&[]), workers)
 }

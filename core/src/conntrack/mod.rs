@@ -18,6 +18,8 @@ pub use shard::{Counters, Entry, Full, Shard};
 use crate::flow::TupleKind;
 use crate::snapshot::ServiceId;
 use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::{IpInfo, L3Layout, Ports};
 
 /// What stage 2 needs of a packet besides its addresses: small and free of
@@ -81,28 +83,26 @@ impl Addrs {
 
     /// Reads the addresses back from the (already parsed, not yet
     /// rewritten) frame: cheaper than carrying two `IpAddr`s between the
-    /// stages, and the IP header's line is in cache.
+    /// stages, and the IP header's line is in cache. None when the frame
+    /// is too short for the fixed IP header (it cannot be, once parsed).
     #[inline]
     pub fn from_frame(frame: &[u8], layout: &L3Layout) -> Option<Self> {
-        let at = |off: usize, len: usize| {
-            frame.get(layout.l3_offset + off..layout.l3_offset + off + len)
-        };
+        let ip = frame.get(layout.l3_offset..)?;
         match layout.ethertype {
             ETHERTYPE_IPV4 => {
-                let s = u32::from_be_bytes(at(12, 4)?.try_into().ok()?);
-                let d = u32::from_be_bytes(at(16, 4)?.try_into().ok()?);
+                let h = Ipv4Packet::new_unchecked(ip.first_chunk::<{ ipv4::HEADER_LEN }>()?);
                 Some(Self {
-                    src: [0, u64::from(s)],
-                    dst: [0, u64::from(d)],
+                    src: [0, u64::from(u32::from(h.src_addr()))],
+                    dst: [0, u64::from(u32::from(h.dst_addr()))],
                     v6: false,
                 })
             }
             ETHERTYPE_IPV6 => {
-                let w =
-                    |off| -> Option<u64> { Some(u64::from_be_bytes(at(off, 8)?.try_into().ok()?)) };
+                let h = Ipv6Packet::new_unchecked(ip.first_chunk::<{ ipv6::HEADER_LEN }>()?);
+                let words = |a: u128| [(a >> 64) as u64, a as u64];
                 Some(Self {
-                    src: [w(8)?, w(16)?],
-                    dst: [w(24)?, w(32)?],
+                    src: words(u128::from(h.src_addr())),
+                    dst: words(u128::from(h.dst_addr())),
                     v6: true,
                 })
             }

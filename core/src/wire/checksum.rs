@@ -1,6 +1,31 @@
-//! The Internet checksum (RFC 1071).
+//! The Internet checksum (RFC 1071) in one place: sums, folding,
+//! combining partial sums, the IPv4 and IPv6 pseudo-headers of upper-layer
+//! checksums, and incremental update (RFC 1624).
+//!
+//! A "sum" here is a ones'-complement sum folded to 16 bits (never 0 for
+//! data that is not all zeros); a checksum field holds the complement of
+//! the sum of what it covers, taken with the field zeroed.
 
-/// One's-complement sum of `data` as big-endian 16-bit words (an odd last
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// Folds the carries of a 32-bit accumulation of 16-bit words back in
+/// (end-around carry): two steps are exact for every `u32`.
+#[inline(always)]
+pub const fn fold(sum: u32) -> u16 {
+    let s = (sum & 0xffff) + (sum >> 16);
+    ((s & 0xffff) + (s >> 16)) as u16
+}
+
+/// [`fold`] for a 64-bit accumulation: 2^32 ≡ 1 in ones'-complement
+/// arithmetic too, so the halves add.
+#[inline(always)]
+const fn fold_wide(sum: u64) -> u16 {
+    let s = (sum & 0xffff_ffff) + (sum >> 32);
+    let s = (s & 0xffff_ffff) + (s >> 32);
+    fold(s as u32)
+}
+
+/// Ones'-complement sum of `data` as big-endian 16-bit words (an odd last
 /// byte is padded with zero), folded to 16 bits.
 pub fn ones_complement_sum(data: &[u8]) -> u16 {
     let mut chunks = data.chunks_exact(2);
@@ -14,10 +39,37 @@ pub fn ones_complement_sum(data: &[u8]) -> u16 {
     if let [last] = *chunks.remainder() {
         sum += u64::from(u16::from_be_bytes([last, 0]));
     }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
+    fold_wide(sum)
+}
+
+/// The ones'-complement sum of partial sums, e.g. of a header and of the
+/// data after it. Each part must start at an even offset of the whole
+/// (only the last may have an odd length).
+#[inline]
+pub fn combine(sums: &[u16]) -> u16 {
+    fold(sums.iter().map(|s| u32::from(*s)).sum())
+}
+
+/// The sum of the IPv4 pseudo-header (RFC 768, RFC 9293 §3.1): source,
+/// destination, protocol and the upper-layer length.
+pub fn pseudo_header_v4(src: Ipv4Addr, dst: Ipv4Addr, protocol: u8, len: u16) -> u16 {
+    let [s0, s1, s2, s3] = src.octets();
+    let [d0, d1, d2, d3] = dst.octets();
+    let w = |a: u8, b: u8| u32::from(u16::from_be_bytes([a, b]));
+    fold(w(s0, s1) + w(s2, s3) + w(d0, d1) + w(d2, d3) + u32::from(protocol) + u32::from(len))
+}
+
+/// The sum of the IPv6 pseudo-header (RFC 8200 §8.1; ICMPv6: RFC 4443
+/// §2.3): source, destination, the 32-bit upper-layer length and the next
+/// header.
+pub fn pseudo_header_v6(src: &Ipv6Addr, dst: &Ipv6Addr, next_header: u8, len: u32) -> u16 {
+    fold(
+        u32::from(ones_complement_sum(&src.octets()))
+            + u32::from(ones_complement_sum(&dst.octets()))
+            + (len >> 16)
+            + (len & 0xffff)
+            + u32::from(next_header),
+    )
 }
 
 /// The checksum field value for `data` (with its checksum field zeroed).
@@ -30,9 +82,19 @@ pub fn verify(data: &[u8]) -> bool {
     ones_complement_sum(data) == 0xffff
 }
 
+/// RFC 1624 eqn. 3: the checksum after one 16-bit word it covers changed
+/// from `old` to `new`, without summing the data again:
+/// HC' = ~(~HC + ~m + m'). Equal to recomputing whenever `checksum` was
+/// right (no -0 result, unlike RFC 1141's eqn. 2).
+#[inline]
+pub const fn update(checksum: u16, old: u16, new: u16) -> u16 {
+    !fold(!checksum as u32 + !old as u32 + new as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     /// The worked example of RFC 1071 §3.
     #[test]
@@ -57,5 +119,76 @@ mod tests {
         assert!(verify(&d));
         d[0] ^= 1;
         assert!(!verify(&d));
+    }
+
+    #[test]
+    fn fold_handles_every_carry() {
+        assert_eq!(fold(0), 0);
+        assert_eq!(fold(0xffff), 0xffff);
+        assert_eq!(fold(0x1_0000), 1);
+        assert_eq!(fold(0x1_fffe), 0xffff);
+        assert_eq!(fold(u32::MAX), 0xffff);
+        assert_eq!(fold_wide(u64::MAX), 0xffff);
+        assert_eq!(fold_wide(1 << 32), 1);
+    }
+
+    /// RFC 1624 §4's example: a word changing from 0x5555 to 0x3285 moves
+    /// a checksum of 0xdd2f to 0x0000.
+    #[test]
+    fn rfc1624_example() {
+        assert_eq!(update(0xdd2f, 0x5555, 0x3285), 0x0000);
+    }
+
+    /// The pseudo-header sums against RFC 768's layout written out by hand.
+    #[test]
+    fn pseudo_headers_sum_their_layout() {
+        let (s4, d4) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(192, 0, 2, 7));
+        let mut v4 = Vec::new();
+        v4.extend_from_slice(&s4.octets());
+        v4.extend_from_slice(&d4.octets());
+        v4.extend_from_slice(&[0, 17, 0x12, 0x34]);
+        assert_eq!(
+            pseudo_header_v4(s4, d4, 17, 0x1234),
+            ones_complement_sum(&v4)
+        );
+        let s6: Ipv6Addr = "2001:db8::1".parse().unwrap();
+        let d6: Ipv6Addr = "fd00::ffff:2".parse().unwrap();
+        let mut v6 = Vec::new();
+        v6.extend_from_slice(&s6.octets());
+        v6.extend_from_slice(&d6.octets());
+        v6.extend_from_slice(&0x0001_0203u32.to_be_bytes());
+        v6.extend_from_slice(&[0, 0, 0, 58]);
+        assert_eq!(
+            pseudo_header_v6(&s6, &d6, 58, 0x0001_0203),
+            ones_complement_sum(&v6)
+        );
+    }
+
+    proptest! {
+        /// Partial sums of even-offset parts combine to the sum of the whole.
+        #[test]
+        fn combine_equals_the_whole(data in proptest::collection::vec(any::<u8>(), 0..200),
+                                    cut in 0usize..100) {
+            let cut = (cut * 2).min(data.len() & !1);
+            let (a, b) = data.split_at(cut);
+            prop_assert_eq!(
+                combine(&[ones_complement_sum(a), ones_complement_sum(b)]),
+                ones_complement_sum(&data)
+            );
+        }
+
+        /// RFC 1624: updating one word gives the recomputed checksum.
+        #[test]
+        fn update_equals_recomputing(mut data in proptest::collection::vec(any::<u8>(), 4..64),
+                                     word in any::<proptest::sample::Index>(), new in any::<u16>()) {
+            // A non-zero first word that stays, as in every header this is
+            // used on (all-zero data has no unique checksum, RFC 1624 §3).
+            data[0] |= 0x40;
+            let at = 2 * (1 + word.index(data.len() / 2 - 1));
+            let before = checksum(&data);
+            let old = u16::from_be_bytes([data[at], data[at + 1]]);
+            data[at..at + 2].copy_from_slice(&new.to_be_bytes());
+            prop_assert_eq!(update(before, old, new), checksum(&data));
+        }
     }
 }

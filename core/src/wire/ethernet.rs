@@ -1,8 +1,20 @@
 //! Ethernet II with up to two VLAN tags (802.1Q 0x8100, 802.1ad 0x88a8).
 
-use super::{field, Error};
+use super::{field, get_u16, put, Error};
 
 pub const HEADER_LEN: usize = 14;
+
+/// Where each field starts, in an untagged frame and after one tag.
+pub mod offset {
+    pub const DST: usize = 0;
+    pub const SRC: usize = 6;
+    /// The ethertype, or the TPID of the first VLAN tag.
+    pub const ETHERTYPE: usize = 12;
+    /// The first tag's control field (PCP, DEI, VID).
+    pub const VLAN_TCI: usize = 14;
+    /// The ethertype after one VLAN tag.
+    pub const VLAN_ETHERTYPE: usize = 16;
+}
 pub const VLAN_TAG_LEN: usize = 4;
 /// QinQ is the deepest stacking seen on real networks; a third tag leaves
 /// its TPID as the reported ethertype, which callers treat as unknown.
@@ -37,7 +49,7 @@ impl<'a> EthernetFrame<'a> {
         let (hdr, mut rest) = buf
             .split_first_chunk::<HEADER_LEN>()
             .ok_or(Error::Truncated)?;
-        let mut ethertype = u16::from_be_bytes([hdr[12], hdr[13]]);
+        let mut ethertype = get_u16::<{ offset::ETHERTYPE }, HEADER_LEN>(hdr);
         let mut tags = [0u16; MAX_VLAN_TAGS];
         let mut tag_count = 0u8;
         for slot in tags.iter_mut() {
@@ -62,11 +74,11 @@ impl<'a> EthernetFrame<'a> {
     }
 
     pub fn dst(&self) -> MacAddr {
-        field::<0, 6, HEADER_LEN>(self.hdr)
+        field::<{ offset::DST }, 6, HEADER_LEN>(self.hdr)
     }
 
     pub fn src(&self) -> MacAddr {
-        field::<6, 6, HEADER_LEN>(self.hdr)
+        field::<{ offset::SRC }, 6, HEADER_LEN>(self.hdr)
     }
 
     /// The ethertype after the VLAN tags: the payload's protocol.
@@ -96,9 +108,26 @@ pub const VID_MASK: u16 = 0x0fff;
 /// None for an untagged frame, an 802.1ad outer tag or a short frame.
 #[inline(always)]
 pub fn outer_vlan_id(frame: &[u8]) -> Option<u16> {
-    let h = frame.get(12..16)?;
-    (u16::from_be_bytes([h[0], h[1]]) == ETHERTYPE_VLAN)
-        .then(|| u16::from_be_bytes([h[2], h[3]]) & VID_MASK)
+    let h = frame.first_chunk::<{ HEADER_LEN + VLAN_TAG_LEN }>()?;
+    (get_u16::<{ offset::ETHERTYPE }, { HEADER_LEN + VLAN_TAG_LEN }>(h) == ETHERTYPE_VLAN)
+        .then(|| get_u16::<{ offset::VLAN_TCI }, { HEADER_LEN + VLAN_TAG_LEN }>(h) & VID_MASK)
+}
+
+/// The ethertype field of a frame (a VLAN TPID when it is tagged); None
+/// for a frame shorter than the header.
+#[inline(always)]
+pub fn ethertype_field(frame: &[u8]) -> Option<u16> {
+    let h = frame.first_chunk::<HEADER_LEN>()?;
+    Some(get_u16::<{ offset::ETHERTYPE }, HEADER_LEN>(h))
+}
+
+/// Swaps the destination and source MAC addresses of the header at the
+/// start of `hdr` (an answer goes back to the sender).
+pub fn swap_addresses<const L: usize>(hdr: &mut [u8; L]) {
+    let dst: MacAddr = field::<{ offset::DST }, 6, L>(hdr);
+    let src: MacAddr = field::<{ offset::SRC }, 6, L>(hdr);
+    put::<{ offset::DST }, 6, L>(hdr, src);
+    put::<{ offset::SRC }, 6, L>(hdr, dst);
 }
 
 /// An Ethernet header to emit: untagged, or with one 802.1Q tag (PCP and
@@ -130,15 +159,17 @@ impl EthernetRepr {
     /// of `buf`.
     pub fn emit(&self, buf: &mut [u8]) -> Result<(), Error> {
         let hdr = buf.get_mut(..self.header_len()).ok_or(Error::Truncated)?;
-        hdr[0..6].copy_from_slice(&self.dst);
-        hdr[6..12].copy_from_slice(&self.src);
+        hdr[offset::DST..offset::DST + 6].copy_from_slice(&self.dst);
+        hdr[offset::SRC..offset::SRC + 6].copy_from_slice(&self.src);
         let tail = match self.vlan {
             Some(vid) => {
-                hdr[12..14].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-                hdr[14..16].copy_from_slice(&(vid & VID_MASK).to_be_bytes());
-                16
+                hdr[offset::ETHERTYPE..offset::ETHERTYPE + 2]
+                    .copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
+                hdr[offset::VLAN_TCI..offset::VLAN_TCI + 2]
+                    .copy_from_slice(&(vid & VID_MASK).to_be_bytes());
+                offset::VLAN_ETHERTYPE
             }
-            None => 12,
+            None => offset::ETHERTYPE,
         };
         hdr[tail..tail + 2].copy_from_slice(&self.ethertype.to_be_bytes());
         Ok(())

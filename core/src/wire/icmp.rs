@@ -1,29 +1,202 @@
-//! ICMP (RFC 792) and ICMPv6 (RFC 4443) error messages: which types quote
-//! an offending packet, and a truncation-tolerant view of that quote
-//! (HA-4).
+//! ICMP (RFC 792) and ICMPv6 (RFC 4443) messages: a two-way view of the
+//! header the two share, which error types quote an offending packet, and
+//! a truncation-tolerant reading of that quote (HA-4).
 //!
 //! A quote is the offending packet's IP header plus at least 8 bytes of its
 //! payload (IPv4 routers often send no more), so the quoted IP header's
 //! total length usually runs past the quote: unlike the receive-path views,
 //! this one does not require the whole packet, only the bytes it reads.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv6Addr};
 
+use super::ipv4::Ipv4Packet;
+use super::ipv6::Ipv6Packet;
 use super::parse::{Fragment, Ports};
 use super::proto::{ICMP, ICMPV6, IPV6_FRAGMENT, TCP, UDP};
-use super::{ipv4, ipv6, ipv6_ext};
+use super::{checksum, get_u16, get_u32, get_u8, ipv6_ext, set_u16, set_u32, set_u8, udp, Error};
 
 /// ICMP/ICMPv6 header length before the quote (type, code, checksum, 4
 /// bytes of type-specific data: unused, next-hop MTU or MTU).
 pub const HEADER_LEN: usize = 8;
 
+/// Where each field of the header starts.
+pub mod offset {
+    pub const TYPE: usize = 0;
+    pub const CODE: usize = 1;
+    pub const CHECKSUM: usize = 2;
+    /// The 32 type-specific bits ("rest of header").
+    pub const REST: usize = 4;
+    /// Destination unreachable, fragmentation needed: the next-hop MTU in
+    /// the low 16 bits of the rest (RFC 1191 §4).
+    pub const NEXT_HOP_MTU: usize = 6;
+    /// ICMPv6 packet too big: the MTU, all 32 bits (RFC 4443 §3.2).
+    pub const MTU: usize = 4;
+}
+
 pub const V4_DEST_UNREACHABLE: u8 = 3;
+pub const V4_REDIRECT: u8 = 5;
 pub const V4_TIME_EXCEEDED: u8 = 11;
+pub const V4_PARAMETER_PROBLEM: u8 = 12;
 /// Code of destination-unreachable: fragmentation needed and DF set.
 pub const V4_CODE_FRAG_NEEDED: u8 = 4;
 pub const V6_DEST_UNREACHABLE: u8 = 1;
 pub const V6_PACKET_TOO_BIG: u8 = 2;
 pub const V6_TIME_EXCEEDED: u8 = 3;
+/// ICMPv6 types below this are errors (RFC 4443 §2.1).
+pub const V6_FIRST_INFORMATIONAL: u8 = 128;
+
+/// What an accessor reads when the buffer is shorter than the header.
+const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
+
+/// A view of an ICMP or ICMPv6 message in `T` (the whole message: header
+/// and body, which the checksum covers).
+#[derive(Copy, Clone, Debug)]
+pub struct IcmpPacket<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> IcmpPacket<T> {
+    /// A view without any check: accessors read zeros and setters write
+    /// nothing if `buffer` is shorter than [`HEADER_LEN`].
+    #[inline(always)]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+
+    /// Checks that the 8-byte header is there.
+    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+        if buffer.as_ref().len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(Self::new_unchecked(buffer))
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline(always)]
+    fn header(&self) -> &[u8; HEADER_LEN] {
+        self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
+    }
+
+    pub fn msg_type(&self) -> u8 {
+        get_u8::<{ offset::TYPE }, HEADER_LEN>(self.header())
+    }
+
+    pub fn code(&self) -> u8 {
+        get_u8::<{ offset::CODE }, HEADER_LEN>(self.header())
+    }
+
+    pub fn checksum(&self) -> u16 {
+        get_u16::<{ offset::CHECKSUM }, HEADER_LEN>(self.header())
+    }
+
+    /// The 32 type-specific bits after the checksum.
+    pub fn rest_of_header(&self) -> u32 {
+        get_u32::<{ offset::REST }, HEADER_LEN>(self.header())
+    }
+
+    /// ICMP fragmentation needed: the next-hop MTU.
+    pub fn next_hop_mtu(&self) -> u16 {
+        get_u16::<{ offset::NEXT_HOP_MTU }, HEADER_LEN>(self.header())
+    }
+
+    /// ICMPv6 packet too big: the MTU.
+    pub fn mtu(&self) -> u32 {
+        get_u32::<{ offset::MTU }, HEADER_LEN>(self.header())
+    }
+
+    /// The body after the header: for an error, the quoted packet.
+    pub fn payload(&self) -> &[u8] {
+        self.buffer.as_ref().get(HEADER_LEN..).unwrap_or(&[])
+    }
+
+    /// Whether an ICMP (IPv4) message's checksum is right.
+    pub fn verify_checksum_v4(&self) -> bool {
+        checksum::verify(self.buffer.as_ref())
+    }
+
+    /// Whether an ICMPv6 message's checksum, pseudo-header included, is
+    /// right.
+    pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
+        self.sum_v6(src, dst) == 0xffff
+    }
+
+    fn sum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> u16 {
+        let msg = self.buffer.as_ref();
+        checksum::combine(&[
+            checksum::pseudo_header_v6(src, dst, ICMPV6, msg.len() as u32),
+            checksum::ones_complement_sum(msg),
+        ])
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpPacket<T> {
+    #[inline(always)]
+    fn header_mut(&mut self) -> Option<&mut [u8; HEADER_LEN]> {
+        self.buffer.as_mut().first_chunk_mut()
+    }
+
+    pub fn set_msg_type(&mut self, v: u8) {
+        if let Some(h) = self.header_mut() {
+            set_u8::<{ offset::TYPE }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_code(&mut self, v: u8) {
+        if let Some(h) = self.header_mut() {
+            set_u8::<{ offset::CODE }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_checksum(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::CHECKSUM }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_rest_of_header(&mut self, v: u32) {
+        if let Some(h) = self.header_mut() {
+            set_u32::<{ offset::REST }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_next_hop_mtu(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::NEXT_HOP_MTU }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_mtu(&mut self, v: u32) {
+        if let Some(h) = self.header_mut() {
+            set_u32::<{ offset::MTU }, HEADER_LEN>(h, v);
+        }
+    }
+
+    /// The body, writable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        self.buffer
+            .as_mut()
+            .get_mut(HEADER_LEN..)
+            .unwrap_or(&mut [])
+    }
+
+    /// Computes and writes an ICMP (IPv4) checksum: the whole message.
+    pub fn fill_checksum_v4(&mut self) {
+        self.set_checksum(0);
+        let c = checksum::checksum(self.buffer.as_ref());
+        self.set_checksum(c);
+    }
+
+    /// Computes and writes an ICMPv6 checksum: the whole message and the
+    /// IPv6 pseudo-header of `src` → `dst` (RFC 4443 §2.3).
+    pub fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
+        self.set_checksum(0);
+        let c = !self.sum_v6(src, dst);
+        self.set_checksum(c);
+    }
+}
 
 /// Whether an ICMP (`protocol` = 1) or ICMPv6 (58) message of `icmp_type`
 /// is an error that quotes a packet and is steered by HA-4. Parameter
@@ -65,24 +238,18 @@ pub fn quoted(msg: &[u8], v6: bool) -> Option<Quoted> {
 }
 
 fn quoted_v4(q: &[u8]) -> Option<Quoted> {
-    let h = q.first_chunk::<{ ipv4::HEADER_LEN }>()?;
-    let ihl = usize::from(h[0] & 0x0f) * 4;
-    if h[0] >> 4 != 4 || ihl < ipv4::HEADER_LEN {
-        return None;
-    }
-    let flags_frag = u16::from_be_bytes([h[6], h[7]]);
-    let fragment = match (flags_frag & 0x1fff, flags_frag & 0x2000 != 0) {
+    let ip = Ipv4Packet::new_checked_header(q).ok()?;
+    let fragment = match (ip.frag_offset(), ip.more_frags()) {
         (0, false) => Fragment::No,
         (0, true) => Fragment::First,
         _ => Fragment::Later,
     };
-    let protocol = h[9];
-    let src = Ipv4Addr::new(h[12], h[13], h[14], h[15]);
-    let dst = Ipv4Addr::new(h[16], h[17], h[18], h[19]);
-    let l4 = q.get(ihl..).unwrap_or(&[]);
+    let protocol = ip.protocol();
+    // The quote's own end, not the quoted total length, bounds the L4 bytes.
+    let l4 = q.get(ip.header_len()..).unwrap_or(&[]);
     Some(Quoted {
-        src: IpAddr::V4(src),
-        dst: IpAddr::V4(dst),
+        src: IpAddr::V4(ip.src_addr()),
+        dst: IpAddr::V4(ip.dst_addr()),
         protocol,
         ports: ports(protocol, fragment, l4),
         fragment,
@@ -90,20 +257,14 @@ fn quoted_v4(q: &[u8]) -> Option<Quoted> {
 }
 
 fn quoted_v6(q: &[u8]) -> Option<Quoted> {
-    let h = q.first_chunk::<{ ipv6::HEADER_LEN }>()?;
-    if h[0] >> 4 != 6 {
-        return None;
-    }
-    let mut src = [0u8; 16];
-    let mut dst = [0u8; 16];
-    src.copy_from_slice(&h[8..24]);
-    dst.copy_from_slice(&h[24..40]);
-    let payload = q.get(ipv6::HEADER_LEN..).unwrap_or(&[]);
+    let ip = Ipv6Packet::new_checked_header(q).ok()?;
+    let first = ip.next_header();
+    let payload = q.get(super::ipv6::HEADER_LEN..).unwrap_or(&[]);
     // The walk needs every extension header inside the quote; a quote cut
     // inside the chain yields the first next-header and no ports, which
     // still hashes like the flow under the 2-tuple and, for the common
     // header-less case, the 3-tuple.
-    let (protocol, l4, fragment) = match ipv6_ext::walk(h[6], payload) {
+    let (protocol, l4, fragment) = match ipv6_ext::walk(first, payload) {
         Ok(up) => {
             let fragment = match up.fragment {
                 None => Fragment::No,
@@ -115,34 +276,35 @@ fn quoted_v6(q: &[u8]) -> Option<Quoted> {
             let protocol = up.fragment.map_or(up.protocol, |f| f.next);
             (protocol, payload.get(up.offset..).unwrap_or(&[]), fragment)
         }
-        Err(_) if h[6] == IPV6_FRAGMENT => (h[6], &[][..], Fragment::Later),
-        Err(_) => (h[6], &[][..], Fragment::No),
+        Err(_) if first == IPV6_FRAGMENT => (first, &[][..], Fragment::Later),
+        Err(_) => (first, &[][..], Fragment::No),
     };
     Some(Quoted {
-        src: IpAddr::V6(Ipv6Addr::from(src)),
-        dst: IpAddr::V6(Ipv6Addr::from(dst)),
+        src: IpAddr::V6(ip.src_addr()),
+        dst: IpAddr::V6(ip.dst_addr()),
         protocol,
         ports: ports(protocol, fragment, l4),
         fragment,
     })
 }
 
-/// Both TCP and UDP start with source and destination port, so 4 bytes of
-/// the quoted L4 header suffice.
+/// Both TCP and UDP start with source and destination port, so the first
+/// 4 bytes of the quoted L4 header suffice.
 fn ports(protocol: u8, fragment: Fragment, l4: &[u8]) -> Option<Ports> {
     if fragment == Fragment::Later || !(protocol == TCP || protocol == UDP) {
         return None;
     }
-    let p = l4.first_chunk::<4>()?;
+    let p = l4.first_chunk::<{ udp::PORTS_LEN }>()?;
     Some(Ports {
-        src: u16::from_be_bytes([p[0], p[1]]),
-        dst: u16::from_be_bytes([p[2], p[3]]),
+        src: get_u16::<{ udp::offset::SRC_PORT }, { udp::PORTS_LEN }>(p),
+        dst: get_u16::<{ udp::offset::DST_PORT }, { udp::PORTS_LEN }>(p),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn v4_error(quote: &[u8]) -> Vec<u8> {
         let mut m = vec![

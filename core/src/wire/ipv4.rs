@@ -1,120 +1,335 @@
-//! IPv4 (RFC 791): header with options, fragmentation fields, emitter.
+//! IPv4 (RFC 791): a two-way view over a header with options, and an
+//! emitter for option-less headers.
 
 use std::net::Ipv4Addr;
 
-use super::{checksum, field, Error};
+use super::{checksum, get_u16, get_u8, put, set_u16, set_u8, Error};
 
 pub const HEADER_LEN: usize = 20;
 /// Largest IHL (15 words).
 pub const MAX_HEADER_LEN: usize = 60;
 
-const FLAG_DF: u8 = 0x40;
-const FLAG_MF: u8 = 0x20;
-
-/// A validated IPv4 packet. The buffer may be longer than the packet
-/// (Ethernet padding); `payload` stops at the total length.
-#[derive(Copy, Clone, Debug)]
-pub struct Ipv4Packet<'a> {
-    hdr: &'a [u8; HEADER_LEN],
-    options: &'a [u8],
-    payload: &'a [u8],
+/// Where each field of the fixed header starts.
+pub mod offset {
+    /// Version (high nibble) and IHL in 32-bit words (low nibble).
+    pub const VERSION_IHL: usize = 0;
+    pub const DSCP_ECN: usize = 1;
+    pub const TOTAL_LEN: usize = 2;
+    pub const IDENT: usize = 4;
+    /// Flags (3 bits) and fragment offset (13 bits), one 16-bit word.
+    pub const FLAGS_FRAG: usize = 6;
+    pub const TTL: usize = 8;
+    pub const PROTOCOL: usize = 9;
+    pub const CHECKSUM: usize = 10;
+    pub const SRC_ADDR: usize = 12;
+    pub const DST_ADDR: usize = 16;
 }
 
-impl<'a> Ipv4Packet<'a> {
+/// Don't fragment, in the flags/fragment-offset word.
+pub const FLAG_DF: u16 = 0x4000;
+/// More fragments, in the flags/fragment-offset word.
+pub const FLAG_MF: u16 = 0x2000;
+/// The fragment offset (8-byte units) in the flags/fragment-offset word.
+pub const FRAG_OFFSET_MASK: u16 = 0x1fff;
+/// The first byte of a header without options: version 4, IHL 5.
+pub const VERSION_IHL_NO_OPTIONS: u8 = 0x45;
+
+/// What an accessor reads when the buffer is shorter than the header
+/// (only a view made by [`Ipv4Packet::new_unchecked`] can be).
+const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
+
+/// A view of an IPv4 packet in `T`. The buffer may be longer than the
+/// packet (Ethernet padding); `payload` stops at the total length.
+#[derive(Copy, Clone, Debug)]
+pub struct Ipv4Packet<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv4Packet<T> {
+    /// A view without any check: accessors read zeros and setters write
+    /// nothing if `buffer` is shorter than [`HEADER_LEN`].
+    #[inline(always)]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+
     /// Checks version 4, IHL ≥ 5, IHL ≤ total length ≤ buffer length.
     /// The header checksum is not verified: NICs do that, and a forwarder
     /// that passes the packet on untouched must not be stricter than one.
-    pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
-        let hdr = buf.first_chunk::<HEADER_LEN>().ok_or(Error::Truncated)?;
-        if hdr[0] >> 4 != 4 {
-            return Err(Error::Malformed);
-        }
-        let ihl = usize::from(hdr[0] & 0x0f) * 4;
-        if ihl < HEADER_LEN {
-            return Err(Error::Malformed);
-        }
-        let total = usize::from(u16::from_be_bytes([hdr[2], hdr[3]]));
-        if total < ihl {
-            return Err(Error::Malformed);
-        }
-        let packet = buf.get(..total).ok_or(Error::Truncated)?;
-        let options = packet.get(HEADER_LEN..ihl).ok_or(Error::Truncated)?;
-        let payload = packet.get(ihl..).ok_or(Error::Truncated)?;
-        Ok(Self {
-            hdr,
-            options,
-            payload,
-        })
+    #[inline(always)]
+    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
     }
 
+    /// Checks only the header: version 4, IHL ≥ 5 and the fixed 20 bytes
+    /// present. For a packet quoted by an ICMP error, whose total length
+    /// runs past the quote; [`Ipv4Packet::payload`] is then empty.
+    #[inline]
+    pub fn new_checked_header(buffer: T) -> Result<Self, Error> {
+        let p = Self::new_unchecked(buffer);
+        p.check_header()?;
+        Ok(p)
+    }
+
+    /// What [`Ipv4Packet::new_checked_header`] checks.
+    #[inline(always)]
+    pub fn check_header(&self) -> Result<(), Error> {
+        let hdr = self
+            .buffer
+            .as_ref()
+            .first_chunk::<HEADER_LEN>()
+            .ok_or(Error::Truncated)?;
+        let version_ihl = get_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(hdr);
+        if version_ihl >> 4 != 4 || usize::from(version_ihl & 0x0f) * 4 < HEADER_LEN {
+            return Err(Error::Malformed);
+        }
+        Ok(())
+    }
+
+    /// What [`Ipv4Packet::new_checked`] checks.
+    #[inline(always)]
+    pub fn check_len(&self) -> Result<(), Error> {
+        self.check_header()?;
+        let total = usize::from(self.total_len());
+        if total < self.header_len() {
+            return Err(Error::Malformed);
+        }
+        if total > self.buffer.as_ref().len() {
+            return Err(Error::Truncated);
+        }
+        Ok(())
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline(always)]
+    fn header(&self) -> &[u8; HEADER_LEN] {
+        self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
+    }
+
+    pub fn version(&self) -> u8 {
+        get_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(self.header()) >> 4
+    }
+
+    /// Header length in bytes, options included (IHL × 4).
+    #[inline(always)]
     pub fn header_len(&self) -> usize {
-        usize::from(self.hdr[0] & 0x0f) * 4
+        usize::from(get_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(self.header()) & 0x0f) * 4
     }
 
     pub fn dscp_ecn(&self) -> u8 {
-        self.hdr[1]
+        get_u8::<{ offset::DSCP_ECN }, HEADER_LEN>(self.header())
     }
 
+    #[inline(always)]
     pub fn total_len(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[2], self.hdr[3]])
+        get_u16::<{ offset::TOTAL_LEN }, HEADER_LEN>(self.header())
     }
 
     pub fn ident(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[4], self.hdr[5]])
+        get_u16::<{ offset::IDENT }, HEADER_LEN>(self.header())
     }
 
+    /// The flags/fragment-offset word as it is ([`FLAG_DF`], [`FLAG_MF`],
+    /// [`FRAG_OFFSET_MASK`]; the top bit is reserved).
+    #[inline(always)]
+    pub fn flags_frag(&self) -> u16 {
+        get_u16::<{ offset::FLAGS_FRAG }, HEADER_LEN>(self.header())
+    }
+
+    #[inline(always)]
     pub fn dont_frag(&self) -> bool {
-        self.hdr[6] & FLAG_DF != 0
+        self.flags_frag() & FLAG_DF != 0
     }
 
+    #[inline(always)]
     pub fn more_frags(&self) -> bool {
-        self.hdr[6] & FLAG_MF != 0
+        self.flags_frag() & FLAG_MF != 0
     }
 
     /// Fragment offset in 8-byte units.
+    #[inline(always)]
     pub fn frag_offset(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[6] & 0x1f, self.hdr[7]])
+        self.flags_frag() & FRAG_OFFSET_MASK
     }
 
     /// HA-2: MF set or a non-zero offset, so the first fragment counts.
     pub fn is_fragment(&self) -> bool {
-        self.more_frags() || self.frag_offset() != 0
+        self.flags_frag() & (FLAG_MF | FRAG_OFFSET_MASK) != 0
     }
 
     pub fn ttl(&self) -> u8 {
-        self.hdr[8]
+        get_u8::<{ offset::TTL }, HEADER_LEN>(self.header())
     }
 
+    #[inline(always)]
     pub fn protocol(&self) -> u8 {
-        self.hdr[9]
+        get_u8::<{ offset::PROTOCOL }, HEADER_LEN>(self.header())
     }
 
     pub fn checksum(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[10], self.hdr[11]])
+        get_u16::<{ offset::CHECKSUM }, HEADER_LEN>(self.header())
     }
 
+    #[inline(always)]
     pub fn src_addr(&self) -> Ipv4Addr {
-        Ipv4Addr::from(field::<12, 4, HEADER_LEN>(self.hdr))
+        Ipv4Addr::from(super::field::<{ offset::SRC_ADDR }, 4, HEADER_LEN>(
+            self.header(),
+        ))
     }
 
+    #[inline(always)]
     pub fn dst_addr(&self) -> Ipv4Addr {
-        Ipv4Addr::from(field::<16, 4, HEADER_LEN>(self.hdr))
+        Ipv4Addr::from(super::field::<{ offset::DST_ADDR }, 4, HEADER_LEN>(
+            self.header(),
+        ))
     }
 
-    pub fn options(&self) -> &'a [u8] {
-        self.options
+    /// The options: bytes 20 to the header length.
+    pub fn options(&self) -> &[u8] {
+        self.buffer
+            .as_ref()
+            .get(HEADER_LEN..self.header_len())
+            .unwrap_or(&[])
     }
 
-    pub fn payload(&self) -> &'a [u8] {
-        self.payload
+    /// Header and options: the first [`Ipv4Packet::header_len`] bytes (or
+    /// as many as the buffer has).
+    pub fn header_bytes(&self) -> &[u8] {
+        let buf = self.buffer.as_ref();
+        buf.get(..self.header_len()).unwrap_or(buf)
+    }
+
+    /// The bytes after the header, up to the total length (empty when the
+    /// buffer ends before it, as a quoted packet's does).
+    #[inline(always)]
+    pub fn payload(&self) -> &[u8] {
+        let total = usize::from(self.total_len());
+        self.buffer
+            .as_ref()
+            .get(self.header_len()..total)
+            .unwrap_or(&[])
     }
 
     /// Whether the header checksum (options included) is correct.
     pub fn verify_checksum(&self) -> bool {
-        // The fixed header is an even length, so the two partial sums add.
-        let s = u32::from(checksum::ones_complement_sum(self.hdr.as_slice()))
-            + u32::from(checksum::ones_complement_sum(self.options));
-        ((s & 0xffff) + (s >> 16)) as u16 == 0xffff
+        checksum::verify(self.header_bytes())
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
+    #[inline(always)]
+    fn header_mut(&mut self) -> Option<&mut [u8; HEADER_LEN]> {
+        self.buffer.as_mut().first_chunk_mut()
+    }
+
+    /// Sets version 4 and the IHL for a header of `len` bytes (a multiple
+    /// of 4 from 20 to 60).
+    pub fn set_header_len(&mut self, len: usize) {
+        if let Some(h) = self.header_mut() {
+            let ihl = (len / 4) as u8 & 0x0f;
+            set_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(h, 0x40 | ihl);
+        }
+    }
+
+    pub fn set_dscp_ecn(&mut self, v: u8) {
+        if let Some(h) = self.header_mut() {
+            set_u8::<{ offset::DSCP_ECN }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_total_len(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::TOTAL_LEN }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_ident(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::IDENT }, HEADER_LEN>(h, v);
+        }
+    }
+
+    /// Writes the whole flags/fragment-offset word.
+    pub fn set_flags_frag(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::FLAGS_FRAG }, HEADER_LEN>(h, v);
+        }
+    }
+
+    /// Sets or clears DF, keeping the rest of the word.
+    pub fn set_dont_frag(&mut self, df: bool) {
+        let w = self.flags_frag() & !FLAG_DF;
+        self.set_flags_frag(if df { w | FLAG_DF } else { w });
+    }
+
+    /// Sets or clears MF, keeping the rest of the word.
+    pub fn set_more_frags(&mut self, mf: bool) {
+        let w = self.flags_frag() & !FLAG_MF;
+        self.set_flags_frag(if mf { w | FLAG_MF } else { w });
+    }
+
+    /// Sets the fragment offset (8-byte units, 13 bits), keeping the flags.
+    pub fn set_frag_offset(&mut self, units: u16) {
+        let w = self.flags_frag() & !FRAG_OFFSET_MASK;
+        self.set_flags_frag(w | (units & FRAG_OFFSET_MASK));
+    }
+
+    pub fn set_ttl(&mut self, v: u8) {
+        if let Some(h) = self.header_mut() {
+            set_u8::<{ offset::TTL }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_protocol(&mut self, v: u8) {
+        if let Some(h) = self.header_mut() {
+            set_u8::<{ offset::PROTOCOL }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_checksum(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::CHECKSUM }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_src_addr(&mut self, a: Ipv4Addr) {
+        if let Some(h) = self.header_mut() {
+            put::<{ offset::SRC_ADDR }, 4, HEADER_LEN>(h, a.octets());
+        }
+    }
+
+    pub fn set_dst_addr(&mut self, a: Ipv4Addr) {
+        if let Some(h) = self.header_mut() {
+            put::<{ offset::DST_ADDR }, 4, HEADER_LEN>(h, a.octets());
+        }
+    }
+
+    /// Computes the header checksum over the header and its options and
+    /// writes it.
+    pub fn fill_checksum(&mut self) {
+        self.set_checksum(0);
+        let c = checksum::checksum(self.header_bytes());
+        self.set_checksum(c);
+    }
+
+    /// The options, writable.
+    pub fn options_mut(&mut self) -> &mut [u8] {
+        let end = self.header_len();
+        self.buffer
+            .as_mut()
+            .get_mut(HEADER_LEN..end)
+            .unwrap_or(&mut [])
+    }
+
+    /// The payload, writable (see [`Ipv4Packet::payload`]).
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let (start, end) = (self.header_len(), usize::from(self.total_len()));
+        self.buffer.as_mut().get_mut(start..end).unwrap_or(&mut [])
     }
 }
 
@@ -145,29 +360,28 @@ impl Ipv4Repr {
         let src = self.src.octets();
         let dst = self.dst.octets();
         let word = |a: u8, b: u8| u32::from(u16::from_be_bytes([a, b]));
-        let mut sum = 0x4500
+        let sum = word(VERSION_IHL_NO_OPTIONS, 0)
             + u32::from(total)
             + u32::from(self.ident)
-            + word(flags, 0)
+            + u32::from(flags)
             + word(self.ttl, self.protocol)
             + word(src[0], src[1])
             + word(src[2], src[3])
             + word(dst[0], dst[1])
             + word(dst[2], dst[3]);
-        sum = (sum & 0xffff) + (sum >> 16);
-        sum = (sum & 0xffff) + (sum >> 16);
-        let c = (!(sum as u16)).to_be_bytes();
+        let c = (!checksum::fold(sum)).to_be_bytes();
         let t = total.to_be_bytes();
         let id = self.ident.to_be_bytes();
+        let f = flags.to_be_bytes();
         *hdr = [
-            0x45,
+            VERSION_IHL_NO_OPTIONS,
             0,
             t[0],
             t[1],
             id[0],
             id[1],
-            flags,
-            0,
+            f[0],
+            f[1],
             self.ttl,
             self.protocol,
             c[0],

@@ -1,72 +1,218 @@
-//! IPv6 fixed header (RFC 8200 §3). Extension headers: [`super::ipv6_ext`].
+//! IPv6 fixed header (RFC 8200 §3): a two-way view and an emitter.
+//! Extension headers: [`super::ipv6_ext`].
 
 use std::net::Ipv6Addr;
 
-use super::{field, Error};
+use super::{field, get_u16, get_u32, get_u8, put, set_u16, set_u32, set_u8, Error};
 
 pub const HEADER_LEN: usize = 40;
 
-/// A validated IPv6 packet; `payload` stops at the payload length (the
-/// buffer may carry Ethernet padding after it).
-#[derive(Copy, Clone, Debug)]
-pub struct Ipv6Packet<'a> {
-    hdr: &'a [u8; HEADER_LEN],
-    payload: &'a [u8],
+/// Where each field of the fixed header starts.
+pub mod offset {
+    /// Version (4 bits), traffic class (8), flow label (20): one 32-bit word.
+    pub const VERSION_TC_FLOW: usize = 0;
+    pub const PAYLOAD_LEN: usize = 4;
+    pub const NEXT_HEADER: usize = 6;
+    pub const HOP_LIMIT: usize = 7;
+    pub const SRC_ADDR: usize = 8;
+    pub const DST_ADDR: usize = 24;
 }
 
-impl<'a> Ipv6Packet<'a> {
+const FLOW_LABEL_MASK: u32 = 0x000f_ffff;
+
+/// What an accessor reads when the buffer is shorter than the header
+/// (only a view made by [`Ipv6Packet::new_unchecked`] can be).
+const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
+
+/// A view of an IPv6 packet in `T`; `payload` stops at the payload length
+/// (the buffer may carry Ethernet padding after it).
+#[derive(Copy, Clone, Debug)]
+pub struct Ipv6Packet<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6Packet<T> {
+    /// A view without any check: accessors read zeros and setters write
+    /// nothing if `buffer` is shorter than [`HEADER_LEN`].
+    #[inline(always)]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+
     /// Checks version 6 and that the payload length fits the buffer.
     /// Jumbograms (payload length 0 with a Jumbo option) are not supported:
     /// they read as an empty payload and fail the extension-header walk.
-    pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
-        let (hdr, rest) = buf
-            .split_first_chunk::<HEADER_LEN>()
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+        let p = Self::new_unchecked(buffer);
+        p.check_len()?;
+        Ok(p)
+    }
+
+    /// Checks only version 6 and the 40 bytes of the fixed header: for a
+    /// packet quoted by an ICMPv6 error, cut short of its payload length.
+    #[inline]
+    pub fn new_checked_header(buffer: T) -> Result<Self, Error> {
+        let p = Self::new_unchecked(buffer);
+        p.check_header()?;
+        Ok(p)
+    }
+
+    /// What [`Ipv6Packet::new_checked_header`] checks.
+    #[inline]
+    pub fn check_header(&self) -> Result<(), Error> {
+        let hdr = self
+            .buffer
+            .as_ref()
+            .first_chunk::<HEADER_LEN>()
             .ok_or(Error::Truncated)?;
-        if hdr[0] >> 4 != 6 {
+        if get_u8::<{ offset::VERSION_TC_FLOW }, HEADER_LEN>(hdr) >> 4 != 6 {
             return Err(Error::Malformed);
         }
-        let len = usize::from(u16::from_be_bytes([hdr[4], hdr[5]]));
-        let payload = rest.get(..len).ok_or(Error::Truncated)?;
-        Ok(Self { hdr, payload })
+        Ok(())
+    }
+
+    /// What [`Ipv6Packet::new_checked`] checks.
+    #[inline]
+    pub fn check_len(&self) -> Result<(), Error> {
+        self.check_header()?;
+        if HEADER_LEN + usize::from(self.payload_len()) > self.buffer.as_ref().len() {
+            return Err(Error::Truncated);
+        }
+        Ok(())
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline(always)]
+    fn header(&self) -> &[u8; HEADER_LEN] {
+        self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
+    }
+
+    fn first_word(&self) -> u32 {
+        get_u32::<{ offset::VERSION_TC_FLOW }, HEADER_LEN>(self.header())
+    }
+
+    pub fn version(&self) -> u8 {
+        (self.first_word() >> 28) as u8
     }
 
     pub fn traffic_class(&self) -> u8 {
-        (self.hdr[0] << 4) | (self.hdr[1] >> 4)
+        (self.first_word() >> 20) as u8
     }
 
     pub fn flow_label(&self) -> u32 {
-        u32::from_be_bytes([0, self.hdr[1] & 0x0f, self.hdr[2], self.hdr[3]])
+        self.first_word() & FLOW_LABEL_MASK
     }
 
+    #[inline(always)]
     pub fn payload_len(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[4], self.hdr[5]])
+        get_u16::<{ offset::PAYLOAD_LEN }, HEADER_LEN>(self.header())
     }
 
     /// The first next-header value (an extension header or the upper layer).
+    #[inline(always)]
     pub fn next_header(&self) -> u8 {
-        self.hdr[6]
+        get_u8::<{ offset::NEXT_HEADER }, HEADER_LEN>(self.header())
     }
 
     pub fn hop_limit(&self) -> u8 {
-        self.hdr[7]
+        get_u8::<{ offset::HOP_LIMIT }, HEADER_LEN>(self.header())
     }
 
+    #[inline(always)]
     pub fn src_addr(&self) -> Ipv6Addr {
-        Ipv6Addr::from(field::<8, 16, HEADER_LEN>(self.hdr))
+        Ipv6Addr::from(field::<{ offset::SRC_ADDR }, 16, HEADER_LEN>(self.header()))
     }
 
+    #[inline(always)]
     pub fn dst_addr(&self) -> Ipv6Addr {
-        Ipv6Addr::from(field::<24, 16, HEADER_LEN>(self.hdr))
+        Ipv6Addr::from(field::<{ offset::DST_ADDR }, 16, HEADER_LEN>(self.header()))
     }
 
-    /// Extension headers and upper-layer data.
-    pub fn payload(&self) -> &'a [u8] {
-        self.payload
+    /// Extension headers and upper-layer data, up to the payload length
+    /// (empty when the buffer ends before it, as a quoted packet's does).
+    #[inline(always)]
+    pub fn payload(&self) -> &[u8] {
+        let end = HEADER_LEN + usize::from(self.payload_len());
+        self.buffer.as_ref().get(HEADER_LEN..end).unwrap_or(&[])
     }
 
     /// Header plus payload.
+    #[inline(always)]
     pub fn total_len(&self) -> usize {
-        HEADER_LEN + self.payload.len()
+        HEADER_LEN + self.payload().len()
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
+    #[inline(always)]
+    fn header_mut(&mut self) -> Option<&mut [u8; HEADER_LEN]> {
+        self.buffer.as_mut().first_chunk_mut()
+    }
+
+    fn set_first_word(&mut self, w: u32) {
+        if let Some(h) = self.header_mut() {
+            set_u32::<{ offset::VERSION_TC_FLOW }, HEADER_LEN>(h, w);
+        }
+    }
+
+    /// Sets the version nibble (6 for a valid header).
+    pub fn set_version(&mut self, v: u8) {
+        let w = self.first_word() & 0x0fff_ffff;
+        self.set_first_word(w | (u32::from(v & 0x0f) << 28));
+    }
+
+    pub fn set_traffic_class(&mut self, tc: u8) {
+        let w = self.first_word() & 0xf00f_ffff;
+        self.set_first_word(w | (u32::from(tc) << 20));
+    }
+
+    /// Sets the 20-bit flow label (higher bits of `label` are ignored).
+    pub fn set_flow_label(&mut self, label: u32) {
+        let w = self.first_word() & !FLOW_LABEL_MASK;
+        self.set_first_word(w | (label & FLOW_LABEL_MASK));
+    }
+
+    pub fn set_payload_len(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::PAYLOAD_LEN }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_next_header(&mut self, v: u8) {
+        if let Some(h) = self.header_mut() {
+            set_u8::<{ offset::NEXT_HEADER }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_hop_limit(&mut self, v: u8) {
+        if let Some(h) = self.header_mut() {
+            set_u8::<{ offset::HOP_LIMIT }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_src_addr(&mut self, a: Ipv6Addr) {
+        if let Some(h) = self.header_mut() {
+            put::<{ offset::SRC_ADDR }, 16, HEADER_LEN>(h, a.octets());
+        }
+    }
+
+    pub fn set_dst_addr(&mut self, a: Ipv6Addr) {
+        if let Some(h) = self.header_mut() {
+            put::<{ offset::DST_ADDR }, 16, HEADER_LEN>(h, a.octets());
+        }
+    }
+
+    /// The payload, writable (see [`Ipv6Packet::payload`]).
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let end = HEADER_LEN + usize::from(self.payload_len());
+        self.buffer
+            .as_mut()
+            .get_mut(HEADER_LEN..end)
+            .unwrap_or(&mut [])
     }
 }
 
@@ -90,7 +236,7 @@ impl Ipv6Repr {
     /// the 16-bit field (jumbograms are not emitted).
     pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
         let len = u16::try_from(self.payload_len).map_err(|_| Error::Malformed)?;
-        let fl = (self.flow_label & 0x000f_ffff).to_be_bytes();
+        let fl = (self.flow_label & FLOW_LABEL_MASK).to_be_bytes();
         let l = len.to_be_bytes();
         let mut h = [0u8; HEADER_LEN];
         h[..8].copy_from_slice(&[

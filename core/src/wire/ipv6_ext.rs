@@ -5,13 +5,133 @@
 //! is reported as the upper-layer protocol.
 
 use super::proto::{AH, HOP_BY_HOP, IPV6_DEST_OPTS, IPV6_FRAGMENT, IPV6_ROUTING};
-use super::Error;
+use super::{get_u16, get_u32, get_u8, set_u16, set_u32, set_u8, Error};
 
 /// Longest chain the walk follows. Legitimate packets carry two or three;
 /// the bound keeps the per-packet cost fixed against crafted chains.
 pub const MAX_EXT_HEADERS: usize = 8;
 
 pub const FRAGMENT_HEADER_LEN: usize = 8;
+
+/// Where each field of the Fragment header (RFC 8200 §4.5) starts.
+pub mod fragment_offset {
+    pub const NEXT_HEADER: usize = 0;
+    pub const RESERVED: usize = 1;
+    /// Fragment offset (13 bits, 8-byte units), 2 reserved bits, M.
+    pub const OFFSET_M: usize = 2;
+    pub const IDENT: usize = 4;
+}
+
+const FRAG_M: u16 = 0x0001;
+const FRAG_OFFSET_SHIFT: u32 = 3;
+
+/// What an accessor reads when the buffer is shorter than the header.
+const NO_FRAGMENT_HEADER: [u8; FRAGMENT_HEADER_LEN] = [0; FRAGMENT_HEADER_LEN];
+
+/// A view of an IPv6 Fragment header in `T`.
+#[derive(Copy, Clone, Debug)]
+pub struct Ipv6FragmentHeader<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Ipv6FragmentHeader<T> {
+    /// A view without any check: accessors read zeros and setters write
+    /// nothing if `buffer` is shorter than [`FRAGMENT_HEADER_LEN`].
+    #[inline(always)]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+
+    /// Checks that the 8 bytes of the header are there.
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+        if buffer.as_ref().len() < FRAGMENT_HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(Self::new_unchecked(buffer))
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline(always)]
+    fn header(&self) -> &[u8; FRAGMENT_HEADER_LEN] {
+        self.buffer
+            .as_ref()
+            .first_chunk()
+            .unwrap_or(&NO_FRAGMENT_HEADER)
+    }
+
+    /// The first header of the fragmentable part.
+    pub fn next_header(&self) -> u8 {
+        get_u8::<{ fragment_offset::NEXT_HEADER }, FRAGMENT_HEADER_LEN>(self.header())
+    }
+
+    fn offset_m(&self) -> u16 {
+        get_u16::<{ fragment_offset::OFFSET_M }, FRAGMENT_HEADER_LEN>(self.header())
+    }
+
+    /// Fragment offset in 8-byte units.
+    pub fn frag_offset(&self) -> u16 {
+        self.offset_m() >> FRAG_OFFSET_SHIFT
+    }
+
+    pub fn more_frags(&self) -> bool {
+        self.offset_m() & FRAG_M != 0
+    }
+
+    pub fn ident(&self) -> u32 {
+        get_u32::<{ fragment_offset::IDENT }, FRAGMENT_HEADER_LEN>(self.header())
+    }
+
+    /// The header's contents.
+    pub fn info(&self) -> Ipv6FragInfo {
+        Ipv6FragInfo {
+            offset: self.frag_offset(),
+            more: self.more_frags(),
+            ident: self.ident(),
+            next: self.next_header(),
+        }
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6FragmentHeader<T> {
+    #[inline(always)]
+    fn header_mut(&mut self) -> Option<&mut [u8; FRAGMENT_HEADER_LEN]> {
+        self.buffer.as_mut().first_chunk_mut()
+    }
+
+    fn set_offset_m(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ fragment_offset::OFFSET_M }, FRAGMENT_HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_next_header(&mut self, v: u8) {
+        if let Some(h) = self.header_mut() {
+            set_u8::<{ fragment_offset::NEXT_HEADER }, FRAGMENT_HEADER_LEN>(h, v);
+        }
+    }
+
+    /// Sets the fragment offset (8-byte units, 13 bits), keeping M and the
+    /// reserved bits.
+    pub fn set_frag_offset(&mut self, units: u16) {
+        let low = self.offset_m() & ((1 << FRAG_OFFSET_SHIFT) - 1);
+        self.set_offset_m((units << FRAG_OFFSET_SHIFT) | low);
+    }
+
+    pub fn set_more_frags(&mut self, more: bool) {
+        let w = self.offset_m() & !FRAG_M;
+        self.set_offset_m(if more { w | FRAG_M } else { w });
+    }
+
+    pub fn set_ident(&mut self, v: u32) {
+        if let Some(h) = self.header_mut() {
+            set_u32::<{ fragment_offset::IDENT }, FRAGMENT_HEADER_LEN>(h, v);
+        }
+    }
+}
 
 /// The contents of a Fragment header.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -23,6 +143,18 @@ pub struct Ipv6FragInfo {
     /// The Fragment header's next header: the first header of the
     /// fragmentable part, the only protocol a non-first fragment shows.
     pub next: u8,
+}
+
+impl Ipv6FragInfo {
+    /// Writes the whole header, reserved fields zero.
+    pub fn emit(&self, hdr: &mut [u8; FRAGMENT_HEADER_LEN]) {
+        *hdr = [0; FRAGMENT_HEADER_LEN];
+        let mut h = Ipv6FragmentHeader::new_unchecked(hdr);
+        h.set_next_header(self.next);
+        h.set_frag_offset(self.offset);
+        h.set_more_frags(self.more);
+        h.set_ident(self.ident);
+    }
 }
 
 /// Where the walk ended.
@@ -72,20 +204,12 @@ pub fn walk(first: u8, payload: &[u8]) -> Result<Ipv6Upper, Error> {
         }
         let rest = payload.get(offset..).ok_or(Error::Truncated)?;
         if nh == IPV6_FRAGMENT {
-            let h = rest
-                .first_chunk::<FRAGMENT_HEADER_LEN>()
-                .ok_or(Error::Truncated)?;
+            let info = Ipv6FragmentHeader::new_checked(rest)?.info();
             if fragment.is_some() {
                 return Err(Error::Malformed);
             }
-            let info = Ipv6FragInfo {
-                offset: u16::from_be_bytes([h[2], h[3]]) >> 3,
-                more: h[3] & 1 != 0,
-                ident: u32::from_be_bytes([h[4], h[5], h[6], h[7]]),
-                next: h[0],
-            };
             fragment = Some(info);
-            nh = h[0];
+            nh = info.next;
             offset += FRAGMENT_HEADER_LEN;
             if info.offset != 0 {
                 return Ok(Ipv6Upper {

@@ -1,11 +1,18 @@
 //! Zero-copy, bounds-checked protocol views and emitters, one file per
-//! protocol (smoltcp style).
+//! protocol (smoltcp style), and the Internet checksum they share.
 //!
-//! Every view is built by a `new_checked` constructor that validates the
-//! buffer once; its header is then held as a fixed-size array reference, so
-//! accessors read constant offsets the compiler proves in bounds and cannot
-//! panic. Emitters write into fixed-size header arrays for the same reason.
-//! Nothing here allocates.
+//! A view (`Ipv4Packet<T>`, `Ipv6Packet<T>`, `IcmpPacket<T>`, …) wraps any
+//! buffer `T: AsRef<[u8]>`; with `T: AsMut<[u8]>` as well it also writes.
+//! `new_checked` validates the buffer once (lengths, version, the lengths
+//! the header announces); every getter and setter then reads or writes its
+//! field at a constant offset from the protocol's `offset` module inside
+//! the fixed-size header array, through [`field`]/[`put`], whose bounds
+//! are proven at compile time. Nothing here allocates or panics: a view
+//! made with `new_unchecked` over a buffer too short for its header reads
+//! zeros and writes nothing. Emitters (`*Repr::emit`) write whole headers
+//! into fixed-size arrays for the same reason. Checksums — folding,
+//! combining partial sums, pseudo-headers, incremental update — are
+//! computed in [`checksum`] only.
 
 pub mod checksum;
 pub mod ethernet;
@@ -67,4 +74,41 @@ pub(crate) fn field<const AT: usize, const N: usize, const L: usize>(h: &[u8; L]
 pub(crate) fn put<const AT: usize, const N: usize, const L: usize>(h: &mut [u8; L], v: [u8; N]) {
     const { assert!(AT + N <= L) };
     h[AT..AT + N].copy_from_slice(&v);
+}
+
+/// The byte at constant offset `AT` of a fixed-size header.
+#[inline(always)]
+pub(crate) fn get_u8<const AT: usize, const L: usize>(h: &[u8; L]) -> u8 {
+    let [b] = field::<AT, 1, L>(h);
+    b
+}
+
+/// The big-endian 16-bit field at constant offset `AT`.
+#[inline(always)]
+pub(crate) fn get_u16<const AT: usize, const L: usize>(h: &[u8; L]) -> u16 {
+    u16::from_be_bytes(field::<AT, 2, L>(h))
+}
+
+/// The big-endian 32-bit field at constant offset `AT`.
+#[inline(always)]
+pub(crate) fn get_u32<const AT: usize, const L: usize>(h: &[u8; L]) -> u32 {
+    u32::from_be_bytes(field::<AT, 4, L>(h))
+}
+
+/// Writes the byte at constant offset `AT`.
+#[inline(always)]
+pub(crate) fn set_u8<const AT: usize, const L: usize>(h: &mut [u8; L], v: u8) {
+    put::<AT, 1, L>(h, [v]);
+}
+
+/// Writes `v` big-endian at constant offset `AT`.
+#[inline(always)]
+pub(crate) fn set_u16<const AT: usize, const L: usize>(h: &mut [u8; L], v: u16) {
+    put::<AT, 2, L>(h, v.to_be_bytes());
+}
+
+/// Writes `v` big-endian at constant offset `AT`.
+#[inline(always)]
+pub(crate) fn set_u32<const AT: usize, const L: usize>(h: &mut [u8; L], v: u32) {
+    put::<AT, 4, L>(h, v.to_be_bytes());
 }

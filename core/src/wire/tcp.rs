@@ -1,8 +1,22 @@
-//! TCP header (RFC 9293 §3.1): ports, flags, data offset.
+//! TCP header (RFC 9293 §3.1): a view of ports, sequence numbers, flags,
+//! data offset and window.
 
-use super::Error;
+use super::{get_u16, get_u32, get_u8, Error};
 
 pub const HEADER_LEN: usize = 20;
+
+/// Where each field of the fixed header starts.
+pub mod offset {
+    pub const SRC_PORT: usize = 0;
+    pub const DST_PORT: usize = 2;
+    pub const SEQ: usize = 4;
+    pub const ACK: usize = 8;
+    /// Data offset in 32-bit words (high nibble).
+    pub const DATA_OFFSET: usize = 12;
+    pub const FLAGS: usize = 13;
+    pub const WINDOW: usize = 14;
+    pub const CHECKSUM: usize = 16;
+}
 
 pub const FLAG_FIN: u8 = 0x01;
 pub const FLAG_SYN: u8 = 0x02;
@@ -10,55 +24,83 @@ pub const FLAG_RST: u8 = 0x04;
 pub const FLAG_PSH: u8 = 0x08;
 pub const FLAG_ACK: u8 = 0x10;
 
-/// A validated TCP segment header (options included).
-#[derive(Copy, Clone, Debug)]
-pub struct TcpSegment<'a> {
-    hdr: &'a [u8; HEADER_LEN],
-    options: &'a [u8],
-    payload: &'a [u8],
+/// What an accessor reads when the buffer is shorter than the header.
+const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
+
+/// The header length, in bytes, a data-offset byte announces.
+#[inline(always)]
+pub const fn data_offset_len(byte: u8) -> usize {
+    (byte >> 4) as usize * 4
 }
 
-impl<'a> TcpSegment<'a> {
+/// A view of a TCP segment in `T` (options included). The segment is
+/// forwarded untouched, so this view only reads.
+#[derive(Copy, Clone, Debug)]
+pub struct TcpSegment<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> TcpSegment<T> {
+    /// A view without any check: accessors read zeros if `buffer` is
+    /// shorter than [`HEADER_LEN`].
+    #[inline(always)]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
+    }
+
     /// Checks data offset ≥ 5 and that the whole header is present. The
     /// checksum is not verified (the segment is forwarded untouched).
-    pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
-        let hdr = buf.first_chunk::<HEADER_LEN>().ok_or(Error::Truncated)?;
-        let doff = usize::from(hdr[12] >> 4) * 4;
+    #[inline(always)]
+    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+        let hdr = buffer
+            .as_ref()
+            .first_chunk::<HEADER_LEN>()
+            .ok_or(Error::Truncated)?;
+        let doff = data_offset_len(get_u8::<{ offset::DATA_OFFSET }, HEADER_LEN>(hdr));
         if doff < HEADER_LEN {
             return Err(Error::Malformed);
         }
-        let options = buf.get(HEADER_LEN..doff).ok_or(Error::Truncated)?;
-        let payload = buf.get(doff..).ok_or(Error::Truncated)?;
-        Ok(Self {
-            hdr,
-            options,
-            payload,
-        })
+        if doff > buffer.as_ref().len() {
+            return Err(Error::Truncated);
+        }
+        Ok(Self::new_unchecked(buffer))
     }
 
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline(always)]
+    fn header(&self) -> &[u8; HEADER_LEN] {
+        self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
+    }
+
+    #[inline(always)]
     pub fn src_port(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[0], self.hdr[1]])
+        get_u16::<{ offset::SRC_PORT }, HEADER_LEN>(self.header())
     }
 
+    #[inline(always)]
     pub fn dst_port(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[2], self.hdr[3]])
+        get_u16::<{ offset::DST_PORT }, HEADER_LEN>(self.header())
     }
 
     pub fn seq(&self) -> u32 {
-        u32::from_be_bytes([self.hdr[4], self.hdr[5], self.hdr[6], self.hdr[7]])
+        get_u32::<{ offset::SEQ }, HEADER_LEN>(self.header())
     }
 
     pub fn ack_number(&self) -> u32 {
-        u32::from_be_bytes([self.hdr[8], self.hdr[9], self.hdr[10], self.hdr[11]])
+        get_u32::<{ offset::ACK }, HEADER_LEN>(self.header())
     }
 
     pub fn header_len(&self) -> usize {
-        usize::from(self.hdr[12] >> 4) * 4
+        data_offset_len(get_u8::<{ offset::DATA_OFFSET }, HEADER_LEN>(self.header()))
     }
 
     /// The flag byte (CWR ECE URG ACK PSH RST SYN FIN); see `FLAG_*`.
+    #[inline(always)]
     pub fn flags(&self) -> u8 {
-        self.hdr[13]
+        get_u8::<{ offset::FLAGS }, HEADER_LEN>(self.header())
     }
 
     pub fn syn(&self) -> bool {
@@ -78,15 +120,22 @@ impl<'a> TcpSegment<'a> {
     }
 
     pub fn window(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[14], self.hdr[15]])
+        get_u16::<{ offset::WINDOW }, HEADER_LEN>(self.header())
     }
 
-    pub fn options(&self) -> &'a [u8] {
-        self.options
+    pub fn checksum(&self) -> u16 {
+        get_u16::<{ offset::CHECKSUM }, HEADER_LEN>(self.header())
     }
 
-    pub fn payload(&self) -> &'a [u8] {
-        self.payload
+    pub fn options(&self) -> &[u8] {
+        self.buffer
+            .as_ref()
+            .get(HEADER_LEN..self.header_len())
+            .unwrap_or(&[])
+    }
+
+    pub fn payload(&self) -> &[u8] {
+        self.buffer.as_ref().get(self.header_len()..).unwrap_or(&[])
     }
 }
 

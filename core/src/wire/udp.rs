@@ -1,50 +1,174 @@
-//! UDP header (RFC 768): view and emitter.
+//! UDP header (RFC 768): a two-way view and an emitter.
 
-use super::{put, Error};
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use super::proto::UDP;
+use super::{checksum, get_u16, put, set_u16, Error};
 
 pub const HEADER_LEN: usize = 8;
 
-/// A UDP header view.
+/// Where each field of the header starts.
+pub mod offset {
+    pub const SRC_PORT: usize = 0;
+    pub const DST_PORT: usize = 2;
+    pub const LENGTH: usize = 4;
+    pub const CHECKSUM: usize = 6;
+}
+
+/// The source and destination ports, the first 4 bytes of a UDP or TCP
+/// header alike (all an ICMP error's quote must hold of either).
+pub const PORTS_LEN: usize = 4;
+
+/// What an accessor reads when the buffer is shorter than the header.
+const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
+
+/// A view of a UDP datagram in `T`: header and everything after it.
 ///
 /// The length field is not checked against the buffer: in a first IP
 /// fragment it covers the whole datagram, which this packet only begins.
 #[derive(Copy, Clone, Debug)]
-pub struct UdpDatagram<'a> {
-    hdr: &'a [u8; HEADER_LEN],
-    payload: &'a [u8],
+pub struct UdpDatagram<T> {
+    buffer: T,
 }
 
-impl<'a> UdpDatagram<'a> {
-    pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
-        let (hdr, payload) = buf
-            .split_first_chunk::<HEADER_LEN>()
-            .ok_or(Error::Truncated)?;
-        Ok(Self { hdr, payload })
+impl<T: AsRef<[u8]>> UdpDatagram<T> {
+    /// A view without any check: accessors read zeros and setters write
+    /// nothing if `buffer` is shorter than [`HEADER_LEN`].
+    #[inline(always)]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        Self { buffer }
     }
 
+    /// Checks that the 8-byte header is there.
+    #[inline(always)]
+    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+        if buffer.as_ref().len() < HEADER_LEN {
+            return Err(Error::Truncated);
+        }
+        Ok(Self::new_unchecked(buffer))
+    }
+
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    #[inline(always)]
+    fn header(&self) -> &[u8; HEADER_LEN] {
+        self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
+    }
+
+    #[inline(always)]
     pub fn src_port(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[0], self.hdr[1]])
+        get_u16::<{ offset::SRC_PORT }, HEADER_LEN>(self.header())
     }
 
+    #[inline(always)]
     pub fn dst_port(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[2], self.hdr[3]])
+        get_u16::<{ offset::DST_PORT }, HEADER_LEN>(self.header())
     }
 
+    /// The length field: header and payload.
     pub fn len(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[4], self.hdr[5]])
+        get_u16::<{ offset::LENGTH }, HEADER_LEN>(self.header())
     }
 
+    /// Whether the buffer holds nothing after the header.
     pub fn is_empty(&self) -> bool {
-        self.payload.is_empty()
+        self.payload().is_empty()
     }
 
     pub fn checksum(&self) -> u16 {
-        u16::from_be_bytes([self.hdr[6], self.hdr[7]])
+        get_u16::<{ offset::CHECKSUM }, HEADER_LEN>(self.header())
     }
 
     /// Everything after the header in the buffer.
-    pub fn payload(&self) -> &'a [u8] {
-        self.payload
+    pub fn payload(&self) -> &[u8] {
+        self.buffer.as_ref().get(HEADER_LEN..).unwrap_or(&[])
+    }
+
+    /// The sum the checksum covers over IPv6 (RFC 8200 §8.1): the
+    /// pseudo-header and the whole buffer, whose length is the datagram's.
+    fn sum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> u16 {
+        let d = self.buffer.as_ref();
+        checksum::combine(&[
+            checksum::pseudo_header_v6(src, dst, UDP, d.len() as u32),
+            checksum::ones_complement_sum(d),
+        ])
+    }
+
+    /// The same over IPv4 (RFC 768).
+    fn sum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u16 {
+        let d = self.buffer.as_ref();
+        checksum::combine(&[
+            checksum::pseudo_header_v4(src, dst, UDP, d.len() as u16),
+            checksum::ones_complement_sum(d),
+        ])
+    }
+
+    /// Whether the checksum is right (0, "none", counts as right over
+    /// IPv4 only).
+    pub fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+        self.checksum() == 0 || self.sum_v4(src, dst) == 0xffff
+    }
+
+    pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
+        self.sum_v6(src, dst) == 0xffff
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpDatagram<T> {
+    #[inline(always)]
+    fn header_mut(&mut self) -> Option<&mut [u8; HEADER_LEN]> {
+        self.buffer.as_mut().first_chunk_mut()
+    }
+
+    pub fn set_src_port(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::SRC_PORT }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_dst_port(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::DST_PORT }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_len(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::LENGTH }, HEADER_LEN>(h, v);
+        }
+    }
+
+    pub fn set_checksum(&mut self, v: u16) {
+        if let Some(h) = self.header_mut() {
+            set_u16::<{ offset::CHECKSUM }, HEADER_LEN>(h, v);
+        }
+    }
+
+    /// The payload, writable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        self.buffer
+            .as_mut()
+            .get_mut(HEADER_LEN..)
+            .unwrap_or(&mut [])
+    }
+
+    /// Computes and writes the checksum over IPv6 from `src` to `dst`
+    /// (the buffer is the whole datagram). A computed 0 is sent as 0xffff,
+    /// since 0 means "no checksum" (RFC 768), which IPv6 forbids except on
+    /// tunnels configured for it (RFC 6935).
+    pub fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
+        self.set_checksum(0);
+        let c = !self.sum_v6(src, dst);
+        self.set_checksum(if c == 0 { 0xffff } else { c });
+    }
+
+    /// The same over IPv4.
+    pub fn fill_checksum_v4(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
+        self.set_checksum(0);
+        let c = !self.sum_v4(src, dst);
+        self.set_checksum(if c == 0 { 0xffff } else { c });
     }
 }
 
@@ -62,10 +186,10 @@ pub struct UdpRepr {
 impl UdpRepr {
     pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
         let len = u16::try_from(HEADER_LEN + self.payload_len).map_err(|_| Error::Malformed)?;
-        put::<0, 2, HEADER_LEN>(hdr, self.src_port.to_be_bytes());
-        put::<2, 2, HEADER_LEN>(hdr, self.dst_port.to_be_bytes());
-        put::<4, 2, HEADER_LEN>(hdr, len.to_be_bytes());
-        put::<6, 2, HEADER_LEN>(hdr, self.checksum.to_be_bytes());
+        put::<{ offset::SRC_PORT }, 2, HEADER_LEN>(hdr, self.src_port.to_be_bytes());
+        put::<{ offset::DST_PORT }, 2, HEADER_LEN>(hdr, self.dst_port.to_be_bytes());
+        put::<{ offset::LENGTH }, 2, HEADER_LEN>(hdr, len.to_be_bytes());
+        put::<{ offset::CHECKSUM }, 2, HEADER_LEN>(hdr, self.checksum.to_be_bytes());
         Ok(())
     }
 }

@@ -1,0 +1,105 @@
+//! What the two stages of the pipeline hand on: stage 1's outcome for a
+//! packet ([`Stage`], with the [`Balance`] stage 2 consumes) and the
+//! pipeline's answer ([`Verdict`]), and the pieces of stage 1 that its two
+//! implementations — the general path (`pipeline`) and the IPv4 fast path
+//! (`fast_path`) — share. Both sit above this module, so neither depends
+//! on the other's module, and the cold paths stage 2 calls (`icmp`) do not
+//! depend on the pipeline either.
+
+use std::net::IpAddr;
+
+use crate::conntrack::PacketMeta;
+use crate::drop_reason::DropReason;
+use crate::rules::RuleMiss;
+use crate::snapshot::{BackendId, ForwardingState, ServiceId, ServiceState};
+use crate::wire::L3Layout;
+
+/// What the worker does with a packet after `pipeline::process`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Transmit the (rewritten) packet on `port`; it went to `backend`.
+    Forward { port: u16, backend: BackendId },
+    /// Like `Forward`, but the rewritten packet exceeds `port`'s MTU and
+    /// may be fragmented (AP-3: IPv4 without DF): the worker splits it with
+    /// `fragment::plan` / `fragment::split` to that port's MTU (in the
+    /// snapshot's `PortState`) and transmits every fragment.
+    Fragment { port: u16, backend: BackendId },
+    /// Addressed to the appliance itself: hand to the exception path (AP-4).
+    Punt,
+    /// The packet was rewritten into an answer to its sender (ICMP
+    /// fragmentation-needed / packet-too-big, AP-3): transmit it on the
+    /// port it was received on.
+    Reply,
+    /// Drop and count under the reason.
+    Drop(DropReason),
+}
+
+/// The first stage's outcome for one packet.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// Decided already (punt or drop).
+    Done(Verdict),
+    /// To be load-balanced: the second stage picks the backend and
+    /// encapsulates.
+    Balance(Balance),
+}
+
+impl Stage {
+    /// A slot before stage 1 has run on it: delivered as it is, it is
+    /// counted as an `internal` drop, never forwarded.
+    pub const UNSTAGED: Stage = Stage::Done(Verdict::Drop(DropReason::Internal));
+}
+
+impl Default for Stage {
+    fn default() -> Self {
+        Stage::UNSTAGED
+    }
+}
+
+/// A packet for a VIP: where its IP packet is, its service and flow hash.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Balance {
+    pub layout: L3Layout,
+    pub service: ServiceId,
+    pub hash: u64,
+    /// Protocol, TCP flags, fragment status, ports: what conntrack needs
+    /// besides the addresses (which stage 2 reads back from the frame).
+    pub meta: PacketMeta,
+    /// Whether the service tracks this packet's protocol (CT-2, CT-4).
+    pub tracked: bool,
+    /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
+    /// quoted flow up in the shard (without recording anything).
+    pub icmp_error: bool,
+}
+
+/// Starts loading the Maglev slot stage 2 will read for `hash`: at once
+/// for an untracked packet; for a tracked one only when the conntrack
+/// lookahead finds that it will need the table (a new key, or one away
+/// from its home slot), since a hit never reads it.
+#[inline(always)]
+pub fn prefetch_table(service: &ServiceState, hash: u64) {
+    if let Some(table) = service.table_for(None) {
+        table.prefetch(hash);
+    }
+}
+
+/// One of the appliance's own port addresses.
+pub(crate) fn is_own_address(state: &ForwardingState, addr: IpAddr) -> bool {
+    state.ports.iter().any(|p| match addr {
+        IpAddr::V4(a) => p.ipv4 == Some(a),
+        IpAddr::V6(a) => p.ipv6 == Some(a),
+    })
+}
+
+/// FR-1, AP-4: the verdict for a packet no rule takes — the exception path
+/// when it is for the appliance (`for_appliance`, asked only for a
+/// destination that is no VIP), else a counted drop. The general path and
+/// the IPv4 fast path both decide misses here.
+#[cold]
+pub(crate) fn rule_miss(miss: RuleMiss, for_appliance: impl FnOnce() -> bool) -> Verdict {
+    match miss {
+        RuleMiss::NoRule => Verdict::Drop(DropReason::NoRule),
+        RuleMiss::NotVip if for_appliance() => Verdict::Punt,
+        RuleMiss::NotVip => Verdict::Drop(DropReason::NotForUs),
+    }
+}
