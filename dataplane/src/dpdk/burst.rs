@@ -126,9 +126,10 @@ impl MbufBurst {
         let end = std::mem::take(&mut self.len);
         self.bytes = 0;
         Drain {
-            burst: self,
+            slots: self.slots.get_mut(..end).unwrap_or_default(),
             next: 0,
-            end,
+            len: &mut self.len,
+            bytes: &mut self.bytes,
         }
     }
 
@@ -216,11 +217,15 @@ impl MbufBurst {
 /// The iterator of [`MbufBurst::drain`].
 #[derive(Debug)]
 pub struct Drain<'a> {
-    burst: &'a mut MbufBurst,
+    /// The slots held when draining began (a slice, so that the loop's
+    /// bound is its length and the compiler knows it is at most
+    /// [`MAX_BURST`]).
+    slots: &'a mut [Option<Mbuf>],
     /// The next slot to yield.
     next: usize,
-    /// The burst's length when draining began.
-    end: usize,
+    /// The burst's length and byte count, set again on drop.
+    len: &'a mut usize,
+    bytes: &'a mut u64,
 }
 
 impl Iterator for Drain<'_> {
@@ -228,19 +233,14 @@ impl Iterator for Drain<'_> {
 
     #[inline]
     fn next(&mut self) -> Option<Mbuf> {
-        while self.next < self.end {
-            let slot = self.burst.slots.get_mut(self.next);
-            self.next += 1;
-            if let Some(m) = slot.and_then(Option::take) {
-                return Some(m);
-            }
-        }
-        None
+        let slot = self.slots.get_mut(self.next)?;
+        self.next += 1;
+        slot.take()
     }
 
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = self.end - self.next;
+        let left = self.slots.len() - self.next;
         (left, Some(left))
     }
 }
@@ -248,14 +248,18 @@ impl Iterator for Drain<'_> {
 impl Drop for Drain<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self.next >= self.end {
+        let left = self.slots.len().saturating_sub(self.next);
+        if left == 0 {
             return;
         }
-        let burst = &mut *self.burst;
         // Left early: the slots before `next` are empty, the rest still
         // hold their mbufs; move those to the front, in order.
-        burst.slots[..self.end].rotate_left(self.next);
-        burst.len = self.end - self.next;
-        burst.bytes = burst.iter().map(|m| u64::from(m.pkt_len())).sum();
+        self.slots.rotate_left(self.next);
+        *self.len = left;
+        *self.bytes = self.slots[..left]
+            .iter()
+            .flatten()
+            .map(|m| u64::from(m.pkt_len()))
+            .sum();
     }
 }
