@@ -1,4 +1,4 @@
-//! Health scheduler throughput (issue 5): N TCP probes at a 1 s interval
+//! Health scheduler throughput: N TCP probes at a 1 s interval
 //! against a local listener (one socket on 127.0.0.0/8: each backend is a
 //! distinct loopback address, so probes are not shared), for a few seconds.
 //! Prints probes/s against the ideal N/(interval + latency) and the

@@ -1,4 +1,4 @@
-//! Maglev table build time (issue 5, MG-1): the credit-paced weighted
+//! Maglev table build time (MG-1): the credit-paced weighted
 //! builder against the paper's Pseudocode 1, N = 10, 100, 1000 backends at
 //! M = 65537 and 655373, in the same run so the ratio is meaningful.
 //!

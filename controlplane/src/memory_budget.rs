@@ -1,6 +1,6 @@
 //! Before anything starts: whether the conntrack shards the configuration
 //! asks for fit in this machine's memory. Each worker's shard is allocated
-//! and written at start (never on the packet path, issue 4), so a capacity
+//! and written at start (never on the packet path), so a capacity
 //! the machine cannot back would otherwise end in an allocation abort or the
 //! OOM killer part-way through start-up, with no word on which setting to
 //! change.

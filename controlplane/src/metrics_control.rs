@@ -1,4 +1,4 @@
-//! Control-plane metrics (issue 5): health per backend, weights, probe
+//! Control-plane metrics: health per backend, weights, probe
 //! latency, transitions; eligible sets, active pool, table generation and
 //! build time per service; reloads; DPDK port hardware counters.
 

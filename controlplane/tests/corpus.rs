@@ -12,7 +12,7 @@
 //!
 //! Asserts: the binary exits 0, and RX = TX + punted + Σ drops − extra
 //! fragments (every packet accounted for under a named reason, SPEC §8 /
-//! issue 3 "Drop reasons"; AP-3 fragments counted once per packet).
+//! core/src/drop_reason.rs; AP-3 fragments counted once per packet).
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Reload under replayed traffic (issue 5; CT-7, CT-10, AP-5) through the
+//! Reload under replayed traffic (CT-7, CT-10, AP-5) through the
 //! real `sluice` binary on DPDK (`net_pcap`, one worker, burst size 1).
 //!
 //! The test hook `--test-reload-after-packets N:PATH` pauses the worker

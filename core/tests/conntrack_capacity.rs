@@ -1,4 +1,4 @@
-//! CT-3 / issue 4: a full shard keeps forwarding (stateless Maglev) and
+//! CT-3: a full shard keeps forwarding (stateless Maglev) and
 //! counts why; expired slots are reused first; the sweep is bounded.
 
 mod conntrack_support;
