@@ -23,10 +23,15 @@
 # FLOWS=1000000).
 # SLUICE_BIN: the sluice binary to measure (default target/release/sluice,
 # built here): A/B comparisons alternate two binaries on the same devices.
+# PEER=1: also measure the C peer (benches/c-peer/lb_peer.c: a hand-written
+# DPDK balancer in the style of Katran's or VPP's fast path) on the same
+# devices, between testpmd and sluice; TRAFFIC=tcp or syn with ENCAP=gre
+# only, which is all it does.
 # Each run lasts SECONDS; the rate is the transmit rate on the null port over
 # the steady-state part of the run. Timing never fails anything: the script
 # prints numbers, its last line is
 #   sluice_mpps=X testpmd_io_mpps=Y ratio=Z
+# and with PEER=1 also peer_mpps=P peer_ratio=P/Y sluice_vs_peer=X/P.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -73,6 +78,7 @@ if [ "${HUGE:-0}" = 1 ]; then
   pages=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
   need=$(( MEM / 2 + 128 ))
   [ "$(cat $pages)" -ge "$need" ] || echo "$need" > $pages
+  mkdir -p /dev/hugepages
   mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
   echo "hugepages: $(cat $pages) x 2 MB reserved"
 fi
@@ -92,6 +98,32 @@ rm -rf /var/run/dpdk/bench-tp-$$
 testpmd_pps=$(awk '/statistics for port 1 / {p=1} /statistics for port 0 / {p=0}
                    p && /Tx-pps:/ {print $2}' "$work/testpmd.log" \
               | tail -n +$((WARMUP + 1)) | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
+
+# --- the C peer: same devices, GRE to the same three backends -------------
+peer_pps=0
+if [ "${PEER:-0}" = 1 ]; then
+  case "$TRAFFIC/$ENCAP" in
+    tcp/gre|syn/gre) ;;
+    *) echo "PEER=1 needs TRAFFIC=tcp or syn and ENCAP=gre" >&2; exit 2 ;;
+  esac
+  peer=target/release/lb_peer
+  if [ ! -x $peer ] || [ benches/c-peer/lb_peer.c -nt $peer ]; then
+    # shellcheck disable=SC2046
+    cc -O3 -Wall $(pkg-config --cflags libdpdk) benches/c-peer/lb_peer.c -o $peer \
+      $(pkg-config --libs libdpdk)
+  fi
+  timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) $peer $NOHUGE -m "$MEM" --no-pci \
+    --file-prefix=bench-peer-$$ --lcores=0@0,1@1 --log-level=error \
+    --vdev="$RX_DEV" --vdev="$TX_DEV" -- --flows "$FLOWS" --burst "$BURST" \
+    > "$work/peer.log" 2>&1 &
+  pp=$!
+  sleep $((SECONDS_PER_RUN + WARMUP))
+  kill -INT $pp 2>/dev/null || true
+  wait $pp 2>/dev/null || true
+  rm -rf /var/run/dpdk/bench-peer-$$
+  peer_pps=$(awk '/^tx-pps:/ {print $2}' "$work/peer.log" \
+             | tail -n +$((WARMUP + 1)) | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
+fi
 
 # --- sluice: same devices, ENCAP to three backends on the null port ----------
 cat > "$work/bench.toml" <<TOML
@@ -151,5 +183,7 @@ sluice_pps=$(echo "$c0 $c1 $t0 $t1" | awk '{printf "%.0f", ($2 - $1) / ($4 - $3)
 
 echo "traffic=$TRAFFIC encap=$ENCAP flows=$FLOWS seconds=$SECONDS_PER_RUN testpmd_io_pps=$testpmd_pps sluice_pps=$sluice_pps"
 grep -E '^sluice_dropped_packets_total' "$work/sluice-metrics.txt" | awk '$2 > 0' || true
-awk -v s="$sluice_pps" -v t="$testpmd_pps" 'BEGIN {
-  printf "sluice_mpps=%.3f testpmd_io_mpps=%.3f ratio=%.3f\n", s / 1e6, t / 1e6, (t > 0 ? s / t : 0) }'
+awk -v s="$sluice_pps" -v t="$testpmd_pps" -v p="$peer_pps" 'BEGIN {
+  printf "sluice_mpps=%.3f testpmd_io_mpps=%.3f ratio=%.3f", s / 1e6, t / 1e6, (t > 0 ? s / t : 0)
+  if (p > 0) printf " peer_mpps=%.3f peer_ratio=%.3f sluice_vs_peer=%.3f", p / 1e6, (t > 0 ? p / t : 0), s / p
+  printf "\n" }'
