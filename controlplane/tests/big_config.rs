@@ -1,7 +1,7 @@
 //! A configuration with more backends than 65,536 through the real binary:
 //! every forwarded packet is counted under its backend in
 //! `sluice_backend_packets_total`, those of backends with an id index of
-//! 65,536 and above included (they used to carry traffic uncounted).
+//! 65,536 and above included.
 
 mod common;
 

@@ -68,7 +68,7 @@ fn run_refuses_to_start_on_a_broken_config() {
     );
 }
 
-/// Issue 4 (`conntrack_capacity`, memory reserved at start): shards the
+/// `conntrack_capacity` is memory reserved at start: shards the
 /// process cannot back are refused before EAL starts, by setting name, with
 /// the capacity that would fit — not an allocation abort or the OOM killer
 /// half-way through start-up. An address-space limit (`ulimit -v`, 1 GiB)

@@ -130,7 +130,7 @@ backend_service = "any"
     )
 }
 
-/// Issue 3, hostile input: the whole tcpdump corpus through the binary.
+/// Hostile input: the whole tcpdump corpus through the binary.
 #[test]
 fn tcpdump_corpus_replays_without_crash_and_every_packet_is_accounted() {
     let dir = corpus_dir();

@@ -176,9 +176,9 @@ fn more_services_than_ids_are_refused() {
     assert_eq!(code, Some(0), "{err}");
 }
 
-/// FR-5: special-purpose addresses are no VIPs —
-/// 127.0.0.1 used to be accepted, and replayed packets to it were
-/// forwarded to a backend.
+/// FR-5: special-purpose addresses are no VIPs: a configuration naming
+/// 127.0.0.1 (or any other) as a VIP is refused, so no replayed packet to
+/// it can reach a backend.
 #[test]
 fn special_purpose_vips_are_refused() {
     for (vip, what) in [
@@ -238,7 +238,7 @@ const PROMPT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// AP-5: a configuration path that is a FIFO, a
 /// directory or larger than 16 MiB is refused at once by `check-config`
-/// and `run` (a FIFO used to block `check-config` forever).
+/// and `run`: reading a FIFO would block until a writer came.
 #[test]
 fn config_paths_that_are_no_regular_files_are_refused_without_blocking() {
     let dir = tempdir("limits-config-path");

@@ -111,7 +111,7 @@ fn relocated_entries_are_still_found() {
     assert_eq!(s.len(), stored.len());
 }
 
-/// Issue 4 (config `conntrack_capacity`): a shard holds the connections it
+/// `conntrack_capacity`: a shard holds the connections it
 /// was sized for — at the worst rounding (capacity just under 0.8 × a
 /// power of two) it is 80 % full and no insert fails.
 #[test]

@@ -215,7 +215,7 @@ fn run(frame: &[u8]) -> Verdict {
     v
 }
 
-/// Issue 3 "hostile input": the generated cases drop under their named
+/// Hostile input: the generated cases drop under their named
 /// reason, and every file of the checked-in corpus goes through without a
 /// panic.
 #[test]
