@@ -38,7 +38,7 @@ mod shared;
 mod status;
 
 pub use health_events::{health_changes, probe_services};
-pub use reload::fixed_at_start_changes;
+pub use reload::{fixed_at_start_changes, ReloadError};
 pub use shared::{Shared, View};
 pub use status::{render_status, render_status_counting};
 

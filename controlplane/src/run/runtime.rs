@@ -348,11 +348,11 @@ fn start_taps(
             .or_else(|| port_macs.get(i).copied())
             .unwrap_or_default();
         tap.set_mac(mac).map_err(device_error)?;
-        exception::configure_tap(p, iface).map_err(|reason| {
+        exception::configure_tap(p, iface).map_err(|source| {
             let error = RunError::TapKernel {
                 port: p.name.clone(),
                 iface: iface.clone(),
-                reason,
+                source,
             };
             hinted(Step::Tap, 0, error, cfg, eal_args)
         })?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use controlplane::admin_http::AdminState;
-use controlplane::control::Controller;
+use controlplane::control::{Controller, ReloadError};
 use controlplane::control_socket::{Pending, Request};
 use controlplane::service_manager::ServiceManager;
 use crossbeam_utils::CachePadded;
@@ -86,7 +86,7 @@ pub fn supervise(
 /// Reloads the configuration file. systemd sees RELOADING=1 ... READY=1
 /// around every reload, refused or not: a refused one leaves the running
 /// configuration serving.
-fn reload(controller: &mut Controller, service: &ServiceManager) -> Result<String, String> {
+fn reload(controller: &mut Controller, service: &ServiceManager) -> Result<String, ReloadError> {
     service.reloading();
     let result = controller.reload();
     match &result {
