@@ -129,7 +129,7 @@ fn main() -> ExitCode {
                 control_socket: (!no_control_socket).then_some(control_socket),
                 file_prefix,
                 #[cfg(feature = "test-hooks")]
-                hooks,
+                hooks: Some(Box::new(test_hook::TestHooks::new(hooks))),
             };
             #[cfg(not(feature = "test-hooks"))]
             let test_hook::HookArgs {} = hooks;

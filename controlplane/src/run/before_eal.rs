@@ -10,7 +10,7 @@ use controlplane::exception;
 use controlplane::memory_budget;
 
 use super::error::RunError;
-use super::RunOptions;
+use super::options::RunOptions;
 
 /// net_tap must create each TAP, not attach to an interface that is
 /// already there; the open files limit is raised for the admin endpoint.
