@@ -17,6 +17,7 @@ mod eal_args;
 mod error;
 #[cfg(feature = "test-hooks")]
 pub mod hooks;
+mod idle_watch;
 mod options;
 pub mod runtime;
 mod runtime_dir;
