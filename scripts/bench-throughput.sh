@@ -34,6 +34,7 @@
 # and with PEER=1 also peer_mpps=P peer_ratio=P/Y sluice_vs_peer=X/P.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-config.sh
 scripts/setup.sh >/dev/null
 
 FLOWS=${FLOWS:-100000}
@@ -46,28 +47,13 @@ case "$ENCAP" in
   l2|gre|ipip|gue|geneve) ;;
   *) echo "ENCAP must be l2, gre, ipip, gue or geneve" >&2; exit 2 ;;
 esac
-case "$TRAFFIC" in
-  tcp) GEN_FLAG=""; RULE_PROTO=TCP; RULE_PORT=80 ;;
-  syn) GEN_FLAG="--syn"; RULE_PROTO=TCP; RULE_PORT=80 ;;
-  udp) GEN_FLAG="--udp"; RULE_PROTO=UDP; RULE_PORT=53 ;;
-  drop) GEN_FLAG="--udp"; RULE_PROTO=UDP; RULE_PORT=53 ;;
-  *) echo "TRAFFIC must be tcp, syn, udp or drop" >&2; exit 2 ;;
-esac
-# The traffic's destination: the VIP, or (drop) an address nothing owns.
-DST=203.0.113.10
-[ "$TRAFFIC" = drop ] && DST=203.0.113.99
+bench_traffic
 WARMUP=${WARMUP:-3}
-MBUFS=$(( (FLOWS + 65536) | 1 ))
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 
-cargo build --release --locked -q -p controlplane -p sluice-benches --bins
-target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
-
-RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
-TX_DEV="net_null0,no-rx=1"
-MEM=$(( MBUFS * 3 / 1000 + 512 ))   # MB: ~2.3 KB per mbuf plus EAL overhead
+bench_flows "$work"
 
 # HUGE=1: both programs on 2 MB hugepages (reserved and mounted here if
 # needed) instead of --no-huge. Large FLOWS need it: net_pcap preloads the
@@ -126,50 +112,10 @@ if [ "${PEER:-0}" = 1 ]; then
 fi
 
 # --- sluice: same devices, ENCAP to three backends on the null port ----------
-cat > "$work/bench.toml" <<TOML
-[dataplane]
-eal_args = [$([ -n "$NOHUGE" ] && echo '"--no-huge", ')"-m", "$MEM", "--no-pci", "--log-level=error"]
-workers = 1
-mbufs = $MBUFS
-burst_size = $BURST
-$([ -n "${CT_CAPACITY:-}" ] && echo "conntrack_capacity = $CT_CAPACITY")
+bench_config "$work/bench.toml"
 
-[[dataplane.port]]
-name = "clients"
-device = "$RX_DEV"
-mac = "02:00:00:00:00:01"
-address = "192.0.2.1/24"
-
-[[dataplane.port]]
-name = "backends"
-device = "$TX_DEV"
-mac = "02:00:00:00:00:02"
-address = "198.18.0.1/24"
-
-[metrics]
-listen = "$METRICS_LISTEN"
-
-[[backend_service]]
-name = "web"
-encapsulation = "$ENCAP"
-backend = [
-  { address = "198.18.0.10", mac = "02:00:00:00:00:10" },
-  { address = "198.18.0.11", mac = "02:00:00:00:00:11" },
-  { address = "198.18.0.12", mac = "02:00:00:00:00:12" },
-]
-
-[[forwarding_rule]]
-name = "web-vip"
-vip = "203.0.113.10"
-protocol = "$RULE_PROTO"
-ports = "$RULE_PORT"
-backend_service = "web"
-TOML
-
-# Forwarded packets (transmitted on the backends port), or for TRAFFIC=drop
-# the packets received and dropped.
-COUNTED='sluice_port_tx_packets_total{port="backends"}'
-[ "$TRAFFIC" = drop ] && COUNTED='sluice_port_rx_packets_total{port="clients"}'
+# COUNTED: forwarded packets (transmitted on the backends port), or for
+# TRAFFIC=drop the packets received and dropped.
 tx_of() { curl -s http://$METRICS_LISTEN/metrics | awk -v m="$COUNTED" '$1 == m {print $2}'; }
 "${SLUICE_BIN:-target/release/sluice}" run --config "$work/bench.toml" --duration $((SECONDS_PER_RUN + WARMUP + 2)) \
   --metrics-dump "$work/sluice-metrics.txt" > "$work/sluice.log" 2>&1 &

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::Duration;
 
+use crate::control::ReloadError;
+
 /// Default control socket path.
 pub const DEFAULT_PATH: &str = "/run/sluice/sluice.sock";
 
@@ -27,7 +29,8 @@ pub enum Request {
 #[derive(Debug)]
 pub struct Pending {
     pub request: Request,
-    pub reply: Sender<Result<String, String>>,
+    /// The text for the operator, or why a reload was refused.
+    pub reply: Sender<Result<String, ReloadError>>,
 }
 
 /// Binds `path` (removing a stale socket, refusing to steal a live one) and
@@ -131,17 +134,26 @@ pub fn peer_uid(conn: &UnixStream) -> io::Result<u32> {
     Ok(rustix::net::sockopt::socket_peercred(conn)?.uid.as_raw())
 }
 
+/// The process answering at the control socket runs as neither root nor
+/// the caller's user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the process answering there runs as uid {peer}, neither root nor you \
+     (uid {own}): refusing to talk to it; another user may have put a socket at \
+     this path: check who owns it and its directory"
+)]
+pub struct UntrustedPeer {
+    pub peer: u32,
+    pub own: u32,
+}
+
 /// AP-5: an answer is trusted from root (the appliance) or from the
 /// caller's own user; anyone else may have put a socket at the path.
-pub fn trusted_peer(peer: u32, own: u32) -> Result<(), String> {
+pub fn trusted_peer(peer: u32, own: u32) -> Result<(), UntrustedPeer> {
     if peer == 0 || peer == own {
         Ok(())
     } else {
-        Err(format!(
-            "the process answering there runs as uid {peer}, neither root nor you \
-             (uid {own}): refusing to talk to it; another user may have put a socket at \
-             this path: check who owns it and its directory"
-        ))
+        Err(UntrustedPeer { peer, own })
     }
 }
 
@@ -156,7 +168,7 @@ mod tests {
         assert_eq!(trusted_peer(0, 1000), Ok(()));
         assert_eq!(trusted_peer(1000, 1000), Ok(()));
         assert_eq!(trusted_peer(0, 0), Ok(()));
-        let refused = trusted_peer(1001, 1000).unwrap_err();
+        let refused = trusted_peer(1001, 1000).unwrap_err().to_string();
         assert!(
             refused.contains("uid 1001") && refused.contains("(uid 1000)"),
             "{refused}"

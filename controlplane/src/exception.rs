@@ -12,9 +12,50 @@
 //! Configured with `ip` (iproute2) commands: a handful at start, so a
 //! netlink library would add a dependency for no measurable gain.
 
+use std::io;
 use std::process::Command;
 
 use crate::config::{Cidr, PortConfig};
+
+/// An `ip` (iproute2) command that did not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum IpCommandError {
+    /// `ip` could not be run at all.
+    #[error("ip {command}: {source} (is iproute2 installed?)")]
+    Spawn { command: String, source: io::Error },
+    /// `ip` ran and refused; `stderr` is what it said.
+    #[error("ip {command}: {stderr}")]
+    Refused { command: String, stderr: String },
+}
+
+/// Why the kernel side of a TAP could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TapSetupError {
+    /// Setting an address, the MTU, the link state or a route failed.
+    #[error(transparent)]
+    Ip(#[from] IpCommandError),
+    /// Writing a sysctl (disabling IPv6 on a port without `address6`).
+    #[error("write {value} to {path}: {source}")]
+    Sysctl {
+        path: String,
+        value: &'static str,
+        source: io::Error,
+    },
+}
+
+/// A port's `tap` names an interface that already exists on this host.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "dataplane.port {port:?}.tap: interface {tap:?} already exists on this host: sluice \
+     creates its TAP itself and would take over or fail on it; choose another tap name, or \
+     delete the interface (ip link del {tap}) if it is left over"
+)]
+pub struct TapExists {
+    /// The config port's name.
+    pub port: String,
+    /// The interface its `tap` names.
+    pub tap: String,
+}
 
 /// The `net_tap` vdev string for port `index` whose TAP is `iface`.
 ///
@@ -30,13 +71,18 @@ pub fn tap_vdev(index: usize, iface: &str) -> String {
 /// over another program's interface, or a stale one with its addresses and
 /// routes) or fail part-way through start-up on any other kind, so
 /// `sluice run` refuses them before EAL starts; `check-config` warns.
-pub fn existing_taps(ports: &[PortConfig]) -> Vec<(String, String)> {
+pub fn existing_taps(ports: &[PortConfig]) -> Vec<TapExists> {
     // /proc/self/net is the reading process's network namespace.
     let dev = std::fs::read_to_string("/proc/self/net/dev").unwrap_or_default();
     ports
         .iter()
-        .filter_map(|p| Some((p.name.clone(), p.tap.clone()?)))
-        .filter(|(_, tap)| interface_listed(&dev, tap))
+        .filter_map(|p| {
+            Some(TapExists {
+                port: p.name.clone(),
+                tap: p.tap.clone()?,
+            })
+        })
+        .filter(|t| interface_listed(&dev, &t.tap))
         .collect()
 }
 
@@ -47,18 +93,9 @@ fn interface_listed(dev: &str, name: &str) -> bool {
         .any(|(iface, _)| iface.trim() == name)
 }
 
-/// The operator's error for an existing TAP interface.
-pub fn existing_tap_error(port: &str, tap: &str) -> String {
-    format!(
-        "dataplane.port {port:?}.tap: interface {tap:?} already exists on this host: sluice \
-         creates its TAP itself and would take over or fail on it; choose another tap name, or \
-         delete the interface (ip link del {tap}) if it is left over"
-    )
-}
-
 /// Gives the TAP its addresses and MTU, brings it up, and installs the
 /// port's default routes (`gateway`, `gateway6`) through it.
-pub fn configure_tap(port: &PortConfig, iface: &str) -> Result<(), String> {
+pub fn configure_tap(port: &PortConfig, iface: &str) -> Result<(), TapSetupError> {
     ip(&["link", "set", "dev", iface, "mtu", &port.mtu.to_string()])?;
     if let Some(c) = port.ipv4 {
         ip(&["addr", "replace", &cidr(c), "dev", iface])?;
@@ -93,31 +130,37 @@ fn cidr(c: Cidr) -> String {
 }
 
 /// Runs `ip ARGS` for its effect.
-fn ip(args: &[&str]) -> Result<(), String> {
+fn ip(args: &[&str]) -> Result<(), IpCommandError> {
     run_ip(args).map(drop)
 }
 
 /// Runs `ip ARGS` and returns what it printed; the error names the command
 /// and what it said. Shared with the neighbour resolver.
-pub(crate) fn run_ip(args: &[&str]) -> Result<Vec<u8>, String> {
+pub(crate) fn run_ip(args: &[&str]) -> Result<Vec<u8>, IpCommandError> {
     let out = Command::new("ip")
         .args(args)
         .output()
-        .map_err(|e| format!("ip {}: {e} (is iproute2 installed?)", args.join(" ")))?;
+        .map_err(|source| IpCommandError::Spawn {
+            command: args.join(" "),
+            source,
+        })?;
     if out.status.success() {
         Ok(out.stdout)
     } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+        Err(IpCommandError::Refused {
+            command: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
 }
 
-fn sysctl(key: &str, value: &str) -> Result<(), String> {
+fn sysctl(key: &str, value: &'static str) -> Result<(), TapSetupError> {
     let path = format!("/proc/sys/{key}");
-    std::fs::write(&path, value).map_err(|e| format!("write {value} to {path}: {e}"))
+    std::fs::write(&path, value).map_err(|source| TapSetupError::Sysctl {
+        path,
+        value,
+        source,
+    })
 }
 
 #[cfg(test)]

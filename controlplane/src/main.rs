@@ -129,7 +129,7 @@ fn main() -> ExitCode {
                 control_socket: (!no_control_socket).then_some(control_socket),
                 file_prefix,
                 #[cfg(feature = "test-hooks")]
-                hooks,
+                hooks: Some(Box::new(test_hook::TestHooks::new(hooks))),
             };
             #[cfg(not(feature = "test-hooks"))]
             let test_hook::HookArgs {} = hooks;
@@ -170,11 +170,10 @@ fn check_config(files: &[PathBuf]) -> ExitCode {
                 println!("{}: ok", f.display());
                 // The file is valid; whether its TAP names are free is a
                 // matter of the host it runs on, which may not be this one.
-                for (port, tap) in controlplane::exception::existing_taps(&cfg.dataplane.ports) {
+                for tap in controlplane::exception::existing_taps(&cfg.dataplane.ports) {
                     eprintln!(
-                        "{}: warning: {} (sluice run refuses to start on this host)",
+                        "{}: warning: {tap} (sluice run refuses to start on this host)",
                         f.display(),
-                        controlplane::exception::existing_tap_error(&port, &tap)
                     );
                 }
             }

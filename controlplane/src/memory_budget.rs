@@ -75,36 +75,57 @@ fn address_space_limit(limits: &str) -> Option<u64> {
         .ok()
 }
 
-/// Ok when the shards fit in `available` bytes (or it is unknown);
-/// otherwise the error for the operator: the setting, what it costs, and
-/// the largest capacity that would fit.
-pub fn check_conntrack(
-    workers: usize,
-    capacity: usize,
-    available: Option<u64>,
-) -> Result<(), String> {
-    let need = conntrack_bytes(workers, capacity);
-    let Some(available) = available else {
-        return Ok(());
-    };
-    if need <= available {
-        return Ok(());
-    }
-    let slots = Shard::slots_for(capacity);
-    let fix = match largest_fitting_capacity(workers, available) {
+/// `dataplane.conntrack_capacity` asks for more conntrack table than
+/// this machine can back: the setting, what it costs, and the largest
+/// capacity that would fit (None: not even the smallest).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "dataplane.conntrack_capacity = {capacity}: {workers} worker(s) × {slots} slots × \
+     {bytes_per_slot} bytes = {need_gib:.1} GiB of conntrack tables, reserved at start, but only \
+     {available_gib:.1} GiB of memory is available; {fix}",
+    slots = Shard::slots_for(*.capacity),
+    bytes_per_slot = Shard::bytes_per_slot(),
+    need_gib = conntrack_bytes(*.workers, *.capacity) as f64 / GIB,
+    available_gib = *.available as f64 / GIB,
+    fix = fix_text(*.fits),
+)]
+pub struct ConntrackTooLarge {
+    pub workers: usize,
+    pub capacity: usize,
+    /// Bytes of memory available.
+    pub available: u64,
+    /// The largest capacity that fits, if any does.
+    pub fits: Option<usize>,
+}
+
+fn fix_text(fits: Option<usize>) -> String {
+    match fits {
         Some(c) => format!(
             "lower dataplane.conntrack_capacity to at most {c} (or run fewer workers, or free memory)"
         ),
         None => "run fewer workers or free memory: not even the smallest shard fits".into(),
+    }
+}
+
+/// Ok when the shards fit in `available` bytes (or it is unknown);
+/// otherwise the error for the operator.
+pub fn check_conntrack(
+    workers: usize,
+    capacity: usize,
+    available: Option<u64>,
+) -> Result<(), ConntrackTooLarge> {
+    let Some(available) = available else {
+        return Ok(());
     };
-    Err(format!(
-        "dataplane.conntrack_capacity = {capacity}: {workers} worker(s) × {slots} slots × {} bytes \
-         = {:.1} GiB of conntrack tables, reserved at start, but only {:.1} GiB of memory is \
-         available; {fix}",
-        Shard::bytes_per_slot(),
-        need as f64 / GIB,
-        available as f64 / GIB,
-    ))
+    if conntrack_bytes(workers, capacity) <= available {
+        return Ok(());
+    }
+    Err(ConntrackTooLarge {
+        workers,
+        capacity,
+        available,
+        fits: largest_fitting_capacity(workers, available),
+    })
 }
 
 /// The largest capacity (at least the configurable minimum, 1024) whose
@@ -183,7 +204,9 @@ mod tests {
         assert!(check_conntrack(2, 1_048_576, Some(need)).is_ok());
         assert!(check_conntrack(2, 1_048_576, None).is_ok());
         let avail = 200 << 20;
-        let err = check_conntrack(2, 1_048_576, Some(avail)).unwrap_err();
+        let err = check_conntrack(2, 1_048_576, Some(avail))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("dataplane.conntrack_capacity = 1048576"),
             "{err}"
@@ -192,7 +215,9 @@ mod tests {
         assert!(err.contains(&format!("at most {c}")), "{err}");
         assert!(conntrack_bytes(2, c) <= avail);
         assert!(conntrack_bytes(2, c + 1) > avail);
-        let tiny = check_conntrack(4, 1024, Some(100 << 10)).unwrap_err();
+        let tiny = check_conntrack(4, 1024, Some(100 << 10))
+            .unwrap_err()
+            .to_string();
         assert!(tiny.contains("not even the smallest shard fits"), "{tiny}");
     }
 }

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use sluice_core::snapshot::Egress;
 
+use crate::exception::IpCommandError;
+
 /// Round interval while every backend is resolved.
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// Round interval while some backend is unresolved: first packets wait on it.
@@ -91,22 +93,21 @@ fn resolver_loop(
     events: &Sender<()>,
     stop: &Receiver<()>,
 ) {
-    let mut routes: HashMap<IpAddr, (Instant, Option<Route>)> = HashMap::new();
+    let mut routes: HashMap<IpAddr, (Instant, Result<Route, LookupError>)> = HashMap::new();
     let mut nudger = Nudger::default();
+    // The last warning per backend, so each reason is logged once.
     let mut warned: HashMap<IpAddr, String> = HashMap::new();
     loop {
         let addrs = targets.lock().unwrap_or_else(|p| p.into_inner()).clone();
         // A failed lookup is retried next round; a route is reused a while.
-        routes.retain(|a, (at, r)| addrs.contains(a) && r.is_some() && at.elapsed() < ROUTE_TTL);
+        routes.retain(|a, (at, r)| addrs.contains(a) && r.is_ok() && at.elapsed() < ROUTE_TTL);
         let neighbours = neighbour_table().unwrap_or_default();
         let mut next = HashMap::with_capacity(addrs.len());
         let mut unresolved = false;
         for &addr in &addrs {
-            let route = routes
+            let (_, route) = routes
                 .entry(addr)
-                .or_insert_with(|| (Instant::now(), route_get(addr).ok()))
-                .1
-                .clone();
+                .or_insert_with(|| (Instant::now(), route_get(addr)));
             let egress = match resolve(addr, route.as_ref(), taps, &neighbours) {
                 Ok((egress, fresh)) => {
                     warned.remove(&addr);
@@ -116,6 +117,7 @@ fn resolver_loop(
                     egress
                 }
                 Err((egress, why)) => {
+                    let why = why.to_string();
                     if warned.get(&addr) != Some(&why) {
                         crate::warn!("sluice: backend {addr}: next hop unresolved: {why}");
                         warned.insert(addr, why);
@@ -146,61 +148,57 @@ fn resolver_loop(
     }
 }
 
+/// Why a backend's next hop has no MAC to send to.
+#[derive(Debug, thiserror::Error)]
+enum Unresolved<'a> {
+    #[error("no route: {0}")]
+    NoRoute(&'a LookupError),
+    #[error(
+        "the kernel routes it via {:?}, which is no port's TAP; \
+         give the port an address on the backend's subnet or a route via it",
+        .dev.unwrap_or("nothing")
+    )]
+    NotThroughATap { dev: Option<&'a str> },
+    #[error("next hop {next_hop}: no neighbour entry yet")]
+    NoNeighbour { next_hop: IpAddr },
+    #[error("next hop {next_hop}: neighbour state {}", .state.join(","))]
+    NeighbourState {
+        next_hop: IpAddr,
+        state: &'a [String],
+    },
+}
+
 /// The egress of `addr`: Ok((egress, entry is fresh)) when the next hop's
 /// MAC is known, Err((egress without MAC, why)) otherwise.
-fn resolve(
+fn resolve<'a>(
     addr: IpAddr,
-    route: Option<&Route>,
+    route: Result<&'a Route, &'a LookupError>,
     taps: &[Option<String>],
-    neighbours: &[Neighbour],
-) -> Result<(Egress, bool), (Egress, String)> {
-    let unresolved = |port: usize, why: String| {
-        (
-            Egress {
-                port: port as u16,
-                next_hop_mac: None,
-            },
-            why,
-        )
+    neighbours: &'a [Neighbour],
+) -> Result<(Egress, bool), (Egress, Unresolved<'a>)> {
+    let egress = |port: usize, next_hop_mac: Option<[u8; 6]>| Egress {
+        port: port as u16,
+        next_hop_mac,
     };
-    let Some(route) = route else {
-        return Err(unresolved(0, "no route".into()));
-    };
-    let Some(port) = route
-        .dev
-        .as_deref()
-        .and_then(|d| taps.iter().position(|t| t.as_deref() == Some(d)))
-    else {
-        return Err(unresolved(
-            0,
-            format!(
-                "the kernel routes it via {:?}, which is no port's TAP; \
-                 give the port an address on the backend's subnet or a route via it",
-                route.dev.as_deref().unwrap_or("nothing")
-            ),
-        ));
+    let route = route.map_err(|e| (egress(0, None), Unresolved::NoRoute(e)))?;
+    let dev = route.dev.as_deref();
+    let Some(port) = dev.and_then(|d| taps.iter().position(|t| t.as_deref() == Some(d))) else {
+        return Err((egress(0, None), Unresolved::NotThroughATap { dev }));
     };
     let next_hop = route.gateway.unwrap_or(addr);
     let entry = neighbours
         .iter()
-        .find(|n| n.dst == next_hop && n.dev.as_deref() == route.dev.as_deref());
-    match entry.and_then(|n| n.usable_mac().map(|m| (m, n.is_fresh()))) {
-        Some((mac, fresh)) => Ok((
-            Egress {
-                port: port as u16,
-                next_hop_mac: Some(mac),
+        .find(|n| n.dst == next_hop && n.dev.as_deref() == dev);
+    match entry.map(|n| (n, n.usable_mac())) {
+        Some((n, Some(mac))) => Ok((egress(port, Some(mac)), n.is_fresh())),
+        Some((n, None)) => Err((
+            egress(port, None),
+            Unresolved::NeighbourState {
+                next_hop,
+                state: &n.state,
             },
-            fresh,
         )),
-        None => Err(unresolved(
-            port,
-            format!(
-                "next hop {next_hop}: {}",
-                entry.map_or("no neighbour entry yet".into(), |n| {
-                    format!("neighbour state {}", n.state.join(","))
-                })
-            ),
-        )),
+        None => Err((egress(port, None), Unresolved::NoNeighbour { next_hop })),
     }
 }
 
@@ -285,29 +283,52 @@ fn parse_mac(s: &str) -> Option<[u8; 6]> {
     parts.next().is_none().then_some(mac)
 }
 
-fn ip_json(args: &[&str]) -> Result<Vec<u8>, String> {
+/// Why asking the kernel for a route or its neighbour table failed.
+#[derive(Debug, thiserror::Error)]
+enum LookupError {
+    #[error(transparent)]
+    Ip(#[from] IpCommandError),
+    /// `ip -j` printed something other than the JSON array it prints.
+    #[error("ip -j {what}: unexpected output: {source}")]
+    Json {
+        what: &'static str,
+        source: serde_json::Error,
+    },
+    /// `ip -j route get` succeeded with an empty array.
+    #[error("ip -j route get: no route in the answer")]
+    Empty,
+}
+
+fn ip_json(args: &[&str]) -> Result<Vec<u8>, IpCommandError> {
     let mut all = vec!["-j"];
     all.extend_from_slice(args);
     crate::exception::run_ip(&all)
 }
 
-fn route_get(addr: IpAddr) -> Result<Route, String> {
+fn route_get(addr: IpAddr) -> Result<Route, LookupError> {
     let out = ip_json(&["route", "get", &addr.to_string()])?;
     parse_route(&out)
 }
 
-fn parse_route(json: &[u8]) -> Result<Route, String> {
-    let routes: Vec<Route> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
-    routes.into_iter().next().ok_or_else(|| "no route".into())
+fn parse_route(json: &[u8]) -> Result<Route, LookupError> {
+    let routes: Vec<Route> = serde_json::from_slice(json).map_err(|source| LookupError::Json {
+        what: "route get",
+        source,
+    })?;
+    routes.into_iter().next().ok_or(LookupError::Empty)
 }
 
-fn neighbour_table() -> Result<Vec<Neighbour>, String> {
+fn neighbour_table() -> Result<Vec<Neighbour>, LookupError> {
     parse_neighbours(&ip_json(&["neigh", "show"])?)
 }
 
-fn parse_neighbours(json: &[u8]) -> Result<Vec<Neighbour>, String> {
+fn parse_neighbours(json: &[u8]) -> Result<Vec<Neighbour>, LookupError> {
     // Entries without a parsable dst (none in practice) are skipped, not fatal.
-    let raw: Vec<serde_json::Value> = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let raw: Vec<serde_json::Value> =
+        serde_json::from_slice(json).map_err(|source| LookupError::Json {
+            what: "neigh show",
+            source,
+        })?;
     Ok(raw
         .into_iter()
         .filter_map(|v| serde_json::from_value(v).ok())
@@ -347,7 +368,7 @@ mod tests {
         )
         .unwrap();
         let (egress, fresh) =
-            resolve("10.9.0.1".parse().unwrap(), Some(&route), &taps(), &neigh).unwrap();
+            resolve("10.9.0.1".parse().unwrap(), Ok(&route), &taps(), &neigh).unwrap();
         assert_eq!(egress.port, 1);
         assert_eq!(egress.next_hop_mac, Some([2, 0, 0, 0, 0, 1]));
         assert!(!fresh, "STALE is usable but asks for a nudge");
@@ -357,9 +378,9 @@ mod tests {
             gateway: None,
         };
         let (egress, why) =
-            resolve("10.0.0.9".parse().unwrap(), Some(&direct), &taps(), &neigh).unwrap_err();
+            resolve("10.0.0.9".parse().unwrap(), Ok(&direct), &taps(), &neigh).unwrap_err();
         assert_eq!(egress.next_hop_mac, None);
-        assert!(why.contains("FAILED"), "{why}");
+        assert_eq!(why.to_string(), "next hop 10.0.0.9: neighbour state FAILED");
     }
 
     #[test]
@@ -368,9 +389,32 @@ mod tests {
             dev: Some("eth0".into()),
             gateway: None,
         };
-        let (_, why) =
-            resolve("192.0.2.1".parse().unwrap(), Some(&route), &taps(), &[]).unwrap_err();
-        assert!(why.contains("eth0"), "{why}");
+        let (_, why) = resolve("192.0.2.1".parse().unwrap(), Ok(&route), &taps(), &[]).unwrap_err();
+        assert!(why.to_string().contains("via \"eth0\""), "{why}");
+    }
+
+    /// A failed route lookup says what `ip` answered, not only "no route".
+    #[test]
+    fn a_failed_route_lookup_says_what_ip_answered() {
+        let failed = LookupError::Ip(IpCommandError::Refused {
+            command: "-j route get 198.51.100.1".into(),
+            stderr: "RTNETLINK answers: Network is unreachable".into(),
+        });
+        let (egress, why) =
+            resolve("198.51.100.1".parse().unwrap(), Err(&failed), &taps(), &[]).unwrap_err();
+        assert_eq!(egress.next_hop_mac, None);
+        assert_eq!(
+            why.to_string(),
+            "no route: ip -j route get 198.51.100.1: RTNETLINK answers: Network is unreachable"
+        );
+        assert!(matches!(parse_route(b"[]"), Err(LookupError::Empty)));
+        assert!(matches!(
+            parse_route(b"nope"),
+            Err(LookupError::Json {
+                what: "route get",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -60,9 +60,8 @@ use dataplane::dpdk::{DpdkError, LcoreId, Port};
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
 
-use crate::run::control_plane::ControlPlane;
-use crate::run::runtime::Runtime;
-use crate::run::{RunError, RunOptions};
+use crate::run::hooks::{RunHooks, Running};
+use crate::run::RunError;
 
 /// The hooks' `sluice run` arguments (hidden from `--help`).
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -107,66 +106,35 @@ pub enum HookArgError {
     EmptyPath,
 }
 
-impl HookArgs {
-    /// The worker pauses RX after this many packets (either pausing hook).
-    pub fn pause_after_rx(&self) -> Option<u64> {
-        (self.mark_unhealthy.as_ref().map(|h| h.after_packets))
-            .or(self.reload.as_ref().map(|h| h.after_packets))
-    }
-
-    /// Starts the threads of the pausing hooks; the runtime joins them
-    /// when it stops.
-    pub fn spawn(
-        &self,
-        runtime: &mut Runtime,
-        cfg: &Config,
-        opts: &RunOptions,
-        ctl: &ControlPlane,
-    ) {
-        let stop = runtime.stop_flag();
-        let hooks = runtime.hooks();
-        if let Some(h) = self.mark_unhealthy.clone() {
-            let stats = ctl.stats.clone();
-            let thread = spawn(h, cfg, Arc::clone(&ctl.snapshots), stats, Arc::clone(&stop));
-            hooks.threads.push(thread);
-        }
-        if let Some(h) = self.reload.clone() {
-            let thread = spawn_reload(
-                h,
-                opts.config_path.clone(),
-                Arc::clone(&ctl.snapshots),
-                ctl.stats.clone(),
-                Arc::clone(&ctl.controller.shared),
-                stop,
-            );
-            hooks.threads.push(thread);
-        }
-    }
-}
-
-/// The hooks the runtime runs: the pausing hooks' threads, and the
-/// launch failure.
-#[derive(Debug, Default)]
-pub struct RuntimeHooks {
+/// The hooks of one run: its arguments and the pausing hooks' threads.
+#[derive(Debug)]
+pub struct TestHooks {
+    args: HookArgs,
     threads: Vec<JoinHandle<()>>,
-    fail_launch_of: Option<usize>,
 }
 
-impl RuntimeHooks {
-    pub fn fail_launch_of(&mut self, worker: Option<usize>) {
-        self.fail_launch_of = worker;
+impl TestHooks {
+    pub fn new(args: HookArgs) -> Self {
+        Self {
+            args,
+            threads: Vec::new(),
+        }
+    }
+}
+
+impl RunHooks for TestHooks {
+    /// Either pausing hook's N.
+    fn pause_after_rx(&self) -> Option<u64> {
+        let args = &self.args;
+        (args.mark_unhealthy.as_ref().map(|h| h.after_packets))
+            .or(args.reload.as_ref().map(|h| h.after_packets))
     }
 
-    /// Before worker `worker` is launched on `lcore`: the failure, if it
-    /// is this worker's, once the ports have received traffic (so workers
-    /// already launched are in the middle of it; at most 5 s).
-    pub fn before_launch(
-        &self,
-        worker: usize,
-        lcore: LcoreId,
-        ports: &[Port],
-    ) -> Result<(), RunError> {
-        if self.fail_launch_of != Some(worker) {
+    /// The launch failure, if it is this worker's, once the ports have
+    /// received traffic (so workers already launched are in the middle of
+    /// it; at most 5 s).
+    fn before_launch(&self, worker: usize, lcore: LcoreId, ports: &[Port]) -> Result<(), RunError> {
+        if self.args.fail_launch_of_worker != Some(worker) {
             return Ok(());
         }
         let monitors: Vec<_> = ports.iter().map(Port::monitor).collect();
@@ -184,8 +152,32 @@ impl RuntimeHooks {
         })
     }
 
-    /// Waits for the hooks' threads (after the stop flag is set).
-    pub fn join(&mut self) {
+    /// Starts the threads of the pausing hooks.
+    fn start(&mut self, run: &Running<'_>) {
+        if let Some(h) = self.args.mark_unhealthy.clone() {
+            let thread = spawn(
+                h,
+                run.cfg,
+                Arc::clone(run.snapshots),
+                run.stats.to_vec(),
+                Arc::clone(run.stop),
+            );
+            self.threads.push(thread);
+        }
+        if let Some(h) = self.args.reload.clone() {
+            let thread = spawn_reload(
+                h,
+                run.config_path.map(PathBuf::from),
+                Arc::clone(run.snapshots),
+                run.stats.to_vec(),
+                Arc::clone(run.shared),
+                Arc::clone(run.stop),
+            );
+            self.threads.push(thread);
+        }
+    }
+
+    fn join(&mut self) {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

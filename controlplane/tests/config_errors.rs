@@ -1,6 +1,9 @@
 //! Broken configurations: every error names file:line:col, the field path,
 //! what is wrong and a hint (AP-5).
 
+mod common;
+
+use common::diagnostics::{check, errors, replaced, Case};
 use controlplane::config;
 
 const BASE: &str = r#"
@@ -37,34 +40,8 @@ ports = "80"
 backend_service = "web"
 "#;
 
-/// 1-based number of the first line containing `needle`.
-fn line_of(text: &str, needle: &str) -> usize {
-    text.lines()
-        .position(|l| l.contains(needle))
-        .unwrap_or_else(|| panic!("{needle:?} not in text"))
-        + 1
-}
-
-fn errors(text: &str) -> (usize, String) {
-    match config::load_str(text, "test.toml") {
-        Ok(_) => panic!("config unexpectedly valid:\n{text}"),
-        Err(d) => (d.len(), d.to_string()),
-    }
-}
-
-struct Case {
-    name: &'static str,
-    text: String,
-    /// The error's line is the one containing this text.
-    at_line_with: &'static str,
-    path: &'static str,
-    message: &'static str,
-    hint: &'static str,
-}
-
 fn replace(from: &str, to: &str) -> String {
-    assert!(BASE.contains(from), "{from:?}");
-    BASE.replacen(from, to, 1)
+    replaced(BASE, from, to)
 }
 
 fn cases() -> Vec<Case> {
@@ -397,24 +374,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn ap_5_broken_configs_report_line_path_and_hint() {
     for c in cases() {
-        let (_, out) = errors(&c.text);
-        let line = line_of(&c.text, c.at_line_with);
-        let first = out.lines().next().unwrap();
-        let ctx = format!("case {:?}:\n{out}", c.name);
-        assert!(
-            first.starts_with(&format!("test.toml:{line}:")),
-            "wrong line (want {line}) in {ctx}"
-        );
-        assert!(
-            first.contains(&format!(": error: {}: ", c.path)),
-            "wrong path in {ctx}"
-        );
-        assert!(first.contains(c.message), "wrong message in {ctx}");
-        let hint = out.lines().nth(1).unwrap();
-        assert!(
-            hint.starts_with("  hint: ") && hint.contains(c.hint.trim_start_matches("hint: ")),
-            "wrong hint in {ctx}"
-        );
+        check(&c);
     }
 }
 

@@ -1,6 +1,9 @@
 //! `[[health_check]]` validation: the UDP type's fields, and each error
 //! naming file:line, the field and the fix (AP-5).
 
+mod common;
+
+use common::diagnostics::{check, replaced, Case};
 use controlplane::config;
 use controlplane::health::ProbeKind;
 
@@ -26,8 +29,7 @@ backend = [{ address = "192.0.2.10" }]
 "#;
 
 fn with(from: &str, to: &str) -> String {
-    assert!(BASE.contains(from), "{from:?}");
-    BASE.replacen(from, to, 1)
+    replaced(BASE, from, to)
 }
 
 fn kind(text: &str) -> ProbeKind {
@@ -66,16 +68,6 @@ fn udp_check_request_and_response_text_or_hex() {
             response: Some(b"PONG".to_vec())
         }
     );
-}
-
-struct Case {
-    name: &'static str,
-    text: String,
-    /// The error's line is the first one containing this text.
-    at_line_with: &'static str,
-    path: &'static str,
-    message: &'static str,
-    hint: &'static str,
 }
 
 fn cases() -> Vec<Case> {
@@ -197,35 +189,7 @@ fn cases() -> Vec<Case> {
 #[test]
 fn udp_check_errors_name_line_field_and_fix() {
     for c in cases() {
-        let out = match config::load_str(&c.text, "test.toml") {
-            Ok(_) => panic!("case {:?}: config unexpectedly valid", c.name),
-            Err(d) => {
-                assert_eq!(d.len(), 1, "case {:?}: {d}", c.name);
-                d.to_string()
-            }
-        };
-        let line = c
-            .text
-            .lines()
-            .position(|l| l.contains(c.at_line_with))
-            .unwrap()
-            + 1;
-        let ctx = format!("case {:?}:\n{out}", c.name);
-        let first = out.lines().next().unwrap();
-        assert!(
-            first.starts_with(&format!("test.toml:{line}:")),
-            "wrong line (want {line}) in {ctx}"
-        );
-        assert!(
-            first.contains(&format!(": error: {}: ", c.path)),
-            "wrong path in {ctx}"
-        );
-        assert!(first.contains(c.message), "wrong message in {ctx}");
-        let hint = out.lines().nth(1).unwrap();
-        assert!(
-            hint.starts_with("  hint: ") && hint.contains(c.hint),
-            "wrong hint in {ctx}"
-        );
+        assert_eq!(check(&c), 1, "case {:?}: one error", c.name);
     }
 }
 

@@ -5,27 +5,16 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
 fn config(dir: &Path, port: u16, metrics: u16) -> String {
-    format!(
-        r#"
-[dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
-workers = 1
-[[dataplane.port]]
-name = "p0"
-device = "net_null0,no-rx=1"
-mac = "02:00:00:00:00:01"
-address = "192.0.2.1/24"
-[metrics]
-listen = "127.0.0.1:{metrics}"
+    null_dataplane(metrics)
+        + &format!(
+            r#"
 [[health_check]]
 name = "dns"
 type = "UDP"
@@ -49,8 +38,8 @@ ports = "53"
 backend_service = "dns"
 # {dir}
 "#,
-        dir = dir.display()
-    )
+            dir = dir.display()
+        )
 }
 
 /// One port bound on 127.0.0.1 (echo), 127.0.0.2 (closed: bound so no
@@ -79,27 +68,6 @@ fn serve_echo(s: UdpSocket) {
     });
 }
 
-fn status(sock: &Path) -> String {
-    String::from_utf8_lossy(&sluice_status(sock).stdout).into_owned()
-}
-
-fn line<'a>(status: &'a str, addr: &str) -> &'a str {
-    status
-        .lines()
-        .find(|l| l.contains(&format!("backend {addr} ")))
-        .unwrap_or("")
-}
-
-fn scrape(port: u16) -> String {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = write!(s, "GET /metrics HTTP/1.0\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
-}
-
 /// A UDP check (`request_hex`, `response`) through the binary: echo →
 /// healthy; closed port → `last-failure port_unreachable`; silent →
 /// `last-failure timeout`; and the failure counters by reason.
@@ -116,48 +84,25 @@ fn udp_health_check_through_the_binary() {
         .port();
     let cfg_path = dir.join("sluice.toml");
     std::fs::write(&cfg_path, config(&dir, port, metrics)).unwrap();
-    let sock = dir.join("control.sock");
-    let mut child = Command::new(sluice_bin())
-        .args(["run", "--duration", "20", "--config"])
-        .arg(&cfg_path)
-        .arg("--control-socket")
-        .arg(&sock)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let run = RunningSluice::start(&cfg_path, &dir.join("control.sock"), 20);
 
     // Failure window: 2 × 200 ms + 200 ms, after the first probe's jitter
     // and process start-up.
-    let t0 = Instant::now();
-    let mut last = String::new();
-    let mut seen = false;
-    while t0.elapsed() < Duration::from_secs(10) {
-        last = status(&sock);
+    run.wait_status("the three verdicts", Duration::from_secs(10), |s| {
         let (a, b, c) = (
-            line(&last, "127.0.0.1"),
-            line(&last, "127.0.0.2"),
-            line(&last, "127.0.0.3"),
+            backend_line(s, "127.0.0.1"),
+            backend_line(s, "127.0.0.2"),
+            backend_line(s, "127.0.0.3"),
         );
-        if a.contains(" healthy ")
+        a.contains(" healthy ")
             && !a.contains("last-failure")
             && b.contains(" unhealthy ")
             && b.ends_with(" last-failure port_unreachable")
             && c.contains(" unhealthy ")
             && c.ends_with(" last-failure timeout")
-        {
-            seen = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
     let m = parse_metrics(&scrape(metrics));
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(
-        seen,
-        "status never showed the three verdicts; last:\n{last}"
-    );
+    drop(run);
     let failures = |backend: &str, reason: &str| {
         m.get(&format!(
             "sluice_backend_probe_failures_total{{backend=\"{backend}\",reason=\"{reason}\",service=\"dns\"}}"

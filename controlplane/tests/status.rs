@@ -6,12 +6,11 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -43,18 +42,9 @@ fn target(l: TcpListener) -> Target {
 }
 
 fn config(dir: &Path, hc_port: u16, metrics: u16, backends: &str) -> String {
-    format!(
-        r#"
-[dataplane]
-eal_args = ["--no-huge", "-m", "256", "--no-pci", "--log-level=error"]
-workers = 1
-[[dataplane.port]]
-name = "p0"
-device = "net_null0,no-rx=1"
-mac = "02:00:00:00:00:01"
-address = "192.0.2.1/24"
-[metrics]
-listen = "127.0.0.1:{metrics}"
+    null_dataplane(metrics)
+        + &format!(
+            r#"
 [[health_check]]
 name = "http"
 type = "HTTP"
@@ -75,59 +65,8 @@ name = "vip"
 vip = "203.0.113.10"
 backend_service = "web"
 "#
-    ) + &format!("# {}\n", dir.display())
-}
-
-fn sluice(args: &[&str], sock: &Path) -> (bool, String) {
-    let out = Command::new(sluice_bin())
-        .args(args)
-        .arg("--control-socket")
-        .arg(sock)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text)
-}
-
-fn wait_status(sock: &Path, what: &str, limit: Duration, f: impl Fn(&str) -> bool) -> Duration {
-    let t0 = Instant::now();
-    let mut last = String::new();
-    while t0.elapsed() < limit {
-        let (ok, text) = sluice(&["status"], sock);
-        if ok && f(&text) {
-            return t0.elapsed();
-        }
-        last = text;
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{what}: not within {limit:?}; last status:\n{last}");
-}
-
-fn line<'a>(status: &'a str, addr: &str) -> &'a str {
-    status
-        .lines()
-        .find(|l| l.contains(&format!("backend {addr} ")))
-        .unwrap_or("")
-}
-
-fn share(status: &str, addr: &str) -> f64 {
-    let l = line(status, addr);
-    l.rsplit("share ")
-        .next()
-        .and_then(|s| s.split('%').next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(-1.0)
-}
-
-fn scrape(port: u16) -> String {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
-    };
-    let _ = write!(s, "GET /metrics HTTP/1.0\r\n\r\n");
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
+        )
+        + &format!("# {}\n", dir.display())
 }
 
 /// HC-2/HC-4/HC-5/HC-7 through the binary, then AP-5 reload.
@@ -156,32 +95,25 @@ fn health_weights_and_reload_through_the_binary() {
     let cfg_path = dir.join("sluice.toml");
     std::fs::write(&cfg_path, config(&dir, port, metrics, both)).unwrap();
     let sock = dir.join("control.sock");
-    let mut child = Command::new(sluice_bin())
-        .args(["run", "--duration", "30", "--config"])
-        .arg(&cfg_path)
-        .arg("--control-socket")
-        .arg(&sock)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let run = RunningSluice::start(&cfg_path, &sock, 30);
 
     // Success window: 2 × response + 1 × interval ≈ 0.2 s, plus the first
     // probe's jitter (< one interval) and process start-up.
-    wait_status(&sock, "both healthy", Duration::from_secs(10), |s| {
-        line(s, "127.0.0.1").contains(" healthy weight 1")
-            && line(s, "127.0.0.2").contains(" healthy weight 1")
+    run.wait_status("both healthy", Duration::from_secs(10), |s| {
+        backend_line(s, "127.0.0.1").contains(" healthy weight 1")
+            && backend_line(s, "127.0.0.2").contains(" healthy weight 1")
     });
     // HC-7 + MG-3: weights 1:4 → 20 % / 80 %.
     *b.weight.lock().unwrap() = "4".into();
-    wait_status(&sock, "weights 1:4", Duration::from_secs(2), |s| {
-        (share(s, "127.0.0.1") - 20.0).abs() < 0.5 && (share(s, "127.0.0.2") - 80.0).abs() < 0.5
+    run.wait_status("weights 1:4", Duration::from_secs(2), |s| {
+        (backend_share(s, "127.0.0.1") - 20.0).abs() < 0.5
+            && (backend_share(s, "127.0.0.2") - 80.0).abs() < 0.5
     });
     // HC-4 failure window: timeout × 2 + interval = 0.6 s (+ one interval
     // of phase and the status poll).
     b.status.store(503, Ordering::Relaxed);
-    let took = wait_status(&sock, "b unhealthy", Duration::from_secs(3), |s| {
-        line(s, "127.0.0.2").contains("unhealthy") && share(s, "127.0.0.1") == 100.0
+    let took = run.wait_status("b unhealthy", Duration::from_secs(3), |s| {
+        backend_line(s, "127.0.0.2").contains("unhealthy") && backend_share(s, "127.0.0.1") == 100.0
     });
     assert!(took < Duration::from_millis(1500), "{took:?}");
     let m = scrape(metrics);
@@ -199,8 +131,8 @@ fn health_weights_and_reload_through_the_binary() {
         "{m}"
     );
     b.status.store(200, Ordering::Relaxed);
-    wait_status(&sock, "b back", Duration::from_secs(3), |s| {
-        line(s, "127.0.0.2").contains(" healthy")
+    run.wait_status("b back", Duration::from_secs(3), |s| {
+        backend_line(s, "127.0.0.2").contains(" healthy")
     });
     drop(a.status);
 
@@ -210,39 +142,34 @@ fn health_weights_and_reload_through_the_binary() {
         config(&dir, port, metrics, both).replace("timeout = \"200ms\"", "timeout = \"9s\""),
     )
     .unwrap();
-    let (ok, text) = sluice(&["reload"], &sock);
+    let (ok, text) = run.cli(&["reload"]);
     assert!(!ok, "{text}");
     assert!(
         text.contains("sluice.toml:") && text.contains("timeout"),
         "{text}"
     );
     // A valid one removes backend b; the id of a is kept.
-    let before = sluice(&["status"], &sock).1;
+    let before = run.cli(&["status"]).1;
     std::fs::write(
         &cfg_path,
         config(&dir, port, metrics, r#"{ address = "127.0.0.1" }"#),
     )
     .unwrap();
-    let (ok, text) = sluice(&["reload"], &sock);
+    let (ok, text) = run.cli(&["reload"]);
     assert!(ok, "{text}");
-    let after = sluice(&["status"], &sock).1;
-    assert!(line(&after, "127.0.0.2").is_empty(), "{after}");
-    let id = |s: &str| {
-        line(s, "127.0.0.1")
-            .split(" id ")
-            .nth(1)
-            .map(|x| x.split(' ').next().unwrap().to_string())
-    };
-    assert_eq!(id(&before), id(&after), "stable backend id");
+    let after = run.cli(&["status"]).1;
+    assert!(backend_line(&after, "127.0.0.2").is_empty(), "{after}");
+    assert_eq!(
+        backend_id(&before, "127.0.0.1"),
+        backend_id(&after, "127.0.0.1"),
+        "stable backend id"
+    );
     assert!(after.contains("reloads ok 1 failed 1"), "{after}");
     let m = scrape(metrics);
     assert!(
         m.contains("sluice_config_reloads_total{result=\"failure\"} 1"),
         "{m}"
     );
-
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
 }
 
 /// AP-5: SIGHUP re-reads the file; an added backend appears with a new id
@@ -261,19 +188,11 @@ fn sighup_reload_adds_a_backend() {
     let cfg_path = dir.join("sluice.toml");
     std::fs::write(&cfg_path, config(&dir, 9, metrics, one)).unwrap();
     let sock = dir.join("control.sock");
-    let mut child = Command::new(sluice_bin())
-        .args(["run", "--duration", "20", "--config"])
-        .arg(&cfg_path)
-        .arg("--control-socket")
-        .arg(&sock)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_status(&sock, "running", Duration::from_secs(10), |s| {
-        !line(s, "127.0.0.1").is_empty()
+    let run = RunningSluice::start(&cfg_path, &sock, 20);
+    run.wait_status("running", Duration::from_secs(10), |s| {
+        !backend_line(s, "127.0.0.1").is_empty()
     });
-    let first = sluice(&["status"], &sock).1;
+    let first = run.cli(&["status"]).1;
     std::fs::write(
         &cfg_path,
         config(
@@ -284,25 +203,15 @@ fn sighup_reload_adds_a_backend() {
         ),
     )
     .unwrap();
-    let _ = Command::new("kill")
-        .args(["-HUP", &child.id().to_string()])
-        .status();
-    wait_status(&sock, "added", Duration::from_secs(5), |s| {
-        !line(s, "127.0.0.3").is_empty()
+    run.signal("-HUP");
+    run.wait_status("added", Duration::from_secs(5), |s| {
+        !backend_line(s, "127.0.0.3").is_empty()
     });
-    let after = sluice(&["status"], &sock).1;
+    let after = run.cli(&["status"]).1;
     assert_eq!(
-        line(&first, "127.0.0.1")
-            .split(" id ")
-            .nth(1)
-            .map(|s| &s[..2]),
-        line(&after, "127.0.0.1")
-            .split(" id ")
-            .nth(1)
-            .map(|s| &s[..2]),
+        backend_id(&first, "127.0.0.1"),
+        backend_id(&after, "127.0.0.1"),
         "{first}\n{after}"
     );
     assert!(after.contains("reloads ok 1 failed 0"), "{after}");
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let _ = child.wait();
 }

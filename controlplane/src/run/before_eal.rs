@@ -10,18 +10,16 @@ use controlplane::exception;
 use controlplane::memory_budget;
 
 use super::error::RunError;
-use super::RunOptions;
+use super::options::RunOptions;
 
 /// net_tap must create each TAP, not attach to an interface that is
 /// already there; the open files limit is raised for the admin endpoint.
 pub fn check_host(cfg: &Config) -> Result<(), RunError> {
-    if let Some((port, tap)) = exception::existing_taps(&cfg.dataplane.ports)
+    if let Some(tap) = exception::existing_taps(&cfg.dataplane.ports)
         .into_iter()
         .next()
     {
-        return Err(RunError::TapExists(exception::existing_tap_error(
-            &port, &tap,
-        )));
+        return Err(RunError::TapExists(tap));
     }
     if let Err(e) = admin_http::raise_open_files_limit() {
         controlplane::warn!("sluice: cannot raise the open files limit to its hard limit: {e}");
@@ -34,8 +32,7 @@ pub fn check_host(cfg: &Config) -> Result<(), RunError> {
 pub fn check_conntrack(cfg: &Config) -> Result<(), RunError> {
     let workers = usize::from(cfg.dataplane.workers);
     let capacity = cfg.dataplane.conntrack_capacity as usize;
-    memory_budget::check_conntrack(workers, capacity, memory_budget::available_bytes())
-        .map_err(RunError::ConntrackMemory)?;
+    memory_budget::check_conntrack(workers, capacity, memory_budget::available_bytes())?;
     controlplane::info!(
         "sluice: conntrack: {capacity} connections per worker in {} slots, {} MiB per worker",
         sluice_core::conntrack::Shard::slots_for(capacity),

@@ -16,8 +16,8 @@ use sluice_core::snapshot::{Millis, SnapshotCell};
 use sluice_core::stats::WorkerStats;
 
 use super::error::RunError;
+use super::options::RunOptions;
 use super::runtime::Runtime;
-use super::RunOptions;
 
 /// What the control loop and the metrics work with. Holds the ports open
 /// (through `sources`): dropped before the runtime.

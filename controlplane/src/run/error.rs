@@ -4,6 +4,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use controlplane::config::Config;
+use controlplane::exception::{TapExists, TapSetupError};
+use controlplane::memory_budget::ConntrackTooLarge;
 use controlplane::start_hints::{self, Facts, Step};
 use dataplane::dpdk::{DpdkError, LcoreId};
 
@@ -24,8 +26,8 @@ pub enum RunError {
     /// A port's `tap` names an interface that exists already (net_tap
     /// would attach to it instead of creating it); refused before EAL.
     /// The text names the port, the interface and how to remove it.
-    #[error("{0}")]
-    TapExists(String),
+    #[error(transparent)]
+    TapExists(#[from] TapExists),
     /// The admin endpoint cannot listen on `metrics.listen` (taken, or not
     /// an address of this host); refused before EAL.
     #[error(
@@ -41,8 +43,8 @@ pub enum RunError {
     },
     /// The conntrack shards of all workers do not fit the memory this host
     /// has; refused before EAL, with the largest capacity that fits.
-    #[error("{0}")]
-    ConntrackMemory(String),
+    #[error(transparent)]
+    ConntrackMemory(#[from] ConntrackTooLarge),
     /// `rte_eal_init` failed (hugepages, VFIO, EAL arguments): usually
     /// [`RunError::Hinted`] with the cause on this host.
     #[error("DPDK: {0}")]
@@ -77,11 +79,11 @@ pub enum RunError {
     },
     /// Giving the kernel side of the TAP its addresses and MTU (`ip`,
     /// sysctls) failed.
-    #[error("port {port:?} TAP {iface:?}: {reason}")]
+    #[error("port {port:?} TAP {iface:?}: {source}")]
     TapKernel {
         port: String,
         iface: String,
-        reason: String,
+        source: TapSetupError,
     },
     /// Starting the control plane's threads (health prober, neighbour
     /// resolver) failed.

@@ -3,9 +3,8 @@
 //! an orderly stop — on every path out, the runtime's drop stops and joins
 //! the workers before the ports close.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use controlplane::admin_http::AdminState;
 use controlplane::config::Config;
@@ -16,6 +15,10 @@ mod before_eal;
 pub mod control_plane;
 mod eal_args;
 mod error;
+#[cfg(feature = "test-hooks")]
+pub mod hooks;
+mod idle_watch;
+mod options;
 pub mod runtime;
 mod runtime_dir;
 mod supervise;
@@ -23,26 +26,12 @@ mod workers;
 
 pub use eal_args::eal_args;
 pub use error::RunError;
+pub use options::RunOptions;
 use runtime::Runtime;
 use supervise::{Control, Signals, Until};
 
-pub struct RunOptions {
-    pub exit_on_idle: Option<Duration>,
-    pub duration: Option<Duration>,
-    pub metrics_dump: Option<PathBuf>,
-    pub metrics_server: bool,
-    /// The file `cfg` came from: SIGHUP and `sluice reload` re-read it.
-    pub config_path: Option<PathBuf>,
-    /// Unix socket for `sluice reload` / `sluice status` (None: none).
-    pub control_socket: Option<PathBuf>,
-    /// EAL file prefix (None: `sluice-<pid>`, one per process).
-    pub file_prefix: Option<String>,
-    /// The test hooks asked for.
-    #[cfg(feature = "test-hooks")]
-    pub hooks: crate::test_hook::HookArgs,
-}
-
-pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
+#[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
+pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let mut service = ServiceManager::from_env();
     let signals = Signals::register().map_err(RunError::Signals)?;
     before_eal::check_host(&cfg)?;
@@ -55,6 +44,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     // From here on every `?` drops the runtime: workers stopped and
     // joined, then ports, pool and EAL, in that order.
     let mut runtime = Runtime::start(&cfg, &args, &admin)?;
+    #[cfg(feature = "test-hooks")]
+    runtime.attach_hooks(opts.hooks.take());
     if let Some(server) = &admin_server {
         if let Err(e) = server.share_cpus_of_current_thread() {
             controlplane::warn!("sluice: admin http thread keeps its CPUs: {e}");
@@ -62,6 +53,8 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     }
     admin.beat();
     let mut control = control_plane::start(&cfg, &opts, &runtime)?;
+    #[cfg(feature = "test-hooks")]
+    let pause_after_rx = runtime.hooks().and_then(|h| h.pause_after_rx());
     let workers = workers::build(
         &mut runtime,
         &workers::Shared {
@@ -69,13 +62,9 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             stats: &control.stats,
             snapshots: &control.snapshots,
             #[cfg(feature = "test-hooks")]
-            pause_after_rx: opts.hooks.pause_after_rx(),
+            pause_after_rx,
         },
     )?;
-    #[cfg(feature = "test-hooks")]
-    runtime
-        .hooks()
-        .fail_launch_of(opts.hooks.fail_launch_of_worker);
     let mut lcores: Vec<LcoreId> = Vec::with_capacity(workers.len());
     for worker in workers {
         lcores.push(runtime.launch(worker)?);
@@ -91,7 +80,19 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
         cfg.backend_services.len()
     ));
     #[cfg(feature = "test-hooks")]
-    opts.hooks.spawn(&mut runtime, &cfg, &opts, &control);
+    {
+        let stop = runtime.stop_flag();
+        if let Some(hooks) = runtime.hooks() {
+            hooks.start(&hooks::Running {
+                cfg: &cfg,
+                config_path: opts.config_path.as_deref(),
+                snapshots: &control.snapshots,
+                stats: &control.stats,
+                shared: &control.controller.shared,
+                stop: &stop,
+            });
+        }
+    }
 
     supervise::supervise(
         &Until {

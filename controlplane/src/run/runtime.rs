@@ -39,7 +39,7 @@ pub struct Runtime {
     idle_lcores: Vec<Lcore>,
     workers: Vec<Launched>,
     #[cfg(feature = "test-hooks")]
-    hooks: crate::test_hook::RuntimeHooks,
+    hooks: Option<Box<dyn super::hooks::RunHooks>>,
     admin: Arc<AdminState>,
     sources: Option<Arc<MetricsSources>>,
     /// Per config port, its queue pairs until they are dealt to workers.
@@ -124,7 +124,7 @@ impl Runtime {
             idle_lcores: lcores,
             workers: Vec::new(),
             #[cfg(feature = "test-hooks")]
-            hooks: Default::default(),
+            hooks: None,
             admin: Arc::clone(admin),
             sources: None,
             queues,
@@ -160,9 +160,16 @@ impl Runtime {
         Arc::clone(&self.stop)
     }
 
+    /// The test hooks act on this run from now on; the runtime joins
+    /// their threads when it stops.
     #[cfg(feature = "test-hooks")]
-    pub fn hooks(&mut self) -> &mut crate::test_hook::RuntimeHooks {
-        &mut self.hooks
+    pub fn attach_hooks(&mut self, hooks: Option<Box<dyn super::hooks::RunHooks>>) {
+        self.hooks = hooks;
+    }
+
+    #[cfg(feature = "test-hooks")]
+    pub fn hooks(&mut self) -> Option<&mut (dyn super::hooks::RunHooks + 'static)> {
+        self.hooks.as_deref_mut()
     }
 
     /// Deals the ports' queue pairs to `workers` workers: worker w gets
@@ -200,7 +207,9 @@ impl Runtime {
         let lcore = self.idle_lcores.remove(0);
         let id = lcore.id();
         #[cfg(feature = "test-hooks")]
-        self.hooks.before_launch(index, id, &self.ports)?;
+        if let Some(hooks) = &self.hooks {
+            hooks.before_launch(index, id, &self.ports)?;
+        }
         match lcore.launch(move || worker.run()) {
             Ok(launched) => {
                 self.workers.push(launched);
@@ -228,7 +237,9 @@ impl Runtime {
     pub fn stop_workers(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         #[cfg(feature = "test-hooks")]
-        self.hooks.join();
+        if let Some(hooks) = &mut self.hooks {
+            hooks.join();
+        }
         for launched in self.workers.drain(..) {
             let (lcore, _) = launched.wait();
             self.idle_lcores.push(lcore);
@@ -348,11 +359,11 @@ fn start_taps(
             .or_else(|| port_macs.get(i).copied())
             .unwrap_or_default();
         tap.set_mac(mac).map_err(device_error)?;
-        exception::configure_tap(p, iface).map_err(|reason| {
+        exception::configure_tap(p, iface).map_err(|source| {
             let error = RunError::TapKernel {
                 port: p.name.clone(),
                 iface: iface.clone(),
-                reason,
+                source,
             };
             hinted(Step::Tap, 0, error, cfg, eal_args)
         })?;

@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use controlplane::admin_http::AdminState;
-use controlplane::control::Controller;
+use controlplane::control::{Controller, ReloadError};
 use controlplane::control_socket::{Pending, Request};
 use controlplane::service_manager::ServiceManager;
 use crossbeam_utils::CachePadded;
 use sluice_core::stats::WorkerStats;
+
+use super::idle_watch::IdleWatch;
 
 /// SIGINT/SIGTERM (stop) and SIGHUP (reload), raised since the last check.
 pub struct Signals {
@@ -56,7 +58,9 @@ pub fn supervise(
     ctl: Control<'_>,
 ) {
     let started = Instant::now();
-    let mut idle = until.exit_on_idle.map(|limit| IdleWatch::new(limit, stats));
+    let mut idle = until
+        .exit_on_idle
+        .map(|limit| IdleWatch::new(limit, stats, started));
     loop {
         // One liveness for /healthz and systemd's watchdog: this loop ran.
         ctl.admin.beat();
@@ -77,7 +81,7 @@ pub fn supervise(
         if until.duration.is_some_and(|d| started.elapsed() >= d) {
             return;
         }
-        if idle.as_mut().is_some_and(|w| w.idle(stats)) {
+        if idle.as_mut().is_some_and(|w| w.idle(stats, Instant::now())) {
             return;
         }
     }
@@ -86,7 +90,7 @@ pub fn supervise(
 /// Reloads the configuration file. systemd sees RELOADING=1 ... READY=1
 /// around every reload, refused or not: a refused one leaves the running
 /// configuration serving.
-fn reload(controller: &mut Controller, service: &ServiceManager) -> Result<String, String> {
+fn reload(controller: &mut Controller, service: &ServiceManager) -> Result<String, ReloadError> {
     service.reloading();
     let result = controller.reload();
     match &result {
@@ -123,67 +127,3 @@ fn answer(p: Pending, controller: &mut Controller, service: &ServiceManager) {
         }
     }
 }
-
-/// `--exit-on-idle`: whether the workers' input has gone quiet.
-///
-/// Idle counts from the first packet on: on a loaded machine the workers
-/// may start polling late (each touches its conntrack shard first), and
-/// stopping before any traffic would silently cut a replay short. A source
-/// that never sends anything still ends, after [`IDLE_STARTUP_GRACE`].
-///
-/// Quiet also means every worker has polled since the last packet (twice:
-/// the first poll after a stall may still read a burst): a worker the
-/// scheduler starved for longer than the limit has not read its queues
-/// yet. A worker that never polls again does not hold the exit up for
-/// more than [`IDLE_STARTUP_GRACE`] beyond the limit.
-struct IdleWatch {
-    limit: Duration,
-    last_rx: u64,
-    last_change: Instant,
-    polls_at_change: Vec<u64>,
-}
-
-impl IdleWatch {
-    fn new(limit: Duration, stats: &[Arc<CachePadded<WorkerStats>>]) -> Self {
-        Self {
-            limit,
-            last_rx: rx_total(stats),
-            last_change: Instant::now(),
-            polls_at_change: polls(stats),
-        }
-    }
-
-    fn idle(&mut self, stats: &[Arc<CachePadded<WorkerStats>>]) -> bool {
-        let rx = rx_total(stats);
-        let quiet = self.last_change.elapsed();
-        let all_polled = polls(stats)
-            .iter()
-            .zip(&self.polls_at_change)
-            .all(|(now, then)| now.saturating_sub(*then) >= 2);
-        if rx != self.last_rx {
-            self.last_rx = rx;
-            self.last_change = Instant::now();
-            self.polls_at_change = polls(stats);
-            return false;
-        }
-        let limit = self.limit;
-        (rx > 0 && quiet >= limit && all_polled)
-            || (rx > 0 && quiet >= limit + IDLE_STARTUP_GRACE)
-            || (rx == 0 && quiet >= limit.max(IDLE_STARTUP_GRACE))
-    }
-}
-
-fn rx_total(stats: &[Arc<CachePadded<WorkerStats>>]) -> u64 {
-    stats
-        .iter()
-        .flat_map(|s| s.ports.iter())
-        .map(|p| p.rx_packets.get())
-        .sum()
-}
-
-fn polls(stats: &[Arc<CachePadded<WorkerStats>>]) -> Vec<u64> {
-    stats.iter().map(|s| s.polls.get()).collect()
-}
-
-/// How long `--exit-on-idle` waits for the first packet.
-const IDLE_STARTUP_GRACE: Duration = Duration::from_secs(5);

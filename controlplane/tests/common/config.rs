@@ -75,3 +75,23 @@ backend_service = "web"
         eal = eal_args_and(256, more_eal),
     )
 }
+
+/// The head of a configuration for a run that only checks health and
+/// answers on its control socket and /metrics: one worker, one `net_null`
+/// port that receives nothing, `[metrics] listen` on loopback port
+/// `metrics`.
+pub fn null_dataplane(metrics: u16) -> String {
+    format!(
+        r#"[dataplane]
+{}
+workers = 1
+[[dataplane.port]]
+name = "p0"
+device = "net_null0,no-rx=1"
+mac = "02:00:00:00:00:01"
+address = "192.0.2.1/24"
+[metrics]
+listen = "127.0.0.1:{metrics}""#,
+        eal_args(256)
+    )
+}

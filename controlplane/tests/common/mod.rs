@@ -9,8 +9,12 @@ use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 
 mod config;
+pub mod diagnostics;
+mod running;
 #[allow(unused_imports)]
 pub use config::*;
+#[allow(unused_imports)]
+pub use running::*;
 
 pub fn sluice_bin() -> &'static str {
     env!("CARGO_BIN_EXE_sluice")

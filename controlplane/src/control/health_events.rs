@@ -1,0 +1,146 @@
+//! Health events: a probe's result changed. Only the services the probe
+//! checks are rebuilt, on a copy of the last snapshot.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::config::Config;
+use crate::health::{self, ProbeKey, ProbeStatus};
+use crate::publish::{rebuild_services, HealthChange};
+
+use super::Controller;
+
+impl Controller {
+    /// The probes whose state changed since the last step; health flips
+    /// are logged.
+    pub(super) fn take_health_events(&self) -> Vec<ProbeKey> {
+        let events: Vec<health::Event> = self
+            .checker
+            .as_ref()
+            .map(|c| c.events.try_iter().collect())
+            .unwrap_or_default();
+        self.log_health_flips(&events);
+        events.into_iter().map(|e| e.key).collect()
+    }
+
+    /// A copy of every probe's state (None without health checks).
+    pub(super) fn probe_status(&self) -> Option<HashMap<ProbeKey, ProbeStatus>> {
+        self.checker
+            .as_ref()
+            .map(|c| c.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
+
+    /// Counters (probes, latency) move without state changes; they are
+    /// copied for the metrics now and then, not every 10 ms tick.
+    pub(super) fn refresh_probe_counters(&mut self) {
+        let Some(health) = self.probe_status() else {
+            return;
+        };
+        self.view_refreshed = Instant::now();
+        self.shared.lock().health = Arc::new(health);
+    }
+
+    /// One log line per probe whose healthy flag flipped: healthy at info,
+    /// unhealthy at warning priority.
+    fn log_health_flips(&self, events: &[health::Event]) {
+        let Some(checker) = &self.checker else { return };
+        if !events.iter().any(|e| e.change.health) {
+            return;
+        }
+        let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
+        for e in events.iter().filter(|e| e.change.health) {
+            let Some(s) = status.get(&e.key) else {
+                continue;
+            };
+            if s.state.healthy {
+                crate::info!(
+                    "sluice: health: backend {} is healthy (weight {})",
+                    e.key.addr,
+                    s.state.weight
+                );
+            } else {
+                crate::warn!("sluice: health: backend {} is unhealthy", e.key.addr);
+            }
+        }
+    }
+
+    /// Health events for the probes `keys`: rebuilds and publishes only
+    /// the services those probes check (nothing when the running
+    /// configuration has none of them). Work: the events' backends, then
+    /// eligibility and table per touched service.
+    pub(super) fn publish_health(&mut self, keys: &[ProbeKey]) {
+        let Some(checker) = &self.checker else { return };
+        let started = Instant::now();
+        let changes = {
+            let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
+            health_changes(&self.probe_services, &status, keys)
+        };
+        if changes.is_empty() {
+            return;
+        }
+        let prev = self.cell.load();
+        let prev_reports = Arc::clone(&self.shared.view().reports);
+        self.generation += 1;
+        let (state, reports) = rebuild_services(
+            &prev,
+            &prev_reports,
+            &self.cfg,
+            &mut self.memory,
+            &changes,
+            self.generation,
+        );
+        drop(prev);
+        self.retired.push(self.cell.publish(state));
+        let published = started.elapsed().as_secs_f64();
+        self.retire();
+        // After the publish: the metrics' copy of the probe states, which
+        // must agree with the snapshot (`sluice_backend_healthy`).
+        self.view_refreshed = Instant::now();
+        let health = self.probe_status().unwrap_or_default();
+        let mut v = self.shared.lock();
+        v.reports = Arc::new(reports);
+        v.health = Arc::new(health);
+        v.last_build_seconds = published;
+    }
+}
+
+/// The backends (service index, position) each health probe of `cfg`
+/// checks.
+pub fn probe_services(cfg: &Config) -> HashMap<ProbeKey, Vec<(usize, usize)>> {
+    let mut out: HashMap<ProbeKey, Vec<(usize, usize)>> = HashMap::new();
+    for (si, s) in cfg.backend_services.iter().enumerate() {
+        let Some(hc) = s.health_check.map(|i| &cfg.health_checks[i]) else {
+            continue;
+        };
+        for (position, b) in s.backends.iter().enumerate() {
+            out.entry(health::probe_key(hc, b.address))
+                .or_default()
+                .push((si, position));
+        }
+    }
+    out
+}
+
+/// The backend changes that health events for the probes `keys` make:
+/// one per (service, position) in `probe_services` that a probe checks,
+/// with the probe's state in `status` (a probe without one is skipped).
+pub fn health_changes(
+    probe_services: &HashMap<ProbeKey, Vec<(usize, usize)>>,
+    status: &HashMap<ProbeKey, ProbeStatus>,
+    keys: &[ProbeKey],
+) -> Vec<HealthChange> {
+    let mut changes = Vec::new();
+    for key in keys {
+        let Some(s) = status.get(key) else { continue };
+        for &(service, position) in probe_services.get(key).into_iter().flatten() {
+            changes.push(HealthChange {
+                service,
+                position,
+                healthy: s.state.healthy,
+                weight: s.state.weight,
+            });
+        }
+    }
+    changes
+}

@@ -1,0 +1,167 @@
+//! The control thread's state (AP-2): configuration, health checker,
+//! policy memory, snapshot publication with a retire list, reload (AP-5)
+//! and the status the control socket and the metrics report.
+//!
+//! Everything here runs on the EAL main lcore (`run::supervise`), except
+//! [`Shared`], which the metrics and control-socket threads read, and the
+//! status renderer, which runs on its own thread. One supervision step is
+//! [`Controller::tick`]; each kind of event it handles has its module:
+//!
+//! - `health_events`: probe results, published per touched service;
+//! - `neighbour_events`: the kernel's next hops (AP-4);
+//! - `rebuild`: the full rebuild that neighbour changes, draining
+//!   deadlines (CT-10) and reloads end in;
+//! - `reload`: re-reading the file, what may change while running;
+//! - `retire`: freeing replaced snapshots and the backend ids they name;
+//! - `status`: `sluice status`, rendered off the control thread.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+use sluice_core::snapshot::{ForwardingState, Millis, SnapshotCell};
+use sluice_core::stats::WorkerStats;
+
+use crate::config::Config;
+use crate::health::{self, HealthChecker, ProbeKey};
+use crate::neighbours::NeighbourResolver;
+use crate::publish::{BackendIds, PolicyMemory};
+
+mod health_events;
+mod neighbour_events;
+mod rebuild;
+mod reload;
+mod retire;
+mod shared;
+mod status;
+
+pub use health_events::{health_changes, probe_services};
+pub use reload::{fixed_at_start_changes, ReloadError};
+pub use shared::{Shared, View};
+pub use status::{render_status, render_status_counting};
+
+pub struct Controller {
+    cfg: Arc<Config>,
+    path: Option<PathBuf>,
+    port_macs: Vec<[u8; 6]>,
+    ids: BackendIds,
+    memory: PolicyMemory,
+    generation: u64,
+    cell: Arc<SnapshotCell>,
+    /// Snapshots replaced by a publish; freed here once no worker holds one.
+    retired: Vec<Arc<ForwardingState>>,
+    checker: Option<HealthChecker>,
+    /// AP-4: egress per backend from the kernel (ports with a TAP only).
+    neighbours: Option<NeighbourResolver>,
+    clock: Box<dyn Fn() -> Millis + Send>,
+    view_refreshed: Instant,
+    pub shared: Arc<Shared>,
+    /// The workers' counters: per-backend ones cover every index before a
+    /// snapshot naming it is published, and restart at zero on reuse.
+    stats: Vec<Arc<CachePadded<WorkerStats>>>,
+    /// How long an index at its last generation waits before generation 0
+    /// comes round again: longer than any idle timeout configured since
+    /// start (conntrack entries keep the timeout they were written with).
+    id_hold_ms: u64,
+    /// The backends each probe of the running configuration checks, as
+    /// (service index, position in its `backend` list).
+    probe_services: HashMap<ProbeKey, Vec<(usize, usize)>>,
+}
+
+/// How often probe counters are copied for the metrics between rebuilds.
+const VIEW_REFRESH: Duration = Duration::from_millis(500);
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("generation", &self.generation)
+            .finish()
+    }
+}
+
+impl Controller {
+    /// Builds and publishes the first snapshot and starts the health
+    /// checker (when any service has a health check).
+    pub fn new(
+        cfg: Config,
+        path: Option<PathBuf>,
+        port_macs: Vec<[u8; 6]>,
+        clock: Box<dyn Fn() -> Millis + Send>,
+    ) -> std::io::Result<Self> {
+        let cfg = Arc::new(cfg);
+        let keys = health::probe_keys(&cfg);
+        let checker = if keys.is_empty() {
+            None
+        } else {
+            let c = HealthChecker::spawn()?;
+            c.set_targets(keys);
+            Some(c)
+        };
+        let mut c = Self {
+            cell: Arc::new(SnapshotCell::new(ForwardingState::default())),
+            id_hold_ms: retire::id_hold_ms(&cfg, 0),
+            probe_services: probe_services(&cfg),
+            cfg,
+            path,
+            port_macs,
+            ids: BackendIds::new(),
+            memory: PolicyMemory::default(),
+            generation: 0,
+            retired: Vec::new(),
+            checker,
+            neighbours: None,
+            clock,
+            view_refreshed: Instant::now(),
+            shared: Arc::default(),
+            stats: Vec::new(),
+        };
+        c.rebuild();
+        Ok(c)
+    }
+
+    /// Counts per backend in `stats` (the workers' blocks) from now on.
+    pub fn count_backends_in(&mut self, stats: Vec<Arc<CachePadded<WorkerStats>>>) {
+        let len = self.cell.load().backends.len();
+        for s in &stats {
+            s.backend_packets.cover(len);
+        }
+        self.stats = stats;
+    }
+
+    /// Backend ids and their indexes (tests, benches).
+    pub fn backend_ids(&self) -> &BackendIds {
+        &self.ids
+    }
+
+    /// Maglev tables built since start (tests, benches): a publish that
+    /// reuses a service's tables adds nothing.
+    pub fn tables_built(&self) -> u64 {
+        self.memory.tables_built()
+    }
+
+    pub fn snapshots(&self) -> Arc<SnapshotCell> {
+        Arc::clone(&self.cell)
+    }
+
+    /// One supervision step: picks up health changes, neighbour changes
+    /// and draining deadlines, republishes when anything changed, frees
+    /// retired snapshots no worker holds any more.
+    pub fn tick(&mut self) {
+        let health = self.take_health_events();
+        let neighbours = self.neighbours_changed();
+        let deadline = self
+            .memory
+            .next_deadline()
+            .is_some_and(|d| d <= (self.clock)());
+        if neighbours || deadline {
+            self.rebuild();
+        } else if !health.is_empty() {
+            self.publish_health(&health);
+        } else if self.view_refreshed.elapsed() >= VIEW_REFRESH {
+            self.refresh_probe_counters();
+        }
+        self.retire();
+    }
+}

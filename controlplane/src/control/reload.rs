@@ -1,0 +1,252 @@
+//! AP-5: reloading the configuration file. The new file is validated
+//! first; on any error the running configuration stays. Backends keep
+//! their ids, removed ones drain (CT-10).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::config::{self, Config, Diagnostics};
+use crate::health::{self, HealthChecker};
+
+use super::{probe_services, retire, Controller};
+
+/// Why a reload was refused. In every case the running configuration
+/// stays as it was; each text says so and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The controller was started from a configuration held in memory.
+    #[error("sluice runs without a configuration file path: nothing to reload\n")]
+    NoPath,
+    /// The file does not validate; the diagnostics name file, line and
+    /// field.
+    #[error(
+        "{diagnostics}\n{} error(s) in {}; the running configuration is unchanged\n",
+        .diagnostics.len(),
+        .path.display()
+    )]
+    Invalid {
+        path: PathBuf,
+        diagnostics: Diagnostics,
+    },
+    /// Settings only a restart applies differ ([`fixed_at_start_changes`]).
+    #[error(
+        "{} cannot change on reload (ports, their TAPs, queues and memory are set up \
+         at start); restart sluice for that. The running configuration is unchanged.\n",
+        .fields.join(", ")
+    )]
+    FixedAtStart { fields: Vec<String> },
+    /// The new configuration adds more backends than there are free ids.
+    #[error(
+        "the new configuration adds {missing} backends but only {free} backend ids are \
+         free: {held} are held by configured backends, backends still draining \
+         (connection_draining_timeout) and ids waiting for their conntrack entries \
+         to expire. Reload again once removed backends have drained, or add fewer \
+         backends at once. The running configuration is unchanged.\n"
+    )]
+    BackendIds {
+        missing: usize,
+        free: usize,
+        held: usize,
+    },
+    /// The first health check of a configuration that had none needs the
+    /// prober's thread, which could not start.
+    #[error(
+        "cannot start the health checker thread for the new configuration's health checks: \
+         {0}. The running configuration is unchanged.\n"
+    )]
+    HealthChecker(#[source] std::io::Error),
+}
+
+impl Controller {
+    /// AP-5: re-reads the configuration file and applies it. On error the
+    /// running configuration stays. Every outcome is counted for
+    /// `sluice status` and the metrics.
+    pub fn reload(&mut self) -> Result<String, ReloadError> {
+        let result = self.reload_file();
+        let mut view = self.shared.lock();
+        match result {
+            Ok(_) => view.reloads_ok += 1,
+            Err(_) => view.reloads_failed += 1,
+        }
+        result
+    }
+
+    fn reload_file(&mut self) -> Result<String, ReloadError> {
+        let path = self.path.clone().ok_or(ReloadError::NoPath)?;
+        let cfg = config::load_file(&path).map_err(|diagnostics| ReloadError::Invalid {
+            path: path.clone(),
+            diagnostics,
+        })?;
+        self.apply(cfg)?;
+        Ok(format!(
+            "reloaded {} (generation {})\n",
+            path.display(),
+            self.generation
+        ))
+    }
+
+    /// Swaps in a validated configuration. What a running process cannot
+    /// change ([`fixed_at_start_changes`]) must stay the same. Everything
+    /// that may refuse is checked before anything changes.
+    fn apply(&mut self, cfg: Config) -> Result<(), ReloadError> {
+        let fields = fixed_at_start_changes(&self.cfg.dataplane, &cfg.dataplane);
+        if !fields.is_empty() {
+            return Err(ReloadError::FixedAtStart { fields });
+        }
+        let missing = self.ids.missing(&cfg);
+        if missing > self.ids.assignable() {
+            return Err(ReloadError::BackendIds {
+                missing,
+                free: self.ids.assignable(),
+                held: self.ids.held(),
+            });
+        }
+        let keys = health::probe_keys(&cfg);
+        match &self.checker {
+            Some(c) => c.set_targets(keys),
+            None if !keys.is_empty() => {
+                let c = HealthChecker::spawn().map_err(ReloadError::HealthChecker)?;
+                c.set_targets(keys);
+                self.checker = Some(c);
+            }
+            None => {}
+        }
+        self.resolve_neighbours_of(&cfg);
+        self.id_hold_ms = retire::id_hold_ms(&cfg, self.id_hold_ms);
+        self.probe_services = probe_services(&cfg);
+        self.cfg = Arc::new(cfg);
+        self.rebuild();
+        Ok(())
+    }
+}
+
+/// The `[dataplane]` settings that differ between `old` and `new` although
+/// only a restart applies them (EAL, lcores, mempool, conntrack shards,
+/// ports and their TAPs are set up once); named as in the file.
+pub fn fixed_at_start_changes(
+    old: &config::DataplaneConfig,
+    new: &config::DataplaneConfig,
+) -> Vec<String> {
+    let mut changed = Vec::new();
+    let mut check = |differs: bool, what: String| {
+        if differs {
+            changed.push(what);
+        }
+    };
+    check(old.eal_args != new.eal_args, "dataplane.eal_args".into());
+    check(old.workers != new.workers, "dataplane.workers".into());
+    check(
+        old.burst_size != new.burst_size,
+        "dataplane.burst_size".into(),
+    );
+    check(old.mbufs != new.mbufs, "dataplane.mbufs".into());
+    check(
+        old.conntrack_capacity != new.conntrack_capacity,
+        "dataplane.conntrack_capacity".into(),
+    );
+    if old.ports.len() != new.ports.len() {
+        check(true, "the number of dataplane ports".into());
+        return changed;
+    }
+    for (o, n) in old.ports.iter().zip(&new.ports) {
+        let at = |field: &str| format!("dataplane.port {:?}.{field}", o.name);
+        check(o.name != n.name, at("name"));
+        check(o.device != n.device, at("device"));
+        check(o.mac != n.mac, at("mac"));
+        check(o.ipv4 != n.ipv4, at("address"));
+        check(o.ipv6 != n.ipv6, at("address6"));
+        check(o.mtu != n.mtu, at("mtu"));
+        check(o.tap != n.tap, at("tap"));
+        check(o.gateways != n.gateways, at("gateway"));
+    }
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[dataplane]
+eal_args = ["--no-huge"]
+[[dataplane.port]]
+name = "uplink"
+device = "net_null0"
+address = "192.0.2.1/24"
+tap = "sl-up"
+"#;
+
+    fn dp(text: &str) -> config::DataplaneConfig {
+        config::load_str(text, "test.toml").unwrap().dataplane
+    }
+
+    /// AP-5: every refused reload says why, is counted, and leaves the
+    /// running configuration; a valid file then reloads.
+    #[test]
+    fn ap_5_refused_reloads_say_why_and_are_counted() {
+        let dir = std::env::temp_dir().join(format!("sluice-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sluice.toml");
+        std::fs::write(&path, BASE).unwrap();
+        let cfg = config::load_file(&path).unwrap();
+        let clock = Box::new(|| sluice_core::snapshot::Millis(0));
+        let mut c = Controller::new(cfg.clone(), Some(path.clone()), vec![], clock).unwrap();
+
+        std::fs::write(
+            &path,
+            BASE.replace("[dataplane]", "[dataplane]\nworkers = 2"),
+        )
+        .unwrap();
+        let e = c.reload().unwrap_err();
+        assert!(
+            matches!(&e, ReloadError::FixedAtStart { fields } if fields == &["dataplane.workers"]),
+            "{e}"
+        );
+        assert!(e
+            .to_string()
+            .starts_with("dataplane.workers cannot change on reload"));
+
+        std::fs::write(&path, "[dataplane\n").unwrap();
+        let e = c.reload().unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("1 error(s) in {}", path.display())),
+            "{e}"
+        );
+        assert!(e.contains("the running configuration is unchanged"), "{e}");
+
+        std::fs::write(&path, BASE).unwrap();
+        let ok = c.reload().unwrap();
+        assert!(
+            ok.starts_with(&format!("reloaded {}", path.display())),
+            "{ok}"
+        );
+        let view = c.shared.view();
+        assert_eq!((view.reloads_ok, view.reloads_failed), (1, 2));
+
+        let clock = Box::new(|| sluice_core::snapshot::Millis(0));
+        let mut in_memory = Controller::new(cfg, None, vec![], clock).unwrap();
+        assert!(matches!(in_memory.reload(), Err(ReloadError::NoPath)));
+        assert_eq!(in_memory.shared.view().reloads_failed, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// AP-5: a reload that changes what only a restart applies is refused
+    /// and names every such field; backends, rules and the like may change.
+    #[test]
+    fn ap_5_reload_names_settings_fixed_at_start() {
+        let old = dp(BASE);
+        assert!(fixed_at_start_changes(&old, &dp(BASE)).is_empty());
+        let new = dp(&BASE
+            .replace("192.0.2.1/24", "192.0.2.2/24")
+            .replace("sl-up", "sl-other")
+            .replace("[dataplane]", "[dataplane]\nworkers = 2"));
+        assert_eq!(
+            fixed_at_start_changes(&old, &new),
+            [
+                "dataplane.workers",
+                "dataplane.port \"uplink\".address",
+                "dataplane.port \"uplink\".tap",
+            ]
+        );
+    }
+}

@@ -1,0 +1,20 @@
+//! How `sluice run` was asked to run: its command-line options.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct RunOptions {
+    pub exit_on_idle: Option<Duration>,
+    pub duration: Option<Duration>,
+    pub metrics_dump: Option<PathBuf>,
+    pub metrics_server: bool,
+    /// The file `cfg` came from: SIGHUP and `sluice reload` re-read it.
+    pub config_path: Option<PathBuf>,
+    /// Unix socket for `sluice reload` / `sluice status` (None: none).
+    pub control_socket: Option<PathBuf>,
+    /// EAL file prefix (None: `sluice-<pid>`, one per process).
+    pub file_prefix: Option<String>,
+    /// The test hooks asked for (taken by the runtime when it starts).
+    #[cfg(feature = "test-hooks")]
+    pub hooks: Option<Box<dyn super::hooks::RunHooks>>,
+}

@@ -1,0 +1,87 @@
+# Sourced by scripts/bench-throughput.sh and scripts/bench-instructions.sh:
+# the traffic, the devices and the sluice configuration the two harnesses
+# share, so that their figures are of the same setup.
+#
+# bench_traffic: from TRAFFIC (tcp, syn, udp or drop; see
+#   bench-throughput.sh) sets GEN_FLAG (pktgen's flag), RULE_PROTO,
+#   RULE_PORT, DST (the VIP, or for drop an address nothing owns) and
+#   COUNTED (the metric the packets are counted by: transmitted on the
+#   backends port, or for drop received on the clients port).
+# bench_flows WORK: builds the release binaries, writes FLOWS 64-byte
+#   flows to DST into WORK/flows.pcap, and sets RX_DEV (net_pcap replaying
+#   it for ever), TX_DEV (net_null sink), MBUFS and MEM (MB of EAL memory).
+# bench_config FILE: writes the configuration: one worker, the clients
+#   port on RX_DEV, the backends port on TX_DEV, ENCAP to three backends,
+#   a rule for RULE_PROTO/RULE_PORT. Reads MBUFS, MEM, BURST, ENCAP;
+#   NOHUGE (--no-huge or empty), CT_CAPACITY and METRICS_LISTEN may be
+#   empty (the defaults, no [metrics] section).
+
+bench_traffic() {
+  case "$TRAFFIC" in
+    tcp) GEN_FLAG=""; RULE_PROTO=TCP; RULE_PORT=80 ;;
+    syn) GEN_FLAG="--syn"; RULE_PROTO=TCP; RULE_PORT=80 ;;
+    udp|drop) GEN_FLAG="--udp"; RULE_PROTO=UDP; RULE_PORT=53 ;;
+    *) echo "TRAFFIC must be tcp, syn, udp or drop" >&2; exit 2 ;;
+  esac
+  DST=203.0.113.10
+  COUNTED='sluice_port_tx_packets_total{port="backends"}'
+  if [ "$TRAFFIC" = drop ]; then
+    DST=203.0.113.99
+    COUNTED='sluice_port_rx_packets_total{port="clients"}'
+  fi
+}
+
+bench_flows() {
+  local work=$1
+  cargo build --release --locked -q -p controlplane -p sluice-benches --bins
+  target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
+  RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
+  TX_DEV="net_null0,no-rx=1"
+  MBUFS=$(( (FLOWS + 65536) | 1 ))
+  MEM=$(( MBUFS * 3 / 1000 + 512 ))   # MB: ~2.3 KB per mbuf plus EAL overhead
+}
+
+bench_config() {
+  local huge="" conntrack="" metrics=""
+  [ -n "${NOHUGE:-}" ] && huge='"--no-huge", '
+  [ -n "${CT_CAPACITY:-}" ] && conntrack="conntrack_capacity = $CT_CAPACITY"
+  [ -n "${METRICS_LISTEN:-}" ] && metrics=$(printf '[metrics]\nlisten = "%s"' "$METRICS_LISTEN")
+  cat > "$1" <<TOML
+[dataplane]
+eal_args = [$huge"-m", "$MEM", "--no-pci", "--log-level=error"]
+workers = 1
+mbufs = $MBUFS
+burst_size = $BURST
+$conntrack
+
+[[dataplane.port]]
+name = "clients"
+device = "$RX_DEV"
+mac = "02:00:00:00:00:01"
+address = "192.0.2.1/24"
+
+[[dataplane.port]]
+name = "backends"
+device = "$TX_DEV"
+mac = "02:00:00:00:00:02"
+address = "198.18.0.1/24"
+
+$metrics
+
+[[backend_service]]
+name = "web"
+encapsulation = "$ENCAP"
+backend = [
+  { address = "198.18.0.10", mac = "02:00:00:00:00:10" },
+  { address = "198.18.0.11", mac = "02:00:00:00:00:11" },
+  { address = "198.18.0.12", mac = "02:00:00:00:00:12" },
+]
+
+[[forwarding_rule]]
+name = "web-vip"
+vip = "203.0.113.10"
+protocol = "$RULE_PROTO"
+ports = "$RULE_PORT"
+backend_service = "web"
+TOML
+}
