@@ -39,6 +39,8 @@ pub struct View {
     pub reloads_ok: u64,
     pub reloads_failed: u64,
     pub last_build_seconds: f64,
+    /// Digests and announcement (AP-6), shared by every copy of the view.
+    pub fleet: Arc<crate::fleet::Fleet>,
 }
 
 impl Shared {
@@ -629,6 +631,7 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
         "reloads ok {} failed {}",
         view.reloads_ok, view.reloads_failed
     );
+    crate::fleet::write_status(&mut out, snap, view);
     out
 }
 

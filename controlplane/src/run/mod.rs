@@ -93,6 +93,9 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
     #[cfg(feature = "test-hooks")]
     opts.hooks.spawn(&mut runtime, &cfg, &opts, &control);
 
+    // Announces the VIPs once /ready holds; withdraws them before the
+    // ports close (its drop, below).
+    let mut announce = controlplane::announce::Announcer::new(&admin, &control.controller);
     supervise::supervise(
         &Until {
             duration: opts.duration,
@@ -105,8 +108,10 @@ pub fn run(cfg: Config, opts: RunOptions) -> Result<(), RunError> {
             requests: control.requests.as_ref(),
             admin: &admin,
             service: &mut service,
+            announce: &mut announce,
         },
     );
+    drop(announce);
 
     stop(runtime, control, opts.metrics_dump.as_deref())
 }
