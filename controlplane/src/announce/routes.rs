@@ -265,6 +265,43 @@ impl WorkerWatch {
 mod tests {
     use super::*;
 
+    fn wanted(stall_ms: u64, draining: bool) -> Wanted {
+        Wanted {
+            table: 100,
+            stall_timeout: Duration::from_millis(stall_ms),
+            drain_time: Duration::ZERO,
+            draining,
+            vips: Vec::new(),
+        }
+    }
+
+    /// A control loop that stops beating withdraws everything, whatever
+    /// else holds; so does a drain, and a dataplane not (or no longer)
+    /// published.
+    #[test]
+    fn ap_6_a_stalled_control_loop_withdraws() {
+        let admin = AdminState::new();
+        let mut k = RouteKeeper::new(Arc::clone(&admin), Arc::default());
+        admin.beat();
+        let not_ready = k.gate(&wanted(60, false)).unwrap_err();
+        assert!(not_ready.starts_with("not ready"), "{not_ready}");
+        assert!(k
+            .gate(&wanted(60, true))
+            .unwrap_err()
+            .starts_with("stopping"));
+        std::thread::sleep(Duration::from_millis(100));
+        let stalled = k.gate(&wanted(60, false)).unwrap_err();
+        assert!(
+            stalled.starts_with("the control loop has not run for"),
+            "{stalled}"
+        );
+        admin.beat();
+        assert!(k
+            .gate(&wanted(60, false))
+            .unwrap_err()
+            .starts_with("not ready"));
+    }
+
     #[test]
     fn a_worker_whose_polls_stop_is_stalled() {
         let mut w = WorkerWatch::default();
