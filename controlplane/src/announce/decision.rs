@@ -12,14 +12,24 @@
 //! sees a healthy backend keeps announcing it. A VIP whose rules point to
 //! several services is announced while any of them is servable: one
 //! service's outage does not take the others' traffic off the appliance.
+//!
+//! After a start (or a reload that adds a service) a service is not
+//! servable until its health has *settled*: every backend's probe has
+//! reached a verdict ([`has_verdict`]), healthy or unhealthy. Until then its eligible set holds only the backends that proved
+//! themselves first, and its table differs from the other appliances'
+//! (MG-2 holds for equal eligible sets only): flows that ECMP moves to the
+//! restarted appliance would reach other backends and be reset. Settling
+//! is remembered per service, so a backend added later by a reload does
+//! not withdraw a VIP.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use sluice_core::snapshot::{BackendId, ForwardingState, MaglevTable};
 
 use crate::config::Config;
+use crate::health::{probe_key, ProbeKey, ProbeStatus};
 
 /// Why a VIP is or is not announced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,6 +38,10 @@ pub enum Verdict {
     /// None of the VIP's services has a healthy eligible backend.
     NoHealthyBackend {
         services: Vec<String>,
+    },
+    /// A service of the VIP still waits for its first health verdicts.
+    HealthNotSettled {
+        service: String,
     },
     /// No `[[bgp.peer]]` of the VIP's address family.
     NoPeerOfFamily,
@@ -42,6 +56,10 @@ impl std::fmt::Display for Verdict {
                 "no healthy backend is eligible (service {})",
                 services.join(", ")
             ),
+            Verdict::HealthNotSettled { service } => write!(
+                f,
+                "waiting for the first health verdicts of service {service}"
+            ),
             Verdict::NoPeerOfFamily => f.write_str("no BGP peer of its address family"),
         }
     }
@@ -53,6 +71,8 @@ impl std::fmt::Display for Verdict {
 #[derive(Debug, Default)]
 pub struct TableMembers {
     by_service: HashMap<String, (Arc<MaglevTable>, Vec<BackendId>)>,
+    /// Services whose health has settled once.
+    settled: HashSet<String>,
 }
 
 impl TableMembers {
@@ -73,15 +93,60 @@ impl TableMembers {
 
     /// Forgets services no longer configured.
     fn retain(&mut self, cfg: &Config) {
-        self.by_service
-            .retain(|name, _| cfg.backend_services.iter().any(|s| &s.name == name));
+        let configured = |name: &String| cfg.backend_services.iter().any(|s| &s.name == name);
+        self.by_service.retain(|name, _| configured(name));
+        self.settled.retain(configured);
+    }
+
+    /// Whether service `si` of `cfg` has settled (see the module doc);
+    /// remembered once true. A service without a health check has.
+    fn settled(
+        &mut self,
+        cfg: &Config,
+        si: usize,
+        health: Option<&HashMap<ProbeKey, ProbeStatus>>,
+    ) -> bool {
+        let svc = &cfg.backend_services[si];
+        if self.settled.contains(&svc.name) {
+            return true;
+        }
+        let settled = match (svc.health_check.map(|i| &cfg.health_checks[i]), health) {
+            (Some(hc), Some(health)) => svc.backends.iter().all(|b| {
+                health
+                    .get(&probe_key(hc, b.address))
+                    .is_some_and(|st| has_verdict(st, hc.unhealthy_threshold))
+            }),
+            // Checked, but no probe status yet: the checker has just started.
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        if settled {
+            self.settled.insert(svc.name.clone());
+        }
+        settled
     }
 }
 
-/// The verdict for every VIP of `cfg`'s rules, in rule order.
+/// Whether a probe's state is a verdict rather than where it started:
+/// healthy after a probe (an initially unhealthy backend is healthy only
+/// once it passed `healthy_threshold` probes), or unhealthy after
+/// `unhealthy_threshold` consecutive failures. A backend that failed its
+/// first probes (its neighbour not yet resolved) and then passes is still
+/// undecided until it turns healthy.
+fn has_verdict(st: &ProbeStatus, unhealthy_threshold: u32) -> bool {
+    if st.state.healthy {
+        st.probes > 0
+    } else {
+        st.state.consecutive_failures >= unhealthy_threshold
+    }
+}
+
+/// The verdict for every VIP of `cfg`'s rules, in rule order; `health`
+/// is the probes' status (None: no health checker runs).
 pub fn decide(
     cfg: &Config,
     snap: &ForwardingState,
+    health: Option<&HashMap<ProbeKey, ProbeStatus>>,
     members: &mut TableMembers,
 ) -> Vec<(IpAddr, Verdict)> {
     members.retain(cfg);
@@ -96,6 +161,7 @@ pub fn decide(
         }
         let mut services: Vec<String> = Vec::new();
         let mut servable = false;
+        let mut unsettled = None;
         for r in cfg.forwarding_rules.iter().filter(|r| r.vip == rule.vip) {
             let Some(name) = cfg.backend_services.get(r.backend_service).map(|s| &s.name) else {
                 continue;
@@ -104,12 +170,16 @@ pub fn decide(
                 continue;
             }
             services.push(name.clone());
+            if !members.settled(cfg, r.backend_service, health) {
+                unsettled.get_or_insert_with(|| name.clone());
+                continue;
+            }
             servable |= service_servable(snap, name, members);
         }
-        let verdict = if servable {
-            Verdict::Servable
-        } else {
-            Verdict::NoHealthyBackend { services }
+        let verdict = match (servable, unsettled) {
+            (true, _) => Verdict::Servable,
+            (false, Some(service)) => Verdict::HealthNotSettled { service },
+            (false, None) => Verdict::NoHealthyBackend { services },
         };
         out.push((rule.vip, verdict));
     }
@@ -218,6 +288,8 @@ asn = 65000
             .map(|b| {
                 let mut st = ProbeStatus::new(InitialState::Healthy);
                 st.state.healthy = !down.contains(&b.address.to_string().as_str());
+                st.probes = 3;
+                st.state.consecutive_failures = if st.state.healthy { 0 } else { 3 };
                 (probe_key(hc, b.address), st)
             })
             .collect();
@@ -233,7 +305,7 @@ asn = 65000
             &inputs,
             1,
         );
-        decide(cfg, &snap, &mut TableMembers::default())
+        decide(cfg, &snap, Some(&health), &mut TableMembers::default())
             .into_iter()
             .map(|(vip, v)| (vip.to_string(), v))
             .collect()
@@ -310,5 +382,69 @@ asn = 65000
         let v = verdicts(&c, &[]);
         assert!(!servable(&v, "203.0.113.30"), "{v:?}");
         assert!(servable(&v, "203.0.113.10"), "{v:?}");
+    }
+
+    /// AP-6: after a start, a VIP waits until every backend of its service
+    /// has had its first verdict (here: one backend proved healthy, two not
+    /// probed enough yet), then stays announced when a reload adds a
+    /// backend that has not.
+    #[test]
+    fn ap_6_a_restarted_appliance_waits_for_settled_health() {
+        let c = cfg(CFG);
+        let hc = &c.health_checks[0];
+        let mut health: HashMap<ProbeKey, ProbeStatus> = HashMap::new();
+        // .11 failed its first probe, then passed one: undecided. .12
+        // failed twice of the three it takes: undecided.
+        for (addr, probes, healthy, failures) in [
+            ("192.0.2.10", 2, true, 0),
+            ("192.0.2.11", 2, false, 0),
+            ("192.0.2.12", 2, false, 2),
+            ("192.0.2.20", 3, true, 0),
+        ] {
+            let mut st = ProbeStatus::new(InitialState::Unhealthy);
+            st.probes = probes;
+            st.state.healthy = healthy;
+            st.state.consecutive_failures = failures;
+            health.insert(probe_key(hc, addr.parse().unwrap()), st);
+        }
+        let inputs = BuildInputs {
+            health: Some(&health),
+            ..BuildInputs::default()
+        };
+        let (snap, _) = build_forwarding_state_with(
+            &c,
+            &[[2, 0, 0, 0, 0, 1]],
+            &mut BackendIds::new(),
+            &mut PolicyMemory::default(),
+            &inputs,
+            1,
+        );
+        let mut memory = TableMembers::default();
+        let v = decide(&c, &snap, Some(&health), &mut memory);
+        assert_eq!(
+            v[0].1,
+            Verdict::HealthNotSettled {
+                service: "web".into()
+            }
+        );
+        assert_eq!(v[1].1, Verdict::Servable, "alt has settled: {v:?}");
+        let key = |a: &str| probe_key(hc, a.parse().unwrap());
+        health.get_mut(&key("192.0.2.11")).unwrap().state.healthy = true;
+        let v = decide(&c, &snap, Some(&health), &mut memory);
+        assert!(matches!(v[0].1, Verdict::HealthNotSettled { .. }), "{v:?}");
+        health
+            .get_mut(&key("192.0.2.12"))
+            .unwrap()
+            .state
+            .consecutive_failures = 3;
+        let v = decide(&c, &snap, Some(&health), &mut memory);
+        assert_eq!(v[0].1, Verdict::Servable);
+        // A reload adds a backend nobody probed yet: still announced.
+        let more = cfg(&CFG.replace(
+            "  { address = \"192.0.2.12\"",
+            "  { address = \"192.0.2.13\", mac = \"02:00:00:00:00:13\" },\n  { address = \"192.0.2.12\"",
+        ));
+        let v = decide(&more, &snap, Some(&health), &mut memory);
+        assert_eq!(v[0].1, Verdict::Servable, "{v:?}");
     }
 }

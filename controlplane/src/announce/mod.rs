@@ -20,13 +20,16 @@ use std::net::IpAddr;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::admin_state::AdminState;
 use crate::control::Controller;
 use crate::fleet::Fleet;
 use decision::TableMembers;
 use routes::{Command, RouteKeeper, Wanted};
+
+/// How often the decision is made again while health settles.
+const SETTLE_CHECK: Duration = Duration::from_millis(100);
 
 /// What is announced, for `sluice status` and the metrics.
 #[derive(Debug, Default)]
@@ -74,6 +77,10 @@ pub struct Announcer {
     /// The snapshot generation last decided for (a reload publishes a
     /// new one too).
     decided: Option<u64>,
+    /// While a service's health has not settled, decide again every
+    /// [`SETTLE_CHECK`] whatever is published: probes count without a
+    /// publish.
+    settling_since: Option<Instant>,
     keeper: Option<(Sender<Command>, JoinHandle<()>)>,
     /// The last thing sent to the route thread (None: no `[bgp]`).
     wanted: Option<Wanted>,
@@ -88,6 +95,7 @@ impl Announcer {
             fleet: controller.shared.view().fleet,
             members: TableMembers::default(),
             decided: None,
+            settling_since: None,
             keeper: None,
             wanted: None,
             drain_until: None,
@@ -98,10 +106,14 @@ impl Announcer {
     /// configuration, and hands the result to the route thread.
     pub fn update(&mut self, controller: &Controller) {
         let snap = controller.snapshots().load();
-        if self.decided == Some(snap.generation) {
+        let settling = self
+            .settling_since
+            .is_some_and(|t| t.elapsed() >= SETTLE_CHECK);
+        if self.decided == Some(snap.generation) && !settling {
             return;
         }
-        let Some(cfg) = controller.shared.view().config else {
+        let view = controller.shared.view();
+        let Some(cfg) = view.config else {
             return;
         };
         let Some(bgp) = &cfg.bgp else {
@@ -111,7 +123,13 @@ impl Announcer {
             self.decided = Some(snap.generation);
             return;
         };
-        let vips = decision::decide(&cfg, &snap, &mut self.members)
+        let health = (!view.health.is_empty()).then_some(view.health.as_ref());
+        let verdicts = decision::decide(&cfg, &snap, health, &mut self.members);
+        let unsettled = verdicts
+            .iter()
+            .any(|(_, v)| matches!(v, decision::Verdict::HealthNotSettled { .. }));
+        self.settling_since = unsettled.then(Instant::now);
+        let vips = verdicts
             .into_iter()
             .map(|(vip, verdict)| {
                 let tap = bgp
