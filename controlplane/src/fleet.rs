@@ -372,4 +372,50 @@ backend_service = "web"
         changed.services[0].tables[0] = Arc::new(t);
         assert_ne!(fleet.table_digest(&changed, &changed.services[0]), d);
     }
+
+    /// `/metrics`: one info series per digest, one gauge per VIP.
+    #[test]
+    fn families_export_digests_and_announcements() {
+        let c = Arc::new(cfg(CFG));
+        let snap = build_forwarding_state(&c, &[[2, 0, 0, 0, 0, 1]], &mut BackendIds::new(), 1);
+        let view = View {
+            config: Some(Arc::clone(&c)),
+            ..View::default()
+        };
+        view.fleet.announce.set(vec![crate::announce::VipStatus {
+            vip: "203.0.113.10".parse().unwrap(),
+            announced: false,
+            reason: "stopping".into(),
+        }]);
+        let mut buf = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &families(&view, &snap),
+            &mut buf,
+        )
+        .unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for line in [
+            format!(
+                "sluice_config_digest_info{{digest=\"{}\"}} 1",
+                config_digest(&c)
+            ),
+            format!(
+                "sluice_service_table_digest_info{{digest=\"{}\",service=\"web\"}} 1",
+                table_digest(&snap, &snap.services[0])
+            ),
+            "sluice_vip_announced{vip=\"203.0.113.10\"} 0".to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let mut status = String::new();
+        write_status(&mut status, &snap, &view);
+        assert!(
+            status.ends_with("vip 203.0.113.10 withdrawn: stopping\n"),
+            "{status}"
+        );
+    }
 }

@@ -51,7 +51,7 @@ impl Status {
         self.vips.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, vips: Vec<VipStatus>) {
+    pub(crate) fn set(&self, vips: Vec<VipStatus>) {
         *self.vips.lock().unwrap_or_else(|p| p.into_inner()) = Some(vips);
     }
 
