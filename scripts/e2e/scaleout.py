@@ -91,12 +91,24 @@ def wait_for(pred, timeout, step=0.05):
     return None
 
 
+def alive(pid):
+    """Whether process `pid` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def remove_stale():
-    """Deletes namespaces of earlier runs whose process is gone."""
+    """Deletes namespaces of earlier runs whose process is gone, with what
+    still runs in them (a killed run leaves its sluice and BIRD running)."""
     for line in sh("ip", "netns", "list").splitlines():
         name = line.split()[0] if line.split() else ""
         m = re.fullmatch(rf"{PREFIX}(\d+)-\w+", name)
-        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+        if m and not alive(int(m.group(1))):
+            for pid in sh("ip", "netns", "pids", name, check=False).split():
+                subprocess.run(["kill", "-9", pid], check=False)
             sh("ip", "netns", "del", name, check=False)
 
 
