@@ -23,6 +23,7 @@ conntrack_capacity = 1024
 name = "uplink"
 device = "net_null0"
 address = "192.0.2.2/24"
+address6 = "2001:db8::2/64"
 tap = "sl-announce"
 
 [[health_check]]
@@ -48,6 +49,15 @@ vip = "203.0.113.10"
 backend_service = "web"
 
 [[forwarding_rule]]
+name = "web6"
+vip = "2001:db8:1::10"
+backend_service = "web6"
+
+[[backend_service]]
+name = "web6"
+backend = [ {{ address = "2001:db8::10", mac = "02:00:00:00:00:10" }} ]
+
+[[forwarding_rule]]
 name = "alt"
 vip = "203.0.113.20"
 backend_service = "alt"
@@ -61,6 +71,11 @@ drain_time = "2s"
 name = "tor"
 address = "192.0.2.1"
 asn = 65000
+
+[[bgp.peer]]
+name = "tor6"
+address = "2001:db8::1"
+asn = 65000
 "#
     )
 }
@@ -68,8 +83,21 @@ asn = 65000
 /// The routes of `table` in `pid`'s network namespace, as `ip route`
 /// prints them.
 fn routes(pid: u32, table: u32) -> Vec<String> {
+    routes_of(pid, table, "-4")
+}
+
+fn routes_of(pid: u32, table: u32, family: &str) -> Vec<String> {
     let out = Command::new("nsenter")
-        .args(["-t", &pid.to_string(), "-n", "ip", "route", "show", "table"])
+        .args([
+            "-t",
+            &pid.to_string(),
+            "-n",
+            "ip",
+            family,
+            "route",
+            "show",
+            "table",
+        ])
         .arg(table.to_string())
         .output()
         .expect("nsenter");
@@ -127,10 +155,16 @@ fn ap_6_vip_routes_follow_servability_reload_and_sigterm() {
     let pid = sluice.0.id();
     let web = "203.0.113.10 dev sl-announce proto 83 scope link".to_string();
 
+    let web6 = "2001:db8:1::10 dev sl-announce proto 83 metric 1024 pref medium".to_string();
     let up = wait_for(Duration::from_secs(30), || {
-        routes(pid, 100) == [web.clone()]
+        routes(pid, 100) == [web.clone()] && routes_of(pid, 100, "-6") == [web6.clone()]
     });
-    assert!(up.is_some(), "announced: {:?}", routes(pid, 100));
+    assert!(
+        up.is_some(),
+        "announced: {:?} {:?}",
+        routes(pid, 100),
+        routes_of(pid, 100, "-6")
+    );
     let text = status(&sock);
     assert!(text.contains("vip 203.0.113.10 announced\n"), "{text}");
     // Its check needs three failures (unhealthy_threshold) for a verdict.
