@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything sluice needs to build, test and run on Debian 12:
 # DPDK 22.11 (libdpdk-dev, dpdk-dev for dpdk-testpmd), libclang for bindgen,
-# pkg-config, the tools the tests and the demo use, and dpkg-dev
+# pkg-config, the tools the tests and the demo use, BIRD 2 (the scale-out
+# suite's routers and the BGP announcement, docs/scale-out.md), and dpkg-dev
 # (dpkg-shlibdeps) for scripts/package/build-deb.sh. Idempotent: when
 # everything is present it changes nothing.
 set -euo pipefail
 
 PKGS=(libdpdk-dev dpdk-dev dpdk libclang-dev clang pkg-config libpcap-dev
-      iproute2 tcpdump python3 curl procps iputils-ping ethtool dpkg-dev)
+      iproute2 tcpdump python3 curl procps iputils-ping ethtool dpkg-dev bird2)
 
 missing=()
 for p in "${PKGS[@]}"; do

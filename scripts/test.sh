@@ -58,6 +58,16 @@ for workers in 1 2; do
   fi
 done
 
+# The scale-out suite: two appliances behind a BIRD router with ECMP, each
+# announcing the VIPs over BGP through its own BIRD; kill -9, SIGTERM,
+# restart and a per-VIP withdrawal under traffic (docs/scale-out.md).
+echo "== scale-out suite"
+if python3 scripts/e2e/scaleout.py --sluice target/debug/sluice; then
+  e2e_passed=$((e2e_passed + 1))
+else
+  e2e_failed=$((e2e_failed + 1))
+fi
+
 # The appliance: the image built from the package above (root filesystem
 # cached in target/image-cache by package list), booted under QEMU (KVM
 # when it works, TCG otherwise) with a virtio data NIC on vfio-pci and

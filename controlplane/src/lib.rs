@@ -6,11 +6,13 @@
 pub mod admin_http;
 pub mod admin_request;
 pub mod admin_state;
+pub mod announce;
 pub mod backend_ids;
 pub mod config;
 pub mod control;
 pub mod control_socket;
 pub mod exception;
+pub mod fleet;
 pub mod health;
 pub mod log;
 pub mod maglev;

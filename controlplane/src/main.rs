@@ -85,6 +85,9 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Print the BIRD 2 configuration that announces the VIPs of FILE's
+    /// [bgp] section; exit 2 when FILE is invalid or has no [bgp].
+    BirdConfig { file: PathBuf },
 }
 
 /// Exit status of `sluice run` for an invalid configuration, and of
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { files } => check_config(&files),
+        Command::BirdConfig { file } => bird_config(&file),
         Command::Reload { control_socket } => ask(&control_socket, "reload"),
         Command::Status { control_socket } => ask(&control_socket, "status"),
         Command::Run {
@@ -158,6 +162,30 @@ fn ask(socket: &std::path::Path, request: &str) -> ExitCode {
         Err(e) => {
             controlplane::error!("sluice: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn bird_config(file: &std::path::Path) -> ExitCode {
+    let cfg = match controlplane::config::load_file(file) {
+        Ok(cfg) => cfg,
+        Err(diags) => {
+            eprintln!("{diags}\n{}: {} error(s)", file.display(), diags.len());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    match controlplane::announce::bird::render(&cfg, &file.display().to_string()) {
+        Some(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!(
+                "{}: error: no [bgp] section to render a BIRD configuration from\n  \
+                 hint: add [bgp] with asn and a [[bgp.peer]] (docs/configuration.md)",
+                file.display()
+            );
+            ExitCode::from(EXIT_CONFIG)
         }
     }
 }

@@ -148,6 +148,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
 
     if let Some(c) = &src.control {
         out.extend(crate::metrics_control::families(&c.view(), snap.generation));
+        out.extend(crate::fleet::families(&c.view(), &snap));
     }
     out.extend(crate::metrics_control::port_hw_families(
         &src.ports,

@@ -7,6 +7,7 @@
 //! field path and a hint. See `docs/configuration.md` for every field.
 
 mod addresses;
+mod bgp;
 mod context;
 mod diagnostics;
 mod encapsulation;
@@ -22,6 +23,7 @@ mod values;
 
 use std::path::Path;
 
+pub use bgp::{BfdConfig, BgpConfig, BgpPeer, Community, Secret, VipAnnouncement};
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use model::*;
 

@@ -85,6 +85,8 @@ pub struct Config {
     pub health_checks: Vec<HealthCheckConfig>,
     pub backend_services: Vec<BackendServiceConfig>,
     pub forwarding_rules: Vec<ForwardingRuleConfig>,
+    /// `[bgp]`: VIP announcement through BIRD (None: not announced).
+    pub bgp: Option<super::bgp::BgpConfig>,
 }
 
 impl Config {

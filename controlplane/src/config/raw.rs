@@ -13,6 +13,7 @@ type S<T> = Spanned<T>;
 pub(crate) struct RawConfig {
     pub dataplane: S<RawDataplane>,
     pub metrics: Option<RawMetrics>,
+    pub bgp: Option<S<super::bgp::RawBgp>>,
     #[serde(default)]
     pub zone: Vec<RawZone>,
     #[serde(default)]

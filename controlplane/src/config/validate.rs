@@ -40,6 +40,12 @@ pub(crate) fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Confi
         &raw.backend_service,
         &dataplane.ports,
     );
+    let bgp = super::bgp::bgp_section(
+        &mut cx,
+        raw.bgp.as_ref(),
+        &dataplane.ports,
+        &forwarding_rules,
+    );
     let mut diags = cx.diags;
     if !diags.is_empty() {
         diags.sort();
@@ -52,6 +58,7 @@ pub(crate) fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Confi
         health_checks,
         backend_services,
         forwarding_rules,
+        bgp,
     })
 }
 

@@ -24,6 +24,8 @@ pub struct View {
     pub reloads_ok: u64,
     pub reloads_failed: u64,
     pub last_build_seconds: f64,
+    /// Digests and announcement (AP-6), shared by every copy of the view.
+    pub fleet: Arc<crate::fleet::Fleet>,
 }
 
 impl Shared {

@@ -94,6 +94,9 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
         }
     }
 
+    // Announces the VIPs once /ready holds; withdraws them before the
+    // ports close (its drop, below).
+    let mut announce = controlplane::announce::Announcer::new(&admin, &control.controller);
     supervise::supervise(
         &Until {
             duration: opts.duration,
@@ -106,8 +109,10 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
             requests: control.requests.as_ref(),
             admin: &admin,
             service: &mut service,
+            announce: &mut announce,
         },
     );
+    drop(announce);
 
     stop(runtime, control, opts.metrics_dump.as_deref())
 }

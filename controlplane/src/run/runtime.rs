@@ -351,14 +351,10 @@ fn start_taps(
             mtu: Some(p.mtu),
             ..PortConfig::default()
         };
-        let (tap, pairs) =
-            Port::start(&exception::tap_vdev(i, iface), &pc, pool).map_err(device_error)?;
-        // The kernel answers ARP/ND with the MAC the port's peers send to.
-        let mac = p
-            .mac
-            .or_else(|| port_macs.get(i).copied())
-            .unwrap_or_default();
-        tap.set_mac(mac).map_err(device_error)?;
+        // The interface exists since EAL probed the vdev. Its addresses go
+        // on before the port's start brings it up: a routing daemon that
+        // sees it up without them may try to use it (BIRD's BFD binds the
+        // address once, and fails for good; docs/scale-out.md).
         exception::configure_tap(p, iface).map_err(|source| {
             let error = RunError::TapKernel {
                 port: p.name.clone(),
@@ -367,6 +363,14 @@ fn start_taps(
             };
             hinted(Step::Tap, 0, error, cfg, eal_args)
         })?;
+        let (tap, pairs) =
+            Port::start(&exception::tap_vdev(i, iface), &pc, pool).map_err(device_error)?;
+        // The kernel answers ARP/ND with the MAC the port's peers send to.
+        let mac = p
+            .mac
+            .or_else(|| port_macs.get(i).copied())
+            .unwrap_or_default();
+        tap.set_mac(mac).map_err(device_error)?;
         controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
         taps.push(Some((tap, pairs)));
     }

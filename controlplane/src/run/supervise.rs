@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use controlplane::admin_http::AdminState;
+use controlplane::announce::{Announcer, Stop};
 use controlplane::control::{Controller, ReloadError};
 use controlplane::control_socket::{Pending, Request};
 use controlplane::service_manager::ServiceManager;
@@ -45,6 +46,7 @@ pub struct Control<'a> {
     pub requests: Option<&'a Receiver<Pending>>,
     pub admin: &'a AdminState,
     pub service: &'a mut ServiceManager,
+    pub announce: &'a mut Announcer,
 }
 
 /// Waits on the main lcore until a signal, the duration, or idleness says stop.
@@ -66,12 +68,19 @@ pub fn supervise(
         ctl.admin.beat();
         ctl.service.alive();
         std::thread::sleep(Duration::from_millis(10));
-        if signals.term.load(Ordering::Relaxed) {
+        if signals.term.swap(false, Ordering::Relaxed) {
             ctl.service.stopping();
-            controlplane::info!("sluice: signal received, stopping");
+            if ctl.announce.stop() == Stop::Now {
+                controlplane::info!("sluice: signal received, stopping");
+                return;
+            }
+        }
+        if ctl.announce.drain_over() {
+            controlplane::info!("sluice: drained, stopping");
             return;
         }
         ctl.controller.tick();
+        ctl.announce.update(ctl.controller);
         if signals.hup.swap(false, Ordering::Relaxed) {
             let _ = reload(ctl.controller, ctl.service);
         }

@@ -1,0 +1,559 @@
+//! `[bgp]`: announcing the VIPs to routers (AP-6) through BIRD 2 on the
+//! appliance's kernel side. The raw tables, their validation and the
+//! validated model; `crate::announce::bird` renders the BIRD
+//! configuration from it, `crate::announce` keeps the VIP routes BIRD
+//! exports.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::context::Ctx;
+use super::model::{ForwardingRuleConfig, PortConfig};
+use super::values::{self, Problem};
+
+type S<T> = Spanned<T>;
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBgp {
+    pub asn: Option<S<i64>>,
+    pub router_id: Option<S<String>>,
+    pub kernel_table: Option<S<i64>>,
+    pub hold_time: Option<S<String>>,
+    pub bfd: Option<bool>,
+    pub bfd_interval: Option<S<String>>,
+    pub bfd_multiplier: Option<S<i64>>,
+    pub drain_time: Option<S<String>>,
+    pub stall_timeout: Option<S<String>>,
+    #[serde(default)]
+    pub peer: Vec<S<RawPeer>>,
+    #[serde(default)]
+    pub vip: Vec<S<RawVip>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPeer {
+    pub name: S<String>,
+    pub address: S<String>,
+    pub asn: S<i64>,
+    pub password: Option<S<String>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVip {
+    pub vip: S<String>,
+    #[serde(default)]
+    pub communities: Vec<S<String>>,
+    pub med: Option<S<i64>>,
+}
+
+/// The validated `[bgp]` section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BgpConfig {
+    /// The appliance's own AS number.
+    pub asn: u32,
+    /// BGP router id; default: the first port's IPv4 address.
+    pub router_id: Ipv4Addr,
+    /// The kernel routing table sluice keeps one route per announceable VIP
+    /// in, and BIRD learns (`protocol kernel { kernel table N; learn; }`).
+    pub kernel_table: u32,
+    /// BGP hold time, whole seconds (0 or 3 to 65535; default 9).
+    pub hold_time: u16,
+    /// BFD on every session (None: off).
+    pub bfd: Option<BfdConfig>,
+    /// After SIGTERM: the VIPs are withdrawn, then sluice keeps forwarding
+    /// for this long before it stops (default 5 s).
+    pub drain_time: Duration,
+    /// A control loop or worker that makes no progress for this long has
+    /// every VIP withdrawn until it runs again (default 3 s).
+    pub stall_timeout: Duration,
+    pub peers: Vec<BgpPeer>,
+    /// Per-VIP attributes of the announcement, in file order.
+    pub vips: Vec<VipAnnouncement>,
+}
+
+impl BgpConfig {
+    /// The attributes configured for `vip` (none: announced plain).
+    pub fn vip(&self, vip: IpAddr) -> Option<&VipAnnouncement> {
+        self.vips.iter().find(|v| v.vip == vip)
+    }
+
+    /// Whether some peer carries routes of `vip`'s family.
+    pub fn has_peer_for(&self, vip: IpAddr) -> bool {
+        self.peers
+            .iter()
+            .any(|p| p.address.is_ipv4() == vip.is_ipv4())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BfdConfig {
+    /// Transmit and receive interval (default 300 ms).
+    pub interval: Duration,
+    /// Missed packets before the session is down (default 3).
+    pub multiplier: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BgpPeer {
+    pub name: String,
+    pub address: IpAddr,
+    pub asn: u32,
+    /// TCP MD5 signature secret (RFC 2385); never shown in `Debug`.
+    pub password: Option<Secret>,
+    /// The appliance's address on the peer's subnet: the session's source.
+    pub local: IpAddr,
+    /// The TAP of the port the peer is on (the session's interface).
+    pub tap: String,
+}
+
+/// A secret from the configuration file. Its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<hidden>)")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VipAnnouncement {
+    pub vip: IpAddr,
+    pub communities: Vec<Community>,
+    /// MULTI_EXIT_DISC sent with the route.
+    pub med: Option<u32>,
+}
+
+/// A BGP community: standard (RFC 1997, `ASN:VALUE`) or large (RFC 8092,
+/// `GLOBAL:DATA1:DATA2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Community {
+    Standard(u16, u16),
+    Large(u32, u32, u32),
+}
+
+impl std::fmt::Display for Community {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Community::Standard(a, b) => write!(f, "{a}:{b}"),
+            Community::Large(a, b, c) => write!(f, "{a}:{b}:{c}"),
+        }
+    }
+}
+
+/// Kernel routing tables that are not sluice's to fill.
+const RESERVED_TABLES: [(u32, &str); 4] = [
+    (0, "unspecified"),
+    (253, "the kernel's default table"),
+    (254, "the kernel's main table"),
+    (255, "the kernel's local table"),
+];
+
+pub(crate) fn bgp_section(
+    cx: &mut Ctx<'_>,
+    raw: Option<&S<RawBgp>>,
+    ports: &[PortConfig],
+    rules: &[ForwardingRuleConfig],
+) -> Option<BgpConfig> {
+    let raw = raw?;
+    let b = raw.get_ref();
+    let asn = match &b.asn {
+        Some(v) => asn(cx, v, "bgp.asn"),
+        None => {
+            cx.err(
+                raw.span(),
+                "bgp.asn",
+                (
+                    "[bgp] has no asn".into(),
+                    "add the appliance's AS number, e.g. `asn = 65001`".into(),
+                ),
+            );
+            0
+        }
+    };
+    let router_id = router_id(cx, raw, ports);
+    let kernel_table = kernel_table(cx, &b.kernel_table);
+    let hold_time = hold_time(cx, &b.hold_time);
+    let bfd = b.bfd.unwrap_or(false).then(|| BfdConfig {
+        interval: bounded(
+            cx,
+            &b.bfd_interval,
+            Duration::from_millis(300),
+            (Duration::from_millis(10), Duration::from_secs(10)),
+            "bgp.bfd_interval",
+        ),
+        multiplier: cx.int(
+            &b.bfd_multiplier,
+            3u8,
+            (1, 255),
+            "bgp.bfd_multiplier",
+            "bfd_multiplier",
+        ),
+    });
+    if b.bfd != Some(true) {
+        for (field, span) in [
+            ("bfd_interval", b.bfd_interval.as_ref().map(|v| v.span())),
+            (
+                "bfd_multiplier",
+                b.bfd_multiplier.as_ref().map(|v| v.span()),
+            ),
+        ] {
+            if let Some(span) = span {
+                cx.err(
+                    span,
+                    &format!("bgp.{field}"),
+                    (
+                        format!("{field} is set but BFD is off"),
+                        "add `bfd = true` to run BFD on every session, or remove the field".into(),
+                    ),
+                );
+            }
+        }
+    }
+    let drain_time = bounded(
+        cx,
+        &b.drain_time,
+        Duration::from_secs(5),
+        (Duration::ZERO, Duration::from_secs(3600)),
+        "bgp.drain_time",
+    );
+    let stall_timeout = bounded(
+        cx,
+        &b.stall_timeout,
+        Duration::from_secs(3),
+        (Duration::from_millis(100), Duration::from_secs(60)),
+        "bgp.stall_timeout",
+    );
+    if b.peer.is_empty() {
+        cx.err(
+            raw.span(),
+            "bgp.peer",
+            (
+                "[bgp] has no peer".into(),
+                "add a [[bgp.peer]] table per router: name, address, asn".into(),
+            ),
+        );
+    }
+    cx.unique(b.peer.iter().map(|p| &p.get_ref().name), "bgp.peer");
+    let peers = b.peer.iter().filter_map(|p| peer(cx, p, ports)).collect();
+    let vips = vips(cx, &b.vip, rules);
+    Some(BgpConfig {
+        asn,
+        router_id,
+        kernel_table,
+        hold_time,
+        bfd,
+        drain_time,
+        stall_timeout,
+        peers,
+        vips,
+    })
+}
+
+fn asn(cx: &mut Ctx<'_>, v: &S<i64>, path: &str) -> u32 {
+    match values::int_in::<u32>(*v.get_ref(), 1, i64::from(u32::MAX), "an AS number") {
+        Ok(a) => a,
+        Err(p) => {
+            cx.err(v.span(), path, p);
+            0
+        }
+    }
+}
+
+fn router_id(cx: &mut Ctx<'_>, raw: &S<RawBgp>, ports: &[PortConfig]) -> Ipv4Addr {
+    let first_v4 = ports.iter().find_map(|p| match p.ipv4?.addr {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(_) => None,
+    });
+    match &raw.get_ref().router_id {
+        Some(r) => cx
+            .parse(r, "bgp.router_id", |s| match values::ip(s)? {
+                IpAddr::V4(a) if !a.is_unspecified() => Ok(a),
+                _ => Err((
+                    format!("router id {s:?} is not a non-zero IPv4 address"),
+                    "a BGP router id is written as an IPv4 address: use the appliance's \
+                     IPv4 address, e.g. \"192.0.2.2\""
+                        .into(),
+                )),
+            })
+            .unwrap_or(Ipv4Addr::UNSPECIFIED),
+        None => first_v4.unwrap_or_else(|| {
+            cx.err(
+                raw.span(),
+                "bgp.router_id",
+                (
+                    "no port has an IPv4 address to take the BGP router id from".into(),
+                    "set `router_id = \"A.B.C.D\"` (a unique 32-bit id written as an IPv4 \
+                     address)"
+                        .into(),
+                ),
+            );
+            Ipv4Addr::UNSPECIFIED
+        }),
+    }
+}
+
+fn kernel_table(cx: &mut Ctx<'_>, v: &Option<S<i64>>) -> u32 {
+    let Some(v) = v else { return 100 };
+    match values::int_in::<u32>(*v.get_ref(), 1, i64::from(u32::MAX), "kernel_table") {
+        Ok(t) => {
+            if let Some((_, what)) = RESERVED_TABLES.iter().find(|(n, _)| *n == t) {
+                cx.err(
+                    v.span(),
+                    "bgp.kernel_table",
+                    (
+                        format!("table {t} is {what}"),
+                        "give sluice a table of its own, e.g. `kernel_table = 100`: it \
+                         replaces every route in it"
+                            .into(),
+                    ),
+                );
+            }
+            t
+        }
+        Err(p) => {
+            cx.err(v.span(), "bgp.kernel_table", p);
+            100
+        }
+    }
+}
+
+fn hold_time(cx: &mut Ctx<'_>, v: &Option<S<String>>) -> u16 {
+    let Some(v) = v else { return 9 };
+    let parsed = cx.parse(v, "bgp.hold_time", |s| {
+        let d = values::duration(s)?;
+        let secs = d.as_secs();
+        if d.subsec_millis() != 0 || !(secs == 0 || (3..=65535).contains(&secs)) {
+            return Err((
+                format!("hold time {s:?} is not 0 or a whole number of seconds from 3 to 65535"),
+                "BGP counts the hold time in whole seconds, at least 3 (RFC 4271 §4.2): \
+                 e.g. \"9s\"; with BFD, \"30s\" is enough"
+                    .into(),
+            ));
+        }
+        Ok(secs as u16)
+    });
+    parsed.unwrap_or(9)
+}
+
+fn bounded(
+    cx: &mut Ctx<'_>,
+    v: &Option<S<String>>,
+    default: Duration,
+    (lo, hi): (Duration, Duration),
+    path: &str,
+) -> Duration {
+    let Some(v) = v else { return default };
+    cx.parse(v, path, |s| {
+        let d = values::duration(s)?;
+        if d < lo || d > hi {
+            return Err((
+                format!(
+                    "{s:?} is outside {} to {}",
+                    values::show_duration(lo),
+                    values::show_duration(hi)
+                ),
+                format!(
+                    "use a duration from {} to {}",
+                    values::show_duration(lo),
+                    values::show_duration(hi)
+                ),
+            ));
+        }
+        Ok(d)
+    })
+    .unwrap_or(default)
+}
+
+fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPeer> {
+    let p = p.get_ref();
+    cx.name(&p.name, "bgp.peer");
+    let at = format!("bgp.peer {:?}", p.name.get_ref());
+    let peer_asn = asn(cx, &p.asn, &format!("{at}.asn"));
+    let address = cx.parse(&p.address, &format!("{at}.address"), values::ip)?;
+    // The session runs from the appliance's kernel side: through the TAP
+    // of the port whose subnet holds the peer.
+    let Some(port) = ports
+        .iter()
+        .find(|port| port.tap.is_some() && port.on_link(address))
+    else {
+        let hint = match ports.iter().find(|port| port.on_link(address)) {
+            Some(port) => format!(
+                "the session runs from the kernel through the port's TAP: add \
+                 `tap = \"<name>\"` to port {:?}",
+                port.name
+            ),
+            None => "the session runs from the appliance's kernel through a port's TAP: \
+                     give the peer's address on a port's subnet (`address`/`address6`)"
+                .into(),
+        };
+        cx.err(
+            p.address.span(),
+            &format!("{at}.address"),
+            (
+                format!("peer {address} is on no subnet of a port with a tap"),
+                hint,
+            ),
+        );
+        return None;
+    };
+    if port.address_for(address) == Some(address) {
+        cx.err(
+            p.address.span(),
+            &format!("{at}.address"),
+            (
+                format!(
+                    "peer {address} is the appliance's own address on port {:?}",
+                    port.name
+                ),
+                "give the router's address on that subnet".into(),
+            ),
+        );
+        return None;
+    }
+    let password = p.password.as_ref().and_then(|pw| {
+        let s = pw.get_ref();
+        if s.is_empty() || s.len() > 80 || s.contains(['"', '\\', '\n']) {
+            cx.err(
+                pw.span(),
+                &format!("{at}.password"),
+                (
+                    "the password is empty, longer than 80 bytes, or holds a quote, a \
+                     backslash or a newline"
+                        .into(),
+                    "use 1-80 printable characters without `\"` or `\\` (TCP MD5 keys are \
+                     at most 80 bytes)"
+                        .into(),
+                ),
+            );
+            None
+        } else {
+            Some(Secret(s.clone()))
+        }
+    });
+    Some(BgpPeer {
+        name: p.name.get_ref().clone(),
+        address,
+        asn: peer_asn,
+        password,
+        local: port.address_for(address)?,
+        tap: port.tap.clone()?,
+    })
+}
+
+fn vips(
+    cx: &mut Ctx<'_>,
+    raw: &[S<RawVip>],
+    rules: &[ForwardingRuleConfig],
+) -> Vec<VipAnnouncement> {
+    let mut out: Vec<(VipAnnouncement, usize)> = Vec::new();
+    for (i, v) in raw.iter().enumerate() {
+        let v = v.get_ref();
+        let at = format!("bgp.vip[{i}]");
+        let Some(vip) = cx.parse(&v.vip, &format!("{at}.vip"), values::ip) else {
+            continue;
+        };
+        if !rules.iter().any(|r| r.vip == vip) {
+            cx.err(
+                v.vip.span(),
+                &format!("{at}.vip"),
+                (
+                    format!("{vip} is the VIP of no forwarding rule"),
+                    "give the `vip` of a [[forwarding_rule]], or remove this [[bgp.vip]]".into(),
+                ),
+            );
+        }
+        if let Some((_, first)) = out.iter().find(|(o, _)| o.vip == vip) {
+            let (line, _) = cx.map.line_col(*first);
+            cx.err(
+                v.vip.span(),
+                &format!("{at}.vip"),
+                (
+                    format!("VIP {vip} has attributes already (line {line})"),
+                    "merge its communities and med into one [[bgp.vip]]".into(),
+                ),
+            );
+        }
+        let communities = v
+            .communities
+            .iter()
+            .enumerate()
+            .filter_map(|(k, c)| cx.parse(c, &format!("{at}.communities[{k}]"), community))
+            .collect();
+        let med = v.med.as_ref().and_then(|m| {
+            match values::int_in::<u32>(*m.get_ref(), 0, i64::from(u32::MAX), "med") {
+                Ok(x) => Some(x),
+                Err(p) => {
+                    cx.err(m.span(), &format!("{at}.med"), p);
+                    None
+                }
+            }
+        });
+        out.push((
+            VipAnnouncement {
+                vip,
+                communities,
+                med,
+            },
+            v.vip.span().start,
+        ));
+    }
+    out.into_iter().map(|(v, _)| v).collect()
+}
+
+/// `ASN:VALUE` (16 bits each) or `GLOBAL:DATA1:DATA2` (32 bits each).
+fn community(s: &str) -> Result<Community, Problem> {
+    let bad = || {
+        (
+            format!("invalid community {s:?}"),
+            "write a standard community as \"ASN:VALUE\" (0-65535 each, e.g. \"65000:100\") \
+             or a large one as \"GLOBAL:DATA1:DATA2\" (0-4294967295 each)"
+                .into(),
+        )
+    };
+    let parts: Vec<&str> = s.trim().split(':').collect();
+    match parts[..] {
+        [a, b] => Ok(Community::Standard(
+            a.parse().map_err(|_| bad())?,
+            b.parse().map_err(|_| bad())?,
+        )),
+        [a, b, c] => Ok(Community::Large(
+            a.parse().map_err(|_| bad())?,
+            b.parse().map_err(|_| bad())?,
+            c.parse().map_err(|_| bad())?,
+        )),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn communities_standard_and_large() {
+        assert_eq!(community("65000:100"), Ok(Community::Standard(65000, 100)));
+        assert_eq!(community("1:2:3"), Ok(Community::Large(1, 2, 3)));
+        assert!(community("65536:1").is_err());
+        assert!(community("1:2:3:4").is_err());
+        assert!(community("x").is_err());
+        assert_eq!(
+            Community::Large(4_200_000_000, 1, 2).to_string(),
+            "4200000000:1:2"
+        );
+    }
+
+    #[test]
+    fn a_password_is_not_shown() {
+        assert_eq!(
+            format!("{:?}", Secret("hunter2".into())),
+            "Secret(<hidden>)"
+        );
+    }
+}

@@ -1,0 +1,421 @@
+//! Fleet identity (AP-6, MG-2): digests that two appliances behind the
+//! same VIPs compare to see they agree bit for bit, and what each
+//! announces. `sluice status` and `/metrics` show them.
+//!
+//! - The *configuration digest* covers what decides where a packet goes:
+//!   zones, health checks, services with their backends, forwarding rules
+//!   and the flow hash key (its hash, never the key). It leaves out what is
+//!   each appliance's own: `[dataplane]` ports, addresses and sizes,
+//!   `[metrics]`, `[bgp]` (router id, peers). Its encoding is the
+//!   validated model's `Debug` text, so it compares appliances running the
+//!   same sluice version.
+//! - A service's *table digest* covers its Maglev tables slot by slot, each
+//!   slot as the owning backend's address (ids are per process: they
+//!   depend on the order backends came and went), each zone variant named.
+//!
+//! Both are 128 bits from the pinned stable hash (`sluice_core::hash`,
+//! two seeds), never `ahash` or std's `RandomState`, which differ per
+//! process. Table digests are computed on the reading thread (status,
+//! scrape) and kept while the service's tables are the same `Arc`s, so
+//! a scrape hashes only tables built since the last one.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, Weak};
+
+use prometheus::proto::MetricFamily;
+use prometheus::{IntGaugeVec, Opts};
+use sluice_core::hash::stable_hash_bytes;
+use sluice_core::snapshot::{ForwardingState, MaglevTable, ServiceState};
+
+use crate::config::Config;
+use crate::control::View;
+
+/// Shared by the control thread, the announcer, status and metrics.
+#[derive(Debug, Default)]
+pub struct Fleet {
+    pub announce: crate::announce::Status,
+    tables: Mutex<HashMap<String, TableDigest>>,
+    config: Mutex<Option<(Weak<Config>, Digest)>>,
+}
+
+/// 128 bits, shown as 32 hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Digest(pub [u64; 2]);
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}{:016x}", self.0[0], self.0[1])
+    }
+}
+
+const SEEDS: [u64; 2] = [0x736c_7569_6365_6631, 0x666c_6565_7464_6732];
+
+/// A streaming digest: input in chunks, each chunk hashed with the
+/// previous state as its seed, on two lanes.
+struct Hasher {
+    lanes: [u64; 2],
+    buf: Vec<u8>,
+}
+
+impl Hasher {
+    const CHUNK: usize = 64 * 1024;
+
+    fn new(domain: &str) -> Self {
+        let mut h = Self {
+            lanes: SEEDS,
+            buf: Vec::with_capacity(Self::CHUNK),
+        };
+        h.write(domain.as_bytes());
+        h.write(&[0]);
+        h
+    }
+
+    fn write(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let take = (Self::CHUNK - self.buf.len()).min(bytes.len());
+            self.buf.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            if self.buf.len() == Self::CHUNK {
+                self.flush();
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        for lane in &mut self.lanes {
+            *lane = stable_hash_bytes(*lane, &self.buf);
+        }
+        self.buf.clear();
+    }
+
+    fn finish(mut self) -> Digest {
+        self.flush();
+        Digest(self.lanes)
+    }
+}
+
+/// The digest of the fleet-wide part of `cfg` (see the module doc).
+pub fn config_digest(cfg: &Config) -> Digest {
+    let mut h = Hasher::new("sluice fleet configuration 1");
+    let key = cfg.dataplane.flow_hash_key.as_ref().map(|k| {
+        [
+            stable_hash_bytes(SEEDS[0], &k.0),
+            stable_hash_bytes(SEEDS[1], &k.0),
+        ]
+    });
+    let text = format!(
+        "{:?}\n{:?}\n{:?}\n{:?}\nflow key {key:?}\n",
+        cfg.zones, cfg.health_checks, cfg.backend_services, cfg.forwarding_rules
+    );
+    h.write(text.as_bytes());
+    h.finish()
+}
+
+/// The digest of `svc`'s tables in `snap` (see the module doc).
+pub fn table_digest(snap: &ForwardingState, svc: &ServiceState) -> Digest {
+    let mut h = Hasher::new("sluice maglev tables 1");
+    h.write(svc.name.as_bytes());
+    h.write(&[0]);
+    for (i, table) in svc.tables.iter().enumerate() {
+        let zone = match i {
+            0 => "-",
+            z => snap.zones.zones.get(z - 1).map_or("?", |z| z.name.as_str()),
+        };
+        h.write(zone.as_bytes());
+        h.write(&[0]);
+        h.write(&(table.slots.len() as u64).to_le_bytes());
+        let mut addresses: HashMap<u32, [u8; 16]> = HashMap::new();
+        for id in table.slots.iter() {
+            let bytes = *addresses.entry(id.0).or_insert_with(|| {
+                snap.backend(*id).map_or([0; 16], |b| match b.address {
+                    IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+                    IpAddr::V6(a) => a.octets(),
+                })
+            });
+            h.write(&bytes);
+        }
+    }
+    h.finish()
+}
+
+/// A table digest and the tables it was computed from.
+#[derive(Debug)]
+struct TableDigest {
+    tables: Vec<Weak<MaglevTable>>,
+    digest: Digest,
+}
+
+impl Fleet {
+    /// `svc`'s table digest, computed again only when its tables changed.
+    pub fn table_digest(&self, snap: &ForwardingState, svc: &ServiceState) -> Digest {
+        let mut cache = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        // A `Weak` keeps its allocation: a live table at the same address
+        // is the same table.
+        let same = |d: &TableDigest| {
+            d.tables.len() == svc.tables.len()
+                && d.tables
+                    .iter()
+                    .zip(&svc.tables)
+                    .all(|(w, t)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(t)))
+        };
+        if let Some(d) = cache.get(&svc.name).filter(|d| same(d)) {
+            return d.digest;
+        }
+        let digest = table_digest(snap, svc);
+        cache.insert(
+            svc.name.clone(),
+            TableDigest {
+                tables: svc.tables.iter().map(Arc::downgrade).collect(),
+                digest,
+            },
+        );
+        cache.retain(|name, _| snap.services.iter().any(|s| &s.name == name));
+        digest
+    }
+
+    /// The configuration digest of `cfg`, computed once per configuration.
+    pub fn config_digest(&self, cfg: &Arc<Config>) -> Digest {
+        let mut cache = self.config.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((w, d)) = cache.as_ref() {
+            if std::ptr::eq(w.as_ptr(), Arc::as_ptr(cfg)) {
+                return *d;
+            }
+        }
+        let d = config_digest(cfg);
+        *cache = Some((Arc::downgrade(cfg), d));
+        d
+    }
+}
+
+/// The lines `sluice status` ends with: the digests, then each VIP's
+/// announcement when `[bgp]` is configured.
+pub fn write_status(out: &mut String, snap: &ForwardingState, view: &View) {
+    let fleet = &view.fleet;
+    if let Some(cfg) = &view.config {
+        let _ = writeln!(out, "config digest {}", fleet.config_digest(cfg));
+    }
+    for svc in &snap.services {
+        let _ = writeln!(
+            out,
+            "service {} table digest {}",
+            svc.name,
+            fleet.table_digest(snap, svc)
+        );
+    }
+    for v in fleet.announce.vips().into_iter().flatten() {
+        if v.announced {
+            let _ = writeln!(out, "vip {} announced", v.vip);
+        } else {
+            let _ = writeln!(out, "vip {} withdrawn: {}", v.vip, v.reason);
+        }
+    }
+}
+
+fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    // Names and labels are compile-time constants checked by the tests.
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition")
+}
+
+/// The fleet identity and announcement families.
+pub fn families(view: &View, snap: &ForwardingState) -> Vec<MetricFamily> {
+    use prometheus::core::Collector as _;
+    let fleet = &view.fleet;
+    let mut out = Vec::new();
+    if let Some(cfg) = &view.config {
+        let config = gauge(
+            "sluice_config_digest_info",
+            "Always 1; `digest` identifies the fleet-wide part of the published \
+             configuration (services, backends, rules, checks, zones, flow key): \
+             appliances behind the same VIPs must show the same.",
+            &["digest"],
+        );
+        config
+            .with_label_values(&[&fleet.config_digest(cfg).to_string()])
+            .set(1);
+        out.extend(config.collect());
+    }
+    if !snap.services.is_empty() {
+        let tables = gauge(
+            "sluice_service_table_digest_info",
+            "Always 1; `digest` identifies the service's Maglev tables slot by slot \
+             (MG-2): appliances behind the same VIPs must show the same.",
+            &["service", "digest"],
+        );
+        for svc in &snap.services {
+            tables
+                .with_label_values(&[&svc.name, &fleet.table_digest(snap, svc).to_string()])
+                .set(1);
+        }
+        out.extend(tables.collect());
+    }
+    if let Some(vips) = fleet.announce.vips().filter(|v| !v.is_empty()) {
+        let announced = gauge(
+            "sluice_vip_announced",
+            "1 while the VIP's route is in bgp.kernel_table for BIRD to announce, \
+             0 while it is withdrawn (`sluice status` says why).",
+            &["vip"],
+        );
+        for v in vips {
+            announced
+                .with_label_values(&[&v.vip.to_string()])
+                .set(i64::from(v.announced));
+        }
+        out.extend(announced.collect());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::publish::{build_forwarding_state, BackendIds};
+
+    const CFG: &str = r#"
+[dataplane]
+[[dataplane.port]]
+name = "uplink"
+device = "net_null0"
+address = "192.0.2.2/24"
+
+[[backend_service]]
+name = "web"
+maglev_table_size = 251
+backend = [
+  { address = "192.0.2.10", mac = "02:00:00:00:00:10" },
+  { address = "192.0.2.11", mac = "02:00:00:00:00:11" },
+  { address = "192.0.2.12", mac = "02:00:00:00:00:12" },
+]
+
+[[forwarding_rule]]
+name = "web"
+vip = "203.0.113.10"
+backend_service = "web"
+"#;
+
+    fn cfg(text: &str) -> Config {
+        crate::config::load_str(text, "t.toml").unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    /// MG-2, AP-6: two appliances whose backend ids differ (another
+    /// history of reloads) agree on the table digest; a different table
+    /// does not. The value is pinned: it must not change between builds.
+    #[test]
+    fn mg_2_table_digests_follow_addresses_not_ids() {
+        let c = cfg(CFG);
+        let a = build_forwarding_state(&c, &[[2, 0, 0, 0, 0, 1]], &mut BackendIds::new(), 1);
+        // Another appliance saw another service first: other indexes.
+        let other = cfg(&CFG
+            .replace("name = \"web\"\nmaglev", "name = \"aaa\"\nmaglev")
+            .replace("backend_service = \"web\"", "backend_service = \"aaa\""));
+        let mut ids = BackendIds::new();
+        let _ = build_forwarding_state(&other, &[[2, 0, 0, 0, 0, 1]], &mut ids, 1);
+        let with_more = cfg(&format!(
+            "{}\n[[backend_service]]\nname = \"zzz\"\nbackend = [ {{ address = \"192.0.2.99\", mac = \"02:00:00:00:00:99\" }} ]\n",
+            CFG
+        ));
+        let b = build_forwarding_state(&with_more, &[[2, 0, 0, 0, 0, 2]], &mut ids, 7);
+        let (sa, sb) = (&a.services[0], &b.services[0]);
+        assert_ne!(
+            sa.tables[0].slots, sb.tables[0].slots,
+            "the ids differ between the two appliances"
+        );
+        assert_eq!(table_digest(&a, sa), table_digest(&b, sb));
+        assert_eq!(
+            table_digest(&a, sa).to_string(),
+            "dfde4f4a89f5d288c65dd1371af79e77",
+            "pinned"
+        );
+        let fewer = cfg(&CFG.replace(
+            "  { address = \"192.0.2.12\", mac = \"02:00:00:00:00:12\" },\n",
+            "",
+        ));
+        let f = build_forwarding_state(&fewer, &[[2, 0, 0, 0, 0, 1]], &mut BackendIds::new(), 1);
+        assert_ne!(table_digest(&a, sa), table_digest(&f, &f.services[0]));
+    }
+
+    /// The configuration digest ignores what is each appliance's own
+    /// (ports, metrics, BGP) and follows what forwards packets.
+    #[test]
+    fn ap_6_config_digest_covers_the_fleet_part_only() {
+        let base = config_digest(&cfg(CFG));
+        let local = cfg(&CFG.replace("192.0.2.2/24", "192.0.2.3/24").replace(
+            "device = \"net_null0\"",
+            "device = \"net_null0\"\nmac = \"02:00:00:00:00:02\"",
+        ));
+        assert_eq!(config_digest(&local), base);
+        let weight = cfg(&CFG.replace(
+            "mac = \"02:00:00:00:00:12\" }",
+            "mac = \"02:00:00:00:00:12\", weight = 2 }",
+        ));
+        assert_ne!(config_digest(&weight), base);
+        let keyed = cfg(&CFG.replace(
+            "[dataplane]\n",
+            "[dataplane]\nflow_hash_key = \"000102030405060708090a0b0c0d0e0f\"\n",
+        ));
+        assert_ne!(config_digest(&keyed), base);
+    }
+
+    /// A digest is kept while the tables are the same `Arc`s.
+    #[test]
+    fn table_digests_are_kept_per_table() {
+        let c = cfg(CFG);
+        let snap = build_forwarding_state(&c, &[[2, 0, 0, 0, 0, 1]], &mut BackendIds::new(), 1);
+        let fleet = Fleet::default();
+        let d = fleet.table_digest(&snap, &snap.services[0]);
+        assert_eq!(d, table_digest(&snap, &snap.services[0]));
+        let mut changed = snap.clone();
+        let mut t = (*changed.services[0].tables[0]).clone();
+        let other = t.slots.iter().position(|&id| id != t.slots[0]).unwrap();
+        t.slots.swap(0, other);
+        changed.services[0].tables[0] = Arc::new(t);
+        assert_ne!(fleet.table_digest(&changed, &changed.services[0]), d);
+    }
+
+    /// `/metrics`: one info series per digest, one gauge per VIP.
+    #[test]
+    fn families_export_digests_and_announcements() {
+        let c = Arc::new(cfg(CFG));
+        let snap = build_forwarding_state(&c, &[[2, 0, 0, 0, 0, 1]], &mut BackendIds::new(), 1);
+        let view = View {
+            config: Some(Arc::clone(&c)),
+            ..View::default()
+        };
+        view.fleet.announce.set(vec![crate::announce::VipStatus {
+            vip: "203.0.113.10".parse().unwrap(),
+            announced: false,
+            reason: "stopping".into(),
+        }]);
+        let mut buf = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &families(&view, &snap),
+            &mut buf,
+        )
+        .unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        for line in [
+            format!(
+                "sluice_config_digest_info{{digest=\"{}\"}} 1",
+                config_digest(&c)
+            ),
+            format!(
+                "sluice_service_table_digest_info{{digest=\"{}\",service=\"web\"}} 1",
+                table_digest(&snap, &snap.services[0])
+            ),
+            "sluice_vip_announced{vip=\"203.0.113.10\"} 0".to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let mut status = String::new();
+        write_status(&mut status, &snap, &view);
+        assert!(
+            status.ends_with("vip 203.0.113.10 withdrawn: stopping\n"),
+            "{status}"
+        );
+    }
+}
