@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
-use sluice_core::snapshot::{ForwardingState, Millis, SnapshotCell};
+use sluice_core::snapshot::{ForwardingState, SnapshotCell};
 use sluice_core::stats::WorkerStats;
+use sluice_core::time::Millis;
 
 use crate::config::{self, Config};
 use crate::health::{self, HealthChecker, ProbeKey, ProbeStatus};
@@ -423,10 +424,10 @@ impl Controller {
     }
 }
 
-fn pool_name(p: sluice_core::snapshot::Pool) -> &'static str {
+fn pool_name(p: sluice_core::backend::Pool) -> &'static str {
     match p {
-        sluice_core::snapshot::Pool::Primary => "primary",
-        sluice_core::snapshot::Pool::Failover => "failover",
+        sluice_core::backend::Pool::Primary => "primary",
+        sluice_core::backend::Pool::Failover => "failover",
     }
 }
 

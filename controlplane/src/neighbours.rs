@@ -23,7 +23,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
-use sluice_core::snapshot::Egress;
+use sluice_core::backend::Egress;
 
 /// Round interval while every backend is resolved.
 pub const REFRESH: Duration = Duration::from_secs(1);

@@ -39,10 +39,12 @@
 //! fresh buffer, at most the buffer's room minus the Ethernet header;
 //! fragment payloads other than the last are multiples of 8 bytes.
 
+use crate::backend::BackendState;
 use crate::drop_reason::DropReason;
 use crate::encap;
+use crate::encap::Encapsulation;
 use crate::packet::PacketBuf;
-use crate::snapshot::{BackendState, Encapsulation, PortState};
+use crate::port::PortState;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::wire::ipv4::{self, Ipv4Packet, FRAG_OFFSET_MASK};
 use crate::wire::ipv6::{self, Ipv6Packet};

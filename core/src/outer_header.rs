@@ -22,9 +22,11 @@
 
 use std::net::IpAddr;
 
-use crate::encap::{self, udp_src_port, Carrier};
+use crate::backend::BackendState;
+use crate::encap::{self, udp_src_port, Carrier, Encapsulation};
+use crate::ids::BackendId;
 use crate::packet::{PacketBuf, VecPacket};
-use crate::snapshot::{BackendId, BackendState, Encapsulation, ForwardingState, PortState};
+use crate::port::PortState;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4};
 use crate::wire::{ipv4, udp, L3Layout};
 
@@ -236,29 +238,18 @@ fn fold(mut sum: u32) -> u16 {
 }
 
 /// Every backend's [`OuterHeader`], indexed by [`BackendId::index`]; part of a
-/// snapshot, built by [`OuterHeaders::build`] after the rest of it.
+/// snapshot, collected from one `Option<OuterHeader>` per backend index
+/// (the snapshot's `build_outer_headers`).
 #[derive(Clone, Debug, Default)]
 pub struct OuterHeaders(Vec<Option<OuterHeader>>);
 
-impl OuterHeaders {
-    /// The headers for `state`'s backends as they stand. A snapshot that is
-    /// changed afterwards must be built again (the control plane builds
-    /// every snapshot whole).
-    pub fn build(state: &ForwardingState) -> Self {
-        let header = |b: &BackendState| {
-            let service = state.service(b.service)?;
-            let port = state.ports.get(usize::from(b.egress.port))?;
-            OuterHeader::build(service.encapsulation, b, port)
-        };
-        Self(
-            state
-                .backends
-                .iter()
-                .map(|b| b.as_ref().and_then(header))
-                .collect(),
-        )
+impl FromIterator<Option<OuterHeader>> for OuterHeaders {
+    fn from_iter<I: IntoIterator<Item = Option<OuterHeader>>>(headers: I) -> Self {
+        Self(headers.into_iter().collect())
     }
+}
 
+impl OuterHeaders {
     #[inline]
     pub fn get(&self, id: BackendId) -> Option<&OuterHeader> {
         self.0.get(id.index()).and_then(Option::as_ref)

@@ -11,7 +11,8 @@ use common::*;
 use etherparse::{Icmpv4Type, Icmpv6Type, NetSlice, SlicedPacket, TransportSlice};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
-use sluice_core::snapshot::{ForwardingState, Millis};
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::time::Millis;
 use sluice_core::DropReason;
 
 const MTU: u16 = 1000;

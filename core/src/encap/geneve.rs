@@ -35,7 +35,7 @@
 //! not the client, so a packet without DF beyond a smaller link would be
 //! lost instead of fragmented.
 
-use super::{Carrier, ConfigKey, Tunnel};
+use super::tunnel::{Carrier, ConfigKey, Tunnel};
 use crate::drop_reason::DropReason;
 
 /// The base header: no options.
