@@ -45,7 +45,7 @@ pub const REPLY_BURST: u64 = 100;
 const V4_REPLY_MAX: usize = 576;
 const V6_REPLY_MAX: usize = 1280;
 /// Longest L2 header the pipeline accepts: Ethernet + two VLAN tags.
-const MAX_L2: usize = 22;
+const MAX_L2: usize = ethernet::HEADER_LEN + ethernet::MAX_VLAN_TAGS * ethernet::VLAN_TAG_LEN;
 const TTL: u8 = 64;
 
 /// A per-worker token bucket (single owner, no atomics).
