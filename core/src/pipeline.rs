@@ -390,11 +390,28 @@ pub fn deliver_keyed<P: PacketBuf>(
 ) -> Verdict {
     match deliver_inner(pkt, b, tracked, state, ctx) {
         Ok(v) => v,
-        // AP-3: answer the client with the path MTU (cold path).
-        Err(DropReason::MtuExceeded) => {
-            icmp::answer_mtu_exceeded(pkt, b, state, &mut ctx.icmp_replies, ctx.now)
+        // AP-3: answer the client with the MTU of the path to the backend
+        // it was delivered to (cold path).
+        Err(Undelivered::TooBig(backend)) => {
+            icmp::answer_mtu_exceeded(pkt, b, backend, state, &mut ctx.icmp_replies, ctx.now)
         }
-        Err(reason) => Verdict::Drop(reason),
+        Err(Undelivered::Drop(reason)) => Verdict::Drop(reason),
+    }
+}
+
+/// Why stage 2 did not deliver a packet.
+enum Undelivered {
+    /// Dropped, counted under the reason.
+    Drop(DropReason),
+    /// Too big for the path to the backend chosen for it, and not to be
+    /// fragmented (AP-3): the client is told that path's MTU.
+    TooBig(BackendId),
+}
+
+impl From<DropReason> for Undelivered {
+    #[inline(always)]
+    fn from(reason: DropReason) -> Self {
+        Undelivered::Drop(reason)
     }
 }
 
@@ -404,7 +421,7 @@ fn deliver_inner<P: PacketBuf>(
     tracked: Option<&Tracked>,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
-) -> Result<Verdict, DropReason> {
+) -> Result<Verdict, Undelivered> {
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
     // CT-2: an untracked packet of a service without zonal tables is hashed
     // onto its one table: no addresses to read back, no shard to consult.
@@ -433,12 +450,15 @@ fn deliver_inner<P: PacketBuf>(
         .ok_or(DropReason::NextHopUnresolved)?;
     let encap = service.encapsulation;
     if let Err(e) = encap::encapsulate(pkt, b.layout, encap, backend, port, b.hash) {
+        if e != DropReason::MtuExceeded {
+            return Err(e.into());
+        }
         // AP-3: an oversize IPv4 packet without DF, or an IPv6 packet of at
         // most 1280 bytes in a tunnel, is fragmented (cold path, reached
-        // only after the MTU comparison failed); the rest gets ICMP in
-        // `deliver`.
-        if e != DropReason::MtuExceeded || !fragment::fragmentable(&b.layout, encap) {
-            return Err(e);
+        // only after the MTU comparison failed); the rest is answered with
+        // this backend's path MTU in `deliver_keyed`.
+        if !fragment::fragmentable(&b.layout, encap) {
+            return Err(Undelivered::TooBig(id));
         }
         let ids = &mut ctx.fragment_ids;
         fragment::prepare(pkt, &b.layout, encap, backend, port, b.hash, ids)?;
