@@ -390,28 +390,7 @@ pub fn deliver_keyed<P: PacketBuf>(
 ) -> Verdict {
     match deliver_inner(pkt, b, tracked, state, ctx) {
         Ok(v) => v,
-        // AP-3: answer the client with the MTU of the path to the backend
-        // it was delivered to (cold path).
-        Err(Undelivered::TooBig(backend)) => {
-            icmp::answer_mtu_exceeded(pkt, b, backend, state, &mut ctx.icmp_replies, ctx.now)
-        }
-        Err(Undelivered::Drop(reason)) => Verdict::Drop(reason),
-    }
-}
-
-/// Why stage 2 did not deliver a packet.
-enum Undelivered {
-    /// Dropped, counted under the reason.
-    Drop(DropReason),
-    /// Too big for the path to the backend chosen for it, and not to be
-    /// fragmented (AP-3): the client is told that path's MTU.
-    TooBig(BackendId),
-}
-
-impl From<DropReason> for Undelivered {
-    #[inline(always)]
-    fn from(reason: DropReason) -> Self {
-        Undelivered::Drop(reason)
+        Err(reason) => Verdict::Drop(reason),
     }
 }
 
@@ -421,7 +400,7 @@ fn deliver_inner<P: PacketBuf>(
     tracked: Option<&Tracked>,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
-) -> Result<Verdict, Undelivered> {
+) -> Result<Verdict, DropReason> {
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
     // CT-2: an untracked packet of a service without zonal tables is hashed
     // onto its one table: no addresses to read back, no shard to consult.
@@ -451,14 +430,17 @@ fn deliver_inner<P: PacketBuf>(
     let encap = service.encapsulation;
     if let Err(e) = encap::encapsulate(pkt, b.layout, encap, backend, port, b.hash) {
         if e != DropReason::MtuExceeded {
-            return Err(e.into());
+            return Err(e);
         }
-        // AP-3: an oversize IPv4 packet without DF, or an IPv6 packet of at
-        // most 1280 bytes in a tunnel, is fragmented (cold path, reached
-        // only after the MTU comparison failed); the rest is answered with
-        // this backend's path MTU in `deliver_keyed`.
+        // AP-3, cold paths reached only after the MTU comparison failed:
+        // an oversize IPv4 packet without DF, or an IPv6 packet of at most
+        // 1280 bytes in a tunnel, is fragmented; the client of any other is
+        // answered with the MTU of the path to this backend.
         if !fragment::fragmentable(&b.layout, encap) {
-            return Err(Undelivered::TooBig(id));
+            let replies = &mut ctx.icmp_replies;
+            return Ok(icmp::answer_mtu_exceeded(
+                pkt, b, id, state, replies, ctx.now,
+            ));
         }
         let ids = &mut ctx.fragment_ids;
         fragment::prepare(pkt, &b.layout, encap, backend, port, b.hash, ids)?;
