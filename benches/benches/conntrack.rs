@@ -18,7 +18,8 @@ use criterion::{Criterion, Throughput};
 use dataplane::dpdk::rte_hash::RteHash;
 use dataplane::dpdk::Eal;
 use sluice_core::conntrack::{Entry, Shard, TrackKey};
-use sluice_core::snapshot::{BackendId, Millis};
+use sluice_core::ids::BackendId;
+use sluice_core::time::Millis;
 
 const BATCH: usize = 32;
 

@@ -8,7 +8,7 @@
 
 use controlplane::maglev::{build_table, build_table_reference_pseudocode1, MaglevBackend};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use sluice_core::snapshot::BackendId;
+use sluice_core::ids::BackendId;
 
 fn backends(n: u32) -> Vec<MaglevBackend> {
     (0..n)

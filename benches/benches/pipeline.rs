@@ -11,10 +11,12 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use sluice_core::encap::{self, Geneve, Gre, Gue, Ipip};
+use sluice_core::backend::{BackendState, Egress};
+use sluice_core::encap::{self, Encapsulation, Geneve, Gre, Gue, Ipip};
+use sluice_core::ids::{BackendId, ServiceId};
 use sluice_core::packet::VecPacket;
 use sluice_core::pipeline::{self, PipelineCtx};
-use sluice_core::snapshot::{BackendId, BackendState, Egress, Encapsulation, PortState, ServiceId};
+use sluice_core::port::PortState;
 use sluice_core::wire::{parse, Parsed};
 use sluice_core::ForwardingState;
 

@@ -28,7 +28,8 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
-use sluice_core::snapshot::{BackendId, Millis};
+use sluice_core::ids::BackendId;
+use sluice_core::time::Millis;
 
 use crate::config::Config;
 

@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex, Weak};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntGaugeVec, Opts};
 use sluice_core::hash::stable_hash_bytes;
-use sluice_core::snapshot::{ForwardingState, MaglevTable, ServiceState};
+use sluice_core::maglev_table::MaglevTable;
+use sluice_core::service::ServiceState;
+use sluice_core::snapshot::ForwardingState;
 
 use crate::config::Config;
 use crate::control::View;

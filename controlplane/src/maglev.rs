@@ -39,7 +39,8 @@
 //! the table equally rather than leaving it empty.
 
 use sluice_core::hash::stable_hash_bytes;
-use sluice_core::snapshot::{BackendId, MaglevTable};
+use sluice_core::ids::BackendId;
+use sluice_core::maglev_table::MaglevTable;
 
 /// Seeds of the two permutation hashes. Changing either changes every
 /// table: appliances of different versions would disagree (MG-2).

@@ -321,9 +321,10 @@ impl Collector for SluiceCollector {
 
 #[cfg(test)]
 mod tests {
-    use sluice_core::snapshot::{
-        BackendId, BackendState, ForwardingState, ServiceId, ServiceState,
-    };
+    use sluice_core::backend::BackendState;
+    use sluice_core::ids::{BackendId, ServiceId};
+    use sluice_core::service::ServiceState;
+    use sluice_core::snapshot::ForwardingState;
 
     use super::*;
 
@@ -354,7 +355,7 @@ mod tests {
             generation: 42,
             services: vec![ServiceState {
                 name: "web".into(),
-                encapsulation: sluice_core::snapshot::Encapsulation::L2,
+                encapsulation: sluice_core::encap::Encapsulation::L2,
                 affinity: Default::default(),
                 tracking: Default::default(),
                 draining_timeout_ms: 0,

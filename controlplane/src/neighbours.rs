@@ -23,7 +23,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
-use sluice_core::snapshot::Egress;
+use sluice_core::backend::Egress;
 
 use crate::exception::IpCommandError;
 

@@ -11,7 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_core::snapshot::{BackendId, MaglevTable};
+use sluice_core::ids::BackendId;
+use sluice_core::maglev_table::MaglevTable;
 
 use crate::maglev::Permutations;
 

@@ -4,7 +4,8 @@
 use controlplane::maglev::{
     build_table, build_table_reference_pseudocode1, MaglevBackend, Permutations,
 };
-use sluice_core::snapshot::{BackendId, MaglevTable};
+use sluice_core::ids::BackendId;
+use sluice_core::maglev_table::MaglevTable;
 
 const M: u32 = 65537;
 

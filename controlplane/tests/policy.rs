@@ -8,7 +8,8 @@ use controlplane::config::{load_str, Config};
 use controlplane::health::{probe_key, ProbeKey, ProbeStatus};
 use controlplane::publish::{build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory};
 use controlplane::synthetic::probe_status;
-use sluice_core::snapshot::{ForwardingState, Millis};
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::time::Millis;
 
 fn cfg(services: &str) -> Config {
     let text = format!(

@@ -15,7 +15,8 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use sluice_core::conntrack::{Entry, Shard, TrackKey};
-use sluice_core::snapshot::{BackendId, Millis};
+use sluice_core::ids::BackendId;
+use sluice_core::time::Millis;
 
 const N: usize = 1_000_000;
 const PROBES: u64 = 200_000;

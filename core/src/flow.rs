@@ -14,8 +14,8 @@
 
 use std::net::IpAddr;
 
+use crate::affinity::SessionAffinity;
 use crate::hash::{stable_hash_bytes, stable_hash_pair, stable_hash_words};
-use crate::snapshot::SessionAffinity;
 use crate::wire::proto::{TCP, UDP};
 use crate::wire::{IpInfo, Ports};
 

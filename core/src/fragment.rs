@@ -39,10 +39,12 @@
 //! fresh buffer, at most the buffer's room minus the Ethernet header;
 //! fragment payloads other than the last are multiples of 8 bytes.
 
+use crate::backend::BackendState;
 use crate::drop_reason::DropReason;
 use crate::encap;
+use crate::encap::Encapsulation;
 use crate::packet::PacketBuf;
-use crate::snapshot::{BackendState, Encapsulation, PortState};
+use crate::port::PortState;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::wire::ipv4::{self, Ipv4Packet, FRAG_OFFSET_MASK};
 use crate::wire::ipv6::{self, Ipv6Packet};
@@ -63,8 +65,6 @@ pub const MAX_FRAGMENTS: usize = 64;
 const L2_LEN: usize = ethernet::HEADER_LEN;
 /// Highest IPv4 fragment offset, in 8-byte units (13 bits).
 const IPV4_MAX_OFFSET: usize = FRAG_OFFSET_MASK as usize;
-/// IPv4 option type bit: copy the option into every fragment.
-const OPTION_COPIED: u8 = 0x80;
 /// First fragment header of an IPv6 fragment: fixed header + Fragment.
 const V6_HDR: usize = ipv6::HEADER_LEN + FRAGMENT_HEADER_LEN;
 
@@ -260,7 +260,8 @@ pub fn plan(frame: &[u8], mtu: u16, room: usize) -> Result<Plan, DropReason> {
             if ip.dont_frag() {
                 return Err(DropReason::MtuExceeded);
             }
-            let later = ipv4::HEADER_LEN + copied_options(ip.options(), &mut [0; 40])?;
+            let later =
+                ipv4::HEADER_LEN + copied_options(ip.options(), &mut [0; ipv4::MAX_OPTIONS_LEN])?;
             let base = usize::from(ip.frag_offset()) * 8;
             (false, ip.header_len(), later, ip.payload().len(), base)
         }
@@ -307,40 +308,11 @@ pub fn plan(frame: &[u8], mtu: u16, room: usize) -> Result<Plan, DropReason> {
     })
 }
 
-/// The options of an IPv4 header that go into non-first fragments (RFC
-/// 791: those with the copy flag), written to `out` and padded with
-/// end-of-list to a multiple of 4 bytes; returns their length. A malformed
-/// option list is `bad_ipv4_header`.
-fn copied_options(opts: &[u8], out: &mut [u8; 40]) -> Result<usize, DropReason> {
-    let mut i = 0;
-    let mut n = 0;
-    while let Some(&kind) = opts.get(i) {
-        match kind {
-            // End of option list: the rest is padding.
-            0 => break,
-            // No operation: one byte, not copied.
-            1 => i += 1,
-            _ => {
-                let len = usize::from(*opts.get(i + 1).ok_or(DropReason::BadIpv4Header)?);
-                let opt = opts
-                    .get(i..i + len)
-                    .filter(|_| len >= 2)
-                    .ok_or(DropReason::BadIpv4Header)?;
-                if kind & OPTION_COPIED != 0 {
-                    out.get_mut(n..n + len)
-                        .ok_or(DropReason::BadIpv4Header)?
-                        .copy_from_slice(opt);
-                    n += len;
-                }
-                i += len;
-            }
-        }
-    }
-    let padded = (n + 3) & !3;
-    out.get_mut(n..padded)
-        .ok_or(DropReason::BadIpv4Header)?
-        .fill(0);
-    Ok(padded)
+/// The options of an IPv4 header that go into non-first fragments, padded
+/// ([`ipv4::copied_options`]); a malformed option list is
+/// `bad_ipv4_header`.
+fn copied_options(opts: &[u8], out: &mut [u8; ipv4::MAX_OPTIONS_LEN]) -> Result<usize, DropReason> {
+    ipv4::copied_options(opts, out).map_err(|_| DropReason::BadIpv4Header)
 }
 
 /// Splits the frame in `pkt` as `plan` (made by [`plan`] for this frame)
@@ -377,7 +349,7 @@ pub fn split<'a, P: PacketBuf + 'a>(
             .ok_or(DropReason::MtuExceeded)?;
         let (fixed, opts) = later.split_at_mut(ipv4::HEADER_LEN);
         fixed.copy_from_slice(h);
-        let mut copied = [0u8; 40];
+        let mut copied = [0u8; ipv4::MAX_OPTIONS_LEN];
         let n = copied_options(orig_hdr.get(ipv4::HEADER_LEN..).unwrap_or(&[]), &mut copied)?;
         let (Some(to), Some(from)) = (opts.get_mut(..n), copied.get(..n)) else {
             return Err(DropReason::BadIpv4Header);

@@ -21,11 +21,13 @@
 use std::net::{IpAddr, Ipv6Addr};
 
 use crate::drop_reason::DropReason;
-use crate::encap;
+use crate::encap::{self, Encapsulation};
 use crate::fragment;
+use crate::ids::BackendId;
 use crate::packet::PacketBuf;
-use crate::snapshot::{ForwardingState, Millis};
+use crate::snapshot::ForwardingState;
 use crate::stage::{Balance, Verdict};
+use crate::time::Millis;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV6};
 use crate::wire::icmp::{self as icmp_wire, IcmpPacket};
 use crate::wire::icmp::{V4_CODE_FRAG_NEEDED, V4_DEST_UNREACHABLE, V4_PARAMETER_PROBLEM};
@@ -44,7 +46,7 @@ pub const REPLY_BURST: u64 = 100;
 const V4_REPLY_MAX: usize = 576;
 const V6_REPLY_MAX: usize = 1280;
 /// Longest L2 header the pipeline accepts: Ethernet + two VLAN tags.
-const MAX_L2: usize = 22;
+const MAX_L2: usize = ethernet::HEADER_LEN + ethernet::MAX_VLAN_TAGS * ethernet::VLAN_TAG_LEN;
 const TTL: u8 = 64;
 
 /// A per-worker token bucket (single owner, no atomics).
@@ -80,36 +82,48 @@ impl TokenBucket {
     }
 }
 
-/// Called by stage 2 when encapsulation failed with `MtuExceeded`: finds
-/// the egress MTU the packet's backend imposes and answers the client,
-/// within the worker's reply budget `bucket`.
-/// The backend is looked up again by hash; only its egress port and
-/// address family matter (the tunnel overhead), not which one it is.
+/// Called by stage 2 when the packet is too big for the path to
+/// `backend`, the backend it was delivered to, and may not be fragmented:
+/// answers the client with that path's MTU ([`path_mtu`]), within the
+/// worker's reply budget `bucket`.
 #[cold]
 #[inline(never)]
 pub fn answer_mtu_exceeded<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
+    backend: BackendId,
     state: &ForwardingState,
     bucket: &mut TokenBucket,
     now: Millis,
 ) -> Verdict {
-    let mtu = state.service(b.service).and_then(|s| {
-        let backend = state.backend(s.table_for(None)?.lookup(b.hash)?)?;
+    let mtu = state.backend(backend).and_then(|backend| {
+        let service = state.service(b.service)?;
         let port = state.ports.get(usize::from(backend.egress.port))?;
-        let overhead = encap::overhead(s.encapsulation, backend.address);
-        let mtu = port.mtu.saturating_sub(overhead as u16);
-        // RFC 2473 §7.1 (b): never below the IPv6 minimum, which a client
-        // would ignore; packets up to it are fragmented in the tunnel.
-        Some(if b.layout.ethertype == ETHERTYPE_IPV6 {
-            mtu.max(fragment::IPV6_MIN_MTU as u16)
-        } else {
-            mtu
-        })
+        let inner_v6 = b.layout.ethertype == ETHERTYPE_IPV6;
+        Some(path_mtu(
+            port.mtu,
+            service.encapsulation,
+            backend.address,
+            inner_v6,
+        ))
     });
     match mtu {
         Some(mtu) => too_big(pkt, &b.layout, mtu, bucket, now),
         None => Verdict::Drop(DropReason::MtuExceeded),
+    }
+}
+
+/// AP-3: the MTU a client is told for the path to a backend at `backend`
+/// out of a port of `port_mtu` with `encap`: the port's MTU less the
+/// encapsulation's overhead, and for an IPv6 client never below the IPv6
+/// minimum, which it would ignore (RFC 2473 §7.1 (b); packets up to it
+/// are fragmented in the tunnel instead).
+fn path_mtu(port_mtu: u16, encap: Encapsulation, backend: IpAddr, inner_v6: bool) -> u16 {
+    let mtu = port_mtu.saturating_sub(encap::overhead(encap, backend) as u16);
+    if inner_v6 {
+        mtu.max(fragment::IPV6_MIN_MTU as u16)
+    } else {
+        mtu
     }
 }
 

@@ -8,6 +8,8 @@
 //! transparent huge pages) come from `sluice-platform`.
 #![forbid(unsafe_code)]
 
+pub mod affinity;
+pub mod backend;
 pub mod burst;
 pub mod conntrack;
 pub mod drop_reason;
@@ -17,18 +19,25 @@ pub mod flow;
 pub mod fragment;
 pub mod hash;
 pub mod icmp;
+pub mod ids;
+pub mod maglev_table;
 pub mod outer_header;
 pub mod packet;
 pub mod pipeline;
+pub mod port;
 pub mod rules;
+pub mod service;
 pub mod snapshot;
 pub mod stage;
 pub mod stats;
 pub mod steering;
+pub mod time;
 pub mod vlan;
 pub mod wire;
+pub mod zones;
 
 pub use drop_reason::DropReason;
+pub use ids::{BackendId, ServiceId};
 pub use packet::PacketBuf;
 pub use pipeline::Verdict;
-pub use snapshot::{BackendId, ForwardingState, ServiceId};
+pub use snapshot::ForwardingState;

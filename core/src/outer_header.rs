@@ -22,18 +22,21 @@
 
 use std::net::IpAddr;
 
-use crate::encap::{self, udp_src_port, Carrier};
+use crate::backend::BackendState;
+use crate::encap::{self, udp_src_port, Carrier, Encapsulation};
+use crate::ids::BackendId;
 use crate::packet::{PacketBuf, VecPacket};
-use crate::snapshot::{BackendId, BackendState, Encapsulation, ForwardingState, PortState};
+use crate::port::PortState;
+use crate::wire::checksum;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4};
-use crate::wire::{ipv4, udp, L3Layout};
+use crate::wire::ipv4::{self, Ipv4Packet, FLAG_DF};
+use crate::wire::udp::{self, UdpDatagram};
+use crate::wire::L3Layout;
 
 /// The longest header: Ethernet with an 802.1Q tag, IPv4 and the longest
 /// tunnel's headers.
 const MAX_LEN: usize =
     ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + ipv4::HEADER_LEN + encap::MAX_TUNNEL_LEN;
-/// DF in the flags byte.
-const DF_BIT: u8 = 0x40;
 
 /// Which fields [`OuterHeader::apply`] patches per packet.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -81,7 +84,9 @@ impl OuterHeader {
         }
         // The general path's bytes in front of a bare IPv4 header.
         let mut frame = [0u8; ethernet::HEADER_LEN + ipv4::HEADER_LEN];
-        frame[ethernet::HEADER_LEN] = 0x45;
+        if let Some(h) = frame.last_chunk_mut::<{ ipv4::HEADER_LEN }>() {
+            Ipv4Packet::new_unchecked(h).set_header_len(ipv4::HEADER_LEN);
+        }
         let probe_ip = L3Layout {
             ethertype: ETHERTYPE_IPV4,
             l3_offset: ethernet::HEADER_LEN,
@@ -111,21 +116,17 @@ impl OuterHeader {
         }
         // Zero what varies per packet: total length, flags, checksum; a UDP
         // tunnel's source port and length (its checksum is 0 over IPv4).
-        let h = out.bytes.get_mut(l2..l2 + ipv4::HEADER_LEN)?;
-        h[2..4].fill(0);
-        h[6] = 0;
-        h[10..12].fill(0);
-        let sum: u32 = h
-            .chunks_exact(2)
-            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-            .sum();
-        out.partial_sum = fold(sum);
+        let mut outer = Ipv4Packet::new_unchecked(out.bytes.get_mut(l2..l2 + ipv4::HEADER_LEN)?);
+        outer.set_total_len(0);
+        outer.set_flags_frag(0);
+        outer.set_checksum(0);
+        out.partial_sum = checksum::ones_complement_sum(outer.header_bytes());
         out.patch = Patch::Ipv4;
         if let Some(Carrier::Udp { .. }) = encap.carrier() {
             let at = l2 + ipv4::HEADER_LEN;
-            let u = out.bytes.get_mut(at..at + udp::HEADER_LEN)?;
-            u[0..2].fill(0);
-            u[4..6].fill(0);
+            let mut u = UdpDatagram::new_unchecked(out.bytes.get_mut(at..at + udp::HEADER_LEN)?);
+            u.set_src_port(0);
+            u.set_len(0);
             out.patch = Patch::Ipv4Udp;
         }
         Some(out)
@@ -174,29 +175,25 @@ impl OuterHeader {
         // The outer IPv4 header to the end of the header, then the inner
         // packet.
         let total = (usize::from(self.len) - at + ip.ip_len) as u16;
-        let flags = if ip.dont_fragment { DF_BIT } else { 0 };
+        let flags_frag = if ip.dont_fragment { FLAG_DF } else { 0 };
         let Some((h, rest)) = data
             .get_mut(at..)
             .and_then(|h| h.split_first_chunk_mut::<{ ipv4::HEADER_LEN }>())
         else {
             return;
         };
-        let sum = u32::from(self.partial_sum) + u32::from(total) + (u32::from(flags) << 8);
-        let [t0, t1] = total.to_be_bytes();
-        let [c0, c1] = (!fold(sum)).to_be_bytes();
-        h[2] = t0;
-        h[3] = t1;
-        h[6] = flags;
-        h[10] = c0;
-        h[11] = c1;
+        // The header's sum is the prebuilt part's plus the two words that
+        // vary; their bytes were zero when it was taken.
+        let sum = u32::from(self.partial_sum) + u32::from(total) + u32::from(flags_frag);
+        let mut outer = Ipv4Packet::new_unchecked(h);
+        outer.set_total_len(total);
+        outer.set_flags_frag(flags_frag);
+        outer.set_checksum(!checksum::fold(sum));
         if self.patch == Patch::Ipv4Udp {
             if let Some(u) = rest.first_chunk_mut::<{ udp::HEADER_LEN }>() {
-                let [s0, s1] = udp_src_port(flow_hash).to_be_bytes();
-                let [l0, l1] = (total - ipv4::HEADER_LEN as u16).to_be_bytes();
-                u[0] = s0;
-                u[1] = s1;
-                u[4] = l0;
-                u[5] = l1;
+                let mut udp = UdpDatagram::new_unchecked(u);
+                udp.set_src_port(udp_src_port(flow_hash));
+                udp.set_len(total - ipv4::HEADER_LEN as u16);
             }
         }
     }
@@ -227,38 +224,19 @@ fn put<const N: usize>(data: &mut [u8], bytes: &[u8; MAX_LEN], len: usize) -> bo
     true
 }
 
-/// Folds a ones' complement sum to 16 bits (end-around carry).
-#[inline(always)]
-fn fold(mut sum: u32) -> u16 {
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum as u16
-}
-
 /// Every backend's [`OuterHeader`], indexed by [`BackendId::index`]; part of a
-/// snapshot, built by [`OuterHeaders::build`] after the rest of it.
+/// snapshot, collected from one `Option<OuterHeader>` per backend index
+/// (the snapshot's `build_outer_headers`).
 #[derive(Clone, Debug, Default)]
 pub struct OuterHeaders(Vec<Option<OuterHeader>>);
 
-impl OuterHeaders {
-    /// The headers for `state`'s backends as they stand. A snapshot that is
-    /// changed afterwards must be built again (the control plane builds
-    /// every snapshot whole).
-    pub fn build(state: &ForwardingState) -> Self {
-        let header = |b: &BackendState| {
-            let service = state.service(b.service)?;
-            let port = state.ports.get(usize::from(b.egress.port))?;
-            OuterHeader::build(service.encapsulation, b, port)
-        };
-        Self(
-            state
-                .backends
-                .iter()
-                .map(|b| b.as_ref().and_then(header))
-                .collect(),
-        )
+impl FromIterator<Option<OuterHeader>> for OuterHeaders {
+    fn from_iter<I: IntoIterator<Item = Option<OuterHeader>>>(headers: I) -> Self {
+        Self(headers.into_iter().collect())
     }
+}
 
+impl OuterHeaders {
     #[inline]
     pub fn get(&self, id: BackendId) -> Option<&OuterHeader> {
         self.0.get(id.index()).and_then(Option::as_ref)

@@ -14,10 +14,13 @@ use crate::encap;
 use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
+use crate::ids::{BackendId, ServiceId};
 use crate::packet::PacketBuf;
-use crate::snapshot::{BackendId, ForwardingState, Millis, ServiceId, ServiceState};
+use crate::service::ServiceState;
+use crate::snapshot::ForwardingState;
 use crate::stage::{is_own_address, rule_miss};
 pub use crate::stage::{prefetch_table, Balance, Stage, Verdict};
+use crate::time::Millis;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::proto::ICMPV6;
 use crate::wire::{self, icmp as icmp_wire, IpInfo, L3Layout, Parsed, Ports};
@@ -387,10 +390,6 @@ pub fn deliver_keyed<P: PacketBuf>(
 ) -> Verdict {
     match deliver_inner(pkt, b, tracked, state, ctx) {
         Ok(v) => v,
-        // AP-3: answer the client with the path MTU (cold path).
-        Err(DropReason::MtuExceeded) => {
-            icmp::answer_mtu_exceeded(pkt, b, state, &mut ctx.icmp_replies, ctx.now)
-        }
         Err(reason) => Verdict::Drop(reason),
     }
 }
@@ -430,12 +429,18 @@ fn deliver_inner<P: PacketBuf>(
         .ok_or(DropReason::NextHopUnresolved)?;
     let encap = service.encapsulation;
     if let Err(e) = encap::encapsulate(pkt, b.layout, encap, backend, port, b.hash) {
-        // AP-3: an oversize IPv4 packet without DF, or an IPv6 packet of at
-        // most 1280 bytes in a tunnel, is fragmented (cold path, reached
-        // only after the MTU comparison failed); the rest gets ICMP in
-        // `deliver`.
-        if e != DropReason::MtuExceeded || !fragment::fragmentable(&b.layout, encap) {
+        if e != DropReason::MtuExceeded {
             return Err(e);
+        }
+        // AP-3, cold paths reached only after the MTU comparison failed:
+        // an oversize IPv4 packet without DF, or an IPv6 packet of at most
+        // 1280 bytes in a tunnel, is fragmented; the client of any other is
+        // answered with the MTU of the path to this backend.
+        if !fragment::fragmentable(&b.layout, encap) {
+            let replies = &mut ctx.icmp_replies;
+            return Ok(icmp::answer_mtu_exceeded(
+                pkt, b, id, state, replies, ctx.now,
+            ));
         }
         let ids = &mut ctx.fragment_ids;
         fragment::prepare(pkt, &b.layout, encap, backend, port, b.hash, ids)?;

@@ -2,7 +2,47 @@
 
 use std::net::IpAddr;
 
-use crate::snapshot::{PortRange, RuleProtocol, ServiceId};
+use crate::ids::ServiceId;
+
+/// IP protocols a forwarding rule can name (FR-1).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RuleProtocol {
+    Tcp,
+    Udp,
+    /// Every IP protocol (TCP, UDP, ESP, GRE, ICMP, ICMPv6, …).
+    L3Default,
+}
+
+/// An inclusive destination-port range; `ALL` is `0..=65535` and is the only
+/// range that matches packets without ports (non-first fragments, ESP, …: FR-4).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PortRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+impl PortRange {
+    pub const ALL: PortRange = PortRange {
+        first: 0,
+        last: u16::MAX,
+    };
+
+    pub fn is_all(&self) -> bool {
+        *self == Self::ALL
+    }
+
+    /// Whether a packet with destination port `port` (None: no ports) matches.
+    pub fn matches(&self, port: Option<u16>) -> bool {
+        match port {
+            Some(p) => self.first <= p && p <= self.last,
+            None => self.is_all(),
+        }
+    }
+
+    pub fn overlaps(&self, other: &PortRange) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
+}
 
 /// One forwarding rule as the dataplane matches it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -10,8 +10,10 @@ use std::net::IpAddr;
 
 use crate::conntrack::PacketMeta;
 use crate::drop_reason::DropReason;
+use crate::ids::{BackendId, ServiceId};
 use crate::rules::RuleMiss;
-use crate::snapshot::{BackendId, ForwardingState, ServiceId, ServiceState};
+use crate::service::ServiceState;
+use crate::snapshot::ForwardingState;
 use crate::wire::L3Layout;
 
 /// What the worker does with a packet after `pipeline::process`.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 use crate::drop_reason::DropReason;
+use crate::ids::BackendId;
 
 /// Maximum number of dataplane ports.
 pub const MAX_PORTS: usize = 8;
@@ -50,7 +51,7 @@ pub struct BackendCounters {
 impl Default for BackendCounters {
     fn default() -> Self {
         Self {
-            chunks: (0..crate::BackendId::INDEXES / Self::CHUNK)
+            chunks: (0..BackendId::INDEXES / Self::CHUNK)
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
             uncounted: Counter::default(),
@@ -340,7 +341,7 @@ counter_block! {
         ;
         ports: [PortCounters; MAX_PORTS],
         drops: [Counter; DropReason::COUNT],
-        /// Packets sent per backend, by [`crate::BackendId::index`].
+        /// Packets sent per backend, by [`BackendId::index`].
         backend_packets: BackendCounters,
         conntrack: ConntrackStats,
     }
@@ -357,7 +358,7 @@ impl WorkerStats {
     }
 
     #[inline(always)]
-    pub fn backend(&self, id: crate::BackendId, n: u64) {
+    pub fn backend(&self, id: BackendId, n: u64) {
         self.backend_packets.add(id.index(), n);
     }
 
@@ -376,8 +377,8 @@ mod tests {
         s.count_drop(DropReason::NoRule, 2);
         s.count_drop(DropReason::NotForUs, 3);
         s.backend_packets.cover(4);
-        s.backend(crate::BackendId(3), 5);
-        s.backend(crate::BackendId(9000), 5); // no counter yet: uncounted
+        s.backend(BackendId(3), 5);
+        s.backend(BackendId(9000), 5); // no counter yet: uncounted
         assert_eq!(s.total_drops(), 5);
         assert_eq!(s.backend_packets.get(3), 5);
         assert_eq!(s.backend_packets.uncounted.get(), 5);
@@ -450,15 +451,15 @@ mod tests {
         assert_eq!(s.backend_packets.covered(), 0);
         s.backend_packets.cover(70_001);
         assert!(s.backend_packets.covered() >= 70_001);
-        s.backend(crate::BackendId::new(70_000, 1), 7);
+        s.backend(BackendId::new(70_000, 1), 7);
         assert_eq!(s.backend_packets.get(70_000), 7);
         assert_eq!(s.backend_packets.uncounted.get(), 0);
         s.backend_packets.reset(70_000);
-        s.backend(crate::BackendId::new(70_000, 2), 1);
+        s.backend(BackendId::new(70_000, 2), 1);
         assert_eq!(s.backend_packets.get(70_000), 1);
-        let last = crate::BackendId::INDEXES - 1;
+        let last = BackendId::INDEXES - 1;
         s.backend_packets.cover(last + 1);
-        s.backend(crate::BackendId::new(last as u32, 4095), 1);
+        s.backend(BackendId::new(last as u32, 4095), 1);
         assert_eq!(s.backend_packets.get(last), 1);
     }
 }

@@ -11,7 +11,9 @@
 
 use crate::hash::stable_hash_bytes;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
-use crate::wire::{ipv4, ipv6, L3Layout};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6::Ipv6Packet;
+use crate::wire::L3Layout;
 
 /// A fixed seed: the choice only has to agree between this process's
 /// workers, but a fixed function keeps tests reproducible.
@@ -34,16 +36,15 @@ pub fn ring_slots(burst_size: usize, workers: usize) -> u32 {
 /// The worker (0..workers) that owns every packet between these addresses.
 #[inline]
 pub fn owner(frame: &[u8], layout: &L3Layout, workers: usize) -> usize {
-    // Source then destination: adjacent, and the last fields of both
-    // fixed headers. The parser checked the header is in the frame; a
-    // short slice (cannot happen) hashes as empty, which is still a valid
-    // owner.
-    let addrs = if layout.ethertype == ETHERTYPE_IPV6 {
-        layout.l3_offset + ipv6::offset::SRC_ADDR..layout.l3_offset + ipv6::HEADER_LEN
+    // Source then destination, as the header holds them. The parser
+    // checked the header is in the frame; a short one (cannot happen)
+    // reads as zeros, which still gives a valid owner.
+    let ip = frame.get(layout.l3_offset..).unwrap_or(&[]);
+    if layout.ethertype == ETHERTYPE_IPV6 {
+        pick(&Ipv6Packet::new_unchecked(ip).address_bytes(), workers)
     } else {
-        layout.l3_offset + ipv4::offset::SRC_ADDR..layout.l3_offset + ipv4::HEADER_LEN
-    };
-    pick(frame.get(addrs).unwrap_or(&[]), workers)
+        pick(&Ipv4Packet::new_unchecked(ip).address_bytes(), workers)
+    }
 }
 
 /// The owner of an address pair given as bytes (source then destination).
@@ -79,22 +80,51 @@ pub fn owner_of(src: std::net::IpAddr, dst: std::net::IpAddr, workers: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::ethernet::{self, EthernetRepr, ETHERTYPE_IPV4};
+    use crate::wire::ipv4::{self, Ipv4Repr};
     use crate::wire::parse::{parse, Parsed};
+    use crate::wire::proto::UDP;
+    use crate::wire::udp::{self, UdpRepr};
 
+    /// Ethernet, IPv4 (fragment offset `frag_offset`, in 8-byte units) and
+    /// an empty UDP datagram from `sport` to 5000.
     fn frame(src: [u8; 4], dst: [u8; 4], sport: u16, frag_offset: u16) -> Vec<u8> {
-        let mut f = vec![0u8; 14 + 20 + 8];
-        f[12] = 0x08;
-        f[14] = 0x45;
-        f[16..18].copy_from_slice(&28u16.to_be_bytes());
-        f[20..22].copy_from_slice(&frag_offset.to_be_bytes());
-        f[22] = 64;
-        f[23] = 17;
-        f[26..30].copy_from_slice(&src);
-        f[30..34].copy_from_slice(&dst);
-        f[34..36].copy_from_slice(&sport.to_be_bytes());
-        f[36..38].copy_from_slice(&5000u16.to_be_bytes());
-        f[38..40].copy_from_slice(&8u16.to_be_bytes());
-        f
+        const ETH: usize = ethernet::HEADER_LEN;
+        const IP: usize = ipv4::HEADER_LEN;
+        let mut f = [0u8; ETH + IP + udp::HEADER_LEN];
+        let (eth, rest) = f.split_at_mut(ETH);
+        EthernetRepr {
+            dst: [0; 6],
+            src: [0; 6],
+            vlan: None,
+            ethertype: ETHERTYPE_IPV4,
+        }
+        .emit(eth)
+        .unwrap();
+        let (ip, l4) = rest.split_first_chunk_mut::<IP>().unwrap();
+        Ipv4Repr {
+            src: src.into(),
+            dst: dst.into(),
+            protocol: UDP,
+            ttl: 64,
+            ident: 0,
+            dont_frag: false,
+            payload_len: udp::HEADER_LEN,
+        }
+        .emit(ip)
+        .unwrap();
+        let mut ip = Ipv4Packet::new_unchecked(ip);
+        ip.set_frag_offset(frag_offset);
+        ip.fill_checksum();
+        UdpRepr {
+            src_port: sport,
+            dst_port: 5000,
+            payload_len: 0,
+            checksum: 0,
+        }
+        .emit(l4.first_chunk_mut().unwrap())
+        .unwrap();
+        f.to_vec()
     }
 
     fn layout(f: &[u8]) -> L3Layout {

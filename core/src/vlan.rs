@@ -8,10 +8,10 @@
 //! `docs/architecture.md`, "Trunk ports").
 
 use crate::packet::PacketBuf;
-use crate::wire::ethernet::{outer_vlan_id, ETHERTYPE_VLAN, VID_MASK, VLAN_TAG_LEN};
+use crate::wire::ethernet::{self, outer_vlan_id, VlanTagRepr, VLAN_TAG_LEN};
 
 /// MACs: the bytes in front of the tag.
-const MACS: usize = 12;
+const MACS: usize = ethernet::offset::ETHERTYPE;
 
 /// Whether a frame received on a port of VLAN `vid` belongs to it: its
 /// outer tag is 802.1Q with that VLAN ID (priority bits ignored).
@@ -31,8 +31,9 @@ pub fn push_tag<P: PacketBuf>(pkt: &mut P, vid: u16) -> bool {
         return false;
     };
     front.copy_within(VLAN_TAG_LEN.., 0);
-    front[MACS..MACS + 2].copy_from_slice(&ETHERTYPE_VLAN.to_be_bytes());
-    front[MACS + 2..].copy_from_slice(&(vid & VID_MASK).to_be_bytes());
+    if let Some(tag) = front.last_chunk_mut::<VLAN_TAG_LEN>() {
+        VlanTagRepr { vid }.emit(tag);
+    }
     true
 }
 

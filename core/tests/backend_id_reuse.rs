@@ -7,10 +7,11 @@
 mod conntrack_support;
 
 use conntrack_support::*;
-use sluice_core::snapshot::{
-    BackendId, BackendState, MaglevTable, PersistenceOnUnhealthy as P, SessionAffinity as A,
-    TrackingMode as M,
-};
+use sluice_core::affinity::SessionAffinity as A;
+use sluice_core::backend::BackendState;
+use sluice_core::ids::BackendId;
+use sluice_core::maglev_table::MaglevTable;
+use sluice_core::service::{PersistenceOnUnhealthy as P, TrackingMode as M};
 
 fn only(id: BackendId) -> std::sync::Arc<MaglevTable> {
     MaglevTable {

@@ -4,8 +4,9 @@
 mod conntrack_support;
 
 use conntrack_support::*;
+use sluice_core::affinity::SessionAffinity as A;
 use sluice_core::conntrack::Shard;
-use sluice_core::snapshot::{PersistenceOnUnhealthy as P, SessionAffinity as A, TrackingMode as M};
+use sluice_core::service::{PersistenceOnUnhealthy as P, TrackingMode as M};
 
 fn flow(i: u32) -> Pkt {
     let c = format!("10.{}.{}.{}", (i >> 16) & 0xff, (i >> 8) & 0xff, i & 0xff);
@@ -85,7 +86,8 @@ fn sweep_is_bounded_and_reclaims_everything_eventually() {
 #[test]
 fn relocated_entries_are_still_found() {
     use sluice_core::conntrack::{Entry, TrackKey};
-    use sluice_core::snapshot::{BackendId, Millis};
+    use sluice_core::ids::BackendId;
+    use sluice_core::time::Millis;
     let mut s = Shard::with_capacity_and_seed(4096, 11);
     let key = |i: u64| TrackKey {
         src: [0, 0x0a00_0000 | i],

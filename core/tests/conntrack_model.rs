@@ -12,9 +12,10 @@ use std::net::IpAddr;
 
 use conntrack_support::*;
 use proptest::prelude::*;
-use sluice_core::snapshot::{
-    BackendId, Millis, PersistenceOnUnhealthy as P, SessionAffinity as A, TrackingMode as M,
-};
+use sluice_core::affinity::SessionAffinity as A;
+use sluice_core::ids::BackendId;
+use sluice_core::service::{PersistenceOnUnhealthy as P, TrackingMode as M};
+use sluice_core::time::Millis;
 use sluice_core::wire::Ports;
 
 #[derive(Clone, Debug)]

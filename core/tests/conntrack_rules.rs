@@ -4,12 +4,13 @@
 mod conntrack_support;
 
 use conntrack_support::*;
+use sluice_core::affinity::SessionAffinity as A;
 use sluice_core::conntrack::policy::{key_tuple, persists, trackable};
 use sluice_core::conntrack::{Entry, Shard};
 use sluice_core::flow::TupleKind;
-use sluice_core::snapshot::{
-    BackendId, Millis, PersistenceOnUnhealthy as P, SessionAffinity as A, TrackingMode as M,
-};
+use sluice_core::ids::BackendId;
+use sluice_core::service::{PersistenceOnUnhealthy as P, TrackingMode as M};
+use sluice_core::time::Millis;
 
 const ALL_AFFINITIES: [A; 4] = [A::None, A::ClientIpPortProto, A::ClientIpProto, A::ClientIp];
 
@@ -444,7 +445,8 @@ fn entry_is_one_cache_line_for_v4_and_v6() {
 #[test]
 fn ct_7_zonal_affinity_does_not_move_established_flows() {
     use sluice_core::conntrack::{self, Addrs};
-    use sluice_core::snapshot::{MaglevTable, Zone, ZoneMap};
+    use sluice_core::maglev_table::MaglevTable;
+    use sluice_core::zones::{Zone, ZoneMap};
     let mut w = world(A::None, M::PerConnection, P::DefaultForProtocol);
     w.state.zones = ZoneMap {
         zones: vec![Zone {

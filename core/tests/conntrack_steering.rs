@@ -17,9 +17,11 @@ use std::net::IpAddr;
 
 use conntrack_support::*;
 use proptest::prelude::*;
+use sluice_core::affinity::SessionAffinity as A;
 use sluice_core::conntrack::policy::key_kind;
 use sluice_core::conntrack::{Addrs, TrackKey};
-use sluice_core::snapshot::{ServiceId, SessionAffinity as A, TrackingMode as M};
+use sluice_core::ids::ServiceId;
+use sluice_core::service::TrackingMode as M;
 
 const RSS_KEY: [u8; 40] = [
     0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3, 0x8f, 0xb0,

@@ -7,8 +7,9 @@
 mod conntrack_support;
 
 use conntrack_support::*;
+use sluice_core::affinity::SessionAffinity as A;
 use sluice_core::conntrack::Shard;
-use sluice_core::snapshot::{PersistenceOnUnhealthy as P, SessionAffinity as A, TrackingMode as M};
+use sluice_core::service::{PersistenceOnUnhealthy as P, TrackingMode as M};
 
 fn spoofed(i: u32) -> Pkt {
     let c = format!(

@@ -7,9 +7,10 @@ mod common;
 use std::net::IpAddr;
 
 use common::*;
-use sluice_core::encap::{encapsulate, udp_src_port, Geneve, Gre, Gue, Ipip};
+use sluice_core::backend::BackendState;
+use sluice_core::encap::{encapsulate, udp_src_port, Encapsulation, Geneve, Gre, Gue, Ipip};
 use sluice_core::packet::{PacketBuf, VecPacket};
-use sluice_core::snapshot::{BackendState, Encapsulation, PortState};
+use sluice_core::port::PortState;
 use sluice_core::wire::{parse, IpInfo, Parsed};
 use sluice_core::DropReason;
 

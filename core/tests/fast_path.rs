@@ -11,7 +11,7 @@ mod common;
 
 use common::state::{state, VIP4, VIP_CLIENT_IP, VIP_EMPTY, VIP_UNRESOLVED};
 use sluice_core::drop_reason::DropReason;
-use sluice_core::pipeline::Verdict;
+use sluice_core::pipeline::{classify_general, Stage, Verdict};
 
 /// Port 0's own IPv4 address in the shared test state (AP-4).
 const APPLIANCE4: &str = "10.0.0.1";
@@ -19,9 +19,8 @@ const APPLIANCE4: &str = "10.0.0.1";
 const NOT_VIP4: &str = "192.0.2.99";
 use common::*;
 use proptest::prelude::*;
+use sluice_core::affinity::SessionAffinity;
 use sluice_core::fast_path::classify_ipv4;
-use sluice_core::pipeline::{classify_general, Stage};
-use sluice_core::snapshot::SessionAffinity;
 use sluice_core::ForwardingState;
 
 const AFFINITIES: [SessionAffinity; 4] = [

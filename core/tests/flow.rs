@@ -4,11 +4,11 @@
 mod common;
 
 use common::*;
+use sluice_core::affinity::SessionAffinity as A;
 use sluice_core::flow::{
     flow_hash, flow_hash_seeded, tuple_kind, FlowKey, FlowSeed, TupleKind, FLOW_HASH_SEED,
 };
 use sluice_core::hash::{stable_hash_pair, stable_hash_words};
-use sluice_core::snapshot::SessionAffinity as A;
 use sluice_core::wire::{parse, IpInfo, Parsed, Ports};
 
 const ALL_AFFINITIES: [A; 4] = [A::None, A::ClientIpPortProto, A::ClientIpProto, A::ClientIp];

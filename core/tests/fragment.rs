@@ -19,11 +19,12 @@ use common::*;
 use etherparse::defrag::IpDefragPool;
 use etherparse::SlicedPacket;
 use proptest::prelude::*;
-use sluice_core::encap::{encapsulate, Geneve, Gre, Gue, Ipip};
+use sluice_core::encap::{encapsulate, Encapsulation, Geneve, Gre, Gue, Ipip};
 use sluice_core::fragment::{self, FragmentIds, MAX_FRAGMENTS};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
-use sluice_core::snapshot::{Encapsulation, ForwardingState, PortState};
+use sluice_core::port::PortState;
+use sluice_core::snapshot::ForwardingState;
 use sluice_core::wire::{parse, Parsed};
 use sluice_core::DropReason;
 

@@ -7,9 +7,10 @@ mod common;
 use common::state::*;
 use common::*;
 use sluice_core::flow::{flow_hash, FlowKey};
+use sluice_core::ids::BackendId;
+use sluice_core::maglev_table::MaglevTable;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
-use sluice_core::snapshot::{BackendId, MaglevTable};
 use sluice_core::wire::Ports;
 use sluice_core::DropReason;
 

@@ -8,10 +8,16 @@ mod common;
 
 use common::state::*;
 use common::*;
+use std::sync::Arc;
+
 use etherparse::{Icmpv4Type, Icmpv6Type, NetSlice, SlicedPacket, TransportSlice};
+use sluice_core::ids::{BackendId, ServiceId};
+use sluice_core::maglev_table::MaglevTable;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
-use sluice_core::snapshot::{ForwardingState, Millis};
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::time::Millis;
+use sluice_core::zones::{Zone, ZoneMap};
 use sluice_core::DropReason;
 
 const MTU: u16 = 1000;
@@ -174,4 +180,109 @@ fn no_icmp_error_about_an_icmp_error() {
         run(&st, &mut PipelineCtx::default(), &frame).0,
         Verdict::Drop(DropReason::IcmpNotAllowed)
     );
+}
+
+/// Backend 0 reached out of port 0 with a 9000-byte MTU, backend 1 out of
+/// port 1 with 1500: two paths whose MTUs an answer must not confuse.
+fn jumbo_and_standard_paths() -> ForwardingState {
+    let mut st = state();
+    st.ports[0].mtu = 9000;
+    st.ports[1].mtu = 1500;
+    st
+}
+
+/// A table whose every slot is `backend`.
+fn all_to(backend: u32) -> Arc<MaglevTable> {
+    Arc::new(MaglevTable {
+        slots: vec![BackendId(backend); 7].into(),
+    })
+}
+
+/// The MTU a frag-needed reply advertises.
+fn advertised_mtu(reply: &[u8]) -> u16 {
+    let p = SlicedPacket::from_ethernet(reply).expect("reply parses");
+    let Some(TransportSlice::Icmpv4(icmp)) = &p.transport else {
+        panic!("ICMP")
+    };
+    match icmp.icmp_type() {
+        Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu },
+        ) => next_hop_mtu,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// AP-3 with CT-7: a tracked connection stays on backend 0 (9000-byte
+/// path) after the table moved its hash to backend 1 (1500-byte path); a
+/// packet too big for backend 0's path is answered with backend 0's MTU,
+/// the path the connection takes, not the table's.
+#[test]
+fn ap_3_ct_7_a_tracked_connection_is_answered_with_its_backends_mtu() {
+    let mut st = jumbo_and_standard_paths();
+    let svc = usize::from(SVC_TCP80_L2);
+    st.services[svc].tables = vec![all_to(0)];
+    st.outer_headers = st.build_outer_headers();
+    let mut ctx = PipelineCtx::default();
+    let client = v4("198.51.100.7");
+    let segment = |flags, len: usize| {
+        let seg = tcp(40000, 80, flags, &vec![0x5a; len - 40]);
+        eth(&[], ETH_IPV4, &ipv4(client, v4(VIP4), TCP, DF, &seg))
+    };
+    let forwarded_to = |v| match v {
+        Verdict::Forward { backend, .. } => backend,
+        other => panic!("expected Forward, got {other:?}"),
+    };
+    let (v, _) = run(&st, &mut ctx, &segment(SYN, 60));
+    assert_eq!(forwarded_to(v), BackendId(0));
+
+    st.services[svc].tables = vec![all_to(1)];
+    st.outer_headers = st.build_outer_headers();
+    let (v, _) = run(&st, &mut ctx, &segment(0x10, 8000));
+    assert_eq!(forwarded_to(v), BackendId(0), "CT-7: the connection stays");
+    let (v, out) = run(&st, &mut ctx, &segment(0x10, 9001));
+    assert_eq!(v, Verdict::Reply);
+    assert_eq!(advertised_mtu(&out), 9000, "backend 0's path, not 1's 1500");
+}
+
+/// AP-3 with ZA-3: an untracked UDP flow from a client of zone "a" goes to
+/// the zone's backend 0 (9000-byte path, GRE: 8976 left) while the no-zone
+/// table names backend 1 (1500-byte path); a packet too big for backend
+/// 0's path is answered with 8976.
+#[test]
+fn ap_3_za_3_a_zonal_flow_is_answered_with_its_zones_backends_mtu() {
+    let mut st = jumbo_and_standard_paths();
+    st.zones = ZoneMap {
+        zones: vec![Zone {
+            name: "a".into(),
+            subnets: vec![(ip("198.51.100.0"), 24)],
+        }],
+    };
+    st.services[usize::from(SVC_UDP_GRE)].tables = vec![all_to(1), all_to(0)];
+    for b in st.backends.iter_mut().flatten() {
+        b.service = ServiceId(SVC_UDP_GRE);
+    }
+    st.outer_headers = st.build_outer_headers();
+    let mut ctx = PipelineCtx::default();
+    let datagram = |len: usize| {
+        let d = udp(5000, 53, &vec![0xab; len - 28]);
+        eth(
+            &[],
+            ETH_IPV4,
+            &ipv4(v4("198.51.100.7"), v4(VIP4), UDP, DF, &d),
+        )
+    };
+    let (v, _) = run(&st, &mut ctx, &datagram(8976));
+    assert!(
+        matches!(
+            v,
+            Verdict::Forward {
+                backend: BackendId(0),
+                ..
+            }
+        ),
+        "{v:?}"
+    );
+    let (v, out) = run(&st, &mut ctx, &datagram(8977));
+    assert_eq!(v, Verdict::Reply);
+    assert_eq!(advertised_mtu(&out), 9000 - 24, "backend 0's path, not 1's");
 }

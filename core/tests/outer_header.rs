@@ -15,10 +15,11 @@ use std::net::IpAddr;
 
 use common::*;
 use proptest::prelude::*;
-use sluice_core::encap::{encapsulate, Geneve, Gre, Gue, Ipip};
+use sluice_core::backend::BackendState;
+use sluice_core::encap::{encapsulate, Encapsulation, Geneve, Gre, Gue, Ipip};
 use sluice_core::outer_header::OuterHeader;
 use sluice_core::packet::{PacketBuf, VecPacket};
-use sluice_core::snapshot::{BackendState, Encapsulation, PortState};
+use sluice_core::port::PortState;
 use sluice_core::wire::{parse, L3Layout, Parsed};
 
 const HASH: u64 = 0x0123_4567_89ab_cdef;

@@ -9,9 +9,10 @@ use std::net::IpAddr;
 use common::state::*;
 use common::*;
 use sluice_core::flow::{flow_hash, FlowKey};
+use sluice_core::ids::BackendId;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
-use sluice_core::snapshot::{BackendId, ForwardingState};
+use sluice_core::snapshot::ForwardingState;
 use sluice_core::wire::Ports;
 use sluice_core::DropReason;
 

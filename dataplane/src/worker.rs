@@ -14,8 +14,9 @@ use crate::dpdk::MAX_BURST;
 use crate::dpdk::{MbufBurst, PortId, RingConsumer, RingProducer, RxQueue, TscClock, TxQueue};
 use sluice_core::drop_reason::DropReason;
 use sluice_core::pipeline::{PipelineCtx, Verdict};
-use sluice_core::snapshot::{ForwardingState, Millis, SnapshotCell};
+use sluice_core::snapshot::{ForwardingState, SnapshotCell};
 use sluice_core::stats::WorkerStats;
+use sluice_core::time::Millis;
 use sluice_core::vlan;
 
 mod fragments;

@@ -8,7 +8,8 @@ use std::sync::OnceLock;
 
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
-use sluice_core::snapshot::{ForwardingState, Millis};
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::time::Millis;
 use libfuzzer_sys::fuzz_target;
 use sluice_fuzz::{check_fragments, state};
 

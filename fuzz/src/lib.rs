@@ -2,14 +2,17 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use sluice_core::encap::{Geneve, Gre, Gue, Ipip};
+use sluice_core::affinity::SessionAffinity;
+use sluice_core::backend::{BackendState, Egress};
+use sluice_core::encap::{Encapsulation, Geneve, Gre, Gue, Ipip};
 use sluice_core::fragment;
+use sluice_core::ids::{BackendId, ServiceId};
+use sluice_core::maglev_table::MaglevTable;
 use sluice_core::packet::{PacketBuf, VecPacket};
-use sluice_core::rules::{ForwardingRule, RuleTable};
-use sluice_core::snapshot::{
-    BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, PortRange,
-    PortState, RuleProtocol, ServiceId, ServiceState, SessionAffinity,
-};
+use sluice_core::port::PortState;
+use sluice_core::rules::{ForwardingRule, PortRange, RuleProtocol, RuleTable};
+use sluice_core::service::ServiceState;
+use sluice_core::snapshot::ForwardingState;
 
 /// VIPs the fuzzer can find from seeds: 10.0.0.{0..4} and fd00::{0..4}, one
 /// encapsulation each, all ports and protocols.
@@ -89,7 +92,7 @@ pub fn state(mtu: u16) -> ForwardingState {
         flow_seed: Default::default(),
     };
     // As the control plane does: the prebuilt outer headers are fuzzed too.
-    state.outer_headers = sluice_core::outer_header::OuterHeaders::build(&state);
+    state.outer_headers = state.build_outer_headers();
     state
 }
 

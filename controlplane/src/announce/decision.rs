@@ -26,7 +26,9 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use sluice_core::snapshot::{BackendId, ForwardingState, MaglevTable};
+use sluice_core::ids::BackendId;
+use sluice_core::maglev_table::MaglevTable;
+use sluice_core::snapshot::ForwardingState;
 
 use crate::config::Config;
 use crate::health::{probe_key, ProbeKey, ProbeStatus};

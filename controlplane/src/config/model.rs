@@ -5,10 +5,11 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-pub use sluice_core::snapshot::{
-    Encapsulation, PersistenceOnUnhealthy, Pool, PortRange, RuleProtocol, SessionAffinity,
-    TrackingMode,
-};
+pub use sluice_core::affinity::SessionAffinity;
+pub use sluice_core::backend::Pool;
+pub use sluice_core::encap::Encapsulation;
+pub use sluice_core::rules::{PortRange, RuleProtocol};
+pub use sluice_core::service::{PersistenceOnUnhealthy, TrackingMode};
 
 /// An address with a prefix length: a subnet (`10.1.0.0/16`) or an
 /// interface address (`192.0.2.1/24`).

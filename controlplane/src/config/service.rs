@@ -447,7 +447,7 @@ fn backends(
 /// backend id (one of 2²⁰, `BackendId::INDEXES`) while configured and
 /// again while it drains after removal, so a reload may replace every
 /// backend at once and still find ids.
-pub(crate) const MAX_BACKENDS: usize = sluice_core::snapshot::BackendId::INDEXES / 2;
+pub(crate) const MAX_BACKENDS: usize = sluice_core::ids::BackendId::INDEXES / 2;
 
 /// Refuses more than `limit` backends in all, at the first one too many.
 fn backend_limit(cx: &mut Ctx<'_>, services: &[RawService], limit: usize) {

@@ -21,8 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-use sluice_core::snapshot::{ForwardingState, Millis, SnapshotCell};
+use sluice_core::snapshot::{ForwardingState, SnapshotCell};
 use sluice_core::stats::WorkerStats;
+use sluice_core::time::Millis;
 
 use crate::config::Config;
 use crate::health::{self, HealthChecker, ProbeKey};

@@ -189,7 +189,7 @@ tap = "sl-up"
         let path = dir.join("sluice.toml");
         std::fs::write(&path, BASE).unwrap();
         let cfg = config::load_file(&path).unwrap();
-        let clock = Box::new(|| sluice_core::snapshot::Millis(0));
+        let clock = Box::new(|| sluice_core::time::Millis(0));
         let mut c = Controller::new(cfg.clone(), Some(path.clone()), vec![], clock).unwrap();
 
         std::fs::write(
@@ -223,7 +223,7 @@ tap = "sl-up"
         let view = c.shared.view();
         assert_eq!((view.reloads_ok, view.reloads_failed), (1, 2));
 
-        let clock = Box::new(|| sluice_core::snapshot::Millis(0));
+        let clock = Box::new(|| sluice_core::time::Millis(0));
         let mut in_memory = Controller::new(cfg, None, vec![], clock).unwrap();
         assert!(matches!(in_memory.reload(), Err(ReloadError::NoPath)));
         assert_eq!(in_memory.shared.view().reloads_failed, 1);

@@ -7,7 +7,10 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use sluice_core::snapshot::{BackendId, ForwardingState, Pool, ServiceState};
+use sluice_core::backend::Pool;
+use sluice_core::ids::BackendId;
+use sluice_core::service::ServiceState;
+use sluice_core::snapshot::ForwardingState;
 
 use crate::config::BackendServiceConfig;
 use crate::health::{self, FailureReason};

@@ -3,7 +3,7 @@
 use super::*;
 use crate::config::{Spillover, ZonalAffinityConfig};
 use crate::maglev::{build_table, MaglevBackend};
-use sluice_core::snapshot::BackendId;
+use sluice_core::ids::BackendId;
 
 const P: Pool = Pool::Primary;
 const F: Pool = Pool::Failover;

@@ -17,11 +17,15 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_core::backend::{BackendState, Egress};
+use sluice_core::ids::{BackendId, ServiceId};
+use sluice_core::maglev_table::MaglevTable;
+use sluice_core::port::PortState;
 use sluice_core::rules::{ForwardingRule, RuleTable};
-use sluice_core::snapshot::{
-    BackendId, BackendState, ConnectionTracking, Egress, ForwardingState, MaglevTable, Millis,
-    PortState, ServiceId, ServiceState, Zone, ZoneMap,
-};
+use sluice_core::service::{ConnectionTracking, ServiceState};
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::time::Millis;
+use sluice_core::zones::{Zone, ZoneMap};
 
 use crate::config::{BackendServiceConfig, Config, LocalityLbPolicy, Pool, Spillover};
 use crate::health::{probe_key, ProbeKey, ProbeStatus};
@@ -306,7 +310,7 @@ pub fn build_forwarding_state_with(
                 sluice_core::flow::FlowSeed::keyed(&k.0)
             }),
     };
-    state.outer_headers = sluice_core::outer_header::OuterHeaders::build(&state);
+    state.outer_headers = state.build_outer_headers();
     (state, reports)
 }
 

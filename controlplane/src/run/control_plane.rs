@@ -12,8 +12,9 @@ use controlplane::metrics::MetricsSources;
 use controlplane::neighbours::NeighbourResolver;
 use crossbeam_utils::CachePadded;
 use dataplane::dpdk::{af_packet, Port};
-use sluice_core::snapshot::{Millis, SnapshotCell};
+use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
+use sluice_core::time::Millis;
 
 use super::error::RunError;
 use super::options::RunOptions;

@@ -16,7 +16,7 @@ pub use session::{select, tracking_key};
 pub use shard::{Counters, Entry, Full, Shard};
 
 use crate::flow::TupleKind;
-use crate::snapshot::ServiceId;
+use crate::ids::ServiceId;
 use crate::wire::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};

@@ -3,8 +3,9 @@
 //! independently.
 
 use super::PacketMeta;
+use crate::affinity::SessionAffinity as A;
 use crate::flow::{tuple_kind, TupleKind};
-use crate::snapshot::{PersistenceOnUnhealthy as P, SessionAffinity as A, TrackingMode as M};
+use crate::service::{PersistenceOnUnhealthy as P, TrackingMode as M};
 use crate::wire::proto::{ESP, GRE, TCP, UDP};
 
 /// CT-4: TCP under every affinity; UDP, ESP and GRE under every affinity

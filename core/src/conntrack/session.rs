@@ -5,7 +5,11 @@
 
 use super::policy::{is_syn, key_kind, persists, syn_is_new_connection, trackable};
 use super::{Addrs, Entry, PacketMeta, Shard, TrackKey};
-use crate::snapshot::{BackendId, ForwardingState, MaglevTable, Millis, ServiceId, ServiceState};
+use crate::ids::{BackendId, ServiceId};
+use crate::maglev_table::MaglevTable;
+use crate::service::ServiceState;
+use crate::snapshot::ForwardingState;
+use crate::time::Millis;
 
 /// What the snapshot says about a recorded backend.
 enum Recorded {

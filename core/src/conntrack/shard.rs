@@ -34,7 +34,8 @@
 //! [`EVICTION_PROBES`] entries and [`RELOCATION_PROBES`] other buckets'
 //! signature lines.
 
-use crate::snapshot::{BackendId, Millis};
+use crate::ids::BackendId;
+use crate::time::Millis;
 
 use super::TrackKey;
 

@@ -1,15 +1,6 @@
-//! GENEVE (RFC 8926): the 8-byte base header without options, over UDP to
-//! `geneve_port` (6081, IANA's GENEVE port, by default):
-//!
-//! ```text
-//!  0                   1                   2                   3
-//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
-//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//! |Ver|  Opt Len  |O|C|    Rsvd.  |          Protocol Type        |
-//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//! |        Virtual Network Identifier (VNI)       |    Reserved   |
-//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//! ```
+//! GENEVE (RFC 8926): the 8-byte base header without options (layout in
+//! `wire::geneve`), over UDP to `geneve_port` (6081, IANA's GENEVE port,
+//! by default).
 //!
 //! Version 0, Opt Len 0, O (control) and C (critical options) clear: a
 //! data packet with nothing for the receiver to interpret beyond the VNI
@@ -35,11 +26,9 @@
 //! not the client, so a packet without DF beyond a smaller link would be
 //! lost instead of fragmented.
 
-use super::{Carrier, ConfigKey, Tunnel};
+use super::tunnel::{Carrier, ConfigKey, Tunnel};
 use crate::drop_reason::DropReason;
-
-/// The base header: no options.
-pub const HEADER_LEN: usize = 8;
+use crate::wire::geneve::{GeneveRepr, HEADER_LEN, VNI_MASK};
 
 /// `geneve_port`: the UDP destination port.
 const PORT: ConfigKey = ConfigKey {
@@ -54,7 +43,7 @@ const VNI: ConfigKey = ConfigKey {
     name: "geneve_vni",
     default: 0,
     min: 0,
-    max: 0x00ff_ffff,
+    max: VNI_MASK,
 };
 
 /// GENEVE to a UDP port, in one virtual network.
@@ -84,10 +73,11 @@ impl Tunnel for Geneve {
         let h = hdr
             .first_chunk_mut::<HEADER_LEN>()
             .ok_or(DropReason::NoHeadroom)?;
-        let [p0, p1] = inner_ethertype.to_be_bytes();
-        let [_, v0, v1, v2] = (self.vni & VNI.max).to_be_bytes();
-        // Ver 0 | Opt Len 0, O 0 | C 0 | Rsvd, Protocol Type, VNI, Rsvd.
-        *h = [0, 0, p0, p1, v0, v1, v2, 0];
+        GeneveRepr {
+            protocol_type: inner_ethertype,
+            vni: self.vni,
+        }
+        .emit(h);
         Ok(())
     }
 

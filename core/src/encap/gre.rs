@@ -3,7 +3,7 @@
 //! backend decapsulates it with a `gre` (outer IPv4) or `ip6gre` (outer
 //! IPv6) device, or the fallback `gre0`/`ip6gre0`.
 
-use super::{Carrier, Tunnel};
+use super::tunnel::{Carrier, Tunnel};
 use crate::drop_reason::DropReason;
 use crate::wire::gre::{self, GreRepr};
 use crate::wire::proto::GRE;

@@ -4,7 +4,7 @@
 //! port in GUE mode (`ip fou add port 6080 gue`) and an `ipip`/`sit`
 //! device.
 
-use super::{Carrier, ConfigKey, Tunnel};
+use super::tunnel::{Carrier, ConfigKey, Tunnel};
 use crate::drop_reason::DropReason;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::gue::{self, GueRepr};

@@ -3,7 +3,7 @@
 //! IPv6 ride in either outer family. A Linux backend decapsulates it with
 //! `ipip`/`sit` (outer IPv4) or `ip6tnl` (outer IPv6) devices.
 
-use super::{Carrier, Tunnel};
+use super::tunnel::{Carrier, Tunnel};
 use crate::drop_reason::DropReason;
 
 /// IP-in-IP: no keys.

@@ -25,11 +25,11 @@
 
 use std::net::IpAddr;
 
+use crate::backend::BackendState;
 use crate::drop_reason::DropReason;
 use crate::packet::PacketBuf;
-use crate::snapshot::{BackendState, PortState};
-use crate::wire::proto::{IPV4_IN_IP, IPV6_IN_IP, UDP};
-use crate::wire::{ipv4, ipv6, udp as udp_header, L3Layout};
+use crate::port::PortState;
+use crate::wire::{ipv4, ipv6, L3Layout};
 
 mod geneve;
 mod gre;
@@ -37,17 +37,17 @@ mod gue;
 mod ipip;
 mod l2;
 mod outer;
+mod tunnel;
 mod udp;
 
 pub use geneve::Geneve;
 pub use gre::Gre;
 pub use gue::Gue;
 pub use ipip::Ipip;
-pub use outer::flow_label;
+use l2::Egress;
+pub use outer::{flow_label, OUTER_TTL};
+pub use tunnel::{Carrier, ConfigKey, Tunnel};
 pub use udp::{udp_src_port, UDP_SRC_PORT_BASE};
-
-/// TTL of outer headers: the tunnel spans at most a few routed hops.
-pub const OUTER_TTL: u8 = 64;
 
 /// The longest [`Encapsulation::tunnel_len`] (GENEVE: UDP and its base
 /// header), which sizes the prebuilt headers' buffer.
@@ -134,95 +134,6 @@ impl Encapsulation {
     }
 }
 
-/// One tunnel: what sluice derives its handling from (module docs).
-pub trait Tunnel: Copy {
-    /// Its `encapsulation` value in the configuration.
-    const NAME: &'static str;
-    /// Its configuration keys besides `encapsulation`; a service of any
-    /// other encapsulation may not set them.
-    const KEYS: &'static [ConfigKey] = &[];
-    /// The tunnel with every key at its default.
-    const DEFAULT: Self;
-    /// Bytes of its own header, after the carrier's UDP header if any and
-    /// before the inner IP packet.
-    const HEADER_LEN: usize;
-
-    /// What the outer IP header's protocol field names.
-    fn carrier(self) -> Carrier;
-
-    /// Writes its header into `hdr` (`HEADER_LEN` bytes) in front of an
-    /// inner packet of `inner_ethertype` (IPv4 or IPv6).
-    fn emit(self, hdr: &mut [u8], inner_ethertype: u16) -> Result<(), DropReason>;
-
-    /// The tunnel with each of [`Self::KEYS`] set to `value(key)`, which
-    /// the caller has checked against the key's range.
-    fn configure(self, value: &mut impl FnMut(&ConfigKey) -> u32) -> Self {
-        let _ = value;
-        self
-    }
-
-    /// [`Self::NAME`], from a value (as `dispatch!` holds one).
-    fn name(self) -> &'static str {
-        Self::NAME
-    }
-
-    /// [`Self::KEYS`], from a value.
-    fn keys(self) -> &'static [ConfigKey] {
-        Self::KEYS
-    }
-
-    /// Bytes between the outer IP header and the inner packet.
-    #[inline(always)]
-    fn tunnel_len(self) -> usize {
-        self.carrier().header_len() + Self::HEADER_LEN
-    }
-}
-
-/// What follows the outer IP header, as its protocol field names it.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Carrier {
-    /// An IP protocol of the tunnel's own (GRE: 47).
-    Protocol(u8),
-    /// The inner packet's family: IPv4-in-IP (4) or IPv6-in-IP (41).
-    InnerFamily,
-    /// UDP (17) to `port`. The UDP header is written here for every UDP
-    /// tunnel: source port from the flow hash ([`udp_src_port`]), checksum
-    /// 0 over IPv4 and computed over IPv6.
-    Udp { port: u16 },
-}
-
-impl Carrier {
-    /// The outer IP protocol / next header for an inner packet of the
-    /// given family.
-    #[inline(always)]
-    pub const fn protocol(self, inner_v6: bool) -> u8 {
-        match self {
-            Carrier::Protocol(p) => p,
-            Carrier::InnerFamily if inner_v6 => IPV6_IN_IP,
-            Carrier::InnerFamily => IPV4_IN_IP,
-            Carrier::Udp { .. } => UDP,
-        }
-    }
-
-    /// Bytes of the carrier's own header (the UDP header).
-    #[inline(always)]
-    pub const fn header_len(self) -> usize {
-        match self {
-            Carrier::Udp { .. } => udp_header::HEADER_LEN,
-            _ => 0,
-        }
-    }
-}
-
-/// An integer configuration key of a tunnel (`gue_port`, `geneve_vni`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct ConfigKey {
-    pub name: &'static str,
-    pub default: u32,
-    pub min: u32,
-    pub max: u32,
-}
-
 /// Rewrites the parsed frame `ip` in `pkt` for delivery to `backend` out of
 /// `port` with `encap`. `flow_hash` feeds a UDP tunnel's source port and
 /// the outer IPv6 flow label.
@@ -274,18 +185,6 @@ pub(crate) fn encapsulate_oversize<P: PacketBuf>(
     encapsulate_within(pkt, ip, encap, backend, out, flow_hash)
 }
 
-/// How the encapsulated packet leaves: the port (MAC, addresses), the
-/// 802.1Q tag of its Ethernet header, the longest IP packet allowed, and
-/// whether it is about to be fragmented (then an outer IPv4 header gets DF
-/// clear).
-#[derive(Copy, Clone)]
-struct Egress<'a> {
-    port: &'a PortState,
-    vlan: Option<u16>,
-    limit: usize,
-    to_fragment: bool,
-}
-
 /// The encapsulation, refusing (untouched) an IP packet that would leave
 /// longer than `out.limit` bytes. Always inlined: [`encapsulate`] compiles
 /// to what it was before fragmentation existed, the check one comparison.
@@ -321,26 +220,6 @@ pub fn overhead(encap: Encapsulation, backend: IpAddr) -> usize {
         IpAddr::V6(_) => ipv6::HEADER_LEN,
     };
     outer + encap.tunnel_len()
-}
-
-/// Cuts Ethernet padding after the IP packet (inside a tunnel it would
-/// become garbage after the inner packet) and makes the bytes before the IP
-/// header exactly `headers` long, in a single prepend or trim so that a
-/// failure leaves the front of the packet as it was.
-///
-/// The front is adjusted before the padding is cut: a failed prepend then
-/// leaves the packet exactly as it was (found by the pipeline fuzz target).
-fn replace_l2<P: PacketBuf>(pkt: &mut P, ip: &L3Layout, headers: usize) -> Result<(), DropReason> {
-    let ok = if headers >= ip.l3_offset {
-        pkt.prepend(headers - ip.l3_offset)
-    } else {
-        pkt.trim_front(ip.l3_offset - headers)
-    };
-    if !ok {
-        return Err(DropReason::NoHeadroom);
-    }
-    pkt.truncate(headers + ip.ip_len);
-    Ok(())
 }
 
 #[cfg(test)]

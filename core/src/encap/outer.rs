@@ -4,7 +4,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::{replace_l2, udp, Carrier, Egress, Tunnel, OUTER_TTL};
+use super::l2::{replace_l2, Egress};
+use super::tunnel::{Carrier, Tunnel};
+use super::udp;
 use crate::drop_reason::DropReason;
 use crate::packet::PacketBuf;
 use crate::wire::ethernet::{EthernetRepr, MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
@@ -12,9 +14,12 @@ use crate::wire::ipv4::{self, Ipv4Repr};
 use crate::wire::ipv6::{self, Ipv6Repr};
 use crate::wire::L3Layout;
 
+/// TTL of outer headers: the tunnel spans at most a few routed hops.
+pub const OUTER_TTL: u8 = 64;
+
 /// The outer IP header: the backend's address family.
 #[derive(Copy, Clone, Debug)]
-pub(super) enum Outer {
+enum Outer {
     V4 { src: Ipv4Addr, dst: Ipv4Addr },
     V6 { src: Ipv6Addr, dst: Ipv6Addr },
 }
@@ -127,16 +132,19 @@ pub(super) fn tunnel<P: PacketBuf, T: Tunnel>(
             rest
         }
     };
-    // `rest` is the tunnel's headers and the inner packet, nothing after.
-    let (carrier_hdr, rest) = rest
-        .split_at_mut_checked(carrier.header_len())
-        .ok_or(DropReason::NoHeadroom)?;
+    // `rest` is the tunnel's headers and the inner packet, nothing after:
+    // for a UDP carrier, its whole datagram. The tunnel's own header goes
+    // first, since the UDP checksum covers it.
     let hdr = rest
-        .get_mut(..T::HEADER_LEN)
+        .get_mut(carrier.header_len()..tunnel_len)
         .ok_or(DropReason::NoHeadroom)?;
     t.emit(hdr, ip.ethertype)?;
     if let Carrier::Udp { port } = carrier {
-        udp::emit(carrier_hdr, port, flow_hash, outer, rest)?;
+        let over_v6 = match outer {
+            Outer::V4 { .. } => None,
+            Outer::V6 { src, dst } => Some((src, dst)),
+        };
+        udp::emit(rest, port, flow_hash, over_v6)?;
     }
     Ok(())
 }

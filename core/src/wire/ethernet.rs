@@ -130,6 +130,20 @@ pub fn swap_addresses<const L: usize>(hdr: &mut [u8; L]) {
     put::<{ offset::SRC }, 6, L>(hdr, dst);
 }
 
+/// An 802.1Q tag to emit: TPID 0x8100, PCP and DEI 0, the VLAN ID `vid`
+/// (12 bits; higher bits are dropped).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct VlanTagRepr {
+    pub vid: u16,
+}
+
+impl VlanTagRepr {
+    pub fn emit(&self, tag: &mut [u8; VLAN_TAG_LEN]) {
+        put::<0, 2, VLAN_TAG_LEN>(tag, ETHERTYPE_VLAN.to_be_bytes());
+        put::<2, 2, VLAN_TAG_LEN>(tag, (self.vid & VID_MASK).to_be_bytes());
+    }
+}
+
 /// An Ethernet header to emit: untagged, or with one 802.1Q tag (PCP and
 /// DEI 0) when `vlan` is set.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -284,5 +298,12 @@ mod tests {
         assert_eq!(outer_vlan_id(&f), Some(100));
         assert_eq!(outer_vlan_id(&frame(&[], ETHERTYPE_IPV4, &[])), None);
         assert_eq!(outer_vlan_id(&f[..15]), None);
+    }
+
+    #[test]
+    fn vlan_tag_is_tpid_then_tci_with_the_vid_only() {
+        let mut tag = [0xffu8; VLAN_TAG_LEN];
+        VlanTagRepr { vid: 0xf123 }.emit(&mut tag);
+        assert_eq!(tag, [0x81, 0x00, 0x01, 0x23]);
     }
 }

@@ -25,6 +25,8 @@ pub mod offset {
     pub const DST_ADDR: usize = 16;
 }
 
+/// The version field's value.
+pub const VERSION: u8 = 4;
 /// Don't fragment, in the flags/fragment-offset word.
 pub const FLAG_DF: u16 = 0x4000;
 /// More fragments, in the flags/fragment-offset word.
@@ -33,6 +35,19 @@ pub const FLAG_MF: u16 = 0x2000;
 pub const FRAG_OFFSET_MASK: u16 = 0x1fff;
 /// The first byte of a header without options: version 4, IHL 5.
 pub const VERSION_IHL_NO_OPTIONS: u8 = 0x45;
+/// Longest options area: IHL 15 less the fixed header.
+pub const MAX_OPTIONS_LEN: usize = MAX_HEADER_LEN - HEADER_LEN;
+
+/// Option types (RFC 791 §3.1) the options area's walk knows.
+pub mod option {
+    /// End of option list: the rest of the area is padding.
+    pub const END: u8 = 0;
+    /// No operation: one byte.
+    pub const NOP: u8 = 1;
+    /// The copied flag of an option type: the option goes into every
+    /// fragment, not only the first.
+    pub const COPIED: u8 = 0x80;
+}
 
 /// What an accessor reads when the buffer is shorter than the header
 /// (only a view made by [`Ipv4Packet::new_unchecked`] can be).
@@ -82,7 +97,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
             .first_chunk::<HEADER_LEN>()
             .ok_or(Error::Truncated)?;
         let version_ihl = get_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(hdr);
-        if version_ihl >> 4 != 4 || usize::from(version_ihl & 0x0f) * 4 < HEADER_LEN {
+        if version_ihl >> 4 != VERSION || usize::from(version_ihl & 0x0f) * 4 < HEADER_LEN {
             return Err(Error::Malformed);
         }
         Ok(())
@@ -189,6 +204,13 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         ))
     }
 
+    /// The source then the destination address, as they lie side by side
+    /// at the end of the fixed header.
+    #[inline(always)]
+    pub fn address_bytes(&self) -> [u8; 8] {
+        super::field::<{ offset::SRC_ADDR }, 8, HEADER_LEN>(self.header())
+    }
+
     /// The options: bytes 20 to the header length.
     pub fn options(&self) -> &[u8] {
         self.buffer
@@ -232,7 +254,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     pub fn set_header_len(&mut self, len: usize) {
         if let Some(h) = self.header_mut() {
             let ihl = (len / 4) as u8 & 0x0f;
-            set_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(h, 0x40 | ihl);
+            set_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(h, (VERSION << 4) | ihl);
         }
     }
 
@@ -331,6 +353,41 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         let (start, end) = (self.header_len(), usize::from(self.total_len()));
         self.buffer.as_mut().get_mut(start..end).unwrap_or(&mut [])
     }
+}
+
+/// The options of the options area `opts` that go into non-first
+/// fragments (RFC 791 §3.2: those with the copied flag), written to `out`
+/// and padded with end-of-list to a multiple of 4 bytes; returns their
+/// length. `Malformed` for an option that runs past the area or announces
+/// a length below 2.
+pub fn copied_options(opts: &[u8], out: &mut [u8; MAX_OPTIONS_LEN]) -> Result<usize, Error> {
+    let mut i = 0;
+    let mut n = 0;
+    while let Some(&kind) = opts.get(i) {
+        match kind {
+            option::END => break,
+            option::NOP => i += 1,
+            _ => {
+                let len = usize::from(*opts.get(i + 1).ok_or(Error::Malformed)?);
+                let opt = opts
+                    .get(i..i + len)
+                    .filter(|_| len >= 2)
+                    .ok_or(Error::Malformed)?;
+                if kind & option::COPIED != 0 {
+                    out.get_mut(n..n + len)
+                        .ok_or(Error::Malformed)?
+                        .copy_from_slice(opt);
+                    n += len;
+                }
+                i += len;
+            }
+        }
+    }
+    let padded = (n + 3) & !3;
+    out.get_mut(n..padded)
+        .ok_or(Error::Malformed)?
+        .fill(option::END);
+    Ok(padded)
 }
 
 /// An option-less IPv4 header to emit.

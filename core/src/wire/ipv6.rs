@@ -132,6 +132,13 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         Ipv6Addr::from(field::<{ offset::DST_ADDR }, 16, HEADER_LEN>(self.header()))
     }
 
+    /// The source then the destination address, as they lie side by side
+    /// at the end of the fixed header.
+    #[inline(always)]
+    pub fn address_bytes(&self) -> [u8; 32] {
+        field::<{ offset::SRC_ADDR }, 32, HEADER_LEN>(self.header())
+    }
+
     /// Extension headers and upper-layer data, up to the payload length
     /// (empty when the buffer ends before it, as a quoted packet's does).
     #[inline(always)]

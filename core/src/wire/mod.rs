@@ -16,6 +16,7 @@
 
 pub mod checksum;
 pub mod ethernet;
+pub mod geneve;
 pub mod gre;
 pub mod gue;
 pub mod icmp;

@@ -2,12 +2,15 @@
 
 use std::net::IpAddr;
 
-use sluice_core::encap::{Gre, Gue};
-use sluice_core::rules::{ForwardingRule, RuleTable};
-use sluice_core::snapshot::{
-    BackendId, BackendState, Egress, Encapsulation, ForwardingState, MaglevTable, PortRange,
-    PortState, RuleProtocol, ServiceId, ServiceState, SessionAffinity,
-};
+use sluice_core::affinity::SessionAffinity;
+use sluice_core::backend::{BackendState, Egress};
+use sluice_core::encap::{Encapsulation, Gre, Gue};
+use sluice_core::ids::{BackendId, ServiceId};
+use sluice_core::maglev_table::MaglevTable;
+use sluice_core::port::PortState;
+use sluice_core::rules::{ForwardingRule, PortRange, RuleProtocol, RuleTable};
+use sluice_core::service::ServiceState;
+use sluice_core::snapshot::ForwardingState;
 
 use super::{ip, v4, v6, NEXT_HOP_MAC, PORT_MAC};
 

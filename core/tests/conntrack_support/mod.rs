@@ -4,13 +4,18 @@
 
 use std::net::IpAddr;
 
+use sluice_core::affinity::SessionAffinity;
+use sluice_core::backend::{BackendState, Egress};
 use sluice_core::conntrack::{self, Addrs, PacketMeta, Shard};
+use sluice_core::encap::Encapsulation;
 use sluice_core::flow::{flow_hash, tuple_kind, FlowKey};
-use sluice_core::snapshot::{
-    BackendId, BackendState, ConnectionTracking, Egress, Encapsulation, ForwardingState,
-    MaglevTable, Millis, PersistenceOnUnhealthy, ServiceId, ServiceState, SessionAffinity,
-    TrackingMode,
+use sluice_core::ids::{BackendId, ServiceId};
+use sluice_core::maglev_table::MaglevTable;
+use sluice_core::service::{
+    ConnectionTracking, PersistenceOnUnhealthy, ServiceState, TrackingMode,
 };
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::time::Millis;
 use sluice_core::wire::Ports;
 
 pub const TCP: u8 = 6;
