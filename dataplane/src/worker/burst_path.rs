@@ -84,7 +84,9 @@ impl BurstPath {
             .prepare(burst.iter(), state, &self.ctx, steer, vlan);
     }
 
-    /// Puts a delivered packet on the lane its verdict names.
+    /// Puts a delivered packet on the lane its verdict names: a forwarded
+    /// packet and an ICMP answer on a port's TX lane (one call site, which
+    /// stays inlined into the burst loop), the others on theirs.
     #[inline]
     fn route(
         &mut self,
@@ -94,21 +96,20 @@ impl BurstPath {
         rx_port: Option<usize>,
     ) {
         let stats = self.lanes.stats();
-        match verdict {
+        let out = match verdict {
             Verdict::Forward { port, backend } => {
                 stats.backend(backend, 1);
-                self.lanes.transmit(usize::from(port), m);
-            }
-            // AP-3: oversize IPv4 without DF, sent as fragments.
-            Verdict::Fragment { port, backend } => {
-                stats.backend(backend, 1);
-                self.lanes.fragment(usize::from(port), m, state);
+                usize::from(port)
             }
             // AP-3: an ICMP answer leaves by the receive port.
             Verdict::Reply => {
                 stats.icmp_replies.add(1);
-                let port = rx_port.unwrap_or_else(|| self.port_index(&m));
-                self.lanes.transmit(port, m);
+                rx_port.unwrap_or_else(|| self.port_index(&m))
+            }
+            // AP-3: oversize IPv4 without DF, sent as fragments.
+            Verdict::Fragment { port, backend } => {
+                stats.backend(backend, 1);
+                return self.lanes.fragment(usize::from(port), m, state);
             }
             Verdict::Punt => {
                 let port = rx_port.unwrap_or_else(|| self.port_index(&m));
@@ -118,10 +119,11 @@ impl BurstPath {
                 if state.ports.get(port).is_some_and(|p| p.vlan.is_some()) {
                     vlan::pop_tag(&mut m);
                 }
-                self.lanes.punt(port, m);
+                return self.lanes.punt(port, m);
             }
-            Verdict::Drop(reason) => self.lanes.discard(reason, m),
-        }
+            Verdict::Drop(reason) => return self.lanes.discard(reason, m),
+        };
+        self.lanes.transmit(out, m);
     }
 
     /// The config index of the port a steered packet arrived on.
