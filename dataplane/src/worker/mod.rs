@@ -31,7 +31,6 @@ mod test_pause;
 mod transmit;
 
 pub use exception::ExceptionQueues;
-pub use poll::SWEEP_SLOTS_PER_MS;
 pub use steering::Steering;
 #[cfg(feature = "test-hooks")]
 pub use test_pause::TestPause;

@@ -19,7 +19,7 @@ use sluice_core::stats::WorkerStats;
 /// cache lines per millisecond. Sweeping per poll instead (32 slots every
 /// burst) cost two uncached signature lines per burst, ~7 % of the worker
 /// at 10 Mpps (perf), and walked the table ten times a second for nothing.
-pub const SWEEP_SLOTS_PER_MS: usize = 1024;
+const SWEEP_SLOTS_PER_MS: usize = 1024;
 
 /// What a worker reads each poll besides its TAPs: the ports' RX queues
 /// and the rings from its steering peers.
