@@ -1,4 +1,4 @@
-use super::Mbuf;
+use super::mbuf::Mbuf;
 
 pub use sluice_core::burst::MAX_BURST;
 
