@@ -6,9 +6,10 @@
 //! each peer's steering ring, runs every burst through the pipeline's
 //! stages ([`burst_path`]) onto its output lanes ([`lanes`]: a TX burst
 //! per port, the exception path to each port's TAP, a held burst per
-//! steering peer, the burst's free list), sends what the lanes hold, and
-//! sweeps a bounded slice of the shard (CT-5). Nothing shared is written
-//! but its own stats block.
+//! steering peer, the burst's free list), sends what the lanes hold,
+//! sweeps a bounded slice of the shard (CT-5), and, after a poll that
+//! found nothing, polls again at once or backs off ([`idle`]). Nothing
+//! shared is written but its own stats block.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -23,6 +24,7 @@ mod burst_path;
 mod exception;
 mod fragments;
 pub mod handover;
+mod idle;
 mod lanes;
 mod poll;
 mod steering;
@@ -31,6 +33,7 @@ mod test_pause;
 mod transmit;
 
 pub use exception::ExceptionQueues;
+pub use idle::IdlePolling;
 pub use steering::Steering;
 #[cfg(feature = "test-hooks")]
 pub use test_pause::TestPause;
@@ -59,6 +62,8 @@ pub struct Worker {
     pub burst_size: usize,
     /// Entries in this worker's conntrack shard (reserved at start).
     pub conntrack_capacity: usize,
+    /// Busy polling, or adaptive idle for a core shared with others.
+    pub idle: IdlePolling,
     /// TEST HOOK, only with the `test-hooks` feature: see [`TestPause`].
     #[cfg(feature = "test-hooks")]
     pub test_pause: TestPause,

@@ -1,11 +1,13 @@
 //! The poll loop: per poll, the snapshot and the clock once, a burst from
 //! every port and every peer's steering ring through the burst path, the
-//! lanes flushed, a slice of the conntrack shard swept (CT-5).
+//! lanes flushed, a slice of the conntrack shard swept (CT-5), and after
+//! a poll that found nothing the idle step (busy, or backing off).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::burst_path::BurstPath;
+use super::idle::Backoff;
 use super::lanes::Lanes;
 use super::{Steering, Worker};
 use crate::dpdk::{MbufBurst, RingConsumer, RxQueue};
@@ -52,6 +54,7 @@ impl Worker {
             clock,
             burst_size,
             conntrack_capacity,
+            idle,
             #[cfg(feature = "test-hooks")]
             mut test_pause,
         } = self;
@@ -78,6 +81,7 @@ impl Worker {
         stats.snapshot_generation.set(state.generation);
         stats.conntrack.publish(&path.ctx.conntrack);
         let mut last_sweep = Millis(0);
+        let mut backoff = Backoff::new(idle);
 
         while !stop.load(Ordering::Relaxed) {
             stats.polls.add(1);
@@ -92,12 +96,14 @@ impl Worker {
             if test_pause.holds(version) {
                 continue;
             }
-            let _received = inputs.receive_ports(&mut path, &state, &stats);
+            let ports = inputs.receive_ports(&mut path, &state, &stats);
             #[cfg(feature = "test-hooks")]
-            test_pause.received(_received);
-            inputs.receive_steered(&mut path, &state, &stats);
-            path.lanes.flush(&state, &mut inputs.burst);
+            test_pause.received(ports.packets);
+            let steered = inputs.receive_steered(&mut path, &state, &stats);
+            let injected = path.lanes.flush(&state, &mut inputs.burst);
             sweep(&mut path.ctx, &mut last_sweep, &stats);
+            let found = ports.packets + steered + injected > 0 || ports.held_back;
+            backoff.after_poll(found, &stats);
         }
         path.lanes.stop();
         // The last millisecond's conntrack counters, for the final scrape.
@@ -106,23 +112,35 @@ impl Worker {
     }
 }
 
+/// What one poll of the ports found.
+struct PortsPolled {
+    /// Packets received.
+    packets: usize,
+    /// A port's RX was not read, its packets held back for a peer's ring
+    /// (AP-1 backpressure): there is work, though none was received.
+    held_back: bool,
+}
+
 impl Inputs {
-    /// A burst from each port through the burst path. Returns the packets
-    /// received.
+    /// A burst from each port through the burst path.
     #[inline]
     fn receive_ports(
         &mut self,
         path: &mut BurstPath,
         state: &ForwardingState,
         stats: &WorkerStats,
-    ) -> usize {
-        let mut received = 0;
+    ) -> PortsPolled {
+        let mut polled = PortsPolled {
+            packets: 0,
+            held_back: false,
+        };
         for (port, rxq) in self.rx.iter_mut().enumerate() {
             let steer = self.steered.get(port).copied().unwrap_or(false);
             // AP-1 backpressure: while a peer's ring cannot take what is
             // held for it, this port's packets wait in its RX queue.
             if steer && !path.lanes.hand_over_steered() {
                 stats.steering_backpressure.add(1);
+                polled.held_back = true;
                 continue;
             }
             let n = rxq.rx_burst(&mut self.burst, self.burst_size);
@@ -135,10 +153,10 @@ impl Inputs {
             };
             pc.rx_packets.add(n as u64);
             pc.rx_bytes.add(self.burst.total_len());
-            received += n;
+            polled.packets += n;
             path.handle_burst(state, &mut self.burst, Some(port), steer);
         }
-        received
+        polled
     }
 
     /// Tracked packets other workers received for this one's shard, through
