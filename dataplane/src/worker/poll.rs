@@ -6,13 +6,17 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
+
 use super::burst_path::BurstPath;
 use super::idle::Backoff;
 use super::lanes::Lanes;
+#[cfg(feature = "test-hooks")]
+use super::TestPause;
 use super::{Steering, Worker};
-use crate::dpdk::{MbufBurst, RingConsumer, RxQueue};
+use crate::dpdk::{MbufBurst, RingConsumer, RxQueue, TscClock};
 use sluice_core::pipeline::PipelineCtx;
-use sluice_core::snapshot::{ForwardingState, Millis};
+use sluice_core::snapshot::{ForwardingState, Millis, SnapshotCell};
 use sluice_core::stats::WorkerStats;
 
 /// Conntrack slots examined for expiry per millisecond of clock (CT-5):
@@ -41,6 +45,37 @@ struct Inputs {
 impl Worker {
     /// Polls until `stop` is set. Returns 0 (the lcore's exit code).
     pub fn run(self) -> i32 {
+        let stop = Arc::clone(&self.stop);
+        let mut polling = Polling::start(self);
+        while !stop.load(Ordering::Relaxed) {
+            polling.poll();
+        }
+        polling.stop();
+        0
+    }
+}
+
+/// A running worker between two polls.
+struct Polling {
+    inputs: Inputs,
+    path: BurstPath,
+    snapshots: Arc<SnapshotCell>,
+    /// The snapshot version `state` was loaded at.
+    version: u64,
+    state: Arc<ForwardingState>,
+    clock: TscClock,
+    stats: Arc<CachePadded<WorkerStats>>,
+    last_sweep: Millis,
+    backoff: Backoff,
+    #[cfg(feature = "test-hooks")]
+    test_pause: TestPause,
+}
+
+impl Polling {
+    /// Takes the worker apart into what the loop reads and writes; the
+    /// conntrack shard is allocated and touched here, on the worker's own
+    /// lcore (NUMA-local), before the first packet.
+    fn start(worker: Worker) -> Self {
         let Worker {
             index,
             rx,
@@ -50,65 +85,82 @@ impl Worker {
             steering,
             stats,
             snapshots,
-            stop,
+            stop: _,
             clock,
             burst_size,
             conntrack_capacity,
             idle,
             #[cfg(feature = "test-hooks")]
-            mut test_pause,
-        } = self;
+            test_pause,
+        } = worker;
         let Steering { to, from, ports } = steering.unwrap_or(Steering {
             to: Vec::new(),
             from: Vec::new(),
             ports: Vec::new(),
         });
-        let mut inputs = Inputs {
-            rx,
-            steered: ports,
-            inbound: from,
-            burst_size,
-            burst: MbufBurst::default(),
-        };
-        // The shard is allocated and touched here, on the worker's own
-        // lcore (NUMA-local), before the first packet.
         let mut ctx = PipelineCtx::new(conntrack_capacity);
         ctx.fragment_ids = sluice_core::fragment::FragmentIds::for_worker(index);
+        stats.conntrack.publish(&ctx.conntrack);
         let lanes = Lanes::new(tx, exception, to, Arc::clone(&stats));
-        let mut path = BurstPath::new(index, port_ids, ctx, lanes);
-        let mut version = snapshots.version();
-        let mut state = snapshots.load();
+        let version = snapshots.version();
+        let state = snapshots.load();
         stats.snapshot_generation.set(state.generation);
-        stats.conntrack.publish(&path.ctx.conntrack);
-        let mut last_sweep = Millis(0);
-        let mut backoff = Backoff::new(idle);
-
-        while !stop.load(Ordering::Relaxed) {
-            stats.polls.add(1);
-            let v = snapshots.version();
-            if v != version {
-                version = v;
-                state = snapshots.load();
-                stats.snapshot_generation.set(state.generation);
-            }
-            path.ctx.now = Millis(clock.now_ms());
+        Self {
+            inputs: Inputs {
+                rx,
+                steered: ports,
+                inbound: from,
+                burst_size,
+                burst: MbufBurst::default(),
+            },
+            path: BurstPath::new(index, port_ids, ctx, lanes),
+            snapshots,
+            version,
+            state,
+            clock,
+            stats,
+            last_sweep: Millis(0),
+            backoff: Backoff::new(idle),
             #[cfg(feature = "test-hooks")]
-            if test_pause.holds(version) {
-                continue;
-            }
-            let ports = inputs.receive_ports(&mut path, &state, &stats);
-            #[cfg(feature = "test-hooks")]
-            test_pause.received(ports.packets);
-            let steered = inputs.receive_steered(&mut path, &state, &stats);
-            let injected = path.lanes.flush(&state, &mut inputs.burst);
-            sweep(&mut path.ctx, &mut last_sweep, &stats);
-            let found = ports.packets + steered + injected > 0 || ports.held_back;
-            backoff.after_poll(found, &stats);
+            test_pause,
         }
-        path.lanes.stop();
-        // The last millisecond's conntrack counters, for the final scrape.
-        stats.conntrack.publish(&path.ctx.conntrack);
-        0
+    }
+
+    /// One poll: the snapshot and the clock, a burst from every port and
+    /// every peer's ring through the burst path, the lanes flushed, the
+    /// shard swept, and the idle step.
+    #[inline]
+    fn poll(&mut self) {
+        let stats = &self.stats;
+        stats.polls.add(1);
+        let v = self.snapshots.version();
+        if v != self.version {
+            self.version = v;
+            self.state = self.snapshots.load();
+            stats.snapshot_generation.set(self.state.generation);
+        }
+        self.path.ctx.now = Millis(self.clock.now_ms());
+        #[cfg(feature = "test-hooks")]
+        if self.test_pause.holds(self.version) {
+            return;
+        }
+        let (path, state) = (&mut self.path, &self.state);
+        let ports = self.inputs.receive_ports(path, state, stats);
+        #[cfg(feature = "test-hooks")]
+        self.test_pause.received(ports.packets);
+        let steered = self.inputs.receive_steered(path, state, stats);
+        let injected = path.lanes.flush(state, &mut self.inputs.burst);
+        sweep(&mut path.ctx, &mut self.last_sweep, stats);
+        let found = ports.packets + steered + injected > 0 || ports.held_back;
+        self.backoff.after_poll(found, stats);
+    }
+
+    /// The worker stops: what is held for peers is freed (counted), and
+    /// the last millisecond's conntrack counters are published for the
+    /// final scrape.
+    fn stop(&mut self) {
+        self.path.lanes.stop();
+        self.stats.conntrack.publish(&self.path.ctx.conntrack);
     }
 }
 
