@@ -8,7 +8,7 @@
 # backends on net_null, one worker, conntrack_capacity 131072 (a small
 # shard: start-up under valgrind stays short). sluice runs under
 # `valgrind --tool=callgrind --separate-threads=yes` for SECONDS_PER_RUN;
-# the worker thread's self cost in `Lanes::handle_burst` (the staged
+# the worker thread's self cost in `BurstPath::handle_burst` (the staged
 # pipeline inlined into it: stage 1, conntrack, delivery, TX queueing)
 # and in the two drivers' burst functions is divided by the packets sent.
 # Time-driven work (conntrack sweeps, start-up) is left out, so the figures
@@ -40,11 +40,11 @@ valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.
   --metrics-dump "$work/metrics.txt" >"$work/sluice.log" 2>&1 \
   || { cat "$work/sluice.log"; exit 1; }
 # The worker thread's file: the one that ran the burst path.
-worker=$(grep -l 'Lanes::handle_burst' "$work"/cg.*-* | head -1)
+worker=$(grep -l '::handle_burst' "$work"/cg.*-* | head -1)
 packets=$(awk -v m="$COUNTED" '$1 == m {print $2}' "$work/metrics.txt")
 callgrind_annotate --threshold=100 --auto=no "$worker" 2>/dev/null | awk -v n="$packets" '
   /file:function/ {on = 1; next}
-  on && /Lanes::handle_burst/ {gsub(",", "", $1); burst += $1}
+  on && /::handle_burst/ {gsub(",", "", $1); burst += $1}
   on && /librte_net_(pcap|null)/ {gsub(",", "", $1); drivers += $1}
   END {printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%.1f packets=%d\n",
        burst / n, drivers / n, n}'

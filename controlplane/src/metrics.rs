@@ -430,7 +430,7 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 31);
-        assert_eq!(described, 31, "every collected family is described");
+        assert_eq!(r.gather().len(), 33);
+        assert_eq!(described, 33, "every collected family is described");
     }
 }

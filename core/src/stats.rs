@@ -334,6 +334,12 @@ counter_block! {
         /// Poll-loop iterations (RX bursts attempted), per worker: a worker
         /// whose count stops rising is stuck.
         polls: Counter => WorkerCounter "sluice_worker_polls_total",
+        /// Poll-loop iterations that found nothing to do (no packet received,
+        /// steered in or injected), per worker; the others are busy polls.
+        idle_polls: Counter => WorkerCounter "sluice_worker_idle_polls_total",
+        /// Sleeps after idle polls under adaptive idle polling (dataplane.idle
+        /// = "adaptive"), per worker; each lasts at most idle_sleep_max_us.
+        idle_sleeps: Counter => WorkerCounter "sluice_worker_idle_sleeps_total",
         /// Generation of the forwarding snapshot each worker last loaded:
         /// one lagging behind sluice_snapshot_generation has not picked up
         /// the latest publish.
@@ -419,7 +425,7 @@ mod tests {
         check(WorkerStats::METRICS, &mut seen);
         check(PortCounters::METRICS, &mut seen);
         check(ConntrackStats::METRICS, &mut seen);
-        assert_eq!(seen.len(), 8 + 7 + 10);
+        assert_eq!(seen.len(), 10 + 7 + 10);
     }
 
     /// A declared field is read by its metric: bumping one field moves

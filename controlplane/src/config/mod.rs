@@ -13,6 +13,7 @@ mod diagnostics;
 mod encapsulation;
 mod frames;
 mod health_check;
+mod idle;
 mod interfaces;
 pub(crate) mod model;
 mod raw;

@@ -34,6 +34,8 @@ pub(crate) struct RawDataplane {
     pub conntrack_capacity: Option<S<i64>>,
     pub flow_hash_key: Option<S<String>>,
     pub flow_hash_key_file: Option<S<String>>,
+    pub idle: Option<S<String>>,
+    pub idle_sleep_max_us: Option<S<i64>>,
     #[serde(default)]
     pub port: Vec<S<RawPort>>,
 }

@@ -91,6 +91,7 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         "conntrack_capacity",
     );
     let flow_hash_key = flow_hash_key(cx, d);
+    let idle = super::idle::idle_polling(cx, d);
     if d.port.is_empty() || d.port.len() > MAX_PORTS {
         cx.err(
             dp.span(),
@@ -124,6 +125,7 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         mbufs,
         conntrack_capacity,
         flow_hash_key,
+        idle,
         ports,
     }
 }

@@ -1,4 +1,4 @@
-use super::Mbuf;
+use super::mbuf::Mbuf;
 
 pub use sluice_core::burst::MAX_BURST;
 
@@ -55,8 +55,10 @@ impl MbufBurst {
 
     /// Appends; when the burst is full, first empties it with `flush` (a
     /// transmit, a ring enqueue). Gives the mbuf back only if there is
-    /// still no room (the caller counts the drop).
-    #[inline]
+    /// still no room (the caller counts the drop). Always inlined: it is
+    /// the per-packet step of every lane, and a caller shared with a cold
+    /// path (fragments onto a TX lane) must not make it a call.
+    #[inline(always)]
     pub fn push_or_flush(&mut self, m: Mbuf, flush: impl FnOnce(&mut Self)) -> Result<(), Mbuf> {
         match self.push(m) {
             Ok(()) => Ok(()),

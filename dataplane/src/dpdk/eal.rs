@@ -5,7 +5,8 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::{DpdkError, LcoreId};
+use super::error::DpdkError;
+use super::ids::LcoreId;
 
 static EAL_INITIALISED: AtomicBool = AtomicBool::new(false);
 

@@ -3,7 +3,7 @@ use std::ptr::NonNull;
 use sluice_core::burst::BurstPacket;
 use sluice_core::packet::PacketBuf;
 
-use super::PortId;
+use super::ids::PortId;
 
 /// An owned, single-segment packet buffer. Freed on drop; ownership passes
 /// to and from drivers through a burst's slots (`MbufBurst::held_raw`,

@@ -2,8 +2,9 @@ use std::ffi::CString;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::eal::EalGuard;
-use super::{DpdkError, Eal, MbufBurst};
+use super::burst::MbufBurst;
+use super::eal::{Eal, EalGuard};
+use super::error::DpdkError;
 
 /// Bytes in front of a received frame in every mbuf
 /// (`RTE_PKTMBUF_HEADROOM`): where the encapsulation prepends its headers.

@@ -16,6 +16,7 @@ mod error;
 mod ids;
 mod mbuf;
 mod mempool;
+mod open_port;
 mod port;
 mod queue;
 mod ring;

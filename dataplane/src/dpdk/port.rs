@@ -1,16 +1,19 @@
 //! Ethernet ports: configuration, queues, link state, statistics.
 //!
 //! A started port hands out its queues once, as owned values; each queue,
-//! and each [`PortMonitor`], holds the port, so the port is stopped and
-//! closed only after the last of them is gone. The port holds its packet
-//! pool (its RX queues refill from it), the pool holds EAL.
+//! and each [`PortMonitor`], holds the open device ([`OpenPort`]), so the
+//! port is stopped and closed only after the last of them is gone. The
+//! port holds its packet pool (its RX queues refill from it), the pool
+//! holds EAL.
 
 use std::ffi::CString;
 use std::sync::Arc;
 
-use super::eal::EalGuard;
+use super::error::DpdkError;
+use super::ids::PortId;
+use super::mempool::Mempool;
+use super::open_port::OpenPort;
 use super::queue::QueuePair;
-use super::{DpdkError, Mempool, PortId};
 
 // RSS hash-function bits from rte_ethdev.h (RTE_BIT64 macros, which bindgen
 // cannot evaluate).
@@ -93,40 +96,7 @@ pub struct PortHwStats {
 /// `Clone`; its queues come with it from [`Port::start`], once.
 #[derive(Debug)]
 pub struct Port {
-    inner: Arc<PortInner>,
-}
-
-/// What every handle of one port shares; stops and closes the port when
-/// the last goes (which flushes drivers such as net_pcap's TX file).
-#[derive(Debug)]
-pub(super) struct PortInner {
-    id: PortId,
-    name: String,
-    /// `rte_eth_dev_start` succeeded: stop before closing.
-    started: bool,
-    /// Every packet between two addresses reaches one RX queue (one queue,
-    /// or RSS on addresses only that the device supports in full).
-    pairs_on_one_queue: bool,
-    /// The pool the RX queues refill from, and through it EAL.
-    _pool: Mempool,
-    _eal: EalGuard,
-}
-
-impl Drop for PortInner {
-    fn drop(&mut self) {
-        // SAFETY: this is the last handle of the port: every queue (and so
-        // every worker polling one) and monitor is gone. Stop + close
-        // release the queues (freeing the mbufs in their rings while the
-        // pool is still held) and flush drivers (net_pcap writes its TX
-        // file on close). Closing a configured but not started port (a
-        // failed start) is allowed.
-        unsafe {
-            if self.started {
-                dpdk_sys::rte_eth_dev_stop(self.id.get());
-            }
-            dpdk_sys::rte_eth_dev_close(self.id.get());
-        }
-    }
+    inner: Arc<OpenPort>,
 }
 
 /// Finds the port DPDK created for `device` (the text before the first
@@ -199,16 +169,9 @@ impl Port {
             ));
         }
         // Configured: from here on a failure closes the port (drop).
-        let mut port = PortInner {
-            id,
-            name,
-            started: false,
-            pairs_on_one_queue,
-            _pool: pool.clone(),
-            _eal: pool.eal(),
-        };
-        port.set_up_queues(cfg, pool)?;
-        port.start_device(mtu, cfg.promiscuous)?;
+        let mut port = OpenPort::configured(id, name, pairs_on_one_queue, pool);
+        set_up_queues(&port, cfg, pool)?;
+        port.start(mtu, cfg.promiscuous)?;
         let inner = Arc::new(port);
         let pairs = (0..queues)
             .map(|queue| QueuePair::new(&inner, queue))
@@ -219,15 +182,15 @@ impl Port {
     /// Whether the port itself keeps every packet between two addresses on
     /// one RX queue; when not, workers steer tracked packets in software.
     pub fn keeps_address_pairs_on_one_queue(&self) -> bool {
-        self.inner.pairs_on_one_queue
+        self.inner.pairs_on_one_queue()
     }
 
     pub fn id(&self) -> PortId {
-        self.inner.id
+        self.inner.id()
     }
 
     pub fn name(&self) -> &str {
-        &self.inner.name
+        self.inner.name()
     }
 
     pub fn mac(&self) -> [u8; 6] {
@@ -263,87 +226,45 @@ impl Port {
     }
 }
 
-impl PortInner {
-    pub(super) fn id(&self) -> PortId {
-        self.id
-    }
-
-    /// Sets the MTU, starts the device, and turns promiscuous mode on.
-    fn start_device(&mut self, mtu: Option<u16>, promiscuous: bool) -> Result<(), DpdkError> {
-        let id = self.id.get();
-        if let Some(mtu) = mtu {
-            // SAFETY: port id valid. Drivers without an MTU operation
-            // (-ENOTSUP) took it from rxmode above; the MTU the pipeline
-            // enforces on what it sends comes from the config anyway.
-            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(id, mtu) };
-            if rc != 0 && rc != -(dpdk_sys::ENOTSUP as i32) {
-                return Err(DpdkError::from_rc(
-                    format!("rte_eth_dev_set_mtu({}, {mtu})", self.name),
-                    rc,
-                ));
-            }
-        }
-        // SAFETY: port configured and queues set up.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_start(id) };
+/// Sets up the port's `cfg.queue_pairs` RX and TX queues, RX refilling
+/// from `pool`.
+fn set_up_queues(port: &OpenPort, cfg: &PortConfig, pool: &Mempool) -> Result<(), DpdkError> {
+    let (id, name) = (port.id().get(), port.name());
+    // SAFETY: port id valid.
+    let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
+    let socket = if socket < 0 { 0 } else { socket as u32 };
+    for q in 0..cfg.queue_pairs {
+        // SAFETY: port configured with queue_pairs queues; NULL rx_conf
+        // means driver defaults; the port holds the pool, so it
+        // outlives the queue.
+        let rc = unsafe {
+            dpdk_sys::rte_eth_rx_queue_setup(
+                id,
+                q,
+                cfg.rx_descriptors,
+                socket,
+                std::ptr::null(),
+                pool.as_ptr(),
+            )
+        };
         if rc != 0 {
             return Err(DpdkError::from_rc(
-                format!("rte_eth_dev_start({})", self.name),
+                format!("rte_eth_rx_queue_setup({name}, {q})"),
                 rc,
             ));
         }
-        self.started = true;
-        if promiscuous {
-            // SAFETY: port started. Failure (unsupported) is harmless: the
-            // port then only receives frames to its own MAC and broadcast.
-            let _ = unsafe { dpdk_sys::rte_eth_promiscuous_enable(id) };
+        // SAFETY: as above for TX; NULL tx_conf means driver defaults.
+        let rc = unsafe {
+            dpdk_sys::rte_eth_tx_queue_setup(id, q, cfg.tx_descriptors, socket, std::ptr::null())
+        };
+        if rc != 0 {
+            return Err(DpdkError::from_rc(
+                format!("rte_eth_tx_queue_setup({name}, {q})"),
+                rc,
+            ));
         }
-        Ok(())
     }
-
-    fn set_up_queues(&self, cfg: &PortConfig, pool: &Mempool) -> Result<(), DpdkError> {
-        let (id, name) = (self.id.get(), &self.name);
-        // SAFETY: port id valid.
-        let socket = unsafe { dpdk_sys::rte_eth_dev_socket_id(id) };
-        let socket = if socket < 0 { 0 } else { socket as u32 };
-        for q in 0..cfg.queue_pairs {
-            // SAFETY: port configured with queue_pairs queues; NULL rx_conf
-            // means driver defaults; the port holds the pool, so it
-            // outlives the queue.
-            let rc = unsafe {
-                dpdk_sys::rte_eth_rx_queue_setup(
-                    id,
-                    q,
-                    cfg.rx_descriptors,
-                    socket,
-                    std::ptr::null(),
-                    pool.as_ptr(),
-                )
-            };
-            if rc != 0 {
-                return Err(DpdkError::from_rc(
-                    format!("rte_eth_rx_queue_setup({name}, {q})"),
-                    rc,
-                ));
-            }
-            // SAFETY: as above for TX; NULL tx_conf means driver defaults.
-            let rc = unsafe {
-                dpdk_sys::rte_eth_tx_queue_setup(
-                    id,
-                    q,
-                    cfg.tx_descriptors,
-                    socket,
-                    std::ptr::null(),
-                )
-            };
-            if rc != 0 {
-                return Err(DpdkError::from_rc(
-                    format!("rte_eth_tx_queue_setup({name}, {q})"),
-                    rc,
-                ));
-            }
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// `rte_eth_conf` for `cfg` on a device that reports `info`, and whether
@@ -397,22 +318,22 @@ fn eth_conf(
 /// A port's link state and counters, readable from any thread. Clones
 /// share the port, which stays open while one exists.
 #[derive(Clone, Debug)]
-pub struct PortMonitor(Arc<PortInner>);
+pub struct PortMonitor(Arc<OpenPort>);
 
 impl PortMonitor {
     pub fn id(&self) -> PortId {
-        self.0.id
+        self.0.id()
     }
 
     pub fn link(&self) -> LinkStatus {
-        link_of(self.0.id)
+        link_of(self.0.id())
     }
 
     /// The port's counters. Reading stats is thread-safe in DPDK.
     pub fn hw_stats(&self) -> PortHwStats {
         let mut s = dpdk_sys::rte_eth_stats::default();
         // SAFETY: the port is open (we hold it); s is a valid out-struct.
-        unsafe { dpdk_sys::rte_eth_stats_get(self.0.id.get(), &mut s) };
+        unsafe { dpdk_sys::rte_eth_stats_get(self.0.id().get(), &mut s) };
         PortHwStats {
             ipackets: s.ipackets,
             opackets: s.opackets,

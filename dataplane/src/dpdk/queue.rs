@@ -1,11 +1,11 @@
 //! A port's RX and TX queues: each made once, by `Port::start`, owned by
-//! one worker, and holding its port open.
+//! one worker, and holding its port open (an `Arc` of the [`OpenPort`]).
 
 use std::sync::Arc;
 
 use super::burst::MbufBurst;
-use super::port::PortInner;
-use super::PortId;
+use super::ids::PortId;
+use super::open_port::OpenPort;
 
 /// One worker's queue pair on a port.
 #[derive(Debug)]
@@ -16,7 +16,7 @@ pub struct QueuePair {
 
 impl QueuePair {
     /// Queue pair `queue` of a started port; `Port::start` makes each once.
-    pub(super) fn new(port: &Arc<PortInner>, queue: u16) -> Self {
+    pub(super) fn new(port: &Arc<OpenPort>, queue: u16) -> Self {
         Self {
             rx: RxQueue {
                 port: port.id(),
@@ -43,7 +43,7 @@ impl QueuePair {
 pub struct RxQueue {
     port: PortId,
     queue: u16,
-    _port: Arc<PortInner>,
+    _port: Arc<OpenPort>,
 }
 
 /// One TX queue of one port. Not `Clone`, made once by [`Port::start`](super::Port::start):
@@ -57,7 +57,7 @@ pub struct RxQueue {
 pub struct TxQueue {
     port: PortId,
     queue: u16,
-    _port: Arc<PortInner>,
+    _port: Arc<OpenPort>,
 }
 
 impl RxQueue {

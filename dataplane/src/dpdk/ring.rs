@@ -6,7 +6,8 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::burst::MbufBurst;
-use super::{DpdkError, Mempool};
+use super::error::DpdkError;
+use super::mempool::Mempool;
 
 // From rte_ring_core.h (macros bindgen cannot see through).
 const RING_F_SP_ENQ: u32 = 0x0001;

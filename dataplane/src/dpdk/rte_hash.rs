@@ -5,8 +5,8 @@
 use std::ffi::CString;
 use std::ptr::NonNull;
 
-use super::eal::EalGuard;
-use super::{DpdkError, Eal};
+use super::eal::{Eal, EalGuard};
+use super::error::DpdkError;
 
 /// An `rte_hash` table of `K`-byte keys. Single-threaded use only (created
 /// without the multi-writer / read-write-concurrency flags), hence not

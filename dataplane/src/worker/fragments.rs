@@ -1,10 +1,10 @@
 //! AP-3, the worker's side of fragmentation (`sluice_core::fragment` is the
 //! sans-IO side): buffers for the extra fragments come from the mbuf pool,
-//! all or none, then every fragment goes onto the egress port's TX burst.
-//! In its own file so that the poll loop only gains one match arm.
+//! all or none, then every fragment goes onto the egress port's TX lane.
+//! Cold: the burst path only gains one match arm.
 
-use super::flush;
-use crate::dpdk::{Mbuf, MbufBurst, TxQueue};
+use super::transmit::TxLane;
+use crate::dpdk::{Mbuf, MbufBurst};
 use sluice_core::drop_reason::DropReason;
 use sluice_core::fragment;
 use sluice_core::packet::PacketBuf;
@@ -24,15 +24,10 @@ pub(super) fn send(
     mut m: Mbuf,
     out: usize,
     state: &ForwardingState,
-    tx_bursts: &mut [MbufBurst],
-    tx: &mut [TxQueue],
+    tx: &mut [TxLane],
     stats: &WorkerStats,
 ) {
-    let (Some(port), Some(burst), Some(txq)) = (
-        state.ports.get(out),
-        tx_bursts.get_mut(out),
-        tx.get_mut(out),
-    ) else {
+    let (Some(port), Some(lane)) = (state.ports.get(out), tx.get_mut(out)) else {
         stats.count_drop(DropReason::TxQueueFull, 1);
         return;
     };
@@ -69,11 +64,6 @@ pub(super) fn send(
         stats.fragments.add(plan.count() as u64);
     }
     for f in std::iter::once(m).chain(extra.drain()) {
-        if burst
-            .push_or_flush(f, |b| flush(txq, b, stats, out))
-            .is_err()
-        {
-            stats.count_drop(DropReason::TxQueueFull, 1);
-        }
+        lane.queue(f, stats);
     }
 }

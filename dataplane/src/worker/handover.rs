@@ -7,18 +7,9 @@
 //! kernel's socket drops for `net_af_packet`) — not silently between
 //! workers, and a flow's packets keep their order.
 
-use crate::dpdk::MbufBurst;
-
 /// A burst of packets held for one peer.
 pub trait Held {
     fn is_empty(&self) -> bool;
-}
-
-impl Held for MbufBurst {
-    #[inline]
-    fn is_empty(&self) -> bool {
-        MbufBurst::is_empty(self)
-    }
 }
 
 impl<T> Held for Vec<T> {

@@ -1,0 +1,137 @@
+//! One received burst through the staged pipeline onto the output lanes
+//! (`docs/architecture.md`, "Two-stage burst processing"):
+//!
+//! 1. [`BurstPath::prepare`]: stage 1 (parse, rule, flow hash) for every
+//!    packet, the steering decision, and the conntrack pass that requests
+//!    every tracked key's home entry — `sluice_core::burst`, sans-IO;
+//! 2. per packet, stage 2 (`BurstStages::deliver`: conntrack lookahead,
+//!    decision, backend, encapsulation), then [`BurstPath::route`] puts it
+//!    on the lane its outcome names;
+//! 3. the burst's drops are freed together.
+
+use super::lanes::Lanes;
+use crate::dpdk::{Mbuf, MbufBurst, PortId};
+use sluice_core::burst::{BurstStages, Outcome, SteerFor};
+use sluice_core::pipeline::{PipelineCtx, Verdict};
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::vlan;
+
+/// What a worker's bursts run through: its pipeline context (conntrack
+/// shard, clock, rate limits), the stages' per-burst state, and the lanes.
+pub(super) struct BurstPath {
+    /// This worker's index among the workers steering to each other.
+    index: usize,
+    /// DPDK port id of each config port (steered packets carry the id).
+    port_ids: Vec<PortId>,
+    pub(super) ctx: PipelineCtx,
+    stages: BurstStages,
+    pub(super) lanes: Lanes,
+}
+
+impl BurstPath {
+    pub(super) fn new(index: usize, port_ids: Vec<PortId>, ctx: PipelineCtx, lanes: Lanes) -> Self {
+        Self {
+            index,
+            port_ids,
+            ctx,
+            stages: BurstStages::default(),
+            lanes,
+        }
+    }
+
+    /// Runs the pipeline over one burst and queues every packet where its
+    /// outcome sends it. `rx_port`: the config port the whole burst came
+    /// from (None: steered packets, each carrying its own). `steer`: hand
+    /// tracked packets owned by another worker to it (see
+    /// [`sluice_core::steering`]).
+    #[inline]
+    pub(super) fn handle_burst(
+        &mut self,
+        state: &ForwardingState,
+        burst: &mut MbufBurst,
+        rx_port: Option<usize>,
+        steer: bool,
+    ) {
+        self.prepare(state, burst, rx_port, steer);
+        for (i, mut m) in burst.drain().enumerate() {
+            match self.stages.deliver(i, &mut m, state, &mut self.ctx) {
+                Outcome::Steer(owner) => self.lanes.steer(owner, m),
+                Outcome::Verdict(verdict) => self.route(state, verdict, m, rx_port),
+            }
+        }
+        self.lanes.free_dropped();
+        self.stages.finish();
+    }
+
+    /// Stage 1, the steering decision and the conntrack pass, over the
+    /// whole burst before any packet is delivered.
+    #[inline]
+    fn prepare(
+        &mut self,
+        state: &ForwardingState,
+        burst: &MbufBurst,
+        rx_port: Option<usize>,
+        steer: bool,
+    ) {
+        let steer = steer.then_some(SteerFor {
+            index: self.index,
+            workers: self.lanes.workers(),
+        });
+        // Trunk port: frames without its tag are dropped in stage 1.
+        // Steered packets (no `rx_port`) passed that check where received.
+        let vlan = rx_port.and_then(|p| state.ports.get(p)?.vlan);
+        self.stages
+            .prepare(burst.iter(), state, &self.ctx, steer, vlan);
+    }
+
+    /// Puts a delivered packet on the lane its verdict names: a forwarded
+    /// packet and an ICMP answer on a port's TX lane (one call site, which
+    /// stays inlined into the burst loop), the others on theirs.
+    #[inline]
+    fn route(
+        &mut self,
+        state: &ForwardingState,
+        verdict: Verdict,
+        mut m: Mbuf,
+        rx_port: Option<usize>,
+    ) {
+        let stats = self.lanes.stats();
+        let out = match verdict {
+            Verdict::Forward { port, backend } => {
+                stats.backend(backend, 1);
+                usize::from(port)
+            }
+            // AP-3: an ICMP answer leaves by the receive port.
+            Verdict::Reply => {
+                stats.icmp_replies.add(1);
+                rx_port.unwrap_or_else(|| self.port_index(&m))
+            }
+            // AP-3: oversize IPv4 without DF, sent as fragments.
+            Verdict::Fragment { port, backend } => {
+                stats.backend(backend, 1);
+                return self.lanes.fragment(usize::from(port), m, state);
+            }
+            Verdict::Punt => {
+                let port = rx_port.unwrap_or_else(|| self.port_index(&m));
+                // The kernel sees a trunk port's traffic untagged (its TAP
+                // carries the port's addresses); stage 1 made sure the tag
+                // is there.
+                if state.ports.get(port).is_some_and(|p| p.vlan.is_some()) {
+                    vlan::pop_tag(&mut m);
+                }
+                return self.lanes.punt(port, m);
+            }
+            Verdict::Drop(reason) => return self.lanes.discard(reason, m),
+        };
+        self.lanes.transmit(out, m);
+    }
+
+    /// The config index of the port a steered packet arrived on.
+    #[cold]
+    fn port_index(&self, m: &Mbuf) -> usize {
+        self.port_ids
+            .iter()
+            .position(|&id| id == m.port())
+            .unwrap_or(0)
+    }
+}
