@@ -5,36 +5,140 @@
 //! by their quote, IPv6 with extension headers) and the encapsulator alone
 //! per encapsulation and outer family.
 //!
-//! `cargo bench -p sluice-benches --bench pipeline`
+//! The snapshot is built here from core's types alone (the control plane
+//! would build the same rules, ports and backends from a config), so the
+//! bench needs neither DPDK nor the control plane:
+//! `cargo bench -p sluice-core --bench pipeline`
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use sluice_core::affinity::SessionAffinity;
 use sluice_core::backend::{BackendState, Egress};
 use sluice_core::encap::{self, Encapsulation, Geneve, Gre, Gue, Ipip};
 use sluice_core::ids::{BackendId, ServiceId};
+use sluice_core::maglev_table::MaglevTable;
 use sluice_core::packet::VecPacket;
 use sluice_core::pipeline::{self, PipelineCtx};
 use sluice_core::port::PortState;
+use sluice_core::rules::{ForwardingRule, PortRange, RuleProtocol, RuleTable};
+use sluice_core::service::ServiceState;
 use sluice_core::wire::{parse, Parsed};
 use sluice_core::ForwardingState;
 
 const BATCH: usize = 32;
 
-fn state(encap: &str) -> ForwardingState {
-    sluice_benches::web_state(encap, "TCP", "80")
+/// The backends' addresses, one table slot each in turn.
+const BACKENDS: [Ipv4Addr; 3] = [
+    Ipv4Addr::new(198, 18, 0, 10),
+    Ipv4Addr::new(198, 18, 0, 11),
+    Ipv4Addr::new(198, 18, 0, 12),
+];
+
+/// Ports "clients" (0) and "backends" (1), service "web" with three
+/// backends behind port 1 spread over a 65,537-slot table, and one rule per
+/// `(vip, protocol, ports)` for it.
+fn state(
+    encapsulation: Encapsulation,
+    rules: &[(IpAddr, RuleProtocol, PortRange)],
+) -> ForwardingState {
+    let port = |name: &str, mac: [u8; 6], ipv4: Ipv4Addr| PortState {
+        name: name.into(),
+        mac,
+        ipv4: Some(ipv4),
+        ipv6: Some("fd00::1".parse().unwrap()),
+        mtu: 1500,
+        vlan: None,
+    };
+    let backends: Vec<_> = BACKENDS
+        .iter()
+        .zip(0u8..)
+        .map(|(a, i)| {
+            Some(backend(
+                u32::from(i),
+                IpAddr::V4(*a),
+                [2, 0, 0, 0, 0, 0x10 + i],
+            ))
+        })
+        .collect();
+    let ids: Vec<_> = (0..3).map(BackendId).collect();
+    let table = MaglevTable {
+        slots: (0..65_537u32).map(|i| BackendId(i % 3)).collect(),
+    };
+    let rules = rules
+        .iter()
+        .map(|&(vip, protocol, ports)| ForwardingRule {
+            name: format!("web-{vip}-{protocol:?}"),
+            vip,
+            protocol,
+            ports,
+            service: ServiceId(0),
+        })
+        .collect();
+    let mut st = ForwardingState {
+        generation: 1,
+        rules: RuleTable::new(rules),
+        services: vec![ServiceState {
+            name: "web".into(),
+            encapsulation,
+            affinity: SessionAffinity::None,
+            tracking: Default::default(),
+            draining_timeout_ms: 0,
+            drain_on_failover: true,
+            pool_epoch: 0,
+            backends: ids,
+            tables: vec![Arc::new(table)],
+        }],
+        backends,
+        ports: vec![
+            port("clients", [2, 0, 0, 0, 0, 1], Ipv4Addr::new(192, 0, 2, 1)),
+            port("backends", [2, 0, 0, 0, 0, 2], Ipv4Addr::new(198, 18, 0, 1)),
+        ],
+        zones: Default::default(),
+        outer_headers: Default::default(),
+        flow_seed: Default::default(),
+    };
+    st.outer_headers = st.build_outer_headers();
+    st
 }
 
+/// A healthy backend `id` of service 0 behind port 1.
+fn backend(id: u32, address: IpAddr, mac: [u8; 6]) -> BackendState {
+    BackendState {
+        id: BackendId(id),
+        service: ServiceId(0),
+        address,
+        healthy: true,
+        weight: 1,
+        pool: Default::default(),
+        draining_until: None,
+        egress: Egress {
+            port: 1,
+            next_hop_mac: Some(mac),
+        },
+    }
+}
+
+const VIP4: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 10));
+
+/// The benchmark harness's service: TCP to the VIP's port 80.
+fn web_state(encapsulation: Encapsulation) -> ForwardingState {
+    let http = PortRange {
+        first: 80,
+        last: 80,
+    };
+    state(encapsulation, &[(VIP4, RuleProtocol::Tcp, http)])
+}
+
+/// 64-byte TCP frames (ACK) of distinct flows to the VIP's port 80.
 fn frames() -> Vec<Vec<u8>> {
     (0..BATCH as u32)
         .map(|i| {
-            sluice_benches::tcp_flow_frame(
-                i * 7919,
-                Ipv4Addr::new(203, 0, 113, 10),
-                [2, 0, 0, 0, 0, 1],
-                false,
-            )
+            let mut f = v4(i * 7919, 6, 0x4000, &ports(1024 + i as u16, 80, 20));
+            f.resize(60, 0);
+            f
         })
         .collect()
 }
@@ -43,7 +147,7 @@ fn bench(c: &mut Criterion) {
     let frames = frames();
     let mut g = c.benchmark_group("pipeline");
     g.throughput(Throughput::Elements(BATCH as u64));
-    let st = state("gre");
+    let st = web_state(Encapsulation::Gre(Gre));
     g.bench_function("classify_tcp_v4_batch32", |b| {
         b.iter(|| {
             for f in &frames {
@@ -51,8 +155,8 @@ fn bench(c: &mut Criterion) {
             }
         })
     });
-    for encap in ["gre", "l2"] {
-        let st = state(encap);
+    for (encap, e) in [("gre", Encapsulation::Gre(Gre)), ("l2", Encapsulation::L2)] {
+        let st = web_state(e);
         let mut ctx = PipelineCtx::default();
         g.bench_function(format!("process_tcp_v4_{encap}_batch32"), |b| {
             b.iter_batched_ref(
@@ -72,37 +176,14 @@ fn bench(c: &mut Criterion) {
 /// A snapshot whose two VIPs (203.0.113.10, 2001:db8::10) take every
 /// protocol (`L3_DEFAULT`), so each protocol's stage 1 runs to the hash.
 fn l3_default_state() -> ForwardingState {
-    let cfg = r#"
-[dataplane]
-workers = 1
-[[dataplane.port]]
-name = "p"
-device = "net_null0"
-mac = "02:00:00:00:00:01"
-address = "198.18.0.1/24"
-[[backend_service]]
-name = "s"
-encapsulation = "gre"
-backend = [
-  { address = "198.18.0.10", mac = "02:00:00:00:00:10" },
-  { address = "198.18.0.11", mac = "02:00:00:00:00:11" },
-]
-[[forwarding_rule]]
-name = "v4"
-vip = "203.0.113.10"
-protocol = "L3_DEFAULT"
-ports = "ALL"
-backend_service = "s"
-[[forwarding_rule]]
-name = "v6"
-vip = "2001:db8::10"
-protocol = "L3_DEFAULT"
-ports = "ALL"
-backend_service = "s"
-"#;
-    let cfg = controlplane::config::load_str(cfg, "bench.toml").expect("valid bench config");
-    let mut ids = controlplane::publish::BackendIds::default();
-    controlplane::publish::build_forwarding_state(&cfg, &[[2, 0, 0, 0, 0, 1]], &mut ids, 1)
+    let vip6 = IpAddr::V6("2001:db8::10".parse().unwrap());
+    state(
+        Encapsulation::Gre(Gre),
+        &[
+            (VIP4, RuleProtocol::L3Default, PortRange::ALL),
+            (vip6, RuleProtocol::L3Default, PortRange::ALL),
+        ],
+    )
 }
 
 fn eth(ethertype: u16, ip: &[u8]) -> Vec<u8> {
