@@ -1,7 +1,10 @@
 //! `[dataplane] idle` and `idle_sleep_max_us` (AP-5): the accepted values
 //! and defaults, and every refusal named by file:line, field and fix.
 
-use controlplane::config::{self, IdlePolling};
+use std::time::Duration;
+
+use controlplane::config;
+use dataplane::worker::IdlePolling;
 
 const BASE: &str = r#"
 [dataplane]
@@ -58,16 +61,20 @@ fn workers_busy_poll_unless_told_otherwise() {
 fn adaptive_idle_sleeps_at_most_1_ms_by_default() {
     assert_eq!(
         idle_of("idle = \"adaptive\"\n"),
-        IdlePolling::Adaptive { sleep_max_us: 1000 }
+        IdlePolling::Adaptive {
+            sleep_max: Duration::from_micros(1000)
+        }
     );
     assert_eq!(
         idle_of("idle = \"adaptive\"\nidle_sleep_max_us = 100\n"),
-        IdlePolling::Adaptive { sleep_max_us: 100 }
+        IdlePolling::Adaptive {
+            sleep_max: Duration::from_micros(100)
+        }
     );
     assert_eq!(
         idle_of("idle = \"adaptive\"\nidle_sleep_max_us = 10000\n"),
         IdlePolling::Adaptive {
-            sleep_max_us: 10_000
+            sleep_max: Duration::from_micros(10_000)
         }
     );
 }

@@ -3,9 +3,11 @@
 //! (back off and sleep, for cores shared with other programs).
 
 use super::context::Ctx;
-use super::model::IdlePolling;
+use std::time::Duration;
+
 use super::raw::RawDataplane;
 use super::values;
+use dataplane::worker::IdlePolling;
 
 /// The longest sleep `idle_sleep_max_us` allows: 10 ms. A worker waking
 /// after that finds at most 10 ms of arrivals in its RX ring, which 1024
@@ -71,7 +73,9 @@ pub(crate) fn idle_polling(cx: &mut Ctx<'_>, d: &RawDataplane) -> IdlePolling {
             );
             IdlePolling::Busy
         }
-        (_, true) => IdlePolling::Adaptive { sleep_max_us },
+        (_, true) => IdlePolling::Adaptive {
+            sleep_max: Duration::from_micros(u64::from(sleep_max_us)),
+        },
         (None, false) => IdlePolling::Busy,
     }
 }

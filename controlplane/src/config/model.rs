@@ -120,21 +120,9 @@ pub struct DataplaneConfig {
     pub flow_hash_key: Option<FlowHashKey>,
     /// How workers poll while no packets arrive (`idle`,
     /// `idle_sleep_max_us`).
-    pub idle: IdlePolling,
+    pub idle: dataplane::worker::IdlePolling,
     /// In config order; the index is the DPDK port index the dataplane uses.
     pub ports: Vec<PortConfig>,
-}
-
-/// How workers poll while no packets arrive.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum IdlePolling {
-    /// Poll again at once: a dedicated core per worker (the default).
-    #[default]
-    Busy,
-    /// Back off after a run of empty polls: pause hints, then sleeps
-    /// doubling up to `sleep_max_us` microseconds; busy again on the first
-    /// packet.
-    Adaptive { sleep_max_us: u32 },
 }
 
 /// A fleet key for the flow hash (16 to 64 bytes). Its `Debug` does not

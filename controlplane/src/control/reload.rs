@@ -144,6 +144,10 @@ pub fn fixed_at_start_changes(
         old.conntrack_capacity != new.conntrack_capacity,
         "dataplane.conntrack_capacity".into(),
     );
+    check(
+        old.idle != new.idle,
+        "dataplane.idle or dataplane.idle_sleep_max_us".into(),
+    );
     if old.ports.len() != new.ports.len() {
         check(true, "the number of dataplane ports".into());
         return changed;
@@ -239,11 +243,12 @@ tap = "sl-up"
         let new = dp(&BASE
             .replace("192.0.2.1/24", "192.0.2.2/24")
             .replace("sl-up", "sl-other")
-            .replace("[dataplane]", "[dataplane]\nworkers = 2"));
+            .replace("[dataplane]", "[dataplane]\nworkers = 2\nidle = \"adaptive\""));
         assert_eq!(
             fixed_at_start_changes(&old, &new),
             [
                 "dataplane.workers",
+                "dataplane.idle or dataplane.idle_sleep_max_us",
                 "dataplane.port \"uplink\".address",
                 "dataplane.port \"uplink\".tap",
             ]

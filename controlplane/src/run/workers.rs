@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
-use controlplane::config::{self, Config};
+use controlplane::config::Config;
 use crossbeam_utils::CachePadded;
 use dataplane::dpdk::{mbuf_ring, Mempool, Port};
-use dataplane::worker::{IdlePolling, Steering, Worker};
+use dataplane::worker::{Steering, Worker};
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
 
@@ -55,22 +55,12 @@ pub fn build(runtime: &mut Runtime, shared: &Shared<'_>) -> Result<Vec<Worker>, 
             clock,
             burst_size,
             conntrack_capacity: cfg.dataplane.conntrack_capacity as usize,
-            idle: idle_polling(cfg.dataplane.idle),
+            idle: cfg.dataplane.idle,
             #[cfg(feature = "test-hooks")]
             test_pause: dataplane::worker::TestPause::after_rx(shared.pause_after_rx),
         })
         .collect();
     Ok(built)
-}
-
-/// The workers' idle polling, as configured (`dataplane.idle`).
-fn idle_polling(idle: config::IdlePolling) -> IdlePolling {
-    match idle {
-        config::IdlePolling::Busy => IdlePolling::Busy,
-        config::IdlePolling::Adaptive { sleep_max_us } => IdlePolling::Adaptive {
-            sleep_max: std::time::Duration::from_micros(u64::from(sleep_max_us)),
-        },
-    }
 }
 
 /// One flow, one shard: when a port cannot keep an address pair on one RX
