@@ -37,7 +37,7 @@ use crate::control::View;
 /// Shared by the control thread, the announcer, status and metrics.
 #[derive(Debug, Default)]
 pub struct Fleet {
-    pub announce: crate::announce::Status,
+    pub announce: crate::announce::status::Status,
     tables: Mutex<HashMap<String, TableDigest>>,
     config: Mutex<Option<(Weak<Config>, Digest)>>,
 }
@@ -384,11 +384,13 @@ backend_service = "web"
             config: Some(Arc::clone(&c)),
             ..View::default()
         };
-        view.fleet.announce.set(vec![crate::announce::VipStatus {
-            vip: "203.0.113.10".parse().unwrap(),
-            announced: false,
-            reason: "stopping".into(),
-        }]);
+        view.fleet
+            .announce
+            .set(vec![crate::announce::status::VipStatus {
+                vip: "203.0.113.10".parse().unwrap(),
+                announced: false,
+                reason: "stopping".into(),
+            }]);
         let mut buf = Vec::new();
         prometheus::Encoder::encode(
             &prometheus::TextEncoder::new(),

@@ -15,10 +15,10 @@ pub mod bird;
 pub mod decision;
 pub mod netlink;
 mod routes;
+pub mod status;
 
-use std::net::IpAddr;
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,35 +30,6 @@ use routes::{Command, RouteKeeper, Wanted};
 
 /// How often the decision is made again while health settles.
 const SETTLE_CHECK: Duration = Duration::from_millis(100);
-
-/// What is announced, for `sluice status` and the metrics.
-#[derive(Debug, Default)]
-pub struct Status {
-    vips: Mutex<Option<Vec<VipStatus>>>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VipStatus {
-    pub vip: IpAddr,
-    pub announced: bool,
-    /// Why not (empty when announced).
-    pub reason: String,
-}
-
-impl Status {
-    /// Every VIP's state; None without `[bgp]`.
-    pub fn vips(&self) -> Option<Vec<VipStatus>> {
-        self.vips.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    pub(crate) fn set(&self, vips: Vec<VipStatus>) {
-        *self.vips.lock().unwrap_or_else(|p| p.into_inner()) = Some(vips);
-    }
-
-    fn clear(&self) {
-        *self.vips.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-}
 
 /// What the control loop does after a stop signal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::decision::Verdict;
 use super::netlink::{Op, Route, RouteSocket};
-use super::VipStatus;
+use super::status::VipStatus;
 use crate::admin_state::AdminState;
 use crate::fleet::Fleet;
 

@@ -24,7 +24,6 @@ mod values;
 
 use std::path::Path;
 
-pub use bgp::{BfdConfig, BgpConfig, BgpPeer, Community, Secret, VipAnnouncement};
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use model::*;
 

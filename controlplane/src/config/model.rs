@@ -2,7 +2,7 @@
 //! every reference checked. The rest of the control plane uses only these
 //! types; nothing here can be invalid.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 pub use sluice_core::affinity::SessionAffinity;
@@ -87,7 +87,7 @@ pub struct Config {
     pub backend_services: Vec<BackendServiceConfig>,
     pub forwarding_rules: Vec<ForwardingRuleConfig>,
     /// `[bgp]`: VIP announcement through BIRD (None: not announced).
-    pub bgp: Option<super::bgp::BgpConfig>,
+    pub bgp: Option<BgpConfig>,
 }
 
 impl Config {
@@ -341,5 +341,100 @@ mod tests {
         assert!(c("10.0.0.0", 8).overlaps(&c("10.1.0.0", 16)));
         assert!(c("10.1.0.0", 16).overlaps(&c("10.0.0.0", 8)));
         assert!(!c("10.1.0.0", 16).overlaps(&c("10.2.0.0", 16)));
+    }
+}
+
+/// The validated `[bgp]` section.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BgpConfig {
+    /// The appliance's own AS number.
+    pub asn: u32,
+    /// BGP router id; default: the first port's IPv4 address.
+    pub router_id: Ipv4Addr,
+    /// The kernel routing table sluice keeps one route per announceable VIP
+    /// in, and BIRD learns (`protocol kernel { kernel table N; learn; }`).
+    pub kernel_table: u32,
+    /// BGP hold time, whole seconds (0 or 3 to 65535; default 9).
+    pub hold_time: u16,
+    /// BFD on every session (None: off).
+    pub bfd: Option<BfdConfig>,
+    /// After SIGTERM: the VIPs are withdrawn, then sluice keeps forwarding
+    /// for this long before it stops (default 5 s).
+    pub drain_time: Duration,
+    /// A control loop or worker that makes no progress for this long has
+    /// every VIP withdrawn until it runs again (default 3 s).
+    pub stall_timeout: Duration,
+    pub peers: Vec<BgpPeer>,
+    /// Per-VIP attributes of the announcement, in file order.
+    pub vips: Vec<VipAnnouncement>,
+}
+
+impl BgpConfig {
+    /// The attributes configured for `vip` (none: announced plain).
+    pub fn vip(&self, vip: IpAddr) -> Option<&VipAnnouncement> {
+        self.vips.iter().find(|v| v.vip == vip)
+    }
+
+    /// Whether some peer carries routes of `vip`'s family.
+    pub fn has_peer_for(&self, vip: IpAddr) -> bool {
+        self.peers
+            .iter()
+            .any(|p| p.address.is_ipv4() == vip.is_ipv4())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BfdConfig {
+    /// Transmit and receive interval (default 300 ms).
+    pub interval: Duration,
+    /// Missed packets before the session is down (default 3).
+    pub multiplier: u8,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BgpPeer {
+    pub name: String,
+    pub address: IpAddr,
+    pub asn: u32,
+    /// TCP MD5 signature secret (RFC 2385); never shown in `Debug`.
+    pub password: Option<Secret>,
+    /// The appliance's address on the peer's subnet: the session's source.
+    pub local: IpAddr,
+    /// The TAP of the port the peer is on (the session's interface).
+    pub tap: String,
+}
+
+/// A secret from the configuration file. Its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<hidden>)")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VipAnnouncement {
+    pub vip: IpAddr,
+    pub communities: Vec<Community>,
+    /// MULTI_EXIT_DISC sent with the route.
+    pub med: Option<u32>,
+}
+
+/// A BGP community: standard (RFC 1997, `ASN:VALUE`) or large (RFC 8092,
+/// `GLOBAL:DATA1:DATA2`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Community {
+    Standard(u16, u16),
+    Large(u32, u32, u32),
+}
+
+impl std::fmt::Display for Community {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Community::Standard(a, b) => write!(f, "{a}:{b}"),
+            Community::Large(a, b, c) => write!(f, "{a}:{b}:{c}"),
+        }
     }
 }

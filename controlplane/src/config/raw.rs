@@ -13,7 +13,7 @@ type S<T> = Spanned<T>;
 pub(crate) struct RawConfig {
     pub dataplane: S<RawDataplane>,
     pub metrics: Option<RawMetrics>,
-    pub bgp: Option<S<super::bgp::RawBgp>>,
+    pub bgp: Option<S<RawBgp>>,
     #[serde(default)]
     pub zone: Vec<RawZone>,
     #[serde(default)]
@@ -190,4 +190,40 @@ impl Number {
 pub(crate) enum PortsValue {
     Int(i64),
     Text(String),
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBgp {
+    pub asn: Option<S<i64>>,
+    pub router_id: Option<S<String>>,
+    pub kernel_table: Option<S<i64>>,
+    pub hold_time: Option<S<String>>,
+    pub bfd: Option<bool>,
+    pub bfd_interval: Option<S<String>>,
+    pub bfd_multiplier: Option<S<i64>>,
+    pub drain_time: Option<S<String>>,
+    pub stall_timeout: Option<S<String>>,
+    #[serde(default)]
+    pub peer: Vec<S<RawPeer>>,
+    #[serde(default)]
+    pub vip: Vec<S<RawVip>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPeer {
+    pub name: S<String>,
+    pub address: S<String>,
+    pub asn: S<i64>,
+    pub password: Option<S<String>>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVip {
+    pub vip: S<String>,
+    #[serde(default)]
+    pub communities: Vec<S<String>>,
+    pub med: Option<S<i64>>,
 }

@@ -243,7 +243,10 @@ tap = "sl-up"
         let new = dp(&BASE
             .replace("192.0.2.1/24", "192.0.2.2/24")
             .replace("sl-up", "sl-other")
-            .replace("[dataplane]", "[dataplane]\nworkers = 2\nidle = \"adaptive\""));
+            .replace(
+                "[dataplane]",
+                "[dataplane]\nworkers = 2\nidle = \"adaptive\"",
+            ));
         assert_eq!(
             fixed_at_start_changes(&old, &new),
             [

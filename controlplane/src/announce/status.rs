@@ -1,0 +1,35 @@
+//! What is announced, per VIP: written by the announcer, read by
+//! `sluice status` and the metrics (through [`crate::fleet`]). A leaf, so
+//! the fleet view can hold it without depending on the announcer.
+
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+/// What is announced, for `sluice status` and the metrics.
+#[derive(Debug, Default)]
+pub struct Status {
+    vips: Mutex<Option<Vec<VipStatus>>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VipStatus {
+    pub vip: IpAddr,
+    pub announced: bool,
+    /// Why not (empty when announced).
+    pub reason: String,
+}
+
+impl Status {
+    /// Every VIP's state; None without `[bgp]`.
+    pub fn vips(&self) -> Option<Vec<VipStatus>> {
+        self.vips.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set(&self, vips: Vec<VipStatus>) {
+        *self.vips.lock().unwrap_or_else(|p| p.into_inner()) = Some(vips);
+    }
+
+    pub(crate) fn clear(&self) {
+        *self.vips.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
