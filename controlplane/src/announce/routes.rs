@@ -53,9 +53,30 @@ pub struct RouteKeeper {
     wanted: Option<Wanted>,
     installed: BTreeSet<Route>,
     workers: WorkerWatch,
-    last_gate: Result<(), String>,
+    last_gate: Result<(), Withheld>,
     last_error: Option<String>,
     reasserted: Instant,
+}
+
+/// Why the appliance announces nothing at the moment, whatever its
+/// services' health: shown per VIP in `sluice status` and logged once per
+/// change.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+enum Withheld {
+    #[error("starting")]
+    Starting,
+    #[error("stopped")]
+    Stopped,
+    #[error("stopping (SIGTERM): draining before exit")]
+    Draining,
+    #[error("the control loop has not run for {since:.1} s (stall_timeout {limit:.1} s)")]
+    ControlLoopStalled { since: f64, limit: f64 },
+    #[error("not ready: the dataplane is starting or stopping")]
+    DataplaneNotUp,
+    #[error("not ready: the link of port {0:?} is down")]
+    LinkDown(String),
+    #[error("worker {worker} has not polled for {limit:.1} s")]
+    WorkerStalled { worker: usize, limit: f64 },
 }
 
 impl RouteKeeper {
@@ -67,7 +88,7 @@ impl RouteKeeper {
             wanted: None,
             installed: BTreeSet::new(),
             workers: WorkerWatch::default(),
-            last_gate: Err("starting".into()),
+            last_gate: Err(Withheld::Starting),
             last_error: None,
             reasserted: Instant::now(),
         }
@@ -84,7 +105,7 @@ impl RouteKeeper {
         }
         self.wanted = None;
         self.sync(&BTreeSet::new());
-        self.publish_status(&Err("stopped".into()));
+        self.publish_status(&Err(Withheld::Stopped));
     }
 
     fn step(&mut self) {
@@ -126,34 +147,33 @@ impl RouteKeeper {
     }
 
     /// Whether the appliance may announce anything now.
-    fn gate(&mut self, wanted: &Wanted) -> Result<(), String> {
+    fn gate(&mut self, wanted: &Wanted) -> Result<(), Withheld> {
         if wanted.draining {
-            return Err("stopping (SIGTERM): draining before exit".into());
+            return Err(Withheld::Draining);
         }
         let since = self.admin.since_beat();
         if since > wanted.stall_timeout {
-            return Err(format!(
-                "the control loop has not run for {:.1} s (stall_timeout {:.1} s)",
-                since.as_secs_f64(),
-                wanted.stall_timeout.as_secs_f64()
-            ));
+            return Err(Withheld::ControlLoopStalled {
+                since: since.as_secs_f64(),
+                limit: wanted.stall_timeout.as_secs_f64(),
+            });
         }
         let sources = self.admin.lock().clone();
         let Some(src) = sources else {
             self.workers = WorkerWatch::default();
-            return Err("not ready: the dataplane is starting or stopping".into());
+            return Err(Withheld::DataplaneNotUp);
         };
         for (name, port) in src.port_names.iter().zip(&src.ports) {
             if !port.link().up {
-                return Err(format!("not ready: the link of port {name:?} is down"));
+                return Err(Withheld::LinkDown(name.clone()));
             }
         }
         let polls: Vec<u64> = src.workers.iter().map(|w| w.polls.get()).collect();
         if let Some(worker) = self.workers.stalled(&polls, wanted.stall_timeout) {
-            return Err(format!(
-                "worker {worker} has not polled for {:.1} s",
-                wanted.stall_timeout.as_secs_f64()
-            ));
+            return Err(Withheld::WorkerStalled {
+                worker,
+                limit: wanted.stall_timeout.as_secs_f64(),
+            });
         }
         Ok(())
     }
@@ -212,7 +232,7 @@ impl RouteKeeper {
         }
     }
 
-    fn publish_status(&mut self, gate: &Result<(), String>) {
+    fn publish_status(&mut self, gate: &Result<(), Withheld>) {
         let vips = self
             .wanted
             .iter()
@@ -221,7 +241,7 @@ impl RouteKeeper {
                 let announced = self.installed.iter().any(|r| r.dst == *vip);
                 let reason = match (verdict, gate) {
                     _ if announced => String::new(),
-                    (Verdict::Servable, Err(why)) => why.clone(),
+                    (Verdict::Servable, Err(why)) => why.to_string(),
                     (Verdict::Servable, Ok(())) => "route not installed (see the log)".into(),
                     (v, _) => v.to_string(),
                 };
@@ -283,23 +303,22 @@ mod tests {
         let admin = AdminState::new();
         let mut k = RouteKeeper::new(Arc::clone(&admin), Arc::default());
         admin.beat();
-        let not_ready = k.gate(&wanted(60, false)).unwrap_err();
-        assert!(not_ready.starts_with("not ready"), "{not_ready}");
-        assert!(k
-            .gate(&wanted(60, true))
-            .unwrap_err()
-            .starts_with("stopping"));
+        assert_eq!(k.gate(&wanted(60, false)), Err(Withheld::DataplaneNotUp));
+        assert_eq!(k.gate(&wanted(60, true)), Err(Withheld::Draining));
         std::thread::sleep(Duration::from_millis(100));
         let stalled = k.gate(&wanted(60, false)).unwrap_err();
         assert!(
-            stalled.starts_with("the control loop has not run for"),
+            matches!(stalled, Withheld::ControlLoopStalled { .. }),
+            "{stalled}"
+        );
+        assert!(
+            stalled
+                .to_string()
+                .starts_with("the control loop has not run for"),
             "{stalled}"
         );
         admin.beat();
-        assert!(k
-            .gate(&wanted(60, false))
-            .unwrap_err()
-            .starts_with("not ready"));
+        assert_eq!(k.gate(&wanted(60, false)), Err(Withheld::DataplaneNotUp));
     }
 
     #[test]
