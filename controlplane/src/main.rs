@@ -104,17 +104,26 @@ struct ExplainArgs {
     /// word after its first is part of the flow.
     #[arg(num_args = 0.., value_name = "FLOW", allow_hyphen_values = true)]
     flow: Vec<String>,
-    /// Explain each packet of this (classic) pcap file instead.
-    #[arg(long, value_name = "FILE", conflicts_with = "flow")]
+    /// Explain each packet of this (classic) pcap file instead (offline).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "flow",
+        requires = "config"
+    )]
     pcap: Option<PathBuf>,
-    /// Configuration file to explain from (offline).
+    /// Configuration file to explain from, offline, under assumed health.
+    /// Without it the running sluice answers (its published snapshot and
+    /// real health) over the control socket.
     #[arg(long, short)]
-    config: PathBuf,
+    config: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
+    control_socket: PathBuf,
     /// The port the packet arrives on (default: the first).
     #[arg(long, value_name = "NAME")]
     port: Option<String>,
-    /// Assume this backend address is unhealthy (repeatable).
-    #[arg(long, value_name = "ADDR")]
+    /// Assume this backend address is unhealthy (repeatable; offline).
+    #[arg(long, value_name = "ADDR", requires = "config")]
     unhealthy: Vec<std::net::IpAddr>,
     /// Print JSON (one document per packet, one per line).
     #[arg(long)]
@@ -199,15 +208,21 @@ fn ask(socket: &std::path::Path, request: &str) -> ExitCode {
 }
 
 fn explain(args: &ExplainArgs) -> ExitCode {
-    use controlplane::explain::{packet, render, Explainer};
-    let cfg = match controlplane::config::load_file(&args.config) {
+    use controlplane::explain::{live, packet, render, Explainer};
+    let Some(config) = &args.config else {
+        if args.flow.is_empty() {
+            eprintln!(
+                "sluice explain: give a FLOW (e.g. `tcp 198.51.100.7:40000 -> 203.0.113.10:80`)"
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        let line = live::request_line(args.json, args.port.as_deref(), &args.flow.join(" "));
+        return ask(&args.control_socket, &line);
+    };
+    let cfg = match controlplane::config::load_file(config) {
         Ok(cfg) => cfg,
         Err(diags) => {
-            eprintln!(
-                "{diags}\n{}: {} error(s)",
-                args.config.display(),
-                diags.len()
-            );
+            eprintln!("{diags}\n{}: {} error(s)", config.display(), diags.len());
             return ExitCode::from(EXIT_CONFIG);
         }
     };
@@ -234,7 +249,7 @@ fn explain(args: &ExplainArgs) -> ExitCode {
             None => {
                 eprintln!(
                     "sluice explain: {}: no [[dataplane.port]] named {name:?}",
-                    args.config.display()
+                    config.display()
                 );
                 return ExitCode::from(EXIT_CONFIG);
             }

@@ -307,3 +307,52 @@ fn explain_flows_known_answers() {
     let (ok, _, err) = explain(&["-c", cfg, "tcp 1.2.3.4 -> 5.6.7.8:80"]);
     assert!(!ok && err.contains("hint:"), "{err}");
 }
+
+/// `sluice explain` without `--config` asks the running appliance over
+/// its control socket: the answer comes from the published snapshot and
+/// equals the offline one for the same configuration, flow by flow, text
+/// and JSON.
+#[test]
+fn explain_live_over_the_control_socket() {
+    let dir = tempdir("explain_live");
+    let cfg = dir.join("sluice.toml");
+    // No health check: nothing changes the published snapshot meanwhile.
+    let text = config(&dir).replace("health_check = \"tcp-80\"\n", "");
+    std::fs::write(&cfg, text).unwrap();
+    write_pcap(&dir.join("in.pcap"), &[]);
+    let sock = dir.join("ctl.sock");
+    let _run = RunningSluice::start(&cfg, &sock, 30);
+    assert!(
+        wait_for_path(&sock, std::time::Duration::from_secs(20)),
+        "control socket"
+    );
+    let sock = sock.to_str().unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for i in 0..20 {
+        let flow = format!("tcp 198.51.100.{i}:{} -> 203.0.113.10:80", 40_000 + i);
+        let live = &explain_json(&["--control-socket", sock, "--json", &flow])[0];
+        let offline = &explain_json(&["-c", cfg, "--json", &flow])[0];
+        assert_eq!(live["backend"], offline["backend"], "{flow}");
+        assert_eq!(
+            live["balancing"]["flow_hash"],
+            offline["balancing"]["flow_hash"]
+        );
+        assert_eq!(live["next_hop_mac"], offline["next_hop_mac"]);
+    }
+    let (ok, text, err) = explain(&[
+        "--control-socket",
+        sock,
+        "udp [2001:db8::7]:40000 -> [2001:db8:1::10]:80",
+    ]);
+    assert!(ok, "{err}");
+    assert!(text.contains("verdict:       drop (no_rule)"), "{text}");
+    let (ok, _, err) = explain(&[
+        "--control-socket",
+        "/nonexistent/sluice.sock",
+        "tcp 198.51.100.7:40000 -> 203.0.113.10:80",
+    ]);
+    assert!(
+        !ok && err.contains("cannot reach the running sluice"),
+        "{err}"
+    );
+}

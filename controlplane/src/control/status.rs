@@ -34,6 +34,22 @@ impl Controller {
     }
 }
 
+impl Controller {
+    /// Answers `sluice explain` requests from the published snapshot, the
+    /// build's reports and the running configuration, on whichever thread
+    /// calls it (`crate::explain::live`).
+    pub fn explain_renderer(&self) -> impl FnOnce(&str) -> Result<String, String> + Send + 'static {
+        let cell = Arc::clone(&self.cell);
+        let shared = Arc::clone(&self.shared);
+        move |args| {
+            let view = shared.view();
+            let cfg = view.config.ok_or("no configuration published yet")?;
+            let state = ForwardingState::clone(&cell.load());
+            crate::explain::live::answer(&cfg, state, view.reports.to_vec(), args)
+        }
+    }
+}
+
 /// Renders the status report (also used by tests).
 pub fn render_status(snap: &ForwardingState, view: &View) -> String {
     render_status_counting(snap, view, &mut 0)

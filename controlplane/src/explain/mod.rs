@@ -9,6 +9,7 @@
 //! runs the packet path's own functions. [`packet`] turns a flow written
 //! on the command line, or a pcap file, into frames; [`render`] prints.
 
+pub mod live;
 pub mod packet;
 pub mod render;
 
