@@ -150,6 +150,35 @@ fn capture() -> Vec<Vec<u8>> {
     frames
 }
 
+/// `sluice run` in the background on `cfg` with its control socket at
+/// `sock` and no metrics server (tests run side by side); stopped with
+/// SIGTERM and reaped when dropped.
+struct Live(std::process::Child);
+
+impl Live {
+    fn start(cfg: &Path, sock: &Path) -> Self {
+        let child = Command::new(sluice_bin())
+            .args(["run", "--no-metrics-server", "--duration", "30", "--config"])
+            .arg(cfg)
+            .arg("--control-socket")
+            .arg(sock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sluice run");
+        Live(child)
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
 fn explain(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(sluice_bin())
         .arg("explain")
@@ -321,7 +350,7 @@ fn explain_live_over_the_control_socket() {
     std::fs::write(&cfg, text).unwrap();
     write_pcap(&dir.join("in.pcap"), &[]);
     let sock = dir.join("ctl.sock");
-    let _run = RunningSluice::start(&cfg, &sock, 30);
+    let _run = Live::start(&cfg, &sock);
     assert!(
         wait_for_path(&sock, std::time::Duration::from_secs(20)),
         "control socket"
@@ -354,5 +383,62 @@ fn explain_live_over_the_control_socket() {
     assert!(
         !ok && err.contains("cannot reach the running sluice"),
         "{err}"
+    );
+}
+
+/// Live, the worker that owns a flow reports its conntrack entry through
+/// its mailbox: after the appliance forwarded a SYN, explain shows the
+/// entry (half-open, CT-1/CT-5) with the backend the SYN went to, and
+/// that CT-3 decides the flow's later packets; a flow never sent has no
+/// entry.
+#[test]
+fn explain_live_reports_the_conntrack_entry() {
+    let dir = tempdir("explain_live_conntrack");
+    let cfg = dir.join("sluice.toml");
+    let text = config(&dir).replace("health_check = \"tcp-80\"\n", "");
+    std::fs::write(&cfg, text).unwrap();
+    write_pcap(
+        &dir.join("in.pcap"),
+        &[syn([198, 51, 100, 7], 40_000, [203, 0, 113, 10], 80)],
+    );
+    let sock = dir.join("ctl.sock");
+    let run = Live::start(&cfg, &sock);
+    assert!(
+        wait_for_path(&sock, std::time::Duration::from_secs(20)),
+        "control socket"
+    );
+    let sock = sock.to_str().unwrap();
+    let ask = |flow: &str| explain_json(&["--control-socket", sock, "--json", flow]).remove(0);
+    let flow = "tcp 198.51.100.7:40000 -> 203.0.113.10:80";
+    let t0 = std::time::Instant::now();
+    let mut a = ask(flow);
+    while a["conntrack"]["entries"].as_array().unwrap().is_empty() {
+        assert!(t0.elapsed().as_secs() < 4, "no entry: {a}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        a = ask(flow);
+    }
+    let entry = &a["conntrack"]["entries"][0];
+    assert_eq!(entry["worker"], 0);
+    assert_eq!(entry["half_open"], true);
+    assert_eq!(entry["backend"], a["backend"]);
+    assert!(entry["decides"].as_str().unwrap().starts_with("CT-3"));
+    let (ok, text, _) = explain(&["--control-socket", sock, flow]);
+    assert!(
+        ok && text.contains("conntrack:     worker 0: backend "),
+        "{text}"
+    );
+    let other = ask("tcp 198.51.100.8:40000 -> 203.0.113.10:80");
+    assert!(other["conntrack"]["entries"].as_array().unwrap().is_empty());
+    assert!(other["conntrack"]["decides"]
+        .as_str()
+        .unwrap()
+        .starts_with("CT-1"));
+    drop(run);
+    let out = read_pcap(&dir.join("out.pcap"));
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        Some(mac_str(out[0][..6].try_into().unwrap()).as_str()),
+        a["next_hop_mac"].as_str(),
+        "the entry's backend is where the SYN went"
     );
 }

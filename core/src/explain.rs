@@ -181,3 +181,86 @@ fn balancing(b: &crate::stage::Balance, flow: &Flow, state: &ForwardingState) ->
         backends,
     })
 }
+
+/// What a worker's conntrack shard holds for a frame's flow.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ConntrackAnswer {
+    /// The packet is not tracked (no rule, or CT-2/CT-4: the service does
+    /// not track its protocol).
+    Untracked,
+    /// Tracked, and this shard holds no live entry for its key.
+    Absent,
+    Present(ConntrackEntry),
+}
+
+/// A live conntrack entry as an operator reads it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ConntrackEntry {
+    pub backend: BackendId,
+    /// Since the last packet that matched it.
+    pub idle_ms: u64,
+    pub idle_timeout_ms: u32,
+    /// Written by a SYN, no later packet of the connection seen yet.
+    pub half_open: bool,
+    /// The service's pool epoch when it was written (CT-11).
+    pub pool_epoch: u32,
+}
+
+/// The entry `shard` holds for `frame`'s flow, built with the key and hash
+/// the pipeline's own functions give it (`classify`, `tracking_key`,
+/// `Shard::hash`). Called by the worker that owns the shard, between
+/// bursts: a lookup reclaims an expired entry (CT-5) as the pipeline's
+/// would, and changes nothing else.
+pub fn conntrack_entry(
+    frame: &[u8],
+    state: &ForwardingState,
+    shard: &mut crate::conntrack::Shard,
+    now: crate::time::Millis,
+) -> ConntrackAnswer {
+    let Stage::Balance(b) = classify(frame, state) else {
+        return ConntrackAnswer::Untracked;
+    };
+    let Some(service) = state.service(b.service) else {
+        return ConntrackAnswer::Untracked;
+    };
+    let Some(addrs) = crate::conntrack::Addrs::from_frame(frame, &b.layout) else {
+        return ConntrackAnswer::Untracked;
+    };
+    if !b.tracked {
+        return ConntrackAnswer::Untracked;
+    }
+    let Some(key) = crate::conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
+        return ConntrackAnswer::Untracked;
+    };
+    let h = shard.hash(&key);
+    match shard.lookup(&key, h, now).and_then(|s| shard.entry(s)) {
+        Some(e) => ConntrackAnswer::Present(ConntrackEntry {
+            backend: e.backend,
+            idle_ms: now.0.saturating_sub(e.last_seen.0),
+            idle_timeout_ms: e.idle_timeout_ms,
+            half_open: e.is_half_open(),
+            pool_epoch: e.pool_epoch,
+        }),
+        None => ConntrackAnswer::Absent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::ForwardingState;
+
+    /// A frame with no rule is untracked; the explanation of a non-IP
+    /// frame says so (FR-1).
+    #[test]
+    fn untracked_without_a_rule() {
+        let state = ForwardingState::default();
+        let mut shard = crate::conntrack::Shard::with_capacity(16);
+        let frame = [0u8; 60];
+        assert_eq!(
+            conntrack_entry(&frame, &state, &mut shard, crate::time::Millis(0)),
+            ConntrackAnswer::Untracked
+        );
+        assert_eq!(explain(&frame, 0, &state).rule, RuleOutcome::NotIp);
+    }
+}
