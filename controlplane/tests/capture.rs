@@ -173,6 +173,7 @@ fn dumpcap_captures_from_a_running_sluice() {
     }
     assert!(status.success(), "sluice ran on through the capture");
     if huge.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
         assert!(!out.status.success());
         assert!(
             stderr.contains("Cannot get hugepage information"),
