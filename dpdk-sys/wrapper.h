@@ -19,6 +19,7 @@
 #include <rte_ip_frag.h>
 #include <rte_ring.h>
 #include <rte_version.h>
+#include <rte_pdump.h>
 
 /* rte_errno is a per-lcore (thread-local) variable behind a macro. */
 int sluice_rte_errno(void);

@@ -1,6 +1,6 @@
 //! The control socket (AP-5): a unix stream socket, mode 0600 (root only),
-//! in a directory created 0700, one request per connection: `reload` or
-//! `status`. The reply's first line is `ok` or `error`; the rest is text for
+//! in a directory created 0700, one request per connection: `reload`,
+//! `status` or `explain …` (`crate::explain::live`). The reply's first line is `ok` or `error`; the rest is text for
 //! the operator. The client trusts an answer only from a server running as
 //! root or as the client's own user (SO_PEERCRED).
 //!
@@ -19,10 +19,12 @@ use crate::control::ReloadError;
 /// Default control socket path.
 pub const DEFAULT_PATH: &str = "/run/sluice/sluice.sock";
 
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     Reload,
     Status,
+    /// The arguments of an `explain` request line.
+    Explain(String),
 }
 
 /// A request waiting for the control thread's answer.
@@ -90,6 +92,7 @@ fn handle(mut conn: UnixStream, tx: &Sender<Pending>) -> io::Result<()> {
     let request = match line.trim() {
         "reload" => Request::Reload,
         "status" => Request::Status,
+        l if l.starts_with("explain ") => Request::Explain(l["explain ".len()..].to_string()),
         other => {
             return conn.write_all(format!("error\nunknown request {other:?}\n").as_bytes());
         }

@@ -12,6 +12,7 @@ pub mod config;
 pub mod control;
 pub mod control_socket;
 pub mod exception;
+pub mod explain;
 pub mod fleet;
 pub mod health;
 pub mod log;

@@ -80,6 +80,12 @@ enum Command {
         #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
         control_socket: PathBuf,
     },
+    /// Explain what sluice does with a packet: rule, service, hashed fields,
+    /// flow hash, table, Maglev slot, every backend's eligibility, the
+    /// chosen backend, next hop, encapsulation and MTU outcome. With
+    /// --config, offline under assumed health (every backend healthy but
+    /// those given to --unhealthy).
+    Explain(ExplainArgs),
     /// Validate configuration files; print every error; exit 2 on any.
     CheckConfig {
         #[arg(required = true)]
@@ -88,6 +94,40 @@ enum Command {
     /// Print the BIRD 2 configuration that announces the VIPs of FILE's
     /// [bgp] section; exit 2 when FILE is invalid or has no [bgp].
     BirdConfig { file: PathBuf },
+}
+
+#[derive(clap::Args, Debug)]
+struct ExplainArgs {
+    /// The flow, as its first packet: `tcp 198.51.100.7:40000 ->
+    /// 203.0.113.10:80`, `udp [2001:db8::7]:40000 -> [2001:db8:1::10]:53`,
+    /// `icmp 198.51.100.7 -> 203.0.113.10`. Options go before it: every
+    /// word after its first is part of the flow.
+    #[arg(num_args = 0.., value_name = "FLOW", allow_hyphen_values = true)]
+    flow: Vec<String>,
+    /// Explain each packet of this (classic) pcap file instead (offline).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "flow",
+        requires = "config"
+    )]
+    pcap: Option<PathBuf>,
+    /// Configuration file to explain from, offline, under assumed health.
+    /// Without it the running sluice answers (its published snapshot and
+    /// real health) over the control socket.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
+    control_socket: PathBuf,
+    /// The port the packet arrives on (default: the first).
+    #[arg(long, value_name = "NAME")]
+    port: Option<String>,
+    /// Assume this backend address is unhealthy (repeatable; offline).
+    #[arg(long, value_name = "ADDR", requires = "config")]
+    unhealthy: Vec<std::net::IpAddr>,
+    /// Print JSON (one document per packet, one per line).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Exit status of `sluice run` for an invalid configuration, and of
@@ -100,6 +140,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::CheckConfig { files } => check_config(&files),
         Command::BirdConfig { file } => bird_config(&file),
+        Command::Explain(args) => explain(&args),
         Command::Reload { control_socket } => ask(&control_socket, "reload"),
         Command::Status { control_socket } => ask(&control_socket, "status"),
         Command::Run {
@@ -164,6 +205,70 @@ fn ask(socket: &std::path::Path, request: &str) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn explain(args: &ExplainArgs) -> ExitCode {
+    use controlplane::explain::{live, packet, render, Explainer};
+    let Some(config) = &args.config else {
+        if args.flow.is_empty() {
+            eprintln!(
+                "sluice explain: give a FLOW (e.g. `tcp 198.51.100.7:40000 -> 203.0.113.10:80`)"
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        let line = live::request_line(args.json, args.port.as_deref(), &args.flow.join(" "));
+        return ask(&args.control_socket, &line);
+    };
+    let cfg = match controlplane::config::load_file(config) {
+        Ok(cfg) => cfg,
+        Err(diags) => {
+            eprintln!("{diags}\n{}: {} error(s)", config.display(), diags.len());
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let frames = match (&args.pcap, args.flow.is_empty()) {
+        (Some(path), _) => packet::frames_of_pcap(path),
+        (None, false) => packet::frame_of_flow(&args.flow.join(" ")).map(|f| vec![f]),
+        (None, true) => {
+            eprintln!("sluice explain: give a FLOW (e.g. `tcp 198.51.100.7:40000 -> 203.0.113.10:80`) or --pcap FILE");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let frames = match frames {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("sluice explain: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let ex = Explainer::offline(&cfg, &args.unhealthy);
+    let rx_port = match &args.port {
+        None => 0,
+        Some(name) => match ex.port_index(name) {
+            Some(i) => i,
+            None => {
+                eprintln!(
+                    "sluice explain: {}: no [[dataplane.port]] named {name:?}",
+                    config.display()
+                );
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+    };
+    for (i, frame) in frames.iter().enumerate() {
+        let e = ex.explain(frame, rx_port);
+        if args.json {
+            let mut v = render::json(&ex, &e);
+            v["packet_index"] = serde_json::json!(i);
+            println!("{v}");
+        } else {
+            if frames.len() > 1 {
+                println!("# packet {}", i + 1);
+            }
+            print!("{}", render::text(&ex, &e));
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn bird_config(file: &std::path::Path) -> ExitCode {

@@ -69,6 +69,8 @@ pub struct Controller {
     /// The backends each probe of the running configuration checks, as
     /// (service index, position in its `backend` list).
     probe_services: HashMap<ProbeKey, Vec<(usize, usize)>>,
+    /// Each worker's mailbox, for `sluice explain`'s conntrack lookups.
+    mailboxes: Arc<Vec<std::sync::mpsc::Sender<dataplane::worker::mailbox::ConntrackQuery>>>,
 }
 
 /// How often probe counters are copied for the metrics between rebuilds.
@@ -117,6 +119,7 @@ impl Controller {
             view_refreshed: Instant::now(),
             shared: Arc::default(),
             stats: Vec::new(),
+            mailboxes: Arc::default(),
         };
         c.rebuild();
         Ok(c)
@@ -129,6 +132,14 @@ impl Controller {
             s.backend_packets.cover(len);
         }
         self.stats = stats;
+    }
+
+    /// Asks these workers' mailboxes about conntrack from now on.
+    pub fn ask_workers_through(
+        &mut self,
+        mailboxes: Vec<std::sync::mpsc::Sender<dataplane::worker::mailbox::ConntrackQuery>>,
+    ) {
+        self.mailboxes = Arc::new(mailboxes);
     }
 
     /// Backend ids and their indexes (tests, benches).

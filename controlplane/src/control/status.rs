@@ -15,6 +15,7 @@ use sluice_core::snapshot::ForwardingState;
 use crate::config::BackendServiceConfig;
 use crate::health::{self, FailureReason};
 use crate::publish::ServiceReport;
+use dataplane::worker::mailbox::ConntrackQuery;
 
 use super::{Controller, View};
 
@@ -32,6 +33,53 @@ impl Controller {
         let shared = Arc::clone(&self.shared);
         move || render_status(&cell.load(), &shared.view())
     }
+}
+
+impl Controller {
+    /// Answers `sluice explain` requests from the published snapshot, the
+    /// build's reports and the running configuration, on whichever thread
+    /// calls it (`crate::explain::live`).
+    pub fn explain_renderer(&self) -> impl FnOnce(&str) -> Result<String, String> + Send + 'static {
+        let cell = Arc::clone(&self.cell);
+        let shared = Arc::clone(&self.shared);
+        let mailboxes = Arc::clone(&self.mailboxes);
+        move |args| {
+            let view = shared.view();
+            let cfg = view.config.ok_or("no configuration published yet")?;
+            let state = ForwardingState::clone(&cell.load());
+            let ask = |frame: &[u8]| ask_workers(&mailboxes, frame);
+            crate::explain::live::answer(&cfg, state, view.reports.to_vec(), args, ask)
+        }
+    }
+}
+
+/// Asks every worker's mailbox about `frame`'s flow; the answers that
+/// came within a second (a worker serves its mailbox between bursts).
+fn ask_workers(
+    mailboxes: &[std::sync::mpsc::Sender<ConntrackQuery>],
+    frame: &[u8],
+) -> Vec<(usize, sluice_core::explain::ConntrackAnswer)> {
+    let (reply, answers) = std::sync::mpsc::channel();
+    let asked = mailboxes
+        .iter()
+        .filter(|m| {
+            let q = ConntrackQuery {
+                frame: frame.to_vec(),
+                reply: reply.clone(),
+            };
+            m.send(q).is_ok()
+        })
+        .count();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut out = Vec::with_capacity(asked);
+    while out.len() < asked {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match answers.recv_timeout(left) {
+            Ok(a) => out.push(a),
+            Err(_) => break,
+        }
+    }
+    out
 }
 
 /// Renders the status report (also used by tests).

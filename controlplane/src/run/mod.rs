@@ -55,7 +55,7 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let mut control = control_plane::start(&cfg, &opts, &runtime)?;
     #[cfg(feature = "test-hooks")]
     let pause_after_rx = runtime.hooks().and_then(|h| h.pause_after_rx());
-    let workers = workers::build(
+    let (workers, mailboxes) = workers::build(
         &mut runtime,
         &workers::Shared {
             cfg: &cfg,
@@ -65,6 +65,7 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
             pause_after_rx,
         },
     )?;
+    control.controller.ask_workers_through(mailboxes);
     let mut lcores: Vec<LcoreId> = Vec::with_capacity(workers.len());
     for worker in workers {
         lcores.push(runtime.launch(worker)?);

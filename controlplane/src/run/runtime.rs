@@ -75,6 +75,11 @@ impl Runtime {
         let mut eal =
             Eal::init(args).map_err(|e| hinted(Step::Eal, e.errno, RunError::Eal(e), cfg, args))?;
         runtime_dir.initialised();
+        // Capture (`dpdk-dumpcap`) is a diagnostic: a run without it still
+        // forwards, so a refusal is reported, never fatal.
+        if let Err(e) = eal.enable_packet_capture() {
+            controlplane::error!("sluice: packet capture (dpdk-dumpcap) unavailable: {e}");
+        }
         admin.beat();
         let lcores = eal.take_worker_lcores();
         if lcores.len() < workers {

@@ -134,5 +134,18 @@ fn answer(p: Pending, controller: &mut Controller, service: &ServiceManager) {
                 controlplane::error!("sluice: status: cannot start a thread: {e}");
             }
         }
+        // Like status: from the published state, on its own thread.
+        Request::Explain(args) => {
+            let render = controller.explain_renderer();
+            let spawned = std::thread::Builder::new()
+                .name("sluice-explain".into())
+                .spawn(move || {
+                    let text = render(&args).unwrap_or_else(|e| format!("sluice explain: {e}\n"));
+                    let _ = p.reply.send(Ok(text));
+                });
+            if let Err(e) = spawned {
+                controlplane::error!("sluice: explain: cannot start a thread: {e}");
+            }
+        }
     }
 }

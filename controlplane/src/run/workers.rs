@@ -7,9 +7,11 @@ use std::sync::Arc;
 use controlplane::config::Config;
 use crossbeam_utils::CachePadded;
 use dataplane::dpdk::{mbuf_ring, Mempool, Port};
+use dataplane::worker::mailbox::{ConntrackQuery, Mailbox};
 use dataplane::worker::{Steering, Worker};
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
+use std::sync::mpsc::Sender;
 
 use super::error::RunError;
 use super::runtime::Runtime;
@@ -25,8 +27,12 @@ pub struct Shared<'a> {
     pub pause_after_rx: Option<u64>,
 }
 
-/// One [`Worker`] per configured worker, owning the runtime's queues.
-pub fn build(runtime: &mut Runtime, shared: &Shared<'_>) -> Result<Vec<Worker>, RunError> {
+/// One [`Worker`] per configured worker, owning the runtime's queues, and
+/// the sending end of each one's mailbox.
+pub fn build(
+    runtime: &mut Runtime,
+    shared: &Shared<'_>,
+) -> Result<(Vec<Worker>, Vec<Sender<ConntrackQuery>>), RunError> {
     let cfg = shared.cfg;
     let workers = usize::from(cfg.dataplane.workers);
     let burst_size = usize::from(cfg.dataplane.burst_size);
@@ -38,6 +44,7 @@ pub fn build(runtime: &mut Runtime, shared: &Shared<'_>) -> Result<Vec<Worker>, 
     let stop = runtime.stop_flag();
     let clock = runtime.clock();
     let queues = runtime.take_worker_queues(workers);
+    let mut senders = Vec::with_capacity(workers);
     let built = queues
         .into_iter()
         .zip(shared.stats)
@@ -56,11 +63,16 @@ pub fn build(runtime: &mut Runtime, shared: &Shared<'_>) -> Result<Vec<Worker>, 
             burst_size,
             conntrack_capacity: cfg.dataplane.conntrack_capacity as usize,
             idle: cfg.dataplane.idle,
+            mailbox: {
+                let (tx, rx) = std::sync::mpsc::channel();
+                senders.push(tx);
+                Some(Mailbox::new(rx))
+            },
             #[cfg(feature = "test-hooks")]
             test_pause: dataplane::worker::TestPause::after_rx(shared.pause_after_rx),
         })
         .collect();
-    Ok(built)
+    Ok((built, senders))
 }
 
 /// One flow, one shard: when a port cannot keep an address pair on one RX

@@ -34,6 +34,8 @@ pub struct Eal {
     guard: EalGuard,
     lcores_taken: bool,
     cleaned_up: bool,
+    /// `rte_pdump_init` succeeded: undone before `rte_eal_cleanup`.
+    capture_enabled: bool,
     _main_lcore: MainLcoreOnly,
 }
 
@@ -89,8 +91,29 @@ impl Eal {
             guard: EalGuard(Arc::new(EalAlive)),
             lcores_taken: false,
             cleaned_up: false,
+            capture_enabled: false,
             _main_lcore: PhantomData,
         })
+    }
+
+    /// Enables DPDK's packet-capture framework (librte_pdump): a secondary
+    /// process such as `dpdk-dumpcap --file-prefix PREFIX` may then ask
+    /// this process, over EAL's multi-process channel, to copy the packets
+    /// of a port/queue into its ring. Costs nothing until one does: the
+    /// RX/TX callbacks are installed only while a capture runs.
+    pub fn enable_packet_capture(&mut self) -> Result<(), DpdkError> {
+        if self.capture_enabled {
+            return Ok(());
+        }
+        // SAFETY: EAL is initialised (we hold `self`), on the main lcore
+        // (`Eal` is not Send); the call registers a multi-process action
+        // and allocates a memzone, and is undone in `cleanup` before EAL's.
+        let rc = unsafe { dpdk_sys::rte_pdump_init() };
+        if rc < 0 {
+            return Err(DpdkError::from_rte_errno("rte_pdump_init"));
+        }
+        self.capture_enabled = true;
+        Ok(())
     }
 
     pub(crate) fn guard(&self) -> EalGuard {
@@ -147,6 +170,13 @@ impl Eal {
     fn cleanup(&mut self) {
         if std::mem::replace(&mut self.cleaned_up, true) {
             return;
+        }
+        if std::mem::replace(&mut self.capture_enabled, false) {
+            // SAFETY: `rte_pdump_init` succeeded on this EAL, which is
+            // still initialised; no port is left to capture from.
+            unsafe {
+                dpdk_sys::rte_pdump_uninit();
+            }
         }
         // SAFETY: called once (flag above), on the main lcore (`Eal` is not
         // Send), and only when no guard but ours is left: no pool, port,

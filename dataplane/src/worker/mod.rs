@@ -26,6 +26,7 @@ mod fragments;
 pub mod handover;
 mod idle;
 mod lanes;
+pub mod mailbox;
 mod poll;
 mod steering;
 #[cfg(feature = "test-hooks")]
@@ -64,6 +65,8 @@ pub struct Worker {
     pub conntrack_capacity: usize,
     /// Busy polling, or adaptive idle for a core shared with others.
     pub idle: IdlePolling,
+    /// Questions about this worker's conntrack shard (None: none asked).
+    pub mailbox: Option<mailbox::Mailbox>,
     /// TEST HOOK, only with the `test-hooks` feature: see [`TestPause`].
     #[cfg(feature = "test-hooks")]
     pub test_pause: TestPause,

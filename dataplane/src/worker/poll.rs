@@ -11,6 +11,7 @@ use crossbeam_utils::CachePadded;
 use super::burst_path::BurstPath;
 use super::idle::Backoff;
 use super::lanes::Lanes;
+use super::mailbox::Mailbox;
 #[cfg(feature = "test-hooks")]
 use super::TestPause;
 use super::{Steering, Worker};
@@ -68,6 +69,8 @@ struct Polling {
     stats: Arc<CachePadded<WorkerStats>>,
     last_sweep: Millis,
     backoff: Backoff,
+    index: usize,
+    mailbox: Option<Mailbox>,
     #[cfg(feature = "test-hooks")]
     test_pause: TestPause,
 }
@@ -91,6 +94,7 @@ impl Polling {
             burst_size,
             conntrack_capacity,
             idle,
+            mailbox,
             #[cfg(feature = "test-hooks")]
             test_pause,
         } = worker;
@@ -122,6 +126,8 @@ impl Polling {
             stats,
             last_sweep: Millis(0),
             backoff: Backoff::new(idle),
+            index,
+            mailbox,
             #[cfg(feature = "test-hooks")]
             test_pause,
         }
@@ -152,6 +158,9 @@ impl Polling {
         let steered = self.inputs.receive_steered(path, state, stats);
         let injected = path.lanes.flush(state, &mut self.inputs.burst);
         sweep(&mut path.ctx, &mut self.last_sweep, stats);
+        if let Some(mailbox) = &mut self.mailbox {
+            mailbox.serve(self.index, state, &mut path.ctx);
+        }
         let found = ports.packets + steered + injected > 0 || ports.held_back;
         self.backoff.after_poll(found, stats);
     }

@@ -1,0 +1,309 @@
+//! `sluice explain`'s output: text for a person, JSON (`--json`) for a
+//! program, both from the same [`Decision`] lines.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+use sluice_core::backend::Pool;
+use sluice_core::explain::{BackendLine, Balancing, Explanation, RuleOutcome};
+use sluice_core::flow::TupleKind;
+use sluice_core::rules::RuleMiss;
+use sluice_core::stage::Verdict;
+
+use super::Explainer;
+
+fn mac(m: &[u8]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn protocol_name(p: u8) -> String {
+    match p {
+        1 => "icmp".into(),
+        6 => "tcp".into(),
+        17 => "udp".into(),
+        58 => "icmpv6".into(),
+        p => format!("ip proto {p}"),
+    }
+}
+
+fn endpoint(ip: std::net::IpAddr, port: Option<u16>) -> String {
+    match (ip, port) {
+        (std::net::IpAddr::V6(a), Some(p)) => format!("[{a}]:{p}"),
+        (a, Some(p)) => format!("{a}:{p}"),
+        (a, None) => a.to_string(),
+    }
+}
+
+fn hashed_fields(t: TupleKind) -> &'static str {
+    match t {
+        TupleKind::Two => "client IP, VIP",
+        TupleKind::Three => "client IP, VIP, protocol",
+        TupleKind::Five => "client IP, client port, protocol, VIP, VIP port",
+    }
+}
+
+fn rule_text(r: &RuleOutcome) -> String {
+    match r {
+        RuleOutcome::Matched { name, .. } => format!("{name:?}"),
+        RuleOutcome::Missed(RuleMiss::NotVip) => {
+            "none: the destination is no VIP (for the appliance itself: the kernel, else dropped as not_for_us)".into()
+        }
+        RuleOutcome::Missed(RuleMiss::NoRule) => {
+            "none: the destination is a VIP, but no rule takes this protocol and port (dropped as no_rule)".into()
+        }
+        RuleOutcome::NotIp => "none: not an IP packet".into(),
+    }
+}
+
+/// Why a backend can or cannot take a new flow from this client.
+fn eligibility(
+    ex: &Explainer<'_>,
+    b: &Balancing,
+    line: &BackendLine,
+    active: Option<Pool>,
+) -> String {
+    let s = &line.state;
+    if line.slots_in_table > 0 {
+        return format!("eligible: {} of {} slots", line.slots_in_table, b.table_len);
+    }
+    if s.draining_until.is_some() {
+        return "not eligible: draining (removed from the configuration; its connections keep working)".into();
+    }
+    if !s.healthy {
+        let assumed = if ex.unhealthy.contains(&s.address) {
+            " (--unhealthy)"
+        } else {
+            ""
+        };
+        return format!("not eligible: unhealthy{assumed}");
+    }
+    if s.weight == 0 {
+        return "not eligible: weight 0".into();
+    }
+    if active.is_some_and(|p| p != s.pool) {
+        return format!(
+            "not eligible: in the {} pool, which is not active",
+            pool_name(s.pool)
+        );
+    }
+    if b.zone.is_some() {
+        return "not eligible: not in the client's zone table".into();
+    }
+    "not eligible: not in the table".into()
+}
+
+fn pool_name(p: Pool) -> &'static str {
+    match p {
+        Pool::Primary => "primary",
+        Pool::Failover => "failover",
+    }
+}
+
+fn verdict_text(v: &Verdict) -> String {
+    match v {
+        Verdict::Forward { .. } => "forward".into(),
+        Verdict::Fragment { .. } => "forward in fragments".into(),
+        Verdict::Punt => "to the kernel (exception path)".into(),
+        Verdict::Reply => "answered to the client (ICMP too big)".into(),
+        Verdict::Drop(r) => format!("drop ({})", r.name()),
+    }
+}
+
+/// The explanation as JSON.
+pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
+    let state = &ex.state;
+    let port = |i: u16| state.ports.get(usize::from(i)).map(|p| p.name.clone());
+    let flow = e.flow.as_ref().map(|f| {
+        json!({
+            "protocol": protocol_name(f.protocol),
+            "src": endpoint(f.src, f.ports.map(|p| p.0)),
+            "dst": endpoint(f.dst, f.ports.map(|p| p.1)),
+            "fragmented": f.fragmented,
+        })
+    });
+    let rule = match &e.rule {
+        RuleOutcome::Matched { name, .. } => json!({"matched": name}),
+        _ => json!({"matched": null, "why": rule_text(&e.rule)}),
+    };
+    let balancing = e.balancing.as_ref().map(|b| {
+        let svc = state.service(b.service);
+        let report = ex.reports.get(usize::from(b.service.0));
+        let active = report.and_then(|r| r.active_pool);
+        let backends: Vec<Value> = b
+            .backends
+            .iter()
+            .map(|l| {
+                json!({
+                    "address": l.state.address.to_string(),
+                    "id": l.state.id.0,
+                    "healthy": l.state.healthy,
+                    "weight": l.state.weight,
+                    "pool": pool_name(l.state.pool),
+                    "draining": l.state.draining_until.is_some(),
+                    "slots": l.slots_in_table,
+                    "eligibility": eligibility(ex, b, l, active),
+                })
+            })
+            .collect();
+        json!({
+            "service": svc.map(|s| s.name.clone()),
+            "affinity": format!("{:?}", b.affinity),
+            "hashed_fields": hashed_fields(b.tuple),
+            "flow_hash": format!("{:#018x}", b.hash),
+            "tracked": b.tracked,
+            "tracking_mode": svc.map(|s| format!("{:?}", s.tracking.mode)),
+            "zone": b.zone.and_then(|z| state.zones.zones.get(usize::from(z))).map(|z| z.name.clone()),
+            "table": b.table,
+            "table_size": b.table_len,
+            "active_pool": active.map(pool_name),
+            "pool_epoch": report.map(|r| r.pool_epoch),
+            "slot": b.slot,
+            "slot_owner": b.slot_owner.and_then(|id| state.backend(id)).map(|s| s.address.to_string()),
+            "encapsulation": svc.map(|s| format!("{:?}", s.encapsulation)),
+            "backends": backends,
+        })
+    });
+    let (backend, out_port) = match e.verdict {
+        Verdict::Forward { port, backend } | Verdict::Fragment { port, backend } => (
+            state.backend(backend).map(|b| b.address.to_string()),
+            Some(port),
+        ),
+        _ => (None, None),
+    };
+    let forwarded = out_port.is_some();
+    json!({
+        "ingress_port": port(e.rx_port),
+        "flow": flow,
+        "rule": rule,
+        "balancing": balancing,
+        "verdict": verdict_text(&e.verdict),
+        "backend": backend,
+        "egress_port": out_port.and_then(port),
+        "next_hop_mac": forwarded.then(|| mac(e.output.get(..6).unwrap_or(&[]))),
+        "output_bytes": e.output.len(),
+        "mtu": mtu_text(ex, e),
+    })
+}
+
+fn mtu_text(ex: &Explainer<'_>, e: &Explanation) -> Option<String> {
+    let (port, what) = match e.verdict {
+        Verdict::Forward { port, .. } => (port, "fits"),
+        Verdict::Fragment { port, .. } => (port, "exceeds it: fragmented (IPv4 without DF)"),
+        Verdict::Reply => (
+            e.rx_port,
+            "exceeds the egress MTU: the client is told the path MTU",
+        ),
+        _ => return None,
+    };
+    let p = ex.state.ports.get(usize::from(port))?;
+    Some(format!(
+        "{} bytes out, port MTU {}: {what}",
+        e.output.len().saturating_sub(14),
+        p.mtu
+    ))
+}
+
+/// The explanation as text, one fact a line.
+pub fn text(ex: &Explainer<'_>, e: &Explanation) -> String {
+    let v = json(ex, e);
+    let s = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        v => v.to_string(),
+    };
+    let mut o = String::new();
+    let flow = &v["flow"];
+    if flow.is_null() {
+        let _ = writeln!(o, "packet:        not IP");
+    } else {
+        let _ = writeln!(
+            o,
+            "packet:        {} {} -> {}{}",
+            s(&flow["protocol"]),
+            s(&flow["src"]),
+            s(&flow["dst"]),
+            if flow["fragmented"] == true {
+                " (fragment)"
+            } else {
+                ""
+            }
+        );
+    }
+    let _ = writeln!(o, "ingress port:  {}", s(&v["ingress_port"]));
+    let _ = writeln!(o, "rule:          {}", rule_text(&e.rule));
+    let b = &v["balancing"];
+    if !b.is_null() {
+        let _ = writeln!(o, "service:       {}", s(&b["service"]));
+        let _ = writeln!(
+            o,
+            "affinity:      {} (hashes {})",
+            s(&b["affinity"]),
+            s(&b["hashed_fields"])
+        );
+        let _ = writeln!(o, "flow hash:     {}", s(&b["flow_hash"]));
+        let _ = writeln!(
+            o,
+            "tracking:      {} ({})",
+            if b["tracked"] == true {
+                "tracked: a new flow takes the table's choice, a later packet its conntrack entry's"
+            } else {
+                "not tracked: every packet takes the table's choice"
+            },
+            s(&b["tracking_mode"])
+        );
+        let zone = if b["zone"].is_null() {
+            "no zone".to_string()
+        } else {
+            format!("zone {}", s(&b["zone"]))
+        };
+        let _ = writeln!(
+            o,
+            "table:         #{} ({zone}), {} slots, active pool {} (epoch {})",
+            s(&b["table"]),
+            s(&b["table_size"]),
+            s(&b["active_pool"]),
+            s(&b["pool_epoch"])
+        );
+        let _ = writeln!(
+            o,
+            "maglev slot:   {} -> {}",
+            s(&b["slot"]),
+            s(&b["slot_owner"])
+        );
+        let _ = writeln!(o, "backends:");
+        for l in b["backends"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                o,
+                "  {:<24} id {:<5} {:<9} weight {:<4} {:<8} {}",
+                s(&l["address"]),
+                s(&l["id"]),
+                if l["healthy"] == true {
+                    "healthy"
+                } else {
+                    "unhealthy"
+                },
+                s(&l["weight"]),
+                s(&l["pool"]),
+                s(&l["eligibility"])
+            );
+        }
+        let _ = writeln!(o, "encapsulation: {}", s(&b["encapsulation"]));
+    }
+    let _ = writeln!(o, "verdict:       {}", s(&v["verdict"]));
+    if !v["backend"].is_null() {
+        let _ = writeln!(o, "backend:       {}", s(&v["backend"]));
+        let _ = writeln!(
+            o,
+            "next hop:      {} via port {}",
+            s(&v["next_hop_mac"]),
+            s(&v["egress_port"])
+        );
+        let _ = writeln!(o, "mtu:           {}", s(&v["mtu"]));
+    } else if !v["mtu"].is_null() {
+        let _ = writeln!(o, "mtu:           {}", s(&v["mtu"]));
+    }
+    o
+}

@@ -1,0 +1,444 @@
+//! `sluice explain --config` through the real binary: its answers for
+//! known cases (rule misses, weight 0, the failover pool, `--unhealthy`,
+//! IPv6, ICMP), and the decision it explains for each packet of a capture
+//! equals what `sluice run` does with that capture on DPDK (`net_pcap`):
+//! the backend whose MAC each forwarded frame carries (MG-2 under a fleet
+//! key, EL-1, EL-2, FO-1, FR-1 … FR-4).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use etherparse::PacketBuilder;
+use serde_json::Value;
+
+const PORT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0xee, 0x01];
+const KEY: &str = "8f2c6b1e0d9a47c3b5e81f6a2d4c9e07a1b3c5d7e9f10213";
+
+fn config(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        r#"
+[dataplane]
+{eal}
+workers = 1
+conntrack_capacity = 4096
+flow_hash_key = "{KEY}"
+
+[[dataplane.port]]
+name = "uplink"
+device = "net_pcap0,rx_pcap={d}/in.pcap,tx_pcap={d}/out.pcap"
+mac = "{port_mac}"
+address = "192.0.2.1/24"
+address6 = "2001:db8:2::1/64"
+
+[[health_check]]
+name = "tcp-80"
+type = "TCP"
+port = 80
+initial_state = "HEALTHY"
+
+[[backend_service]]
+name = "web"
+encapsulation = "l2"
+health_check = "tcp-80"
+failover_policy = {{ failover_ratio = 0.5 }}
+backend = [
+  {{ address = "192.0.2.10", mac = "02:00:00:00:00:10" }},
+  {{ address = "192.0.2.11", mac = "02:00:00:00:00:11" }},
+  {{ address = "192.0.2.12", mac = "02:00:00:00:00:12", weight = 0 }},
+  {{ address = "192.0.2.20", mac = "02:00:00:00:00:20", failover = true }},
+]
+
+[[backend_service]]
+name = "dns"
+encapsulation = "l2"
+session_affinity = "CLIENT_IP"
+backend = [
+  {{ address = "192.0.2.30", mac = "02:00:00:00:00:30" }},
+  {{ address = "192.0.2.31", mac = "02:00:00:00:00:31" }},
+]
+
+[[backend_service]]
+name = "web6"
+encapsulation = "l2"
+backend = [
+  {{ address = "2001:db8:2::10", mac = "02:00:00:00:06:10" }},
+  {{ address = "2001:db8:2::11", mac = "02:00:00:00:06:11" }},
+]
+
+[[forwarding_rule]]
+name = "web-vip"
+vip = "203.0.113.10"
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+
+[[forwarding_rule]]
+name = "dns-vip"
+vip = "203.0.113.53"
+protocol = "L3_DEFAULT"
+ports = "ALL"
+backend_service = "dns"
+
+[[forwarding_rule]]
+name = "web6-vip"
+vip = "2001:db8:1::10"
+protocol = "TCP"
+ports = "80"
+backend_service = "web6"
+"#,
+        eal = eal_args(256),
+        port_mac = mac_str(&PORT_MAC),
+    )
+}
+
+fn syn(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(CLIENT_MAC, PORT_MAC)
+        .ipv4(src, dst, 64)
+        .tcp(sport, dport, 1, 65535)
+        .syn()
+        .write(&mut out, &[])
+        .unwrap();
+    out
+}
+
+fn syn6(i: u16) -> Vec<u8> {
+    let mut src = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    src[14..].copy_from_slice(&i.to_be_bytes());
+    let dst: std::net::Ipv6Addr = "2001:db8:1::10".parse().unwrap();
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(CLIENT_MAC, PORT_MAC)
+        .ipv6(src, dst.octets(), 64)
+        .tcp(30_000 + i, 80, 1, 65535)
+        .syn()
+        .write(&mut out, &[])
+        .unwrap();
+    out
+}
+
+fn udp(i: u16) -> Vec<u8> {
+    let mut out = Vec::new();
+    PacketBuilder::ethernet2(CLIENT_MAC, PORT_MAC)
+        .ipv4([10, 9, (i >> 8) as u8, i as u8], [203, 0, 113, 53], 64)
+        .udp(20_000 + i, 53)
+        .write(&mut out, b"q")
+        .unwrap();
+    out
+}
+
+/// The capture: TCP SYNs to the IPv4 VIP, UDP to an L3_DEFAULT VIP,
+/// IPv6 SYNs, and packets no rule takes.
+fn capture() -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    for i in 0..120u16 {
+        frames.push(syn(
+            [198, 51, (i >> 8) as u8, i as u8],
+            40_000 + i,
+            [203, 0, 113, 10],
+            80,
+        ));
+    }
+    frames.extend((0..60).map(udp));
+    frames.extend((0..40).map(syn6));
+    frames.push(syn([198, 51, 100, 7], 40_000, [203, 0, 113, 10], 443));
+    frames.push(syn([198, 51, 100, 7], 40_000, [203, 0, 113, 99], 80));
+    frames
+}
+
+/// `sluice run` in the background on `cfg` with its control socket at
+/// `sock` and no metrics server (tests run side by side); stopped with
+/// SIGTERM and reaped when dropped.
+struct Live(std::process::Child);
+
+impl Live {
+    fn start(cfg: &Path, sock: &Path) -> Self {
+        let child = Command::new(sluice_bin())
+            .args(["run", "--no-metrics-server", "--duration", "30", "--config"])
+            .arg(cfg)
+            .arg("--control-socket")
+            .arg(sock)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sluice run");
+        Live(child)
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+fn explain(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(sluice_bin())
+        .arg("explain")
+        .args(args)
+        .output()
+        .expect("spawn sluice");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn explain_json(args: &[&str]) -> Vec<Value> {
+    let (ok, stdout, stderr) = explain(args);
+    assert!(ok, "sluice explain failed: {stderr}");
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The decision `sluice explain --pcap` gives for every packet is the one
+/// `sluice run` takes: the forwarded frames, in order, carry the MACs of
+/// the backends explain names; the packets explain drops are the ones
+/// missing from the output. Weight-0 and failover backends are reported
+/// not eligible, with their reason, and get nothing (EL-1, EL-2, FO-1).
+#[test]
+fn explain_pcap_equals_what_the_dataplane_does() {
+    let dir = tempdir("explain_equals_dataplane");
+    let frames = capture();
+    let run = replay(&dir, &config(&dir), &frames, &[]);
+    let cfg = dir.join("sluice.toml");
+    let pcap = dir.join("in.pcap");
+    let answers = explain_json(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--json",
+        "--pcap",
+        pcap.to_str().unwrap(),
+    ]);
+    assert_eq!(answers.len(), frames.len());
+    let explained: Vec<String> = answers
+        .iter()
+        .filter(|a| a["verdict"] == "forward")
+        .map(|a| a["next_hop_mac"].as_str().unwrap().to_string())
+        .collect();
+    let sent: Vec<String> = run
+        .out
+        .iter()
+        .map(|f| mac_str(f[..6].try_into().unwrap()))
+        .collect();
+    assert_eq!(
+        explained.len(),
+        frames.len() - 2,
+        "all but the two misses forwarded"
+    );
+    assert_eq!(
+        explained, sent,
+        "explain's backend for each packet = the dataplane's"
+    );
+    for mac in [
+        "02:00:00:00:00:10",
+        "02:00:00:00:00:11",
+        "02:00:00:00:00:30",
+        "02:00:00:00:00:31",
+        "02:00:00:00:06:10",
+        "02:00:00:00:06:11",
+    ] {
+        assert!(sent.iter().any(|m| m == mac), "{mac} gets some flows");
+    }
+    for mac in ["02:00:00:00:00:12", "02:00:00:00:00:20"] {
+        assert!(!sent.iter().any(|m| m == mac), "{mac} gets none");
+    }
+    let web = &answers[0]["balancing"]["backends"];
+    assert_eq!(web[2]["eligibility"], "not eligible: weight 0");
+    assert_eq!(
+        web[3]["eligibility"],
+        "not eligible: in the failover pool, which is not active"
+    );
+    let n = frames.len();
+    assert_eq!(answers[n - 2]["verdict"], "drop (no_rule)");
+    assert_eq!(answers[n - 1]["verdict"], "drop (not_for_us)");
+    assert!(answers[n - 2]["rule"]["why"]
+        .as_str()
+        .unwrap()
+        .contains("no rule takes"));
+}
+
+/// Known answers for flows written on the command line: the rule, the
+/// hashed fields per affinity, the table's owner being the chosen backend,
+/// and `--unhealthy` moving every flow to the remaining healthy primary
+/// (EL-1); with both primaries down the failover pool takes over (FO-1).
+#[test]
+fn explain_flows_known_answers() {
+    let dir = tempdir("explain_known_answers");
+    std::fs::write(dir.join("sluice.toml"), config(&dir)).unwrap();
+    let cfg = dir.join("sluice.toml");
+    let cfg = cfg.to_str().unwrap();
+    let tcp = "tcp 198.51.100.7:40000 -> 203.0.113.10:80";
+    let a = &explain_json(&["-c", cfg, "--json", tcp])[0];
+    assert_eq!(a["rule"]["matched"], "web-vip");
+    assert_eq!(a["balancing"]["service"], "web");
+    assert_eq!(a["balancing"]["tracked"], true);
+    assert_eq!(a["balancing"]["slot_owner"], a["backend"]);
+    assert_eq!(a["ingress_port"], "uplink");
+    let a = &explain_json(&["-c", cfg, "--json", "--unhealthy", "192.0.2.10", tcp])[0];
+    assert_eq!(a["backend"], "192.0.2.11");
+    assert_eq!(
+        a["balancing"]["backends"][0]["eligibility"],
+        "not eligible: unhealthy (--unhealthy)"
+    );
+    let a = &explain_json(&[
+        "-c",
+        cfg,
+        "--json",
+        "--unhealthy",
+        "192.0.2.10",
+        "--unhealthy",
+        "192.0.2.11",
+        tcp,
+    ])[0];
+    assert_eq!(a["backend"], "192.0.2.20");
+    assert_eq!(a["balancing"]["active_pool"], "failover");
+    let a = &explain_json(&["-c", cfg, "--json", "udp 10.9.0.1:5000 -> 203.0.113.53:53"])[0];
+    assert_eq!(a["balancing"]["hashed_fields"], "client IP, VIP");
+    let b = &explain_json(&["-c", cfg, "--json", "icmp 10.9.0.1 -> 203.0.113.53"])[0];
+    assert_eq!(
+        a["backend"], b["backend"],
+        "CLIENT_IP: one backend for all protocols"
+    );
+    let a = &explain_json(&[
+        "-c",
+        cfg,
+        "--json",
+        "tcp [2001:db8::7]:40000 -> [2001:db8:1::10]:80",
+    ])[0];
+    assert_eq!(a["rule"]["matched"], "web6-vip");
+    assert!(a["backend"].as_str().unwrap().starts_with("2001:db8:2::1"));
+    let (ok, text, _) = explain(&["-c", cfg, tcp]);
+    assert!(ok);
+    for line in [
+        "rule:          \"web-vip\"",
+        "maglev slot:",
+        "next hop:",
+        "mtu:",
+    ] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+    let (ok, _, err) = explain(&["-c", cfg, "--port", "nope", tcp]);
+    assert!(
+        !ok && err.contains("no [[dataplane.port]] named \"nope\""),
+        "{err}"
+    );
+    let (ok, _, err) = explain(&["-c", cfg, "tcp 1.2.3.4 -> 5.6.7.8:80"]);
+    assert!(!ok && err.contains("hint:"), "{err}");
+}
+
+/// `sluice explain` without `--config` asks the running appliance over
+/// its control socket: the answer comes from the published snapshot and
+/// equals the offline one for the same configuration, flow by flow, text
+/// and JSON.
+#[test]
+fn explain_live_over_the_control_socket() {
+    let dir = tempdir("explain_live");
+    let cfg = dir.join("sluice.toml");
+    // No health check: nothing changes the published snapshot meanwhile.
+    let text = config(&dir).replace("health_check = \"tcp-80\"\n", "");
+    std::fs::write(&cfg, text).unwrap();
+    write_pcap(&dir.join("in.pcap"), &[]);
+    let sock = dir.join("ctl.sock");
+    let _run = Live::start(&cfg, &sock);
+    assert!(
+        wait_for_path(&sock, std::time::Duration::from_secs(20)),
+        "control socket"
+    );
+    let sock = sock.to_str().unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for i in 0..20 {
+        let flow = format!("tcp 198.51.100.{i}:{} -> 203.0.113.10:80", 40_000 + i);
+        let live = &explain_json(&["--control-socket", sock, "--json", &flow])[0];
+        let offline = &explain_json(&["-c", cfg, "--json", &flow])[0];
+        assert_eq!(live["backend"], offline["backend"], "{flow}");
+        assert_eq!(
+            live["balancing"]["flow_hash"],
+            offline["balancing"]["flow_hash"]
+        );
+        assert_eq!(live["next_hop_mac"], offline["next_hop_mac"]);
+    }
+    let (ok, text, err) = explain(&[
+        "--control-socket",
+        sock,
+        "udp [2001:db8::7]:40000 -> [2001:db8:1::10]:80",
+    ]);
+    assert!(ok, "{err}");
+    assert!(text.contains("verdict:       drop (no_rule)"), "{text}");
+    let (ok, _, err) = explain(&[
+        "--control-socket",
+        "/nonexistent/sluice.sock",
+        "tcp 198.51.100.7:40000 -> 203.0.113.10:80",
+    ]);
+    assert!(
+        !ok && err.contains("cannot reach the running sluice"),
+        "{err}"
+    );
+}
+
+/// Live, the worker that owns a flow reports its conntrack entry through
+/// its mailbox: after the appliance forwarded a SYN, explain shows the
+/// entry (half-open, CT-1/CT-5) with the backend the SYN went to, and
+/// that CT-3 decides the flow's later packets; a flow never sent has no
+/// entry.
+#[test]
+fn explain_live_reports_the_conntrack_entry() {
+    let dir = tempdir("explain_live_conntrack");
+    let cfg = dir.join("sluice.toml");
+    let text = config(&dir).replace("health_check = \"tcp-80\"\n", "");
+    std::fs::write(&cfg, text).unwrap();
+    write_pcap(
+        &dir.join("in.pcap"),
+        &[syn([198, 51, 100, 7], 40_000, [203, 0, 113, 10], 80)],
+    );
+    let sock = dir.join("ctl.sock");
+    let run = Live::start(&cfg, &sock);
+    assert!(
+        wait_for_path(&sock, std::time::Duration::from_secs(20)),
+        "control socket"
+    );
+    let sock = sock.to_str().unwrap();
+    let ask = |flow: &str| explain_json(&["--control-socket", sock, "--json", flow]).remove(0);
+    let flow = "tcp 198.51.100.7:40000 -> 203.0.113.10:80";
+    let t0 = std::time::Instant::now();
+    let mut a = ask(flow);
+    while a["conntrack"]["entries"].as_array().unwrap().is_empty() {
+        assert!(t0.elapsed().as_secs() < 4, "no entry: {a}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        a = ask(flow);
+    }
+    let entry = &a["conntrack"]["entries"][0];
+    assert_eq!(entry["worker"], 0);
+    assert_eq!(entry["half_open"], true);
+    assert_eq!(entry["backend"], a["backend"]);
+    assert!(entry["decides"].as_str().unwrap().starts_with("CT-3"));
+    let (ok, text, _) = explain(&["--control-socket", sock, flow]);
+    assert!(
+        ok && text.contains("conntrack:     worker 0: backend "),
+        "{text}"
+    );
+    let other = ask("tcp 198.51.100.8:40000 -> 203.0.113.10:80");
+    assert!(other["conntrack"]["entries"].as_array().unwrap().is_empty());
+    assert!(other["conntrack"]["decides"]
+        .as_str()
+        .unwrap()
+        .starts_with("CT-1"));
+    drop(run);
+    let out = read_pcap(&dir.join("out.pcap"));
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        Some(mac_str(out[0][..6].try_into().unwrap()).as_str()),
+        a["next_hop_mac"].as_str(),
+        "the entry's backend is where the SYN went"
+    );
+}
