@@ -18,6 +18,7 @@ fn main() {
             panic!("DPDK 22.11 (libdpdk-dev) not found: run scripts/setup.sh");
         }
     };
+    println!("cargo:rustc-env=SLUICE_DPDK_VERSION={}", dpdk.version);
 
     // pkg-config's --cflags carry `-include rte_config.h` and `-march=…`,
     // which pkg_config::Library does not expose: ask for them directly.

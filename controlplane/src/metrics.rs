@@ -33,6 +33,8 @@ pub struct MetricsSources {
     /// Per port index: the kernel's socket drops of a `net_af_packet`
     /// port (None: another driver).
     pub kernel_drops: Vec<Option<dataplane::dpdk::af_packet::KernelDrops>>,
+    /// The packet pool and its size in mbufs (None: not exported).
+    pub pool: Option<(dataplane::dpdk::Mempool, usize)>,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -88,7 +90,8 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
 
     out.extend(counter(
         "sluice_punted_packets_total",
-        "Packets handed to the host exception path (AP-4), all ports.",
+        "Packets handed to the host's kernel through a port's TAP (ARP, ping, \
+         BGP, ...), all ports.",
         sum(src, |w| w.ports.iter().map(|p| p.punted.get()).sum()),
     ));
 
@@ -106,7 +109,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         Opts::new(
             "sluice_backend_next_hop_resolved",
             "1 when the backend's next-hop MAC is known (static `mac`, or resolved \
-             through the kernel, AP-4); 0 while its packets are dropped as \
+             through the kernel from the port's TAP); 0 while its packets are dropped as \
              next_hop_unresolved.",
         ),
         &["service", "backend"],
@@ -179,6 +182,11 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         "Number of packet worker threads.",
         src.workers.len() as u64,
     ));
+    if let Some((pool, size)) = &src.pool {
+        out.extend(crate::metrics_process::mbuf_pool(pool.in_use(), *size));
+    }
+    out.extend(crate::metrics_process::build_info());
+    out.extend(crate::metrics_process::process());
     out
 }
 
@@ -272,10 +280,22 @@ fn block_families<B: 'static>(
 
 /// Prometheus text exposition of [`families`].
 pub fn render(src: &MetricsSources) -> String {
+    encode(&families(src))
+}
+
+/// [`render`] for the live endpoint, with the time since the control loop
+/// last ran.
+pub fn render_live(src: &MetricsSources, since_beat: std::time::Duration) -> String {
+    let mut all = families(src);
+    all.extend(crate::metrics_process::control_loop(since_beat));
+    encode(&all)
+}
+
+fn encode(families: &[MetricFamily]) -> String {
     let mut buf = Vec::new();
     // Encoding only fails on families the encoder cannot represent, which
     // `families` never builds.
-    let _ = TextEncoder::new().encode(&families(src), &mut buf);
+    let _ = TextEncoder::new().encode(families, &mut buf);
     String::from_utf8(buf).unwrap_or_default()
 }
 
@@ -387,6 +407,7 @@ mod tests {
             control: None,
             ports: vec![],
             kernel_drops: vec![],
+            pool: None,
         }
     }
 
@@ -430,7 +451,7 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 31);
-        assert_eq!(described, 31, "every collected family is described");
+        assert_eq!(r.gather().len(), 36);
+        assert_eq!(described, 36, "every collected family is described");
     }
 }

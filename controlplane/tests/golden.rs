@@ -254,14 +254,12 @@ fn check_case(encap: &str) {
         "RX = TX + drops - extra fragments\n{metrics}"
     );
     // Our counters agree with the driver's own (rte_eth_stats).
-    let hw = |c: &str| {
-        m.get(&format!(
-            "sluice_port_hw_total{{counter=\"{c}\",port=\"uplink\"}}"
-        ))
-        .copied()
+    let hw = |family: &str| {
+        m.get(&format!("sluice_port_hw_{family}_total{{port=\"uplink\"}}"))
+            .copied()
     };
-    assert_eq!(hw("ipackets"), Some(rx), "driver RX\n{metrics}");
-    assert_eq!(hw("opackets"), Some(tx), "driver TX\n{metrics}");
+    assert_eq!(hw("rx_packets"), Some(rx), "driver RX\n{metrics}");
+    assert_eq!(hw("tx_packets"), Some(tx), "driver TX\n{metrics}");
     for (reason, n) in expected_drops {
         let key = format!("sluice_dropped_packets_total{{reason=\"{reason}\"}}");
         assert_eq!(m.get(&key).copied(), Some(n), "{key}\n{metrics}");

@@ -237,10 +237,10 @@ counter_block! {
         /// Bytes sent on a dataplane port.
         tx_bytes: Counter => Total "sluice_port_tx_bytes_total",
         /// Packets received on a port for the appliance itself and handed to
-        /// its TAP (AP-4). Per port, RX = TX + punted + drops.
+        /// its TAP. Per port, RX = TX + punted + drops.
         punted: Counter => Total "sluice_port_punted_packets_total",
-        /// Packets the kernel sent on a port's TAP and the port transmitted
-        /// (AP-4); not in tx_packets.
+        /// Packets the kernel sent on a port's TAP and the port transmitted;
+        /// not in tx_packets.
         injected: Counter => Total "sluice_port_injected_packets_total",
         /// Packets the kernel sent on a port's TAP that the port's TX queue
         /// refused.
@@ -270,7 +270,7 @@ counter_block! {
         hits: Gauge => Total "sluice_conntrack_hits_total",
         /// Tracked packets that found no live entry (new or expired flows).
         misses: Gauge => Total "sluice_conntrack_misses_total",
-        /// Entries reclaimed after the idle timeout (CT-5).
+        /// Entries reclaimed after their idle timeout.
         expirations: Gauge => Total "sluice_conntrack_expirations_total",
         /// New flows not recorded because their slots were all live and
         /// none half-open (table full); forwarded by Maglev.
@@ -278,7 +278,7 @@ counter_block! {
         /// Half-open (SYN-only) entries replaced by a new flow in a full
         /// part of the table.
         half_open_evicted: Gauge => Total "sluice_conntrack_half_open_evictions_total",
-        /// Tracked packets moved off an unhealthy backend (CT-8).
+        /// Tracked packets moved off a backend that became unhealthy.
         reselected_unhealthy: Gauge => Total "sluice_conntrack_reselected_unhealthy_total",
     }
 }
@@ -317,15 +317,15 @@ counter_block! {
         /// RX polls a worker skipped because a peer's steering ring was
         /// full: the packets waited in the port's RX queue instead of being
         /// dropped between workers. Rising steadily: the owning workers
-        /// cannot keep up (watch sluice_port_hw_total{counter="imissed"} and
+        /// cannot keep up (watch sluice_port_hw_rx_missed_packets_total and
         /// sluice_port_kernel_drops_total).
         steering_backpressure: Counter => Total "sluice_steering_backpressure_total",
         /// ICMP fragmentation-needed / ICMPv6 packet-too-big answers sent
-        /// to clients (AP-3). The answer replaces the packet it answers, so
-        /// it counts in TX.
+        /// to clients whose packet exceeds the path MTU. The answer replaces
+        /// the packet it answers, so it counts in TX.
         icmp_replies: Counter => Total "sluice_icmp_replies_total",
         /// Received packets sent on as IP fragments (oversize IPv4 without
-        /// DF, AP-3). RX = TX + punted + drops - (fragments created -
+        /// DF). RX = TX + punted + drops - (fragments created -
         /// packets fragmented).
         fragmented: Counter => Total "sluice_fragmented_packets_total",
         /// Fragments made of them, each then counted in

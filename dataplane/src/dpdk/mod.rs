@@ -24,6 +24,7 @@ pub mod rte_hash;
 mod tests;
 
 pub use burst::{Drain, MbufBurst, MAX_BURST};
+pub use dpdk_sys::DPDK_VERSION;
 pub use eal::{Eal, EalInUse, LaunchError, Launched, Lcore, TscClock};
 pub use error::DpdkError;
 pub use ids::{LcoreId, PortId};
