@@ -30,6 +30,7 @@ use crate::health::{self, HealthChecker, ProbeKey};
 use crate::neighbours::NeighbourResolver;
 use crate::publish::{BackendIds, PolicyMemory};
 
+mod changes;
 mod health_events;
 mod neighbour_events;
 mod rebuild;
@@ -164,5 +165,38 @@ impl Controller {
             self.refresh_probe_counters();
         }
         self.retire();
+    }
+}
+
+/// One log line per service whose new connections moved between its
+/// primary and failover pools since `prev`.
+fn log_pool_changes(
+    prev: &[crate::publish::ServiceReport],
+    next: &[crate::publish::ServiceReport],
+) {
+    for r in next {
+        let Some(before) = prev.iter().find(|p| p.name == r.name) else {
+            continue;
+        };
+        if before.active_pool != r.active_pool {
+            let name = |p: Option<crate::config::Pool>| match p {
+                Some(crate::config::Pool::Primary) => "primary",
+                Some(crate::config::Pool::Failover) => "failover",
+                None => "none",
+            };
+            let line = format!(
+                "sluice: service {}: new connections move from the {} pool to the {} pool \
+                 (eligible backends {:?})",
+                r.name,
+                name(before.active_pool),
+                name(r.active_pool),
+                r.eligible
+            );
+            if r.active_pool == Some(crate::config::Pool::Failover) {
+                crate::warn!("{line}");
+            } else {
+                crate::info!("{line}");
+            }
+        }
     }
 }

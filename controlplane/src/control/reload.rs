@@ -84,9 +84,10 @@ impl Controller {
             path: path.clone(),
             diagnostics,
         })?;
+        let changes = super::changes::describe(&self.cfg, &cfg);
         self.apply(cfg)?;
         Ok(format!(
-            "reloaded {} (generation {})\n",
+            "reloaded {} (generation {}): {changes}\n",
             path.display(),
             self.generation
         ))

@@ -1,0 +1,149 @@
+//! The real binary's log (stderr outside the journal): one line per event,
+//! `TIME LEVEL sluice: ...`, for a health transition with the failing
+//! probe's reason (HC-3/HC-4) and a reload naming what changed (AP-5).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// An HTTP target answering with the status the test sets.
+fn target(status: Arc<AtomicU16>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
+            let mut buf = [0u8; 1024];
+            let _ = c.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 {} X\r\nContent-Length: 0\r\n\r\n",
+                status.load(Ordering::Relaxed)
+            );
+            let _ = c.write_all(head.as_bytes());
+        }
+    });
+    port
+}
+
+fn config(hc: u16, metrics: u16, backends: &str) -> String {
+    null_dataplane(metrics)
+        + &format!(
+            r#"
+[[health_check]]
+name = "http"
+type = "HTTP"
+port = {hc}
+request_path = "/"
+check_interval = "100ms"
+timeout = "100ms"
+healthy_threshold = 1
+unhealthy_threshold = 2
+[[backend_service]]
+name = "web"
+health_check = "http"
+backend = [{backends}]
+[[forwarding_rule]]
+name = "vip"
+vip = "203.0.113.10"
+backend_service = "web"
+"#
+        )
+}
+
+/// `2026-12-01T22:15:04.512Z LEVEL ` at the start of `line`: the rest.
+fn after_time_and_level<'a>(line: &'a str, level: &str) -> Option<&'a str> {
+    let (time, rest) = line.split_once(' ')?;
+    let shape = time.len() == 24
+        && time.ends_with('Z')
+        && time.as_bytes()[10] == b'T'
+        && time[..4].bytes().all(|b| b.is_ascii_digit());
+    rest.strip_prefix(level)?
+        .strip_prefix(' ')
+        .filter(|_| shape)
+}
+
+#[test]
+fn health_transition_with_reason_and_reload_with_changes_are_logged() {
+    let dir = tempdir("logs");
+    let status = Arc::new(AtomicU16::new(200));
+    let hc = target(Arc::clone(&status));
+    let metrics = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let one = r#"{ address = "127.0.0.1", mac = "02:00:00:00:00:0a" }"#;
+    let cfg = dir.join("sluice.toml");
+    std::fs::write(&cfg, config(hc, metrics, one)).unwrap();
+    let log = dir.join("stderr.txt");
+    let mut child = Command::new(sluice_bin())
+        .args(["run", "--duration", "30", "--no-control-socket", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let wait_for = |what: &str| {
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&log).unwrap();
+            if text.contains(what) {
+                return text;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no {what:?} in\n{text}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("is healthy");
+    status.store(503, Ordering::Relaxed);
+    wait_for("is unhealthy");
+    let two = format!(r#"{one}, {{ address = "127.0.0.3", mac = "02:00:00:00:00:0b" }}"#);
+    std::fs::write(&cfg, config(hc, metrics, &two)).unwrap();
+    let _ = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status();
+    let text = wait_for("reloaded ");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+
+    let unhealthy = text
+        .lines()
+        .find_map(|l| after_time_and_level(l, "WARN").filter(|r| r.contains("is unhealthy")))
+        .unwrap_or_else(|| panic!("no WARN health line in\n{text}"));
+    assert_eq!(
+        unhealthy,
+        format!(
+            "sluice: health: backend 127.0.0.1:{hc} is unhealthy (reason http_status, 2 consecutive failures)"
+        ),
+        "{text}"
+    );
+    let reload = text
+        .lines()
+        .find_map(|l| after_time_and_level(l, "INFO").filter(|r| r.contains("reloaded ")))
+        .unwrap_or_else(|| panic!("no INFO reload line in\n{text}"));
+    assert!(
+        reload.ends_with("services ~web; backends +web/127.0.0.3"),
+        "{reload}"
+    );
+    for line in text.lines() {
+        assert!(
+            ["INFO", "WARN", "ERROR"]
+                .iter()
+                .any(|level| after_time_and_level(line, level).is_some()),
+            "a line without time and level: {line:?}\n{text}"
+        );
+    }
+}
