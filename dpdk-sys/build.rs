@@ -69,6 +69,9 @@ fn main() {
     build
         .file(wrappers_c.with_extension("c"))
         .file("shim.c")
+        // fopencookie (shim.c): defined here, ahead of the `-include
+        // rte_config.h` in the flags, which pulls in libc headers first.
+        .define("_GNU_SOURCE", None)
         .include(env::current_dir().expect("cwd"))
         .opt_level(3)
         .warnings(false);

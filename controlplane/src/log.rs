@@ -131,6 +131,28 @@ pub fn write(priority: Priority, args: fmt::Arguments<'_>) {
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
+/// The priority of one of DPDK's own messages (EAL, drivers), which
+/// come in through [`dataplane::dpdk::log_to`]. The TAP driver reports at
+/// error level that the kernel lacks the multiq qdisc and that it
+/// therefore disables rte_flow on the TAP, and telemetry that it opened no
+/// legacy socket: sluice uses neither, so those are information.
+pub fn dpdk_priority(level: dataplane::dpdk::DpdkLogLevel, text: &str) -> Priority {
+    use dataplane::dpdk::DpdkLogLevel;
+    const HARMLESS: [&str; 5] = [
+        "tap_nl_dump_ext_ack(): Specified qdisc kind is unknown",
+        "qdisc_create_multiq(): Could not add multiq qdisc",
+        "failed to create multiq qdisc",
+        "Disabling rte flow support",
+        "TELEMETRY: No legacy callbacks, legacy socket not created",
+    ];
+    match level {
+        _ if HARMLESS.iter().any(|h| text.contains(h)) => Priority::Info,
+        DpdkLogLevel::Error => Priority::Error,
+        DpdkLogLevel::Warning => Priority::Warning,
+        DpdkLogLevel::Info => Priority::Info,
+    }
+}
+
 /// Logs an error (priority 3).
 #[macro_export]
 macro_rules! error {
@@ -184,6 +206,26 @@ mod tests {
         assert_eq!(
             render(Priority::Warning, "a\nb", at),
             "2026-12-01T22:15:04.512Z WARN a\n2026-12-01T22:15:04.512Z WARN b\n"
+        );
+    }
+
+    #[test]
+    fn harmless_dpdk_tap_and_telemetry_reports_are_information() {
+        use dataplane::dpdk::DpdkLogLevel;
+        assert_eq!(
+            dpdk_priority(
+                DpdkLogLevel::Error,
+                "eth_dev_tap_create(): sl-up: failed to create multiq qdisc."
+            ),
+            Priority::Info
+        );
+        assert_eq!(
+            dpdk_priority(DpdkLogLevel::Error, "EAL: Cannot get hugepage information."),
+            Priority::Error
+        );
+        assert_eq!(
+            dpdk_priority(DpdkLogLevel::Warning, "EAL: No free 2048 kB hugepages"),
+            Priority::Warning
         );
     }
 

@@ -147,3 +147,57 @@ fn health_transition_with_reason_and_reload_with_changes_are_logged() {
         );
     }
 }
+
+/// DPDK's own messages reach the log once, on stderr as sluice lines
+/// with time and level (not on stdout, not twice), and the TAP driver's
+/// harmless multiq/rte_flow reports are not errors (AP-4 TAP).
+#[test]
+fn dpdk_log_once_in_the_same_stream() {
+    let dir = tempdir("logs-dpdk");
+    let cfg = dir.join("sluice.toml");
+    std::fs::write(
+        &cfg,
+        r#"[dataplane]
+eal_args = ["--no-huge", "-m", "256", "--no-pci"]
+workers = 1
+[[dataplane.port]]
+name = "p0"
+device = "net_null0,no-rx=1"
+mac = "02:00:00:00:00:01"
+address = "192.0.2.1/24"
+tap = "sl-logtest"
+[[backend_service]]
+name = "web"
+backend = [{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }]
+[[forwarding_rule]]
+name = "vip"
+vip = "203.0.113.10"
+backend_service = "web"
+"#,
+    )
+    .unwrap();
+    let out = Command::new(sluice_bin())
+        .args(["run", "--duration", "1", "--no-control-socket"])
+        .args(["--no-metrics-server", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stdout.contains("EAL"), "DPDK on stdout:\n{stdout}");
+    let detected: Vec<_> = stderr
+        .lines()
+        .filter(|l| l.contains("EAL: Detected CPU lcores"))
+        .collect();
+    assert_eq!(detected.len(), 1, "{stderr}");
+    assert!(
+        after_time_and_level(detected[0], "INFO")
+            .is_some_and(|r| r.starts_with("sluice: DPDK: EAL: Detected CPU lcores")),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.lines().any(|l| l.contains(" ERROR ")),
+        "an error at a clean start:\n{stderr}"
+    );
+}
