@@ -23,6 +23,8 @@ pub const DEFAULT_PATH: &str = "/run/sluice/sluice.sock";
 pub enum Request {
     Reload,
     Status,
+    /// `sluice status --json`.
+    StatusJson,
 }
 
 /// A request waiting for the control thread's answer.
@@ -90,6 +92,7 @@ fn handle(mut conn: UnixStream, tx: &Sender<Pending>) -> io::Result<()> {
     let request = match line.trim() {
         "reload" => Request::Reload,
         "status" => Request::Status,
+        "status-json" => Request::StatusJson,
         other => {
             return conn.write_all(format!("error\nunknown request {other:?}\n").as_bytes());
         }

@@ -79,6 +79,20 @@ pub fn process() -> Vec<MetricFamily> {
     out
 }
 
+/// Seconds since the process started (`/proc/uptime` less the process's
+/// start time after boot), None where `/proc` cannot be read.
+pub fn uptime_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let started = stat_fields(&stat)?.starttime as f64 / USER_HZ;
+    let up: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((up - started).max(0.0))
+}
+
 /// `sluice_control_loop_last_run_age_seconds`: the `/healthz` liveness
 /// measure as a number an alert can compare.
 pub fn control_loop(since_beat: Duration) -> Vec<MetricFamily> {

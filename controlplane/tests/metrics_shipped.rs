@@ -35,8 +35,18 @@ fn plain_target() -> u16 {
 /// without a weight header, a failing one, one reload; the scrape once the
 /// reload shows.
 fn scraped() -> &'static str {
-    static SCRAPE: OnceLock<String> = OnceLock::new();
-    SCRAPE.get_or_init(|| {
+    &run_once().0
+}
+
+/// `sluice status --json` of the same run, after the reload.
+fn status_json() -> &'static serde_json::Value {
+    &run_once().1
+}
+
+/// The scrape and `sluice status --json` of the one run.
+fn run_once() -> &'static (String, serde_json::Value) {
+    static RUN: OnceLock<(String, serde_json::Value)> = OnceLock::new();
+    RUN.get_or_init(|| {
         let dir = tempdir("metrics-shipped");
         let hc = plain_target();
         let metrics = TcpListener::bind("127.0.0.1:0")
@@ -78,7 +88,13 @@ backend_service = "web"
             let m = scrape(metrics);
             // The reload's families are checked by a test of their own.
             if m.contains("sluice_config_last_reload_") || start.elapsed() > Duration::from_secs(5) {
-                return m;
+                let (ok, text) = run.cli(&["status", "--json"]);
+                let json = if ok {
+                    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+                } else {
+                    serde_json::json!({ "error": text })
+                };
+                return (m, json);
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -226,4 +242,35 @@ fn help_texts_cite_no_spec_ids() {
             });
         assert!(!cites, "{line}");
     }
+}
+
+/// `sluice status --json`: what runs, since when, from which file, the
+/// reloads, and per backend its state and traffic.
+#[test]
+fn status_json_through_the_binary() {
+    let s = status_json();
+    assert_eq!(s["version"], env!("CARGO_PKG_VERSION"), "{s}");
+    assert!(
+        s["dpdk"].as_str().is_some_and(|v| v.starts_with("22.11")),
+        "{s}"
+    );
+    assert!(s["git"].as_str().is_some_and(|g| !g.is_empty()), "{s}");
+    assert!(s["uptime_seconds"].as_f64().is_some_and(|u| u > 0.0), "{s}");
+    assert!(
+        s["config_path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("metrics-shipped/sluice.toml")),
+        "{s}"
+    );
+    assert_eq!(s["reloads"]["successful"], 1, "{s}");
+    assert_eq!(s["reloads"]["last"]["successful"], true, "{s}");
+    assert!(s["reloads"]["last"]["error"].is_null(), "{s}");
+    let web = &s["services"][0];
+    assert_eq!(web["name"], "web", "{s}");
+    assert_eq!(web["active_pool"], "primary", "{s}");
+    let b = &web["backends"][0];
+    assert_eq!(b["address"], "127.0.0.1", "{s}");
+    assert_eq!(b["healthy"], true, "{s}");
+    assert_eq!(b["packets"], 0, "{s}");
+    assert_eq!(b["next_hop_resolved"], true, "{s}");
 }

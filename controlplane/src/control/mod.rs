@@ -38,6 +38,7 @@ mod reload;
 mod retire;
 mod shared;
 mod status;
+mod status_json;
 
 pub use health_events::{health_changes, probe_services};
 pub use reload::{fixed_at_start_changes, ReloadError};

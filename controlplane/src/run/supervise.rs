@@ -123,16 +123,20 @@ fn answer(p: Pending, controller: &mut Controller, service: &ServiceManager) {
         }
         // Rendered on its own thread from the published state: a status
         // over a big configuration never delays a publish.
-        Request::Status => {
-            let render = controller.status_renderer();
-            let spawned = std::thread::Builder::new()
-                .name("sluice-status".into())
-                .spawn(move || {
-                    let _ = p.reply.send(Ok(render()));
-                });
-            if let Err(e) = spawned {
-                controlplane::error!("sluice: status: cannot start a thread: {e}");
-            }
-        }
+        Request::Status => status_on_thread(p, controller.status_renderer()),
+        Request::StatusJson => status_on_thread(p, controller.status_json_renderer()),
+    }
+}
+
+/// Answers a status request from its own thread: rendering a big
+/// configuration never delays the control loop.
+fn status_on_thread(p: Pending, render: impl FnOnce() -> String + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name("sluice-status".into())
+        .spawn(move || {
+            let _ = p.reply.send(Ok(render()));
+        });
+    if let Err(e) = spawned {
+        controlplane::error!("sluice: status: cannot start a thread: {e}");
     }
 }
