@@ -105,6 +105,12 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         "Packets forwarded to a backend of the current configuration.",
         &["service", "backend"],
     );
+    let per_backend_bytes = counter_vec(
+        "sluice_backend_bytes_total",
+        "Bytes (whole frames as sent, before any fragmentation) forwarded to a backend \
+         of the current configuration.",
+        &["service", "backend"],
+    );
     let next_hop = prometheus::IntGaugeVec::new(
         Opts::new(
             "sluice_backend_next_hop_resolved",
@@ -121,12 +127,16 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
             let n = sum(src, |w| w.backend_packets.get(id.index()));
             let labels = [svc.name.as_str(), &b.address.to_string()];
             per_backend.with_label_values(&labels).inc_by(n);
+            per_backend_bytes
+                .with_label_values(&labels)
+                .inc_by(sum(src, |w| w.backend_packets.bytes(id.index())));
             next_hop
                 .with_label_values(&labels)
                 .set(i64::from(b.egress.next_hop_mac.is_some()));
         }
     }
     out.extend(per_backend.collect());
+    out.extend(per_backend_bytes.collect());
     out.extend(next_hop.collect());
     out.extend(counter(
         "sluice_backend_packets_uncounted_total",
@@ -369,8 +379,8 @@ mod tests {
         w1.fragmented.add(1);
         w0.fragments.add(5);
         w1.fragments.add(2);
-        w0.backend(WEB, 4);
-        w1.backend(WEB, 6);
+        w0.backend(WEB, 4, 400);
+        w1.backend(WEB, 6, 624);
         let state = ForwardingState {
             generation: 42,
             services: vec![ServiceState {
@@ -424,6 +434,7 @@ mod tests {
             "sluice_fragmented_packets_total 3",
             "sluice_fragments_created_total 7",
             "sluice_backend_packets_total{backend=\"192.0.2.10\",service=\"web\"} 10",
+            "sluice_backend_bytes_total{backend=\"192.0.2.10\",service=\"web\"} 1024",
             "sluice_backend_packets_uncounted_total 0",
             "sluice_snapshot_generation 42",
             "sluice_workers 2",
@@ -451,7 +462,7 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 36);
-        assert_eq!(described, 36, "every collected family is described");
+        assert_eq!(r.gather().len(), 37);
+        assert_eq!(described, 37, "every collected family is described");
     }
 }

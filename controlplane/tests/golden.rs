@@ -266,6 +266,13 @@ fn check_case(encap: &str) {
     }
     let per_backend_metric = sum_metrics(&m, "sluice_backend_packets_total");
     assert_eq!(per_backend_metric, tx, "packets per backend add up to TX");
+    // Frames as sent: the backends' bytes add up to what left the port.
+    let sent: usize = output.iter().map(Vec::len).sum();
+    assert_eq!(
+        sum_metrics(&m, "sluice_backend_bytes_total"),
+        sent as u64,
+        "bytes per backend add up to the bytes sent\n{metrics}"
+    );
 }
 
 /// AP-3 L2 DSR: destination MAC rewritten to the backend's, source MAC to

@@ -255,12 +255,12 @@ impl Lanes {
             };
             let out = match verdict {
                 Verdict::Forward { port, backend } => {
-                    self.stats.backend(backend, 1);
+                    self.stats.backend(backend, 1, u64::from(m.pkt_len()));
                     usize::from(port)
                 }
                 // AP-3: oversize IPv4 without DF, sent as fragments.
                 Verdict::Fragment { port, backend } => {
-                    self.stats.backend(backend, 1);
+                    self.stats.backend(backend, 1, u64::from(m.pkt_len()));
                     fragments::send(
                         m,
                         usize::from(port),

@@ -45,6 +45,12 @@ pub fn render(
             .map(|w| w.backend_packets.get(index))
             .fold(0, u64::wrapping_add)
     };
+    let bytes = |index: usize| -> u64 {
+        stats
+            .iter()
+            .map(|w| w.backend_packets.bytes(index))
+            .fold(0, u64::wrapping_add)
+    };
     let services: Vec<Value> = snap
         .services
         .iter()
@@ -64,6 +70,7 @@ pub fn render(
                         "pool": pool_name(b.pool),
                         "next_hop_resolved": b.egress.next_hop_mac.is_some(),
                         "packets": packets(b.id.index()),
+                        "bytes": bytes(b.id.index()),
                     })
                 })
                 .collect();
