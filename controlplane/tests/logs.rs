@@ -201,3 +201,51 @@ backend_service = "web"
         "an error at a clean start:\n{stderr}"
     );
 }
+
+/// SPEC §3: a worker's conntrack shard past 90 % of `conntrack_capacity`
+/// is logged once as a warning.
+#[test]
+fn conntrack_near_full_is_logged() {
+    const CAPACITY: u16 = 1024;
+    let dir = tempdir("logs-conntrack");
+    let port_mac = [0x02, 0, 0, 0, 0, 0x01];
+    let config = format!(
+        r#"{dataplane}
+[[backend_service]]
+name = "web"
+backend = [{list}]
+[[forwarding_rule]]
+name = "vip"
+vip = "203.0.113.10"
+backend_service = "web"
+"#,
+        dataplane = pcap_dataplane(
+            &dir,
+            &port_mac,
+            "192.0.2.1/24",
+            &format!("conntrack_capacity = {CAPACITY}"),
+        ),
+        list = backend_list(&[("192.0.2.10", [0x02, 0, 0, 0, 0, 0x0a])]),
+    );
+    // Established-looking packets of 1000 flows: 98 % of the capacity.
+    let frames: Vec<Vec<u8>> = (0..1000u16)
+        .map(|n| {
+            tcp_frame(
+                port_mac,
+                [10, 20, (n >> 8) as u8, n as u8],
+                [203, 0, 113, 10],
+                30_000 + n,
+                80,
+                1,
+            )
+        })
+        .collect();
+    let r = replay(&dir, &config, &frames, &[]);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("conntrack: worker 0 near full"))
+        .unwrap_or_else(|| panic!("no near-full line in\n{}", r.stderr));
+    assert!(after_time_and_level(line, "WARN").is_some(), "{line}");
+    assert!(line.contains("1000 of 1024 connections"), "{line}");
+}

@@ -31,6 +31,7 @@ use crate::neighbours::NeighbourResolver;
 use crate::publish::{BackendIds, PolicyMemory};
 
 mod changes;
+mod conntrack_watch;
 mod health_events;
 mod neighbour_events;
 mod rebuild;
@@ -64,6 +65,8 @@ pub struct Controller {
     /// The workers' counters: per-backend ones cover every index before a
     /// snapshot naming it is published, and restart at zero on reuse.
     stats: Vec<Arc<CachePadded<WorkerStats>>>,
+    /// Per worker: its conntrack shard was last reported near full.
+    conntrack_near_full: Vec<bool>,
     /// How long an index at its last generation waits before generation 0
     /// comes round again: longer than any idle timeout configured since
     /// start (conntrack entries keep the timeout they were written with).
@@ -119,6 +122,7 @@ impl Controller {
             view_refreshed: Instant::now(),
             shared: Arc::default(),
             stats: Vec::new(),
+            conntrack_near_full: Vec::new(),
         };
         c.rebuild();
         Ok(c)
@@ -165,6 +169,8 @@ impl Controller {
         } else if self.view_refreshed.elapsed() >= VIEW_REFRESH {
             self.refresh_probe_counters();
         }
+        // Two relaxed loads per worker.
+        self.watch_conntrack();
         self.retire();
     }
 }
