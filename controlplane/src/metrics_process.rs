@@ -90,7 +90,8 @@ pub fn uptime_seconds() -> Option<f64> {
         .next()?
         .parse()
         .ok()?;
-    Some((up - started).max(0.0))
+    // Both are in hundredths of a second.
+    Some(((up - started) * 100.0).round().max(0.0) / 100.0)
 }
 
 /// `sluice_control_loop_last_run_age_seconds`: the `/healthz` liveness
