@@ -18,6 +18,7 @@ fn main() {
             panic!("DPDK 22.11 (libdpdk-dev) not found: run scripts/setup.sh");
         }
     };
+    println!("cargo:rustc-env=SLUICE_DPDK_VERSION={}", dpdk.version);
 
     // pkg-config's --cflags carry `-include rte_config.h` and `-march=…`,
     // which pkg_config::Library does not expose: ask for them directly.
@@ -68,6 +69,9 @@ fn main() {
     build
         .file(wrappers_c.with_extension("c"))
         .file("shim.c")
+        // fopencookie (shim.c): defined here, ahead of the `-include
+        // rte_config.h` in the flags, which pulls in libc headers first.
+        .define("_GNU_SOURCE", None)
         .include(env::current_dir().expect("cwd"))
         .opt_level(3)
         .warnings(false);

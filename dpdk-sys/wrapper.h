@@ -23,3 +23,9 @@
 
 /* rte_errno is a per-lcore (thread-local) variable behind a macro. */
 int sluice_rte_errno(void);
+
+/* DPDK's log into one callback: the message's RTE_LOG_* level and text
+ * (not NUL-terminated), once per message, instead of EAL's default of
+ * stdout plus syslog. */
+typedef void (*sluice_log_sink_t)(int level, const char *buf, size_t len);
+int sluice_log_to(sluice_log_sink_t sink);

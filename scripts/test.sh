@@ -34,6 +34,13 @@ scripts/fuzz-smoke.sh
 echo "== sluice check-config conf/*.toml"
 target/debug/sluice check-config conf/*.toml
 
+# The shipped alerts: syntax, then their unit tests (each alert firing and
+# not firing on sample series). The dashboard's and alerts' metric names
+# are checked against a running sluice by controlplane/tests/metrics_shipped.rs.
+echo "== promtool check rules / test rules (contrib/prometheus)"
+(cd contrib/prometheus && promtool check rules sluice.rules.yml && promtool test rules sluice.rules.test.yml)
+promtool_passed=2
+
 # From here on target/debug/sluice is the product binary, built without
 # the test hooks: the package, the e2e suite and the appliance run it.
 echo "== cargo build (the shipped sluice binary: no test hooks)"
@@ -85,7 +92,7 @@ fi
 
 passed=$(awk '/^test result:/ {s += $4} END {print s + 0}' target/test-output.txt)
 failed=$(awk '/^test result:/ {s += $6} END {print s + 0}' target/test-output.txt)
-passed=$((passed + e2e_passed + ${boot_passed:-0}))
+passed=$((passed + e2e_passed + ${boot_passed:-0} + promtool_passed))
 failed=$((failed + e2e_failed + boot_failed))
 if ((e2e_failed || boot_failed)); then
   echo "tests: $passed passed, $failed failed"

@@ -526,6 +526,7 @@ mod tests {
             control: None,
             ports: vec![],
             kernel_drops: vec![],
+            pool: None,
         }));
         let ok = get(addr, "/metrics");
         assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");

@@ -112,7 +112,7 @@ fn route(req: &httparse::Request<'_, '_>, state: &AdminState) -> Response {
         Route::Metrics => match published.as_deref() {
             Some(src) => Response {
                 content_type: PROMETHEUS_TEXT,
-                ..Response::text(200, metrics::render(src))
+                ..Response::text(200, metrics::render_live(src, state.since_beat()))
             },
             None => Response::text(503, "starting or stopping: no metrics yet\n"),
         },

@@ -25,6 +25,8 @@ pub enum Request {
     Status,
     /// The arguments of an `explain` request line.
     Explain(String),
+    /// `sluice status --json`.
+    StatusJson,
 }
 
 /// A request waiting for the control thread's answer.
@@ -93,6 +95,7 @@ fn handle(mut conn: UnixStream, tx: &Sender<Pending>) -> io::Result<()> {
         "reload" => Request::Reload,
         "status" => Request::Status,
         l if l.starts_with("explain ") => Request::Explain(l["explain ".len()..].to_string()),
+        "status-json" => Request::StatusJson,
         other => {
             return conn.write_all(format!("error\nunknown request {other:?}\n").as_bytes());
         }

@@ -241,8 +241,8 @@ pub fn families(view: &View, snap: &ForwardingState) -> Vec<MetricFamily> {
     if !snap.services.is_empty() {
         let tables = gauge(
             "sluice_service_table_digest_info",
-            "Always 1; `digest` identifies the service's Maglev tables slot by slot \
-             (MG-2): appliances behind the same VIPs must show the same.",
+            "Always 1; `digest` identifies the service's Maglev tables slot by slot: \
+             appliances behind the same VIPs must show the same.",
             &["service", "digest"],
         );
         for svc in &snap.services {

@@ -21,6 +21,7 @@ pub mod mbuf_pool;
 pub mod memory_budget;
 pub mod metrics;
 pub mod metrics_control;
+pub mod metrics_process;
 pub mod neighbours;
 pub mod policy;
 pub mod publish;

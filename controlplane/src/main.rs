@@ -79,6 +79,10 @@ enum Command {
     Status {
         #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
         control_socket: PathBuf,
+        /// JSON instead: version, uptime, configuration file, reloads and
+        /// the latest one's error, per backend its state and packets.
+        #[arg(long)]
+        json: bool,
     },
     /// Explain what sluice does with a packet: rule, service, hashed fields,
     /// flow hash, table, Maglev slot, every backend's eligibility, the
@@ -142,7 +146,10 @@ fn main() -> ExitCode {
         Command::BirdConfig { file } => bird_config(&file),
         Command::Explain(args) => explain(&args),
         Command::Reload { control_socket } => ask(&control_socket, "reload"),
-        Command::Status { control_socket } => ask(&control_socket, "status"),
+        Command::Status {
+            control_socket,
+            json,
+        } => ask(&control_socket, if json { "status-json" } else { "status" }),
         Command::Run {
             config,
             exit_on_idle,

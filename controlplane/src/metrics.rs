@@ -33,6 +33,8 @@ pub struct MetricsSources {
     /// Per port index: the kernel's socket drops of a `net_af_packet`
     /// port (None: another driver).
     pub kernel_drops: Vec<Option<dataplane::dpdk::af_packet::KernelDrops>>,
+    /// The packet pool and its size in mbufs (None: not exported).
+    pub pool: Option<(dataplane::dpdk::Mempool, usize)>,
 }
 
 fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -88,7 +90,8 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
 
     out.extend(counter(
         "sluice_punted_packets_total",
-        "Packets handed to the host exception path (AP-4), all ports.",
+        "Packets handed to the host's kernel through a port's TAP (ARP, ping, \
+         BGP, ...), all ports.",
         sum(src, |w| w.ports.iter().map(|p| p.punted.get()).sum()),
     ));
 
@@ -102,11 +105,17 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         "Packets forwarded to a backend of the current configuration.",
         &["service", "backend"],
     );
+    let per_backend_bytes = counter_vec(
+        "sluice_backend_bytes_total",
+        "Bytes (whole frames as sent, before any fragmentation) forwarded to a backend \
+         of the current configuration.",
+        &["service", "backend"],
+    );
     let next_hop = prometheus::IntGaugeVec::new(
         Opts::new(
             "sluice_backend_next_hop_resolved",
             "1 when the backend's next-hop MAC is known (static `mac`, or resolved \
-             through the kernel, AP-4); 0 while its packets are dropped as \
+             through the kernel from the port's TAP); 0 while its packets are dropped as \
              next_hop_unresolved.",
         ),
         &["service", "backend"],
@@ -118,12 +127,16 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
             let n = sum(src, |w| w.backend_packets.get(id.index()));
             let labels = [svc.name.as_str(), &b.address.to_string()];
             per_backend.with_label_values(&labels).inc_by(n);
+            per_backend_bytes
+                .with_label_values(&labels)
+                .inc_by(sum(src, |w| w.backend_packets.bytes(id.index())));
             next_hop
                 .with_label_values(&labels)
                 .set(i64::from(b.egress.next_hop_mac.is_some()));
         }
     }
     out.extend(per_backend.collect());
+    out.extend(per_backend_bytes.collect());
     out.extend(next_hop.collect());
     out.extend(counter(
         "sluice_backend_packets_uncounted_total",
@@ -179,6 +192,11 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
         "Number of packet worker threads.",
         src.workers.len() as u64,
     ));
+    if let Some((pool, size)) = &src.pool {
+        out.extend(crate::metrics_process::mbuf_pool(pool.in_use(), *size));
+    }
+    out.extend(crate::metrics_process::build_info());
+    out.extend(crate::metrics_process::process());
     out
 }
 
@@ -272,10 +290,22 @@ fn block_families<B: 'static>(
 
 /// Prometheus text exposition of [`families`].
 pub fn render(src: &MetricsSources) -> String {
+    encode(&families(src))
+}
+
+/// [`render`] for the live endpoint, with the time since the control loop
+/// last ran.
+pub fn render_live(src: &MetricsSources, since_beat: std::time::Duration) -> String {
+    let mut all = families(src);
+    all.extend(crate::metrics_process::control_loop(since_beat));
+    encode(&all)
+}
+
+fn encode(families: &[MetricFamily]) -> String {
     let mut buf = Vec::new();
     // Encoding only fails on families the encoder cannot represent, which
     // `families` never builds.
-    let _ = TextEncoder::new().encode(&families(src), &mut buf);
+    let _ = TextEncoder::new().encode(families, &mut buf);
     String::from_utf8(buf).unwrap_or_default()
 }
 
@@ -349,8 +379,8 @@ mod tests {
         w1.fragmented.add(1);
         w0.fragments.add(5);
         w1.fragments.add(2);
-        w0.backend(WEB, 4);
-        w1.backend(WEB, 6);
+        w0.backend(WEB, 4, 400);
+        w1.backend(WEB, 6, 624);
         let state = ForwardingState {
             generation: 42,
             services: vec![ServiceState {
@@ -387,6 +417,7 @@ mod tests {
             control: None,
             ports: vec![],
             kernel_drops: vec![],
+            pool: None,
         }
     }
 
@@ -403,6 +434,7 @@ mod tests {
             "sluice_fragmented_packets_total 3",
             "sluice_fragments_created_total 7",
             "sluice_backend_packets_total{backend=\"192.0.2.10\",service=\"web\"} 10",
+            "sluice_backend_bytes_total{backend=\"192.0.2.10\",service=\"web\"} 1024",
             "sluice_backend_packets_uncounted_total 0",
             "sluice_snapshot_generation 42",
             "sluice_workers 2",
@@ -430,7 +462,7 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 33);
-        assert_eq!(described, 33, "every collected family is described");
+        assert_eq!(r.gather().len(), 39);
+        assert_eq!(described, 39, "every collected family is described");
     }
 }

@@ -1,11 +1,12 @@
 //! Control-plane metrics: health per backend, weights, probe
 //! latency, transitions; eligible sets, active pool, table generation and
-//! build time per service; reloads; DPDK port hardware counters.
+//! build time per service; reloads; DPDK port counters and links.
 
 use prometheus::core::Collector as _;
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts};
 
+use crate::config::LocalityLbPolicy;
 use crate::control::View;
 use crate::health::{probe_key, FailureReason, ProbeStatus};
 
@@ -23,30 +24,35 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     let sb = ["service", "backend"];
     let healthy = gauge(
         "sluice_backend_healthy",
-        "1 when the backend's health check passes (HC-3), 0 otherwise.",
+        "1 when the backend's health check passes, 0 while it fails.",
         &sb,
     );
     let weight = gauge(
         "sluice_backend_weight",
-        "Effective weight (HC-7 reported weight under WEIGHTED_MAGLEV).",
+        "The backend's weight: the one its health check reported under WEIGHTED_MAGLEV, else 1.",
         &sb,
     );
     let consecutive = gauge(
         "sluice_backend_consecutive_results",
-        "Consecutive probe results of the current kind.",
+        "Consecutive probe results of the current kind (result=\"success\" or \"failure\").",
         &["service", "backend", "result"],
     );
     let transitions = counter(
         "sluice_backend_health_transitions_total",
-        "Health state changes.",
+        "Changes of the backend's health state (healthy to unhealthy and back).",
         &sb,
     );
     let invalid = counter(
         "sluice_backend_weight_header_invalid_total",
-        "Passing HTTP probes whose weight header was missing or invalid (HC-7).",
+        "Passing HTTP probes of a WEIGHTED_MAGLEV service whose X-Load-Balancing-Endpoint-Weight \
+         header was missing or invalid (the backend keeps its last weight).",
         &sb,
     );
-    let probes = counter("sluice_backend_probes_total", "Probes completed.", &sb);
+    let probes = counter(
+        "sluice_backend_probes_total",
+        "Health probes completed, passed or failed.",
+        &sb,
+    );
     let failures = counter(
         "sluice_backend_probe_failures_total",
         "Failed probes by reason (timeout, refused, port_unreachable, ...); reasons never seen are not exported.",
@@ -63,9 +69,9 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
         "1 for the pool new connections go to (primary/failover), 0 for the other.",
         &["service", "pool"],
     );
-    let epoch = gauge(
-        "sluice_service_pool_epoch",
-        "Primary↔failover flips so far (CT-11).",
+    let flips = counter(
+        "sluice_service_pool_flips_total",
+        "Times the service's new connections moved between its primary and failover pools.",
         &["service"],
     );
     let build = GaugeVec::new(
@@ -80,6 +86,9 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     if let Some(cfg) = &view.config {
         for svc in &cfg.backend_services {
             let check = svc.health_check.map(|i| &cfg.health_checks[i]);
+            // Only WEIGHTED_MAGLEV reads the weight header: elsewhere its
+            // absence is normal and not counted.
+            let weighted = svc.locality_lb_policy == LocalityLbPolicy::WeightedMaglev;
             for b in &svc.backends {
                 let labels = [svc.name.as_str(), &b.address.to_string()];
                 let Some(st) = check.and_then(|hc| view.health.get(&probe_key(hc, b.address)))
@@ -101,9 +110,11 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
                 transitions
                     .with_label_values(&labels)
                     .inc_by(st.state.transitions);
-                invalid
-                    .with_label_values(&labels)
-                    .inc_by(st.state.weight_header_invalid);
+                if weighted {
+                    invalid
+                        .with_label_values(&labels)
+                        .inc_by(st.state.weight_header_invalid);
+                }
                 probes.with_label_values(&labels).inc_by(st.probes);
                 for r in FailureReason::ALL {
                     let n = st.failures[r.index()];
@@ -133,9 +144,9 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
                 pool.with_label_values(&[r.name.as_str(), name])
                     .set(i64::from(r.active_pool == Some(p)));
             }
-            epoch
+            flips
                 .with_label_values(&[r.name.as_str()])
-                .set(i64::from(r.pool_epoch));
+                .inc_by(u64::from(r.pool_epoch));
             build
                 .with_label_values(&[r.name.as_str()])
                 .set(r.build_seconds);
@@ -158,12 +169,12 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     }
     out.extend(eligible.collect());
     out.extend(pool.collect());
-    out.extend(epoch.collect());
+    out.extend(flips.collect());
     out.extend(build.collect());
 
     let reloads = counter(
         "sluice_config_reloads_total",
-        "Configuration reloads by result (AP-5).",
+        "Configuration reloads (SIGHUP or `sluice reload`) by result: success or failure.",
         &["result"],
     );
     reloads
@@ -173,6 +184,23 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
         .with_label_values(&["failure"])
         .inc_by(view.reloads_failed);
     out.extend(reloads.collect());
+    if let Some(last) = &view.last_reload {
+        let ok = prometheus::IntGauge::new(
+            "sluice_config_last_reload_successful",
+            "1 when the latest configuration reload applied, 0 when it was refused \
+             (the previous configuration keeps running). Absent before the first reload.",
+        )
+        .expect("valid metric definition");
+        ok.set(i64::from(last.ok));
+        out.extend(ok.collect());
+        let at = prometheus::Gauge::new(
+            "sluice_config_last_reload_timestamp_seconds",
+            "When the latest configuration reload was tried, in seconds since the Unix epoch.",
+        )
+        .expect("valid metric definition");
+        at.set(last.unix_seconds);
+        out.extend(at.collect());
+    }
     let g = prometheus::IntGauge::new(
         "sluice_table_generation",
         "Generation of the last snapshot the control thread built.",
@@ -193,15 +221,35 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     out
 }
 
-/// DPDK port hardware counters (thread-safe reads).
+/// The DPDK port counters (`rte_eth_stats`), one family per quantity and
+/// unit, and each port's link state and speed (thread-safe reads).
 pub fn port_hw_families(
     ports: &[dataplane::dpdk::PortMonitor],
     names: &[String],
 ) -> Vec<MetricFamily> {
-    let c = counter(
-        "sluice_port_hw_total",
-        "DPDK port hardware counters (rte_eth_stats).",
-        &["port", "counter"],
+    if ports.is_empty() {
+        return Vec::new(); // an empty family fails the whole scrape
+    }
+    let families = [
+        ("sluice_port_hw_rx_packets_total", "Packets the port's device received (rte_eth_stats ipackets)."),
+        ("sluice_port_hw_tx_packets_total", "Packets the port's device sent (rte_eth_stats opackets)."),
+        ("sluice_port_hw_rx_bytes_total", "Bytes the port's device received (rte_eth_stats ibytes)."),
+        ("sluice_port_hw_tx_bytes_total", "Bytes the port's device sent (rte_eth_stats obytes)."),
+        ("sluice_port_hw_rx_missed_packets_total", "Packets the device dropped because its receive queues were full (rte_eth_stats imissed)."),
+        ("sluice_port_hw_rx_errors_total", "Erroneous packets the device received (rte_eth_stats ierrors)."),
+        ("sluice_port_hw_tx_errors_total", "Packets the device failed to send (rte_eth_stats oerrors)."),
+        ("sluice_port_hw_rx_no_mbuf_total", "Receive failures for want of a free mbuf in the packet pool (rte_eth_stats rx_nombuf)."),
+    ]
+    .map(|(name, help)| counter(name, help, &["port"]));
+    let up = gauge(
+        "sluice_port_link_up",
+        "1 while the port's link is up, 0 while it is down.",
+        &["port"],
+    );
+    let speed = gauge(
+        "sluice_port_link_speed_bytes",
+        "The port's link speed in bytes per second (0: unknown or down).",
+        &["port"],
     );
     for (i, monitor) in ports.iter().enumerate() {
         let s = monitor.hw_stats();
@@ -209,23 +257,35 @@ pub fn port_hw_families(
             .get(i)
             .cloned()
             .unwrap_or_else(|| monitor.id().to_string());
-        for (name, v) in [
-            ("ipackets", s.ipackets),
-            ("opackets", s.opackets),
-            ("ibytes", s.ibytes),
-            ("obytes", s.obytes),
-            ("imissed", s.imissed),
-            ("ierrors", s.ierrors),
-            ("oerrors", s.oerrors),
-            ("rx_nombuf", s.rx_nombuf),
-        ] {
-            c.with_label_values(&[port.as_str(), name]).inc_by(v);
+        let values = [
+            s.ipackets,
+            s.opackets,
+            s.ibytes,
+            s.obytes,
+            s.imissed,
+            s.ierrors,
+            s.oerrors,
+            s.rx_nombuf,
+        ];
+        for (family, v) in families.iter().zip(values) {
+            family.with_label_values(&[port.as_str()]).inc_by(v);
         }
+        let link = monitor.link();
+        up.with_label_values(&[port.as_str()])
+            .set(i64::from(link.up));
+        let mbps = if link.up {
+            link.speed_mbps.unwrap_or(0)
+        } else {
+            0
+        };
+        speed
+            .with_label_values(&[port.as_str()])
+            .set(i64::from(mbps) * 1_000_000 / 8);
     }
-    if ports.is_empty() {
-        return Vec::new(); // an empty family fails the whole scrape
-    }
-    c.collect()
+    let mut out: Vec<MetricFamily> = families.iter().flat_map(|f| f.collect()).collect();
+    out.extend(up.collect());
+    out.extend(speed.collect());
+    out
 }
 
 /// The scheduler keeps per-bucket counts; Prometheus wants cumulative

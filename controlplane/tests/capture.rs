@@ -241,6 +241,9 @@ fn dumpcap_captures_from_a_running_sluice() {
         }
     }
     assert!(rx > 0 && tx > 0, "both directions: rx {rx}, tx {tx}");
-    eprintln!("captured {} frames on hugepages: {rx} received, {tx} sent", got.len());
+    eprintln!(
+        "captured {} frames on hugepages: {rx} received, {tx} sent",
+        got.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -254,20 +254,25 @@ fn check_case(encap: &str) {
         "RX = TX + drops - extra fragments\n{metrics}"
     );
     // Our counters agree with the driver's own (rte_eth_stats).
-    let hw = |c: &str| {
-        m.get(&format!(
-            "sluice_port_hw_total{{counter=\"{c}\",port=\"uplink\"}}"
-        ))
-        .copied()
+    let hw = |family: &str| {
+        m.get(&format!("sluice_port_hw_{family}_total{{port=\"uplink\"}}"))
+            .copied()
     };
-    assert_eq!(hw("ipackets"), Some(rx), "driver RX\n{metrics}");
-    assert_eq!(hw("opackets"), Some(tx), "driver TX\n{metrics}");
+    assert_eq!(hw("rx_packets"), Some(rx), "driver RX\n{metrics}");
+    assert_eq!(hw("tx_packets"), Some(tx), "driver TX\n{metrics}");
     for (reason, n) in expected_drops {
         let key = format!("sluice_dropped_packets_total{{reason=\"{reason}\"}}");
         assert_eq!(m.get(&key).copied(), Some(n), "{key}\n{metrics}");
     }
     let per_backend_metric = sum_metrics(&m, "sluice_backend_packets_total");
     assert_eq!(per_backend_metric, tx, "packets per backend add up to TX");
+    // Frames as sent: the backends' bytes add up to what left the port.
+    let sent: usize = output.iter().map(Vec::len).sum();
+    assert_eq!(
+        sum_metrics(&m, "sluice_backend_bytes_total"),
+        sent as u64,
+        "bytes per backend add up to the bytes sent\n{metrics}"
+    );
 }
 
 /// AP-3 L2 DSR: destination MAC rewritten to the backend's, source MAC to

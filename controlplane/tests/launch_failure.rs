@@ -118,7 +118,7 @@ fn a_failed_worker_launch_stops_the_running_workers_first() {
     );
     let error = stderr
         .lines()
-        .find(|l| l.starts_with("sluice: DPDK: launching worker 1"))
+        .find(|l| l.contains("sluice: DPDK: launching worker 1"))
         .unwrap_or_else(|| panic!("no launch error in stderr:\n{stderr}"));
     assert!(error.contains("failure injected by a test hook"), "{error}");
     let stopping = stderr

@@ -87,7 +87,7 @@ fn hint_after<'a>(stderr: &'a str, error: &str) -> &'a str {
     let mut lines = stderr.lines().skip_while(|l| !l.contains(error));
     assert!(lines.next().is_some(), "no {error:?} line:\n{stderr}");
     let hint = lines.next().unwrap_or_default();
-    assert!(hint.starts_with("  hint: "), "no hint line:\n{stderr}");
+    assert!(hint.contains("  hint: "), "no hint line:\n{stderr}");
     hint
 }
 
@@ -129,7 +129,7 @@ fn eal_without_usable_hugepages_is_followed_by_a_hint() {
     assert_eq!(code, Some(1), "{stderr}");
     let error = stderr
         .lines()
-        .find(|l| l.starts_with("sluice: ") && l.contains("rte_eal_init: "))
+        .find(|l| l.contains("sluice: ") && l.contains("rte_eal_init: "))
         .unwrap_or_else(|| panic!("no rte_eal_init error:\n{stderr}"));
     assert!(
         error.contains("(errno 13)") || error.contains("(errno 12)"),

@@ -44,8 +44,17 @@ impl Counter {
 /// never lost silently.
 #[derive(Debug)]
 pub struct BackendCounters {
-    chunks: Box<[std::sync::OnceLock<Box<[Counter]>>]>,
+    chunks: Box<[std::sync::OnceLock<Box<[BackendCounter]>>]>,
     pub uncounted: Counter,
+}
+
+/// One backend's packets and bytes, side by side: the worker's add
+/// touches one cache line (16-byte aligned, four to a line).
+#[derive(Debug, Default)]
+#[repr(C, align(16))]
+pub struct BackendCounter {
+    packets: Counter,
+    bytes: Counter,
 }
 
 impl Default for BackendCounters {
@@ -60,13 +69,17 @@ impl Default for BackendCounters {
 }
 
 impl BackendCounters {
-    /// Counters per chunk (32 KiB).
+    /// Counters per chunk (64 KiB).
     pub const CHUNK: usize = 4096;
 
     /// Makes sure indexes `0..len` have counters (control plane).
     pub fn cover(&self, len: usize) {
         for chunk in self.chunks.iter().take(len.div_ceil(Self::CHUNK)) {
-            chunk.get_or_init(|| (0..Self::CHUNK).map(|_| Counter::default()).collect());
+            chunk.get_or_init(|| {
+                (0..Self::CHUNK)
+                    .map(|_| BackendCounter::default())
+                    .collect()
+            });
         }
     }
 
@@ -76,24 +89,33 @@ impl BackendCounters {
     }
 
     #[inline(always)]
-    fn counter(&self, index: usize) -> Option<&Counter> {
+    fn counter(&self, index: usize) -> Option<&BackendCounter> {
         self.chunks
             .get(index / Self::CHUNK)?
             .get()?
             .get(index % Self::CHUNK)
     }
 
-    /// Adds `n` to `index` (owning worker only).
+    /// Adds `packets` and `bytes` to `index` (owning worker only).
     #[inline(always)]
-    pub fn add(&self, index: usize, n: u64) {
+    pub fn add(&self, index: usize, packets: u64, bytes: u64) {
         match self.counter(index) {
-            Some(c) => c.add(n),
-            None => self.uncounted.add(n),
+            Some(c) => {
+                c.packets.add(packets);
+                c.bytes.add(bytes);
+            }
+            None => self.uncounted.add(packets),
         }
     }
 
+    /// Packets counted for `index`.
     pub fn get(&self, index: usize) -> u64 {
-        self.counter(index).map_or(0, Counter::get)
+        self.counter(index).map_or(0, |c| c.packets.get())
+    }
+
+    /// Bytes counted for `index`.
+    pub fn bytes(&self, index: usize) -> u64 {
+        self.counter(index).map_or(0, |c| c.bytes.get())
     }
 
     /// Zeroes `index` before it is given to another backend. Only once no
@@ -102,7 +124,8 @@ impl BackendCounters {
     /// (release) after this store, so the worker's next add sees zero.
     pub fn reset(&self, index: usize) {
         if let Some(c) = self.counter(index) {
-            c.0.store(0, Ordering::Relaxed);
+            c.packets.0.store(0, Ordering::Relaxed);
+            c.bytes.0.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -237,10 +260,10 @@ counter_block! {
         /// Bytes sent on a dataplane port.
         tx_bytes: Counter => Total "sluice_port_tx_bytes_total",
         /// Packets received on a port for the appliance itself and handed to
-        /// its TAP (AP-4). Per port, RX = TX + punted + drops.
+        /// its TAP. Per port, RX = TX + punted + drops.
         punted: Counter => Total "sluice_port_punted_packets_total",
-        /// Packets the kernel sent on a port's TAP and the port transmitted
-        /// (AP-4); not in tx_packets.
+        /// Packets the kernel sent on a port's TAP and the port transmitted;
+        /// not in tx_packets.
         injected: Counter => Total "sluice_port_injected_packets_total",
         /// Packets the kernel sent on a port's TAP that the port's TX queue
         /// refused.
@@ -270,7 +293,7 @@ counter_block! {
         hits: Gauge => Total "sluice_conntrack_hits_total",
         /// Tracked packets that found no live entry (new or expired flows).
         misses: Gauge => Total "sluice_conntrack_misses_total",
-        /// Entries reclaimed after the idle timeout (CT-5).
+        /// Entries reclaimed after their idle timeout.
         expirations: Gauge => Total "sluice_conntrack_expirations_total",
         /// New flows not recorded because their slots were all live and
         /// none half-open (table full); forwarded by Maglev.
@@ -278,7 +301,7 @@ counter_block! {
         /// Half-open (SYN-only) entries replaced by a new flow in a full
         /// part of the table.
         half_open_evicted: Gauge => Total "sluice_conntrack_half_open_evictions_total",
-        /// Tracked packets moved off an unhealthy backend (CT-8).
+        /// Tracked packets moved off a backend that became unhealthy.
         reselected_unhealthy: Gauge => Total "sluice_conntrack_reselected_unhealthy_total",
     }
 }
@@ -317,15 +340,15 @@ counter_block! {
         /// RX polls a worker skipped because a peer's steering ring was
         /// full: the packets waited in the port's RX queue instead of being
         /// dropped between workers. Rising steadily: the owning workers
-        /// cannot keep up (watch sluice_port_hw_total{counter="imissed"} and
+        /// cannot keep up (watch sluice_port_hw_rx_missed_packets_total and
         /// sluice_port_kernel_drops_total).
         steering_backpressure: Counter => Total "sluice_steering_backpressure_total",
         /// ICMP fragmentation-needed / ICMPv6 packet-too-big answers sent
-        /// to clients (AP-3). The answer replaces the packet it answers, so
-        /// it counts in TX.
+        /// to clients whose packet exceeds the path MTU. The answer replaces
+        /// the packet it answers, so it counts in TX.
         icmp_replies: Counter => Total "sluice_icmp_replies_total",
         /// Received packets sent on as IP fragments (oversize IPv4 without
-        /// DF, AP-3). RX = TX + punted + drops - (fragments created -
+        /// DF). RX = TX + punted + drops - (fragments created -
         /// packets fragmented).
         fragmented: Counter => Total "sluice_fragmented_packets_total",
         /// Fragments made of them, each then counted in
@@ -347,7 +370,7 @@ counter_block! {
         ;
         ports: [PortCounters; MAX_PORTS],
         drops: [Counter; DropReason::COUNT],
-        /// Packets sent per backend, by [`BackendId::index`].
+        /// Packets and bytes sent per backend, by [`BackendId::index`].
         backend_packets: BackendCounters,
         conntrack: ConntrackStats,
     }
@@ -363,9 +386,10 @@ impl WorkerStats {
         self.drops[reason.index()].add(n);
     }
 
+    /// `packets` packets of `bytes` bytes sent to backend `id`.
     #[inline(always)]
-    pub fn backend(&self, id: BackendId, n: u64) {
-        self.backend_packets.add(id.index(), n);
+    pub fn backend(&self, id: BackendId, packets: u64, bytes: u64) {
+        self.backend_packets.add(id.index(), packets, bytes);
     }
 
     pub fn total_drops(&self) -> u64 {
@@ -383,8 +407,8 @@ mod tests {
         s.count_drop(DropReason::NoRule, 2);
         s.count_drop(DropReason::NotForUs, 3);
         s.backend_packets.cover(4);
-        s.backend(BackendId(3), 5);
-        s.backend(BackendId(9000), 5); // no counter yet: uncounted
+        s.backend(BackendId(3), 5, 0);
+        s.backend(BackendId(9000), 5, 0); // no counter yet: uncounted
         assert_eq!(s.total_drops(), 5);
         assert_eq!(s.backend_packets.get(3), 5);
         assert_eq!(s.backend_packets.uncounted.get(), 5);
@@ -457,15 +481,15 @@ mod tests {
         assert_eq!(s.backend_packets.covered(), 0);
         s.backend_packets.cover(70_001);
         assert!(s.backend_packets.covered() >= 70_001);
-        s.backend(BackendId::new(70_000, 1), 7);
+        s.backend(BackendId::new(70_000, 1), 7, 0);
         assert_eq!(s.backend_packets.get(70_000), 7);
         assert_eq!(s.backend_packets.uncounted.get(), 0);
         s.backend_packets.reset(70_000);
-        s.backend(BackendId::new(70_000, 2), 1);
+        s.backend(BackendId::new(70_000, 2), 1, 0);
         assert_eq!(s.backend_packets.get(70_000), 1);
         let last = BackendId::INDEXES - 1;
         s.backend_packets.cover(last + 1);
-        s.backend(BackendId::new(last as u32, 4095), 1);
+        s.backend(BackendId::new(last as u32, 4095), 1, 0);
         assert_eq!(s.backend_packets.get(last), 1);
     }
 }

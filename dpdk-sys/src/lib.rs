@@ -16,3 +16,7 @@
 #![allow(rust_2018_idioms, unsafe_op_in_unsafe_fn)]
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+
+/// The version of the DPDK this crate was built against (pkg-config's
+/// `libdpdk` version, e.g. "22.11.11").
+pub const DPDK_VERSION: &str = env!("SLUICE_DPDK_VERSION");

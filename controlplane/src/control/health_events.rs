@@ -55,12 +55,18 @@ impl Controller {
             };
             if s.state.healthy {
                 crate::info!(
-                    "sluice: health: backend {} is healthy (weight {})",
+                    "sluice: health: backend {} is healthy (weight {}, {} consecutive successes)",
                     e.key.addr,
-                    s.state.weight
+                    s.state.weight,
+                    s.state.consecutive_successes
                 );
             } else {
-                crate::warn!("sluice: health: backend {} is unhealthy", e.key.addr);
+                crate::warn!(
+                    "sluice: health: backend {} is unhealthy (reason {}, {} consecutive failures)",
+                    e.key.addr,
+                    s.last_failure.map_or("none", |r| r.name()),
+                    s.state.consecutive_failures
+                );
             }
         }
     }
@@ -98,6 +104,7 @@ impl Controller {
         // must agree with the snapshot (`sluice_backend_healthy`).
         self.view_refreshed = Instant::now();
         let health = self.probe_status().unwrap_or_default();
+        super::log_pool_changes(&prev_reports, &reports);
         let mut v = self.shared.lock();
         v.reports = Arc::new(reports);
         v.health = Arc::new(health);

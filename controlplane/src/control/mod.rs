@@ -30,6 +30,8 @@ use crate::health::{self, HealthChecker, ProbeKey};
 use crate::neighbours::NeighbourResolver;
 use crate::publish::{BackendIds, PolicyMemory};
 
+mod changes;
+mod conntrack_watch;
 mod health_events;
 mod neighbour_events;
 mod rebuild;
@@ -37,6 +39,7 @@ mod reload;
 mod retire;
 mod shared;
 mod status;
+mod status_json;
 
 pub use health_events::{health_changes, probe_services};
 pub use reload::{fixed_at_start_changes, ReloadError};
@@ -62,6 +65,8 @@ pub struct Controller {
     /// The workers' counters: per-backend ones cover every index before a
     /// snapshot naming it is published, and restart at zero on reuse.
     stats: Vec<Arc<CachePadded<WorkerStats>>>,
+    /// Per worker: its conntrack shard was last reported near full.
+    conntrack_near_full: Vec<bool>,
     /// How long an index at its last generation waits before generation 0
     /// comes round again: longer than any idle timeout configured since
     /// start (conntrack entries keep the timeout they were written with).
@@ -120,6 +125,7 @@ impl Controller {
             shared: Arc::default(),
             stats: Vec::new(),
             mailboxes: Arc::default(),
+            conntrack_near_full: Vec::new(),
         };
         c.rebuild();
         Ok(c)
@@ -174,6 +180,41 @@ impl Controller {
         } else if self.view_refreshed.elapsed() >= VIEW_REFRESH {
             self.refresh_probe_counters();
         }
+        // Two relaxed loads per worker.
+        self.watch_conntrack();
         self.retire();
+    }
+}
+
+/// One log line per service whose new connections moved between its
+/// primary and failover pools since `prev`.
+fn log_pool_changes(
+    prev: &[crate::publish::ServiceReport],
+    next: &[crate::publish::ServiceReport],
+) {
+    for r in next {
+        let Some(before) = prev.iter().find(|p| p.name == r.name) else {
+            continue;
+        };
+        if before.active_pool != r.active_pool {
+            let name = |p: Option<crate::config::Pool>| match p {
+                Some(crate::config::Pool::Primary) => "primary",
+                Some(crate::config::Pool::Failover) => "failover",
+                None => "none",
+            };
+            let line = format!(
+                "sluice: service {}: new connections move from the {} pool to the {} pool \
+                 (eligible backends {:?})",
+                r.name,
+                name(before.active_pool),
+                name(r.active_pool),
+                r.eligible
+            );
+            if r.active_pool == Some(crate::config::Pool::Failover) {
+                crate::warn!("{line}");
+            } else {
+                crate::info!("{line}");
+            }
+        }
     }
 }

@@ -38,6 +38,8 @@ impl Controller {
         self.retired.push(self.cell.publish(state));
         self.retire();
         let health = health.unwrap_or_default();
+        let prev_reports = Arc::clone(&self.shared.view().reports);
+        super::log_pool_changes(&prev_reports, &reports);
         let mut v = self.shared.lock();
         v.reports = Arc::new(reports);
         v.health = Arc::new(health);

@@ -64,10 +64,17 @@ impl Controller {
     pub fn reload(&mut self) -> Result<String, ReloadError> {
         let result = self.reload_file();
         let mut view = self.shared.lock();
-        match result {
+        match &result {
             Ok(_) => view.reloads_ok += 1,
             Err(_) => view.reloads_failed += 1,
         }
+        view.last_reload = Some(super::shared::LastReload {
+            ok: result.is_ok(),
+            unix_seconds: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            error: result.as_ref().err().map(|e| e.to_string()),
+        });
         result
     }
 
@@ -77,9 +84,10 @@ impl Controller {
             path: path.clone(),
             diagnostics,
         })?;
+        let changes = super::changes::describe(&self.cfg, &cfg);
         self.apply(cfg)?;
         Ok(format!(
-            "reloaded {} (generation {})\n",
+            "reloaded {} (generation {}): {changes}\n",
             path.display(),
             self.generation
         ))

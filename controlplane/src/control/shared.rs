@@ -23,9 +23,20 @@ pub struct View {
     pub config: Option<Arc<Config>>,
     pub reloads_ok: u64,
     pub reloads_failed: u64,
+    /// The latest reload: whether it applied, when (seconds since the Unix
+    /// epoch) and, when it was refused, why. None before the first reload.
+    pub last_reload: Option<LastReload>,
     pub last_build_seconds: f64,
     /// Digests and announcement (AP-6), shared by every copy of the view.
     pub fleet: Arc<crate::fleet::Fleet>,
+}
+
+/// The outcome of the latest reload.
+#[derive(Clone, Debug)]
+pub struct LastReload {
+    pub ok: bool,
+    pub unix_seconds: f64,
+    pub error: Option<String>,
 }
 
 impl Shared {

@@ -117,35 +117,36 @@ fn reload(controller: &mut Controller, service: &ServiceManager) -> Result<Strin
 
 /// Answers one control-socket request.
 fn answer(p: Pending, controller: &mut Controller, service: &ServiceManager) {
-    match p.request {
+    let Pending { request, reply } = p;
+    match request {
         Request::Reload => {
-            let _ = p.reply.send(reload(controller, service));
+            let _ = reply.send(reload(controller, service));
         }
         // Rendered on its own thread from the published state: a status
         // over a big configuration never delays a publish.
-        Request::Status => {
-            let render = controller.status_renderer();
-            let spawned = std::thread::Builder::new()
-                .name("sluice-status".into())
-                .spawn(move || {
-                    let _ = p.reply.send(Ok(render()));
-                });
-            if let Err(e) = spawned {
-                controlplane::error!("sluice: status: cannot start a thread: {e}");
-            }
-        }
+        Request::Status => on_thread(reply, "status", controller.status_renderer()),
+        Request::StatusJson => on_thread(reply, "status", controller.status_json_renderer()),
         // Like status: from the published state, on its own thread.
         Request::Explain(args) => {
             let render = controller.explain_renderer();
-            let spawned = std::thread::Builder::new()
-                .name("sluice-explain".into())
-                .spawn(move || {
-                    let text = render(&args).unwrap_or_else(|e| format!("sluice explain: {e}\n"));
-                    let _ = p.reply.send(Ok(text));
-                });
-            if let Err(e) = spawned {
-                controlplane::error!("sluice: explain: cannot start a thread: {e}");
-            }
+            on_thread(reply, "explain", move || {
+                render(&args).unwrap_or_else(|e| format!("sluice explain: {e}\n"))
+            })
         }
+    }
+}
+
+type Reply = std::sync::mpsc::Sender<Result<String, ReloadError>>;
+
+/// Answers a request from its own thread (`sluice-{what}`): rendering over
+/// a big configuration never delays the control loop.
+fn on_thread(reply: Reply, what: &str, render: impl FnOnce() -> String + Send + 'static) {
+    let spawned = std::thread::Builder::new()
+        .name(format!("sluice-{what}"))
+        .spawn(move || {
+            let _ = reply.send(Ok(render()));
+        });
+    if let Err(e) = spawned {
+        controlplane::error!("sluice: {what}: cannot start a thread: {e}");
     }
 }

@@ -10,6 +10,55 @@ use super::ids::LcoreId;
 
 static EAL_INITIALISED: AtomicBool = AtomicBool::new(false);
 
+/// The severity of one DPDK log message (its `RTE_LOG_*` level).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DpdkLogLevel {
+    /// RTE_LOG_EMERG .. RTE_LOG_ERR.
+    Error,
+    Warning,
+    /// RTE_LOG_NOTICE, RTE_LOG_INFO, RTE_LOG_DEBUG.
+    Info,
+}
+
+impl DpdkLogLevel {
+    fn of(level: c_int) -> Self {
+        match u32::try_from(level).unwrap_or(0) {
+            0..=dpdk_sys::RTE_LOG_ERR => DpdkLogLevel::Error,
+            dpdk_sys::RTE_LOG_WARNING => DpdkLogLevel::Warning,
+            _ => DpdkLogLevel::Info,
+        }
+    }
+}
+
+static LOG_SINK: std::sync::OnceLock<fn(DpdkLogLevel, &str)> = std::sync::OnceLock::new();
+
+extern "C" fn log_message(level: c_int, buf: *const std::ffi::c_char, len: usize) {
+    let Some(sink) = LOG_SINK.get() else { return };
+    // SAFETY: the stdio cookie stream hands its write callback `len`
+    // readable bytes at `buf`, valid for the duration of the call.
+    let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+    sink(DpdkLogLevel::of(level), &String::from_utf8_lossy(bytes));
+}
+
+/// Sends DPDK's own log (EAL, drivers) to `sink`, one call per message
+/// with its level, instead of EAL's default stream, which writes each
+/// message to stdout and to syslog (twice in the journal). Set once,
+/// before [`Eal::init`]; a second call keeps the first sink.
+pub fn log_to(sink: fn(DpdkLogLevel, &str)) -> Result<(), DpdkError> {
+    let _ = LOG_SINK.set(sink);
+    // SAFETY: the shim opens a stdio stream whose write callback is
+    // `log_message`, a plain function valid for the whole process, and
+    // hands it to rte_openlog_stream, which only stores the pointer.
+    let rc = unsafe { dpdk_sys::sluice_log_to(Some(log_message)) };
+    if rc < 0 {
+        return Err(DpdkError::msg(
+            "rte_openlog_stream",
+            "cannot open the log stream",
+        ));
+    }
+    Ok(())
+}
+
 /// Proof that EAL is initialised and not cleaned up. Every object that
 /// calls into DPDK after its creation holds one (mempools, ports and
 /// through them queues, rings, lcores, launched jobs); [`Eal`] runs

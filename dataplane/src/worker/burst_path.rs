@@ -98,7 +98,7 @@ impl BurstPath {
         let stats = self.lanes.stats();
         let out = match verdict {
             Verdict::Forward { port, backend } => {
-                stats.backend(backend, 1);
+                stats.backend(backend, 1, u64::from(m.pkt_len()));
                 usize::from(port)
             }
             // AP-3: an ICMP answer leaves by the receive port.
@@ -108,7 +108,7 @@ impl BurstPath {
             }
             // AP-3: oversize IPv4 without DF, sent as fragments.
             Verdict::Fragment { port, backend } => {
-                stats.backend(backend, 1);
+                stats.backend(backend, 1, u64::from(m.pkt_len()));
                 return self.lanes.fragment(usize::from(port), m, state);
             }
             Verdict::Punt => {
