@@ -339,7 +339,9 @@ pub fn prefetch_conntrack(
 /// (its home entry has arrived): requests the next line its lookup will
 /// read when the home entry is not its key's. Returns whether step 2
 /// ([`conntrack_lookahead_fallback`]) is needed, a few packets later.
-#[inline]
+/// Always inlined: it runs once per tracked packet, and as a call its
+/// prologue and epilogue cost about as much as its body.
+#[inline(always)]
 pub fn conntrack_lookahead(
     b: &Balance,
     t: &Tracked,

@@ -171,17 +171,19 @@ fn find_rule(
     ip_proto: u8,
     dst_port: Option<u16>,
 ) -> Result<&ForwardingRule, RuleMiss> {
-    rules
-        .iter()
-        .find(|r| {
-            let proto_ok = match r.protocol {
-                RuleProtocol::Tcp => ip_proto == 6,
-                RuleProtocol::Udp => ip_proto == 17,
-                RuleProtocol::L3Default => true,
-            };
-            proto_ok && r.ports.matches(dst_port)
-        })
-        .ok_or(RuleMiss::NoRule)
+    // A plain loop: `Iterator::find` stayed an out-of-line call on every
+    // packet to a VIP.
+    for r in rules {
+        let proto_ok = match r.protocol {
+            RuleProtocol::Tcp => ip_proto == 6,
+            RuleProtocol::Udp => ip_proto == 17,
+            RuleProtocol::L3Default => true,
+        };
+        if proto_ok && r.ports.matches(dst_port) {
+            return Ok(r);
+        }
+    }
+    Err(RuleMiss::NoRule)
 }
 
 fn push_rule<K: PartialEq>(list: &mut Vec<(K, Vec<ForwardingRule>)>, key: K, rule: ForwardingRule) {

@@ -432,8 +432,28 @@ impl Shard {
 
     /// The live entry for `key` (CT-3). An expired one (CT-5: a timestamp
     /// compare) is reclaimed on the spot and reported as a miss.
-    #[inline]
+    ///
+    /// A live key in its home slot — nearly every hit, and the only line
+    /// the burst's lookahead requested for it — is answered inline; any
+    /// other case (away from home, absent, expired) takes
+    /// [`Shard::lookup_away`], out of line, which decides it from scratch.
+    #[inline(always)]
     pub fn lookup(&mut self, key: &TrackKey, h: u64, now: Millis) -> Option<usize> {
+        let (sig, b1) = self.sig_and_bucket(h);
+        let home = Self::home(b1, sig);
+        if self
+            .entries
+            .get(home)
+            .is_some_and(|e| e.sig & !HALF_OPEN == sig && e.key == *key && !e.expired(now))
+        {
+            return Some(home);
+        }
+        self.lookup_away(key, h, now)
+    }
+
+    /// [`Shard::lookup`] in full: every slot the key may hold.
+    #[inline(never)]
+    fn lookup_away(&mut self, key: &TrackKey, h: u64, now: Millis) -> Option<usize> {
         let slot = self.find(key, h)?;
         if self.entries.get(slot)?.expired(now) {
             self.free(slot);
