@@ -93,9 +93,12 @@ fn interface_listed(dev: &str, name: &str) -> bool {
         .any(|(iface, _)| iface.trim() == name)
 }
 
-/// Gives the TAP its addresses and MTU, brings it up, and installs the
+/// Gives the TAP its MAC (the port's: the kernel's frames leave through
+/// the port), addresses and MTU, brings it up, and installs the
 /// port's default routes (`gateway`, `gateway6`) through it.
-pub fn configure_tap(port: &PortConfig, iface: &str) -> Result<(), TapSetupError> {
+pub fn configure_tap(port: &PortConfig, iface: &str, mac: [u8; 6]) -> Result<(), TapSetupError> {
+    let mac = crate::config::mac_text(&mac);
+    ip(&["link", "set", "dev", iface, "address", &mac])?;
     ip(&["link", "set", "dev", iface, "mtu", &port.mtu.to_string()])?;
     if let Some(c) = port.ipv4 {
         ip(&["addr", "replace", &cidr(c), "dev", iface])?;

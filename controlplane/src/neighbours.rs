@@ -113,7 +113,9 @@ fn resolver_loop(
                     if warned.remove(&addr).is_some() {
                         crate::info!(
                             "sluice: backend {addr}: next hop resolved: {}",
-                            egress.next_hop_mac.map_or("-".into(), |m| mac_text(&m))
+                            egress
+                                .next_hop_mac
+                                .map_or("-".into(), |m| crate::config::mac_text(&m))
                         );
                     }
                     if !fresh {
@@ -338,14 +340,6 @@ fn parse_neighbours(json: &[u8]) -> Result<Vec<Neighbour>, LookupError> {
         .into_iter()
         .filter_map(|v| serde_json::from_value(v).ok())
         .collect())
-}
-
-/// `02:00:00:00:00:0a`.
-fn mac_text(m: &[u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
 }
 
 #[cfg(test)]

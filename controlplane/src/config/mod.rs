@@ -26,6 +26,7 @@ use std::path::Path;
 
 pub use diagnostics::{Diagnostic, Diagnostics};
 pub use model::*;
+pub(crate) use values::mac_text;
 
 /// Largest configuration file read. 65,535 services with a backend each
 /// take ~5 MiB; anything much larger is not a configuration.

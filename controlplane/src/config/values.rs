@@ -40,6 +40,14 @@ pub(crate) fn show_duration(d: Duration) -> String {
     }
 }
 
+/// A MAC address as text, `02:00:00:00:00:0a`: what [`mac`] reads.
+pub(crate) fn mac_text(m: &[u8]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
 pub(crate) fn mac(s: &str) -> Result<[u8; 6], Problem> {
     let bad = || {
         (

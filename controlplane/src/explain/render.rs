@@ -13,10 +13,7 @@ use sluice_core::stage::Verdict;
 use super::Explainer;
 
 fn mac(m: &[u8]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    crate::config::mac_text(m)
 }
 
 fn protocol_name(p: u8) -> String {

@@ -359,11 +359,17 @@ fn start_taps(
             mtu: Some(p.mtu),
             ..PortConfig::default()
         };
-        // The interface exists since EAL probed the vdev. Its addresses go
-        // on before the port's start brings it up: a routing daemon that
-        // sees it up without them may try to use it (BIRD's BFD binds the
-        // address once, and fails for good; docs/scale-out.md).
-        exception::configure_tap(p, iface).map_err(|source| {
+        // The kernel answers ARP/ND with the MAC the port's peers send to.
+        let mac = p
+            .mac
+            .or_else(|| port_macs.get(i).copied())
+            .unwrap_or_default();
+        // The interface exists since EAL probed the vdev. Its MAC and
+        // addresses go on before it comes up: a routing daemon that sees it
+        // up without its addresses may try to use it (BIRD's BFD binds the
+        // address once, and fails for good; docs/scale-out.md), and the
+        // kernel's first IPv6 frames must already carry the port's MAC.
+        exception::configure_tap(p, iface, mac).map_err(|source| {
             let error = RunError::TapKernel {
                 port: p.name.clone(),
                 iface: iface.clone(),
@@ -373,11 +379,6 @@ fn start_taps(
         })?;
         let (tap, pairs) =
             Port::start(&exception::tap_vdev(i, iface), &pc, pool).map_err(device_error)?;
-        // The kernel answers ARP/ND with the MAC the port's peers send to.
-        let mac = p
-            .mac
-            .or_else(|| port_macs.get(i).copied())
-            .unwrap_or_default();
         tap.set_mac(mac).map_err(device_error)?;
         controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
         taps.push(Some((tap, pairs)));
