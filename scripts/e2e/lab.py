@@ -13,13 +13,14 @@ signal, and — for namespaces left by a killed earlier run — at start.
 import atexit
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+import netns
 
 SUBNET = "10.99.0"
 APPLIANCE = f"{SUBNET}.2"
@@ -44,15 +45,6 @@ def sh(*cmd, check=True, capture=False):
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
     return r.stdout if capture else r
-
-
-def remove_stale():
-    """Deletes namespaces of earlier runs whose process is gone."""
-    for line in sh("ip", "netns", "list", capture=True).splitlines():
-        name = line.split()[0] if line.split() else ""
-        m = re.fullmatch(rf"{PREFIX}(\d+)-\w+", name)
-        if m and not os.path.exists(f"/proc/{m.group(1)}"):
-            sh("ip", "netns", "del", name, check=False)
 
 
 class Lab:
@@ -92,7 +84,7 @@ class Lab:
     # ---- topology -------------------------------------------------------
 
     def build(self):
-        remove_stale()
+        netns.remove_stale(PREFIX)
         for role in ["sw", "lb", "c"] + [f"b{i}" for i in range(1, 5)]:
             sh("ip", "netns", "add", self.ns(role))
             self.namespaces.append(self.ns(role))

@@ -47,6 +47,8 @@ import sys
 import tempfile
 import time
 
+import netns
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PREFIX = "sso"
@@ -89,27 +91,6 @@ def wait_for(pred, timeout, step=0.05):
             return time.monotonic() - start
         time.sleep(step)
     return None
-
-
-def alive(pid):
-    """Whether process `pid` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def remove_stale():
-    """Deletes namespaces of earlier runs whose process is gone, with what
-    still runs in them (a killed run leaves its sluice and BIRD running)."""
-    for line in sh("ip", "netns", "list").splitlines():
-        name = line.split()[0] if line.split() else ""
-        m = re.fullmatch(rf"{PREFIX}(\d+)-\w+", name)
-        if m and not alive(int(m.group(1))):
-            for pid in sh("ip", "netns", "pids", name, check=False).split():
-                subprocess.run(["kill", "-9", pid], check=False)
-            sh("ip", "netns", "del", name, check=False)
 
 
 def cpu_seconds(pid):
@@ -155,7 +136,7 @@ class Fleet:
     # ---- topology ---------------------------------------------------------
 
     def build(self):
-        remove_stale()
+        netns.remove_stale(PREFIX)
         roles = ["sw", "r", "c", "a1", "a2", "b1", "b2", "b3", "b4"]
         for role in roles:
             sh("ip", "netns", "add", self.ns(role))
