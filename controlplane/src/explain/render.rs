@@ -12,10 +12,6 @@ use sluice_core::stage::Verdict;
 
 use super::Explainer;
 
-fn mac(m: &[u8]) -> String {
-    crate::config::mac_text(m)
-}
-
 fn protocol_name(p: u8) -> String {
     match p {
         1 => "icmp".into(),
@@ -179,7 +175,7 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
         "verdict": verdict_text(&e.verdict),
         "backend": backend,
         "egress_port": out_port.and_then(port),
-        "next_hop_mac": forwarded.then(|| mac(e.output.get(..6).unwrap_or(&[]))),
+        "next_hop_mac": forwarded.then(|| crate::config::mac_text(e.output.get(..6).unwrap_or(&[]))),
         "output_bytes": e.output.len(),
         "mtu": mtu_text(ex, e),
     })
