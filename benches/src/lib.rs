@@ -8,11 +8,16 @@ use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapWriter};
 use sluice_core::ForwardingState;
 
+/// The client address of flow `i`: 10.0.0.0/8, one per flow up to 2^24.
+pub fn flow_source(i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(0x0a00_0000 | (i & 0x00ff_ffff))
+}
+
 /// A 64-byte (60 + FCS) TCP packet of flow `i`: client 10.x.y.z:port → vip:80.
 /// Flows differ in source address and port so 5-tuple and 2-tuple hashing
 /// both spread them.
 pub fn tcp_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6], flags_syn: bool) -> Vec<u8> {
-    let src = Ipv4Addr::from(0x0a00_0000 | (i & 0x00ff_ffff));
+    let src = flow_source(i);
     let sport = 1024 + (i % 60_000) as u16;
     let builder = PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
         .ipv4(src.octets(), vip.octets(), 64)
@@ -35,7 +40,7 @@ pub fn tcp_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6], flags_syn: bool) 
 /// [`tcp_flow_frame`]). Under session affinity NONE, UDP is not tracked
 /// (CT-4), so this traffic measures the stateless path.
 pub fn udp_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6]) -> Vec<u8> {
-    let src = Ipv4Addr::from(0x0a00_0000 | (i & 0x00ff_ffff));
+    let src = flow_source(i);
     let sport = 1024 + (i % 60_000) as u16;
     let mut out = Vec::with_capacity(64);
     PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
