@@ -90,20 +90,53 @@ pub fn data_room(ports: &[PortConfig]) -> u16 {
     u16::try_from(room).unwrap_or(MAX_DATA_ROOM)
 }
 
+/// Whether workers hand tracked packets to each other over steering rings
+/// (`sluice_core::steering`): only with several workers and a port that
+/// does not keep address pairs on one RX queue. Every slot of every ring
+/// may hold an mbuf, `workers × (workers − 1)` rings, so the pool counts
+/// them only when they exist: at 64 workers they would be 16 million mbufs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Steering {
+    Off,
+    On,
+}
+
+impl Steering {
+    /// What `check-config` assumes before any device is probed: a PCI NIC
+    /// does RSS on addresses (`sluice run` asks the device itself, and a
+    /// NIC that cannot, such as virtio-net, then gets a larger pool);
+    /// every virtual device sluice drives is treated as one that cannot.
+    pub fn expected(dp: &DataplaneConfig) -> Steering {
+        let several = dp.workers > 1;
+        let rss_less = |p: &PortConfig| crate::start_hints::pci_address(&p.device).is_none();
+        if several && dp.ports.iter().any(rss_less) {
+            Steering::On
+        } else {
+            Steering::Off
+        }
+    }
+}
+
 /// Mbufs in the pool: `dataplane.mbufs`, or (0) enough for every RX and TX
-/// ring, each TAP's rings and the per-lcore caches and bursts in flight.
-pub fn mbuf_count(dp: &DataplaneConfig) -> u32 {
+/// ring, each TAP's rings, the steering rings when `steering` is on, and
+/// the per-lcore caches and bursts in flight.
+pub fn mbuf_count(dp: &DataplaneConfig, steering: Steering) -> u32 {
     if dp.mbufs != 0 {
         return dp.mbufs;
     }
     let workers = u32::from(dp.workers);
     let nports = dp.ports.len() as u32;
     let ntaps = dp.ports.iter().filter(|p| p.tap.is_some()).count() as u32;
-    // Every steering ring into a worker full, and a burst held for each peer.
     let burst = usize::from(dp.burst_size);
-    let steered = workers.saturating_sub(1)
-        * sluice_core::steering::ring_slots(burst, usize::from(dp.workers))
-        + (dataplane::dpdk::MAX_BURST as u32) * workers;
+    // Every steering ring into a worker full, and a burst held for each peer.
+    let steered = match steering {
+        Steering::Off => 0,
+        Steering::On => {
+            workers.saturating_sub(1)
+                * sluice_core::steering::ring_slots(burst, usize::from(dp.workers))
+                + (dataplane::dpdk::MAX_BURST as u32) * workers
+        }
+    };
     let rings = nports * (1024 + 1024) + ntaps * (512 + 512) + steered;
     (rings * workers + 4096).next_power_of_two() - 1
 }
@@ -188,5 +221,34 @@ mod tests {
         assert_eq!(eal_memory_mib(&args(&["-m=512"])), Some(512));
         assert_eq!(eal_memory_mib(&args(&["-m64"])), Some(64));
         assert_eq!(eal_memory_mib(&args(&["--no-huge", "--no-pci"])), None);
+    }
+
+    fn dataplane(workers: u16, devices: &[&str]) -> DataplaneConfig {
+        let ports: String = devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| format!("[[dataplane.port]]\nname = \"p{i}\"\ndevice = \"{d}\"\n"))
+            .collect();
+        let text = format!("[dataplane]\nworkers = {workers}\n{ports}");
+        crate::config::load_str(&text, "test.toml")
+            .unwrap()
+            .dataplane
+    }
+
+    /// The steering rings' mbufs grow with the square of the workers, so
+    /// they are counted only when there are rings: a 64-worker appliance on
+    /// NICs that do RSS on addresses gets a pool of half a million mbufs,
+    /// not 32 million (AP-1).
+    #[test]
+    fn the_pool_counts_steering_rings_only_when_workers_steer() {
+        let nic = dataplane(64, &["0000:03:00.0", "0000:03:00.1"]);
+        assert_eq!(Steering::expected(&nic), Steering::Off);
+        assert_eq!(mbuf_count(&nic, Steering::Off), (1 << 19) - 1);
+        assert_eq!(mbuf_count(&nic, Steering::On), (1 << 25) - 1);
+        let pcap = dataplane(16, &["net_pcap0,rx_pcap=a.pcap", "0000:03:00.1"]);
+        assert_eq!(Steering::expected(&pcap), Steering::On);
+        assert!(mbuf_count(&pcap, Steering::On) > mbuf_count(&pcap, Steering::Off));
+        let one = dataplane(1, &["net_pcap0,rx_pcap=a.pcap"]);
+        assert_eq!(Steering::expected(&one), Steering::Off);
     }
 }

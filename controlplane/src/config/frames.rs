@@ -100,7 +100,7 @@ fn eal_memory(cx: &mut Ctx<'_>, raw: &RawDataplane, dp: &DataplaneConfig) {
     }
     let given = mbuf_pool::eal_memory_mib(args.get_ref());
     let mib = given.unwrap_or(NO_HUGE_DEFAULT_MIB);
-    let count = mbuf_pool::mbuf_count(dp);
+    let count = mbuf_pool::mbuf_count(dp, mbuf_pool::Steering::expected(dp));
     let room = mbuf_pool::data_room(&dp.ports);
     let need = mbuf_pool::pool_bytes_at_least(count, room);
     if need <= mib * MIB {

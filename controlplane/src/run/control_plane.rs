@@ -67,12 +67,7 @@ pub fn start(cfg: &Config, opts: &RunOptions, runtime: &Runtime) -> Result<Contr
             .iter()
             .map(|p| af_packet::iface_of(&p.device).and_then(af_packet::KernelDrops::for_iface))
             .collect(),
-        pool: runtime.pool().map(|p| {
-            (
-                p.clone(),
-                controlplane::mbuf_pool::mbuf_count(&cfg.dataplane) as usize,
-            )
-        }),
+        pool: runtime.pool().map(|p| (p.clone(), p.size())),
     });
     let requests = match opts.control_socket.as_deref().map(control_socket::serve) {
         Some(Ok(rx)) => Some(rx),

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use controlplane::admin_http::AdminState;
-use controlplane::config::Config;
+use controlplane::config::{self, Config};
 use controlplane::exception;
-use controlplane::mbuf_pool;
+use controlplane::mbuf_pool::{self, Steering};
 use controlplane::metrics::{self, MetricsSources};
 use controlplane::start_hints::Step;
 use dataplane::dpdk::{
@@ -91,32 +91,14 @@ impl Runtime {
                 lcores: lcores.len(),
             });
         }
-        let pool = packet_pool(&eal, cfg, args)?;
+        let steering = steering(cfg, args)?;
+        let pool = packet_pool(&eal, cfg, args, steering)?;
         admin.beat();
         let mut ports = Vec::with_capacity(cfg.dataplane.ports.len());
         let mut queues = Vec::with_capacity(cfg.dataplane.ports.len());
         for p in &cfg.dataplane.ports {
-            let pc = PortConfig {
-                queue_pairs: workers as u16,
-                // One flow, one shard (SPEC §3, AP-1): RSS on addresses only.
-                // Every tracking key — 5-, 3- or 2-tuple (CT-3) — and every
-                // fragment of a datagram (HA-2: later fragments have no ports)
-                // contains both addresses, so all its packets reach the same
-                // queue and thus the same worker's shard. L4 RSS would split
-                // PER_SESSION 2/3-tuple keys and fragments across workers.
-                rss_l4: false,
-                mtu: Some(p.mtu),
-                ..PortConfig::default()
-            };
-            let (port, pairs) = Port::start(&p.device, &pc, &pool).map_err(|e| {
-                let errno = e.errno;
-                let error = RunError::Port {
-                    name: p.name.clone(),
-                    device: p.device.clone(),
-                    source: e,
-                };
-                hinted(Step::Port { device: &p.device }, errno, error, cfg, args)
-            })?;
+            let (port, pairs) = Port::start(&p.device, &port_config(p, workers), &pool)
+                .map_err(|e| port_error(p, e, cfg, args))?;
             ports.push(port);
             queues.push(pairs);
             admin.beat();
@@ -302,9 +284,61 @@ fn transpose<T>(per_port: Vec<Vec<T>>, workers: usize) -> Vec<Vec<Option<T>>> {
         .collect()
 }
 
+/// How a data port is configured: one queue pair per worker.
+fn port_config(p: &config::PortConfig, workers: usize) -> PortConfig {
+    PortConfig {
+        queue_pairs: workers as u16,
+        // One flow, one shard (SPEC §3, AP-1): RSS on addresses only.
+        // Every tracking key — 5-, 3- or 2-tuple (CT-3) — and every
+        // fragment of a datagram (HA-2: later fragments have no ports)
+        // contains both addresses, so all its packets reach the same
+        // queue and thus the same worker's shard. L4 RSS would split
+        // PER_SESSION 2/3-tuple keys and fragments across workers.
+        rss_l4: false,
+        mtu: Some(p.mtu),
+        ..PortConfig::default()
+    }
+}
+
+/// A data port's failure to probe or start, with its start hint.
+fn port_error(
+    p: &config::PortConfig,
+    e: dataplane::dpdk::DpdkError,
+    cfg: &Config,
+    args: &[String],
+) -> RunError {
+    let errno = e.errno;
+    let error = RunError::Port {
+        name: p.name.clone(),
+        device: p.device.clone(),
+        source: e,
+    };
+    hinted(Step::Port { device: &p.device }, errno, error, cfg, args)
+}
+
+/// Whether the workers will steer (a data port that cannot keep address
+/// pairs on one queue), asked of the probed devices before the pool that
+/// has to hold the steering rings' mbufs is made.
+fn steering(cfg: &Config, args: &[String]) -> Result<Steering, RunError> {
+    let workers = usize::from(cfg.dataplane.workers);
+    for p in &cfg.dataplane.ports {
+        let keeps = dataplane::dpdk::keeps_address_pairs(&p.device, &port_config(p, workers))
+            .map_err(|e| port_error(p, e, cfg, args))?;
+        if !keeps {
+            return Ok(Steering::On);
+        }
+    }
+    Ok(Steering::Off)
+}
+
 /// The packet pool, sized for the configuration (`mbuf_pool`).
-fn packet_pool(eal: &Eal, cfg: &Config, args: &[String]) -> Result<Mempool, RunError> {
-    let mbufs = mbuf_pool::mbuf_count(&cfg.dataplane);
+fn packet_pool(
+    eal: &Eal,
+    cfg: &Config,
+    args: &[String],
+    steering: Steering,
+) -> Result<Mempool, RunError> {
+    let mbufs = mbuf_pool::mbuf_count(&cfg.dataplane, steering);
     let data_room = mbuf_pool::data_room(&cfg.dataplane.ports);
     let pool = Mempool::new(eal, "sluice_mbufs", mbufs, 256, data_room).map_err(|e| {
         let bytes = mbuf_pool::pool_bytes_at_least(mbufs, data_room);

@@ -69,6 +69,13 @@ impl Mempool {
         self.0.eal.clone()
     }
 
+    /// Mbufs the pool was created with.
+    pub fn size(&self) -> usize {
+        // SAFETY: the pool is alive (we hold it); `size` is set when the
+        // pool is created and never written again.
+        unsafe { (*self.as_ptr()).size as usize }
+    }
+
     /// Mbufs out of the pool: held by `Mbuf`s, bursts, rings or a port's
     /// descriptors (those in per-lcore caches count as in the pool).
     pub fn in_use(&self) -> usize {

@@ -101,7 +101,32 @@ pub struct Port {
 
 /// Finds the port DPDK created for `device` (the text before the first
 /// comma of a vdev string, or a PCI address). The pool proves EAL is up.
-fn id_by_name(device: &str, _pool: &Mempool) -> Result<PortId, DpdkError> {
+/// Whether a port on `device` configured as `cfg` will keep every address
+/// pair on one RX queue, asked of the device before it is configured: the
+/// packet pool is sized by it (steering rings hold mbufs), and the pool
+/// has to exist before any port starts.
+pub fn keeps_address_pairs(device: &str, cfg: &PortConfig) -> Result<bool, DpdkError> {
+    let (_, _, info) = probe(device)?;
+    Ok(pairs_on_one_queue(cfg, &info))
+}
+
+/// The probed device's port id, name and what it reports of itself.
+fn probe(device: &str) -> Result<(PortId, String, dpdk_sys::rte_eth_dev_info), DpdkError> {
+    let id = id_by_name(device)?;
+    let name = device.split(',').next().unwrap_or(device).to_string();
+    let mut info = dpdk_sys::rte_eth_dev_info::default();
+    // SAFETY: id is a valid port; info is a valid out-struct.
+    let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id.get(), &mut info) };
+    if rc != 0 {
+        return Err(DpdkError::from_rc(
+            format!("rte_eth_dev_info_get({name})"),
+            rc,
+        ));
+    }
+    Ok((id, name, info))
+}
+
+fn id_by_name(device: &str) -> Result<PortId, DpdkError> {
     let name = device.split(',').next().unwrap_or(device);
     let cname = CString::new(name).map_err(|_| DpdkError::msg("port name", "contains NUL"))?;
     let mut id: u16 = 0;
@@ -132,17 +157,7 @@ impl Port {
         cfg: &PortConfig,
         pool: &Mempool,
     ) -> Result<(Port, Vec<QueuePair>), DpdkError> {
-        let id = id_by_name(device, pool)?;
-        let name = device.split(',').next().unwrap_or(device).to_string();
-        let mut info = dpdk_sys::rte_eth_dev_info::default();
-        // SAFETY: id is a valid port; info is a valid out-struct.
-        let rc = unsafe { dpdk_sys::rte_eth_dev_info_get(id.get(), &mut info) };
-        if rc != 0 {
-            return Err(DpdkError::from_rc(
-                format!("rte_eth_dev_info_get({name})"),
-                rc,
-            ));
-        }
+        let (id, name, info) = probe(device)?;
         let queues = cfg.queue_pairs;
         if queues > info.max_rx_queues || queues > info.max_tx_queues {
             return Err(DpdkError::msg(
@@ -280,12 +295,6 @@ fn eth_conf(
         // against the device and the PMD sizes its RX path from it.
         conf.rxmode.mtu = u32::from(m);
     }
-    let addresses_only =
-        RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6;
-    let pairs_on_one_queue = cfg.queue_pairs == 1
-        || (cfg.rss
-            && !cfg.rss_l4
-            && info.flow_type_rss_offloads & addresses_only == addresses_only);
     if cfg.queue_pairs > 1 && cfg.rss {
         let wanted = if cfg.rss_l4 {
             RSS_IPV4
@@ -299,7 +308,7 @@ fn eth_conf(
                 | RSS_NONFRAG_IPV6_UDP
                 | RSS_NONFRAG_IPV6_OTHER
         } else {
-            addresses_only
+            ADDRESSES_ONLY
         };
         // A device that hashes none of these (virtio-net without
         // VIRTIO_NET_F_RSS: vhost-net, vhost-user, QEMU's default) is
@@ -312,7 +321,20 @@ fn eth_conf(
             conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
         }
     }
-    (conf, pairs_on_one_queue)
+    (conf, pairs_on_one_queue(cfg, info))
+}
+
+/// The RSS hash types that hash on addresses alone.
+const ADDRESSES_ONLY: u64 =
+    RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6;
+
+/// Whether a port configured as `cfg` on a device reporting `info` keeps
+/// every address pair on one RX queue: one queue, or RSS on addresses only.
+fn pairs_on_one_queue(cfg: &PortConfig, info: &dpdk_sys::rte_eth_dev_info) -> bool {
+    cfg.queue_pairs == 1
+        || (cfg.rss
+            && !cfg.rss_l4
+            && info.flow_type_rss_offloads & ADDRESSES_ONLY == ADDRESSES_ONLY)
 }
 
 /// A port's link state and counters, readable from any thread. Clones
