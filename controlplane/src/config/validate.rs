@@ -107,13 +107,14 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
     }
     cx.unique(d.port.iter().map(|p| &p.get_ref().name), "dataplane.port");
     let ports = d.port.iter().map(|p| port(cx, p)).collect();
-    super::interfaces::unique_taps(
-        cx,
+    let taps = || {
         d.port.iter().filter_map(|p| {
             let p = p.get_ref();
             Some((p.name.get_ref().as_str(), p.tap.as_ref()?))
-        }),
-    );
+        })
+    };
+    super::interfaces::unique_taps(cx, taps());
+    super::interfaces::taps_hold_every_worker(cx, workers, taps());
     DataplaneConfig {
         eal_args: d
             .eal_args
