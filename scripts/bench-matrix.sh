@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The throughput matrix of docs/performance.md in one command: every
+# TRAFFIC (tcp, syn, udp, drop) at 100,000 flows under --no-huge and at
+# 1,000,000 flows on 2 MB hugepages (HUGE=1, reserved and mounted by
+# bench-throughput.sh), each one scripts/bench-throughput.sh invocation
+# with dpdk-testpmd io measured in it, and the C peer (PEER=1) where it
+# applies (tcp and syn). ROUNDS (default 1) repeats the matrix, cell by
+# cell in turn, so a change in the machine's load touches every cell; the
+# table gives each cell's median ratio.
+#
+# CELLS: a subset, e.g. CELLS="tcp/100000 syn/1000000" (default: all
+# eight). SECONDS_PER_RUN as in bench-throughput.sh (default 8).
+# Prints one line per run as it goes, then a Markdown table:
+#   | flows | traffic | sluice Mpps | testpmd io Mpps | ratio | C peer ratio | sluice / peer |
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-1}
+export SECONDS_PER_RUN=${SECONDS_PER_RUN:-8}
+CELLS=${CELLS:-"tcp/100000 syn/100000 udp/100000 drop/100000 tcp/1000000 syn/1000000 udp/1000000 drop/1000000"}
+results=$(mktemp /tmp/sluice-matrix.XXXXXX)
+trap 'rm -f "$results"' EXIT
+
+for round in $(seq 1 "$ROUNDS"); do
+  for cell in $CELLS; do
+    traffic=${cell%/*} flows=${cell#*/}
+    huge=0; [ "$flows" -gt 100000 ] && huge=1
+    peer=0; case "$traffic" in tcp|syn) peer=1 ;; esac
+    line=$(TRAFFIC=$traffic FLOWS=$flows HUGE=$huge PEER=$peer scripts/bench-throughput.sh 2>&1 \
+           | grep '^sluice_mpps=' | tail -1)
+    echo "round=$round traffic=$traffic flows=$flows $line"
+    echo "$flows $traffic $line" >> "$results"
+  done
+done
+
+echo
+echo "| flows | traffic | sluice Mpps | testpmd io Mpps | ratio | C peer ratio | sluice / peer |"
+echo "|---|---|---|---|---|---|---|"
+for cell in $CELLS; do
+  traffic=${cell%/*} flows=${cell#*/}
+  awk -v f="$flows" -v t="$traffic" '
+    function field(name,   i, kv) {
+      for (i = 3; i <= NF; i++) { split($i, kv, "="); if (kv[1] == name) return kv[2] }
+      return ""
+    }
+    function median(a, n,   i, j, x) {
+      for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j > 0 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+      return n ? a[int((n + 1) / 2)] : 0
+    }
+    $1 == f && $2 == t {
+      n++; s[n] = field("sluice_mpps"); tp[n] = field("testpmd_io_mpps"); r[n] = field("ratio")
+      if (field("peer_ratio") != "") { m++; pr[m] = field("peer_ratio"); vp[m] = field("sluice_vs_peer") }
+    }
+    END {
+      peer = m ? sprintf("%.3f | %.3f", median(pr, m), median(vp, m)) : "— | —"
+      printf "| %\047d | %s | %.2f | %.2f | %.3f | %s |\n", f, t, median(s, n), median(tp, n), median(r, n), peer
+    }' "$results"
+done
