@@ -126,10 +126,7 @@ fn read_request(conn: &mut UnixStream, limit: usize, deadline: Duration) -> Resu
     loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!(
-                "request not complete within {} s: refused",
-                deadline.as_secs()
-            ));
+            return Err(format!("request not complete within {deadline:?}: refused"));
         }
         conn.set_read_timeout(Some(left))
             .map_err(|e| e.to_string())?;
@@ -277,6 +274,39 @@ mod tests {
         if own != 0 {
             assert!(trusted_peer(peer_uid(&a).unwrap(), own + 1).is_err());
         }
+    }
+
+    #[test]
+    fn replies_are_ok_or_error_and_nothing_else() {
+        assert_eq!(parse_reply(b"ok\ntext\n"), Ok((true, "text\n".into())));
+        assert_eq!(parse_reply(b"error\nwhy\n"), Ok((false, "why\n".into())));
+        assert!(parse_reply(b"")
+            .unwrap_err()
+            .contains("closed without an answer"));
+        assert!(parse_reply(b"okay\n").unwrap_err().contains("got \"okay\""));
+        assert!(parse_reply(b"ok").is_err(), "no line");
+        assert!(parse_reply(b"\xff\n").is_err());
+    }
+
+    /// A request is read up to its newline, refused past the size limit
+    /// or the deadline, whatever the client does.
+    #[test]
+    fn requests_are_bounded_in_size_and_time() {
+        let (mut server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(b"status\nignored").unwrap();
+        let got = read_request(&mut server, 64, Duration::from_secs(1));
+        assert_eq!(got, Ok("status".into()));
+        let (mut server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(&[b'a'; 100]).unwrap();
+        let got = read_request(&mut server, 64, Duration::from_secs(1)).unwrap_err();
+        assert!(got.contains("longer than 64 bytes"), "{got}");
+        let (mut server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(b"expl").unwrap();
+        let t0 = Instant::now();
+        let got = read_request(&mut server, 64, Duration::from_millis(200)).unwrap_err();
+        assert!(got.contains("not complete within"), "{got}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        drop(client);
     }
 
     #[test]

@@ -84,3 +84,60 @@ fn memory_of(state: &ForwardingState, reports: &[ServiceReport], cfg: &Config) -
         ..PolicyMemory::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::load_str;
+    use crate::publish::{build_forwarding_state_with, BackendIds, BuildInputs};
+    use crate::synthetic::{all_healthy, big_config};
+
+    /// The what-if on a published snapshot equals what the running
+    /// appliance's own health path (`rebuild_services` with the memory of
+    /// its builds) makes of the same failures, and leaves the snapshot it
+    /// was given as it was.
+    #[test]
+    fn what_if_equals_the_appliance_s_health_path() {
+        let c = load_str(&big_config(10, 5, 251), "t").unwrap();
+        let health = all_healthy(&c);
+        let mut memory = PolicyMemory::default();
+        let (published, reports) = build_forwarding_state_with(
+            &c,
+            &[],
+            &mut BackendIds::new(),
+            &mut memory,
+            &BuildInputs::with_health(&health),
+            1,
+        );
+        let down: HashSet<IpAddr> = c.backend_services[4].backends[..2]
+            .iter()
+            .map(|b| b.address)
+            .collect();
+        let (what_if, what_if_reports) = assume_unhealthy(&published, &reports, &c, &down);
+        let changes: Vec<HealthChange> = (0..2)
+            .map(|position| HealthChange {
+                service: 4,
+                position,
+                healthy: false,
+                weight: 1,
+            })
+            .collect();
+        let (real, real_reports) =
+            rebuild_services(&published, &reports, &c, &mut memory, &changes, 1);
+        for (i, (a, b)) in what_if.services.iter().zip(&real.services).enumerate() {
+            assert_eq!(a.tables, b.tables, "service {i}");
+            assert_eq!(a.pool_epoch, b.pool_epoch, "service {i}");
+        }
+        for (a, b) in what_if_reports.iter().zip(&real_reports) {
+            assert_eq!(
+                (&a.eligible, a.active_pool, a.pool_epoch),
+                (&b.eligible, b.active_pool, b.pool_epoch)
+            );
+        }
+        let unhealthy =
+            |s: &ForwardingState| s.backends.iter().flatten().filter(|b| !b.healthy).count();
+        assert_eq!(unhealthy(&what_if), 2);
+        assert_eq!(unhealthy(&published), 0, "the given snapshot is untouched");
+        assert_ne!(what_if.services[4].tables, published.services[4].tables);
+    }
+}
