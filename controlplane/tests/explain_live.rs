@@ -148,7 +148,7 @@ fn explain_live_pcap_and_unhealthy_equal_offline() {
 /// reason: 2 for a refused question (unknown port, unknown backend, a
 /// malformed flow, a capture past the limits), 1 for no answer. The
 /// appliance itself refuses requests past its bounds (size, packets,
-/// malformed) whoever sends them.
+/// malformed) whoever sends them, and keeps answering (AP-5).
 #[test]
 fn explain_live_errors_exit_non_zero() {
     let dir = tempdir("explain_live_errors");
