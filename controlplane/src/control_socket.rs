@@ -7,17 +7,23 @@
 //! The listener thread only forwards requests: the control thread owns the
 //! configuration and answers them between supervision steps.
 
-use std::io::{self, BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{self, Read as _, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::time::Duration;
-
-use crate::control::ReloadError;
+use std::time::{Duration, Instant};
 
 /// Default control socket path.
 pub const DEFAULT_PATH: &str = "/run/sluice/sluice.sock";
+
+/// The longest request line: an `explain` of a capture carries its
+/// frames in hex (`crate::explain::live`). Longer ones are refused.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// The time a client has to send its whole request: the listener serves
+/// one connection at a time, so a slow client must not hold it.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
@@ -33,8 +39,8 @@ pub enum Request {
 #[derive(Debug)]
 pub struct Pending {
     pub request: Request,
-    /// The text for the operator, or why a reload was refused.
-    pub reply: Sender<Result<String, ReloadError>>,
+    /// The text for the operator, or why the request was refused.
+    pub reply: Sender<Result<String, String>>,
 }
 
 /// Binds `path` (removing a stale socket, refusing to steal a live one) and
@@ -86,18 +92,18 @@ pub fn create_private_dirs(dir: &Path) -> io::Result<()> {
 }
 
 fn handle(mut conn: UnixStream, tx: &Sender<Pending>) -> io::Result<()> {
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut line = String::new();
-    BufReader::new(conn.try_clone()?)
-        .take(256)
-        .read_line(&mut line)?;
+    let line = match read_request(&mut conn, MAX_REQUEST_BYTES, REQUEST_DEADLINE) {
+        Ok(line) => line,
+        Err(why) => return conn.write_all(format!("error\n{why}\n").as_bytes()),
+    };
     let request = match line.trim() {
         "reload" => Request::Reload,
         "status" => Request::Status,
         l if l.starts_with("explain ") => Request::Explain(l["explain ".len()..].to_string()),
         "status-json" => Request::StatusJson,
         other => {
-            return conn.write_all(format!("error\nunknown request {other:?}\n").as_bytes());
+            let shown: String = other.chars().take(64).collect();
+            return conn.write_all(format!("error\nunknown request {shown:?}\n").as_bytes());
         }
     };
     let (reply, answer) = mpsc::channel();
@@ -109,6 +115,47 @@ fn handle(mut conn: UnixStream, tx: &Sender<Pending>) -> io::Result<()> {
         Err(_) => "error\nno answer from the control thread\n".into(),
     };
     conn.write_all(text.as_bytes())
+}
+
+/// The request line (up to its newline, or the end of the stream), read
+/// within `deadline` and at most `limit` bytes long; else why not.
+fn read_request(conn: &mut UnixStream, limit: usize, deadline: Duration) -> Result<String, String> {
+    let until = Instant::now() + deadline;
+    let mut line = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("request not complete within {deadline:?}: refused"));
+        }
+        conn.set_read_timeout(Some(left))
+            .map_err(|e| e.to_string())?;
+        let n = match conn.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        let got = &chunk[..n];
+        let end = got.iter().position(|&b| b == b'\n');
+        line.extend_from_slice(&got[..end.unwrap_or(n)]);
+        if line.len() > limit {
+            return Err(format!(
+                "request longer than {limit} bytes: refused (an explained capture \
+                 must be smaller: split it)"
+            ));
+        }
+        if n == 0 || end.is_some() {
+            return String::from_utf8(line).map_err(|_| "request is not UTF-8".to_string());
+        }
+    }
 }
 
 /// Client side: sends `request`, returns (ok, text). Refuses a server that
@@ -127,11 +174,46 @@ pub fn request(path: &Path, request: &str) -> io::Result<(bool, String)> {
             format!("refusing the control socket {}: {why}", path.display()),
         )
     })?;
-    conn.write_all(format!("{request}\n").as_bytes())?;
-    let mut reply = String::new();
-    conn.read_to_string(&mut reply)?;
-    let (head, body) = reply.split_once('\n').unwrap_or((reply.as_str(), ""));
-    Ok((head == "ok", body.to_string()))
+    // A server that refuses the request may close before reading all of
+    // it; its answer says why.
+    let sent = conn.write_all(format!("{request}\n").as_bytes());
+    let mut reply = Vec::new();
+    let read = conn.read_to_end(&mut reply);
+    if reply.is_empty() {
+        sent?;
+        read?;
+    }
+    parse_reply(&reply).map_err(|why| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "malformed answer from the running sluice at {}: {why}",
+                path.display()
+            ),
+        )
+    })
+}
+
+/// A reply: `ok` or `error` on its first line, then the text.
+fn parse_reply(reply: &[u8]) -> Result<(bool, String), String> {
+    let reply = std::str::from_utf8(reply).map_err(|_| "not UTF-8".to_string())?;
+    if reply.is_empty() {
+        return Err("the connection closed without an answer".into());
+    }
+    match reply.split_once('\n') {
+        Some(("ok", body)) => Ok((true, body.to_string())),
+        Some(("error", body)) => Ok((false, body.to_string())),
+        _ => {
+            let head: String = reply
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(64)
+                .collect();
+            Err(format!("expected `ok` or `error` first, got {head:?}"))
+        }
+    }
 }
 
 /// The uid of the process at the other end of `conn` (SO_PEERCRED: as of
@@ -192,6 +274,39 @@ mod tests {
         if own != 0 {
             assert!(trusted_peer(peer_uid(&a).unwrap(), own + 1).is_err());
         }
+    }
+
+    #[test]
+    fn replies_are_ok_or_error_and_nothing_else() {
+        assert_eq!(parse_reply(b"ok\ntext\n"), Ok((true, "text\n".into())));
+        assert_eq!(parse_reply(b"error\nwhy\n"), Ok((false, "why\n".into())));
+        assert!(parse_reply(b"")
+            .unwrap_err()
+            .contains("closed without an answer"));
+        assert!(parse_reply(b"okay\n").unwrap_err().contains("got \"okay\""));
+        assert!(parse_reply(b"ok").is_err(), "no line");
+        assert!(parse_reply(b"\xff\n").is_err());
+    }
+
+    /// A request is read up to its newline, refused past the size limit
+    /// or the deadline, whatever the client does.
+    #[test]
+    fn requests_are_bounded_in_size_and_time() {
+        let (mut server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(b"status\nignored").unwrap();
+        let got = read_request(&mut server, 64, Duration::from_secs(1));
+        assert_eq!(got, Ok("status".into()));
+        let (mut server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(&[b'a'; 100]).unwrap();
+        let got = read_request(&mut server, 64, Duration::from_secs(1)).unwrap_err();
+        assert!(got.contains("longer than 64 bytes"), "{got}");
+        let (mut server, mut client) = UnixStream::pair().unwrap();
+        client.write_all(b"expl").unwrap();
+        let t0 = Instant::now();
+        let got = read_request(&mut server, 64, Duration::from_millis(200)).unwrap_err();
+        assert!(got.contains("not complete within"), "{got}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        drop(client);
     }
 
     #[test]

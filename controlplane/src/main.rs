@@ -5,8 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
+use cli::{Cli, Command, ExplainArgs};
+
+mod cli;
+mod generate;
 mod run;
 #[cfg(feature = "test-hooks")]
 mod test_hook;
@@ -16,122 +20,6 @@ mod test_hook;
 mod test_hook {
     #[derive(clap::Args, Clone, Debug, Default)]
     pub struct HookArgs {}
-}
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "sluice",
-    version,
-    about = "Kernel-bypass L4 load balancer on DPDK"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Run the appliance.
-    Run {
-        /// Configuration file (TOML).
-        #[arg(long, short)]
-        config: PathBuf,
-        /// Stop once no packet has arrived for this many milliseconds
-        /// (replaying a pcap, tests, benchmarks).
-        #[arg(long, value_name = "MS")]
-        exit_on_idle: Option<u64>,
-        /// Stop after this many seconds.
-        #[arg(long, value_name = "SECONDS")]
-        duration: Option<f64>,
-        /// On exit, write the final metrics (Prometheus text) to this file,
-        /// or `-` for standard output.
-        #[arg(long, value_name = "FILE")]
-        metrics_dump: Option<PathBuf>,
-        /// Do not serve /metrics over HTTP.
-        #[arg(long)]
-        no_metrics_server: bool,
-        /// Unix socket for `sluice reload` and `sluice status` (mode 0600).
-        #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
-        control_socket: PathBuf,
-        #[command(flatten)]
-        hooks: test_hook::HookArgs,
-        /// Serve no control socket (reload with SIGHUP only).
-        #[arg(long)]
-        no_control_socket: bool,
-        /// DPDK file prefix: names EAL's runtime directory
-        /// (/var/run/dpdk/NAME for root) and hugepage files, so DPDK tools
-        /// (dpdk-telemetry.py -f NAME, dpdk-dumpcap --file-prefix NAME)
-        /// can attach. The systemd unit passes `sluice`; without it each
-        /// run gets its own, `sluice-<pid>`. A `--file-prefix` in
-        /// dataplane.eal_args takes precedence.
-        #[arg(long, value_name = "NAME")]
-        file_prefix: Option<String>,
-    },
-    /// Make the running sluice re-read its configuration file; prints the
-    /// diagnostics and exits 2 if the new file is invalid (the running
-    /// configuration then stays).
-    Reload {
-        #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
-        control_socket: PathBuf,
-    },
-    /// Print the running sluice's services and backends (health, weight,
-    /// zone, pool, share of the table).
-    Status {
-        #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
-        control_socket: PathBuf,
-        /// JSON instead: version, uptime, configuration file, reloads and
-        /// the latest one's error, per backend its state and packets.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Explain what sluice does with a packet: rule, service, hashed fields,
-    /// flow hash, table, Maglev slot, every backend's eligibility, the
-    /// chosen backend, next hop, encapsulation and MTU outcome. With
-    /// --config, offline under assumed health (every backend healthy but
-    /// those given to --unhealthy).
-    Explain(ExplainArgs),
-    /// Validate configuration files; print every error; exit 2 on any.
-    CheckConfig {
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-    },
-    /// Print the BIRD 2 configuration that announces the VIPs of FILE's
-    /// [bgp] section; exit 2 when FILE is invalid or has no [bgp].
-    BirdConfig { file: PathBuf },
-}
-
-#[derive(clap::Args, Debug)]
-struct ExplainArgs {
-    /// The flow, as its first packet: `tcp 198.51.100.7:40000 ->
-    /// 203.0.113.10:80`, `udp [2001:db8::7]:40000 -> [2001:db8:1::10]:53`,
-    /// `icmp 198.51.100.7 -> 203.0.113.10`. Options go before it: every
-    /// word after its first is part of the flow.
-    #[arg(num_args = 0.., value_name = "FLOW", allow_hyphen_values = true)]
-    flow: Vec<String>,
-    /// Explain each packet of this (classic) pcap file instead (offline).
-    #[arg(
-        long,
-        value_name = "FILE",
-        conflicts_with = "flow",
-        requires = "config"
-    )]
-    pcap: Option<PathBuf>,
-    /// Configuration file to explain from, offline, under assumed health.
-    /// Without it the running sluice answers (its published snapshot and
-    /// real health) over the control socket.
-    #[arg(long, short)]
-    config: Option<PathBuf>,
-    #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
-    control_socket: PathBuf,
-    /// The port the packet arrives on (default: the first).
-    #[arg(long, value_name = "NAME")]
-    port: Option<String>,
-    /// Assume this backend address is unhealthy (repeatable; offline).
-    #[arg(long, value_name = "ADDR", requires = "config")]
-    unhealthy: Vec<std::net::IpAddr>,
-    /// Print JSON (one document per packet, one per line).
-    #[arg(long)]
-    json: bool,
 }
 
 /// Exit status of `sluice run` for an invalid configuration, and of
@@ -144,6 +32,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::CheckConfig { files } => check_config(&files),
         Command::BirdConfig { file } => bird_config(&file),
+        Command::Generate(what) => generate::generate(&what),
         Command::Explain(args) => explain(&args),
         Command::Reload { control_socket } => ask(&control_socket, "reload"),
         Command::Status {
@@ -215,67 +104,79 @@ fn ask(socket: &std::path::Path, request: &str) -> ExitCode {
 }
 
 fn explain(args: &ExplainArgs) -> ExitCode {
-    use controlplane::explain::{live, packet, render, Explainer};
-    let Some(config) = &args.config else {
-        if args.flow.is_empty() {
+    use controlplane::explain::client::{self, Packets};
+    let flow = args.flow.join(" ");
+    let packets = match (&args.pcap, flow.is_empty()) {
+        (Some(path), _) => Packets::Pcap(path),
+        (None, false) => Packets::Flow(&flow),
+        (None, true) => {
             eprintln!(
-                "sluice explain: give a FLOW (e.g. `tcp 198.51.100.7:40000 -> 203.0.113.10:80`)"
+                "sluice explain: give a FLOW (e.g. `tcp 198.51.100.7:40000 -> 203.0.113.10:80`) \
+                 or --pcap FILE"
             );
             return ExitCode::from(EXIT_CONFIG);
         }
-        let line = live::request_line(args.json, args.port.as_deref(), &args.flow.join(" "));
-        return ask(&args.control_socket, &line);
     };
-    let cfg = match controlplane::config::load_file(config) {
-        Ok(cfg) => cfg,
-        Err(diags) => {
-            eprintln!("{diags}\n{}: {} error(s)", config.display(), diags.len());
-            return ExitCode::from(EXIT_CONFIG);
+    let Some(config) = &args.config else {
+        let answer = client::request(&packets, args.json, args.port.as_deref(), &args.unhealthy)
+            .and_then(|req| client::ask(&args.control_socket, &req));
+        return match answer {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::from(e.exit_status())
+            }
+        };
+    };
+    match explain_offline(args, config, &packets) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
         }
-    };
-    let frames = match (&args.pcap, args.flow.is_empty()) {
-        (Some(path), _) => packet::frames_of_pcap(path),
-        (None, false) => packet::frame_of_flow(&args.flow.join(" ")).map(|f| vec![f]),
-        (None, true) => {
-            eprintln!("sluice explain: give a FLOW (e.g. `tcp 198.51.100.7:40000 -> 203.0.113.10:80`) or --pcap FILE");
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
-    let frames = match frames {
-        Ok(f) => f,
         Err(e) => {
-            eprintln!("sluice explain: {e}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
-    let ex = Explainer::offline(&cfg, &args.unhealthy);
-    let rx_port = match &args.port {
-        None => 0,
-        Some(name) => match ex.port_index(name) {
-            Some(i) => i,
-            None => {
-                eprintln!(
-                    "sluice explain: {}: no [[dataplane.port]] named {name:?}",
-                    config.display()
-                );
-                return ExitCode::from(EXIT_CONFIG);
-            }
-        },
-    };
-    for (i, frame) in frames.iter().enumerate() {
-        let e = ex.explain(frame, rx_port);
-        if args.json {
-            let mut v = render::json(&ex, &e);
-            v["packet_index"] = serde_json::json!(i);
-            println!("{v}");
-        } else {
-            if frames.len() > 1 {
-                println!("# packet {}", i + 1);
-            }
-            print!("{}", render::text(&ex, &e));
+            eprintln!("{e}");
+            ExitCode::from(EXIT_CONFIG)
         }
     }
-    ExitCode::SUCCESS
+}
+
+/// `sluice explain --config`: the explanations, or the error to print.
+fn explain_offline(
+    args: &ExplainArgs,
+    config: &std::path::Path,
+    packets: &controlplane::explain::client::Packets<'_>,
+) -> Result<String, String> {
+    use controlplane::explain::client::Packets;
+    use controlplane::explain::{packet, render, Explainer};
+    let cfg = controlplane::config::load_file(config)
+        .map_err(|diags| format!("{diags}\n{}: {} error(s)", config.display(), diags.len()))?;
+    let frames = match packets {
+        Packets::Pcap(path) => packet::frames_of_pcap(path),
+        Packets::Flow(flow) => packet::frame_of_flow(flow).map(|f| vec![f]),
+    }
+    .map_err(|e| format!("sluice explain: {e}"))?;
+    let ex = Explainer::offline(&cfg, &args.unhealthy)
+        .map_err(|e| format!("sluice explain: {}: {e}", config.display()))?;
+    let rx_port = match &args.port {
+        None => 0,
+        Some(name) => ex.port_index(name).ok_or_else(|| {
+            format!(
+                "sluice explain: {}: no [[dataplane.port]] named {name:?}",
+                config.display()
+            )
+        })?,
+    };
+    let docs = frames
+        .iter()
+        .map(|frame| {
+            let e = ex.explain(frame, rx_port);
+            (render::json(&ex, &e), render::text(&ex, &e))
+        })
+        .collect();
+    Ok(render::join(docs, args.json))
 }
 
 fn bird_config(file: &std::path::Path) -> ExitCode {

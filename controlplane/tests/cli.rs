@@ -130,3 +130,139 @@ fn check_config_accepts_the_shipped_examples() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The subcommands `sluice --help` lists (without `help`), and the long
+/// options `sluice SUB --help` lists: what clap takes from the CLI
+/// definitions, so the checks below follow any change to them.
+fn help_subcommands() -> Vec<String> {
+    let out = Command::new(sluice_bin()).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.split("Commands:")
+        .nth(1)
+        .unwrap()
+        .split("Options:")
+        .next()
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| *w != "help")
+        .map(str::to_string)
+        .collect()
+}
+
+fn help_long_options(sub: &str) -> Vec<String> {
+    let out = Command::new(sluice_bin())
+        .args([sub, "--help"])
+        .output()
+        .unwrap();
+    // An option line: `  -c, --config <CONFIG>  Configuration file`.
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with('-'))
+        .flat_map(|l| {
+            l.split_whitespace()
+                .take_while(|w| w.starts_with('-') || w.starts_with('<'))
+                .filter(|w| w.starts_with("--"))
+                .map(|w| w.trim_end_matches(',').to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|w| w != "--help" && w != "--version")
+        .collect()
+}
+
+/// `sluice generate man DIR` writes sluice(1), naming every subcommand,
+/// and one page per subcommand; sluice-run(1) and sluice-explain(1)
+/// document every option their `--help` lists. The hidden `generate`
+/// itself gets no page.
+#[test]
+fn man_pages_cover_every_subcommand_and_option() {
+    let dir = tempdir("cli-man");
+    let out = Command::new(sluice_bin())
+        .args(["generate", "man"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let subs = help_subcommands();
+    for s in [
+        "run",
+        "reload",
+        "status",
+        "explain",
+        "check-config",
+        "bird-config",
+    ] {
+        assert!(subs.iter().any(|x| x == s), "{s} in {subs:?}");
+    }
+    let page = |name: &str| {
+        std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    let top = page("sluice.1");
+    assert!(
+        top.starts_with(".ie") && top.contains(".TH sluice 1"),
+        "{top}"
+    );
+    for s in &subs {
+        let roff_name = format!("sluice\\-{}(1)", s.replace('-', "\\-"));
+        assert!(top.contains(&roff_name), "sluice.1 names {roff_name}");
+        let sub_page = page(&format!("sluice-{s}.1"));
+        assert!(sub_page.contains(&format!(".TH sluice-{s} 1")), "{s}");
+    }
+    for sub in ["run", "explain", "status"] {
+        let sub_page = page(&format!("sluice-{sub}.1"));
+        let options = help_long_options(sub);
+        assert!(!options.is_empty(), "{sub} has options");
+        for o in options {
+            let roff = o.replace('-', "\\-");
+            assert!(
+                sub_page.contains(&format!("\\fB{roff}\\fR")),
+                "sluice-{sub}.1 documents {o}"
+            );
+        }
+    }
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files.len(), subs.len() + 1, "{files:?}");
+    assert!(!files
+        .iter()
+        .any(|f| f.contains("generate") || f.contains("help")));
+}
+
+/// `sluice generate completions SHELL` for bash, zsh and fish offers
+/// every subcommand and every option of `run` and `explain`, and not
+/// the hidden `generate`.
+#[test]
+fn completions_cover_every_subcommand_and_option() {
+    let subs = help_subcommands();
+    let options: Vec<String> = ["run", "explain"]
+        .iter()
+        .flat_map(|s| help_long_options(s))
+        .collect();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = Command::new(sluice_bin())
+            .args(["generate", "completions", shell])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        for s in &subs {
+            assert!(script.contains(s.as_str()), "{shell} completes {s}");
+        }
+        for o in &options {
+            // fish writes `-l duration`, the others `--duration`.
+            let fish = format!("-l {}", &o[2..]);
+            assert!(
+                script.contains(o.as_str()) || script.contains(&fish),
+                "{shell} completes {o}"
+            );
+        }
+        assert!(!script.contains("generate"), "{shell}: generate is hidden");
+    }
+    let out = Command::new(sluice_bin())
+        .args(["generate", "completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "an unknown shell is refused");
+}

@@ -78,7 +78,7 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # NICs an appliance meets (the dpdk package does not pull them in).
 base_pkgs=(linux-image-amd64 initramfs-tools systemd systemd-sysv udev dbus kmod e2fsprogs
   systemd-boot-efi dpdk pciutils iproute2 iputils-ping procps openssh-server
-  less ca-certificates
+  less ca-certificates man-db bash-completion
   librte-net-virtio23 librte-net-ixgbe23 librte-net-i40e23 librte-net-ice23
   librte-net-e1000-23 librte-net-vmxnet3-23)
 deb_deps=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/(.*)//; s/|.*//; s/[[:space:]]//g' | grep . || true)
@@ -86,6 +86,7 @@ mapfile -t pkgs < <(printf '%s\n' "${base_pkgs[@]}" $deb_deps | sort -u)
 mm_opts=(--variant=minbase --architectures=amd64 --components=main
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+  --dpkgopt='path-include=/usr/share/man/man1/sluice*'
   --aptopt='APT::Install-Recommends "false"')
 mirrors=("deb $mirror $suite main" "deb $mirror $suite-updates main"
   "deb http://deb.debian.org/debian-security $suite-security main")
@@ -117,6 +118,13 @@ printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 0755 "$root/usr/sbin/policy-rc.d"
 chroot "$root" dpkg -i /tmp/sluice.deb >/dev/null 2>&1 || { chroot "$root" dpkg -i /tmp/sluice.deb; exit 1; }
 rm -f "$root/tmp/sluice.deb" "$root/usr/sbin/policy-rc.d"
+# mmdebstrap keeps its --dpkgopt path filters in the chroot
+# (/etc/dpkg/dpkg.cfg.d/99mmdebstrap): the package's man pages get in by
+# the path-include above; its completions are outside every filter.
+for f in usr/share/man/man1/sluice.1.gz usr/share/man/man1/sluice-explain.1.gz \
+         usr/share/bash-completion/completions/sluice; do
+  [ -s "$root/$f" ] || { echo "build.sh: the sluice package's /$f is not installed in the image" >&2; exit 1; }
+done
 step "installed $(chroot "$root" dpkg-query -W -f='${Package} ${Version}' sluice)"
 
 cp -r "$here/overlay/." "$root/"

@@ -28,6 +28,10 @@ for f in ./usr/bin/sluice ./etc/sluice/sluice.toml ./lib/systemd/system/sluice.s
          ./usr/share/doc/sluice/operations.md.gz ./usr/share/doc/sluice/configuration.md.gz; do
   grep -qxF "$f" <<<"$contents" && ok "ships $f" || fail "$f not in the package"
 done
+for f in ./usr/share/man/man1/sluice.1.gz ./usr/share/bash-completion/completions/sluice \
+         ./usr/share/zsh/vendor-completions/_sluice ./usr/share/fish/vendor_completions.d/sluice.fish; do
+  grep -qxF "$f" <<<"$contents" && ok "ships $f" || fail "$f not in the package"
+done
 mode=$(dpkg-deb -c "$deb" | awk '$NF == "./usr/bin/sluice" {print $1 " " $2}')
 [ "$mode" = "-rwxr-xr-x root/root" ] && ok "/usr/bin/sluice $mode" || fail "/usr/bin/sluice is '$mode'"
 
@@ -67,6 +71,60 @@ if sim=$(apt-get install -s -q "$PWD/$deb" 2>&1) && grep -q '^Inst sluice ' <<<"
 else
   fail "apt-get install -s: $sim"
 fi
+
+# Man pages and completions: one page per subcommand the packaged binary
+# lists, sluice(1) naming each, every completion script offering each.
+subcommands=$("$work/root/usr/bin/sluice" --help | sed -n '/^Commands:/,/^$/p' | awk 'NR > 1 && NF {print $1}' | grep -vx help)
+[ -n "$subcommands" ] || fail "sluice --help lists no subcommands"
+man1=$work/root/usr/share/man/man1
+top=$(zcat "$man1/sluice.1.gz")
+for sub in $subcommands; do
+  [ -f "$man1/sluice-$sub.1.gz" ] && ok "man page sluice-$sub(1)" || fail "no sluice-$sub.1.gz"
+  grep -qF "sluice\\-${sub//-/\\-}(1)" <<<"$top" && ok "sluice(1) names sluice-$sub(1)" \
+    || fail "sluice(1) does not name sluice-$sub(1)"
+  zcat "$man1/sluice-$sub.1.gz" | grep -q "^\.TH sluice-$sub 1 " && ok "sluice-$sub(1) has its title" \
+    || fail "sluice-$sub.1.gz has no .TH line"
+  for c in usr/share/bash-completion/completions/sluice usr/share/zsh/vendor-completions/_sluice \
+           usr/share/fish/vendor_completions.d/sluice.fish; do
+    grep -qw -- "$sub" "$work/root/$c" || fail "/$c does not offer $sub"
+  done
+done
+pages=$(ls "$man1" | wc -l)
+[ "$pages" -eq $(($(wc -w <<<"$subcommands") + 1)) ] && ok "$pages man pages" || fail "$pages man pages for: $subcommands"
+modes=$(dpkg-deb -c "$deb" | awk '$NF ~ /(man1\/|completions)/ && $1 !~ /^d/ {print $1}' | sort -u)
+[ "$modes" = "-rw-r--r--" ] && ok "man pages and completions are 0644" || fail "modes: $modes"
+if command -v man >/dev/null; then
+  # man renders each page (groff's warnings go to stderr: any fails).
+  for page in "$man1"/*.1.gz; do
+    name=$(basename "$page" .1.gz)
+    warnings=$(MANWIDTH=80 man --warnings -l "$page" 2>&1 >/dev/null || echo "man failed")
+    text=$(MANWIDTH=80 man -l "$page" 2>/dev/null | col -b)
+    if [ -z "$warnings" ] && grep -q "^NAME" <<<"$text" && grep -qF "$name" <<<"$text"; then
+      ok "man -l renders $name(1)"
+    else
+      fail "man -l $name: ${warnings:-no NAME section}"
+    fi
+  done
+else
+  echo "test-deb: skipped: man -l (man not installed)"
+fi
+bash -n "$work/root/usr/share/bash-completion/completions/sluice" && ok "bash completion parses" \
+  || fail "bash completion does not parse"
+if out=$(bash -c 'source "$1" && complete -p sluice' _ "$work/root/usr/share/bash-completion/completions/sluice" 2>&1) \
+   && grep -q -- '-F _sluice' <<<"$out"; then
+  ok "bash completion registers for sluice"
+else
+  fail "bash completion: $out"
+fi
+for sh in zsh fish; do
+  c=$work/root/usr/share/zsh/vendor-completions/_sluice
+  [ "$sh" = fish ] && c=$work/root/usr/share/fish/vendor_completions.d/sluice.fish
+  if command -v "$sh" >/dev/null; then
+    "$sh" -n "$c" && ok "$sh completion parses" || fail "$sh completion does not parse"
+  else
+    echo "test-deb: skipped: $sh -n (no $sh here)"
+  fi
+done
 
 # The shipped configuration passes the packaged binary's check.
 if "$work/root/usr/bin/sluice" check-config "$work/root/etc/sluice/sluice.toml"; then

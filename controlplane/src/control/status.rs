@@ -47,39 +47,51 @@ impl Controller {
             let view = shared.view();
             let cfg = view.config.ok_or("no configuration published yet")?;
             let state = ForwardingState::clone(&cell.load());
-            let ask = |frame: &[u8]| ask_workers(&mailboxes, frame);
+            let ask = |frames: &[Vec<u8>]| ask_workers(&mailboxes, frames);
             crate::explain::live::answer(&cfg, state, view.reports.to_vec(), args, ask)
         }
     }
 }
 
-/// Asks every worker's mailbox about `frame`'s flow; the answers that
-/// came within a second (a worker serves its mailbox between bursts).
+/// Asks every worker's mailbox about each frame's flow; per frame, the
+/// answers that came within one second for the whole batch (a worker
+/// serves its mailbox between bursts, every query waiting at once).
 fn ask_workers(
     mailboxes: &[std::sync::mpsc::Sender<ConntrackQuery>],
-    frame: &[u8],
-) -> Vec<(usize, sluice_core::explain::ConntrackAnswer)> {
-    let (reply, answers) = std::sync::mpsc::channel();
-    let asked = mailboxes
+    frames: &[Vec<u8>],
+) -> Vec<Vec<(usize, sluice_core::explain::ConntrackAnswer)>> {
+    let asked: Vec<_> = frames
         .iter()
-        .filter(|m| {
-            let q = ConntrackQuery {
-                frame: frame.to_vec(),
-                reply: reply.clone(),
-            };
-            m.send(q).is_ok()
+        .map(|frame| {
+            let (reply, answers) = std::sync::mpsc::channel();
+            let asked = mailboxes
+                .iter()
+                .filter(|m| {
+                    let q = ConntrackQuery {
+                        frame: frame.clone(),
+                        reply: reply.clone(),
+                    };
+                    m.send(q).is_ok()
+                })
+                .count();
+            (asked, answers)
         })
-        .count();
+        .collect();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    let mut out = Vec::with_capacity(asked);
-    while out.len() < asked {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match answers.recv_timeout(left) {
-            Ok(a) => out.push(a),
-            Err(_) => break,
-        }
-    }
-    out
+    asked
+        .into_iter()
+        .map(|(asked, answers)| {
+            let mut out = Vec::with_capacity(asked);
+            while out.len() < asked {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match answers.recv_timeout(left) {
+                    Ok(a) => out.push(a),
+                    Err(_) => break,
+                }
+            }
+            out
+        })
+        .collect()
 }
 
 /// Renders the status report (also used by tests).

@@ -1,11 +1,21 @@
-//! `sluice explain` against the running appliance: the request line the
+//! `sluice explain` against the running appliance: the request the
 //! client sends over the control socket, and the answer the appliance
-//! renders from its published snapshot, its real health, the port MACs it
-//! runs with, and the conntrack entry each worker holds for the flow
-//! (asked through the workers' mailboxes, answered between bursts).
+//! renders from a copy of its published snapshot, its real health, the
+//! port MACs it runs with, and the conntrack entry each worker holds for
+//! each packet's flow (asked through the workers' mailboxes, answered
+//! between bursts). `--unhealthy` turns backends unhealthy on that copy
+//! only: the running appliance is never changed.
 //!
-//! The request is one line: `explain <text|json> <PORT|-> <FLOW>`.
+//! The request is one line, `explain ` and a JSON [`Request`]: a flow
+//! written on the command line, or the frames of a capture in hex. A
+//! request carries at most [`MAX_PACKETS`] frames and
+//! [`crate::control_socket::MAX_REQUEST_BYTES`] bytes, so answering one
+//! takes bounded memory and time; the client refuses bigger captures
+//! before sending anything, the appliance refuses bigger requests.
 
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sluice_core::conntrack::policy::persists;
 use sluice_core::explain::{ConntrackAnswer, Explanation};
@@ -15,52 +25,129 @@ use super::{packet, render, Explainer};
 use crate::config::Config;
 use crate::publish::ServiceReport;
 
-/// The control-socket request for `flow` arriving on `port` (None: the
-/// first port).
-pub fn request_line(json: bool, port: Option<&str>, flow: &str) -> String {
-    let format = if json { "json" } else { "text" };
-    format!("explain {format} {} {flow}", port.unwrap_or("-"))
+/// The most frames one live request explains.
+pub const MAX_PACKETS: usize = 1024;
+
+/// What the client asks, after `explain ` on the request line.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// JSON documents (true) or text.
+    pub json: bool,
+    /// The port the packets arrive on (None: the first).
+    pub port: Option<String>,
+    /// Backends to assume unhealthy, on the copy of the snapshot.
+    #[serde(default)]
+    pub unhealthy: Vec<IpAddr>,
+    /// A flow written as on the command line.
+    #[serde(default)]
+    pub flow: Option<String>,
+    /// Frames of a capture, each in hex.
+    #[serde(default)]
+    pub frames: Vec<String>,
+}
+
+impl Request {
+    /// The request line sent over the control socket.
+    pub fn line(&self) -> String {
+        let body = serde_json::to_string(self).expect("a request serialises");
+        format!("explain {body}")
+    }
+
+    /// How many packets the answer explains.
+    pub fn packets(&self) -> usize {
+        if self.flow.is_some() {
+            1
+        } else {
+            self.frames.len()
+        }
+    }
+}
+
+/// `frame` in lower-case hex.
+pub fn hex(frame: &[u8]) -> String {
+    frame.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    text.as_bytes()
+        .chunks(2)
+        .map(|pair| {
+            let pair = std::str::from_utf8(pair).ok().filter(|p| p.len() == 2)?;
+            u8::from_str_radix(pair, 16).ok()
+        })
+        .collect()
+}
+
+/// The frames a request asks about, or why it cannot be answered.
+fn frames_of(req: &Request) -> Result<Vec<Vec<u8>>, String> {
+    match (&req.flow, req.frames.is_empty()) {
+        (Some(flow), true) => Ok(vec![packet::frame_of_flow(flow).map_err(|e| e.to_string())?]),
+        (None, false) if req.frames.len() > MAX_PACKETS => Err(format!(
+            "{} packets in one request; the running sluice explains at most {MAX_PACKETS}",
+            req.frames.len()
+        )),
+        (None, false) => req
+            .frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| unhex(f).ok_or_else(|| format!("packet {}: not hex", i + 1)))
+            .collect(),
+        _ => Err("malformed explain request: give either a flow or frames".into()),
+    }
 }
 
 /// The answer to a request line's arguments (after `explain `), or why
-/// it cannot be answered. `conntrack` asks every worker about a frame's
-/// flow: (worker, answer) for those that answered.
+/// it cannot be answered. `conntrack` asks every worker about each
+/// frame's flow: per frame, (worker, answer) for those that answered.
 pub fn answer(
     cfg: &Config,
     state: ForwardingState,
     reports: Vec<ServiceReport>,
     args: &str,
-    conntrack: impl FnOnce(&[u8]) -> Vec<(usize, ConntrackAnswer)>,
+    conntrack: impl FnOnce(&[Vec<u8>]) -> Vec<Vec<(usize, ConntrackAnswer)>>,
 ) -> Result<String, String> {
-    let mut words = args.splitn(3, ' ');
-    let (Some(format), Some(port), Some(flow)) = (words.next(), words.next(), words.next()) else {
-        return Err(format!("malformed explain request {args:?}"));
-    };
-    let frame = packet::frame_of_flow(flow).map_err(|e| e.to_string())?;
-    let ex = Explainer {
-        cfg,
-        state,
-        reports,
-        unhealthy: Default::default(),
-    };
-    let rx_port = match port {
-        "-" => 0,
-        name => ex
+    let req: Request =
+        serde_json::from_str(args).map_err(|e| format!("malformed explain request: {e}"))?;
+    let frames = frames_of(&req)?;
+    let ex = Explainer::assuming(cfg, state, reports, &req.unhealthy).map_err(|e| e.to_string())?;
+    let rx_port = match req.port.as_deref() {
+        None => 0,
+        Some(name) => ex
             .port_index(name)
             .ok_or_else(|| format!("no [[dataplane.port]] named {name:?}"))?,
     };
-    let e = ex.explain(&frame, rx_port);
-    let mut answers = conntrack(&frame);
-    answers.sort_by_key(|a| a.0);
-    let ct = conntrack_json(&ex, &e, &answers);
-    Ok(match format {
-        "json" => {
-            let mut v = render::json(&ex, &e);
+    let explanations: Vec<Explanation> = frames.iter().map(|f| ex.explain(f, rx_port)).collect();
+    let mut answers = conntrack(&frames);
+    answers.resize_with(frames.len(), Vec::new);
+    let what_if = (!ex.unhealthy.is_empty()).then(|| {
+        format!(
+            "what if {} were unhealthy: computed on a copy of the published snapshot; \
+             the running appliance is unchanged",
+            ex.assumed_unhealthy()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    });
+    let docs = explanations
+        .iter()
+        .zip(answers.iter_mut())
+        .map(|(e, answers)| {
+            answers.sort_by_key(|a| a.0);
+            let ct = conntrack_json(&ex, e, answers);
+            let mut v = render::json(&ex, e);
+            let mut text = render::text(&ex, e) + &conntrack_text(&ct);
             v["conntrack"] = ct;
-            format!("{v}\n")
-        }
-        _ => render::text(&ex, &e) + &conntrack_text(&ct),
-    })
+            if let Some(note) = &what_if {
+                v["what_if"] = json!(note);
+                text += &format!("what-if:       {note}\n");
+            }
+            (v, text)
+        })
+        .collect();
+    Ok(render::join(docs, req.json))
 }
 
 /// Which conntrack rule decides a later packet of the flow, given the

@@ -3,12 +3,15 @@
 //! every backend's eligibility, the chosen backend, next hop,
 //! encapsulation and MTU outcome.
 //!
-//! The snapshot is built by [`crate::publish`] exactly as `sluice run`
-//! builds it, under assumed health (every backend healthy except those
-//! named unhealthy); the decision itself is `sluice_core::explain`, which
+//! Offline, the snapshot is built by [`crate::publish`] exactly as `sluice
+//! run` builds it, under assumed health (every backend healthy); live, it
+//! is a copy of the published one ([`live`]). Backends named unhealthy
+//! are then turned unhealthy on that copy by the health-change path
+//! ([`crate::publish::assume_unhealthy`]). The decision itself is `sluice_core::explain`, which
 //! runs the packet path's own functions. [`packet`] turns a flow written
 //! on the command line, or a pcap file, into frames; [`render`] prints.
 
+pub mod client;
 pub mod live;
 pub mod packet;
 pub mod render;
@@ -22,7 +25,9 @@ use sluice_core::snapshot::ForwardingState;
 use crate::config::Config;
 use crate::health::{probe_keys, ProbeStatus};
 use crate::publish::ServiceReport;
-use crate::publish::{build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory};
+use crate::publish::{
+    assume_unhealthy, build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory,
+};
 
 /// A snapshot with what the build decided per service, to explain from.
 pub struct Explainer<'a> {
@@ -33,18 +38,27 @@ pub struct Explainer<'a> {
     pub unhealthy: HashSet<IpAddr>,
 }
 
+/// An `--unhealthy` address that no configured backend has.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--unhealthy {0}: no backend of the configuration has this address\n  \
+     hint: give the address of a backend of a [[backend_service]] \
+     (`sluice status` lists them)"
+)]
+pub struct NotABackend(pub IpAddr);
+
 impl<'a> Explainer<'a> {
     /// The snapshot `sluice run` would publish for `cfg` once its health
-    /// checks said: every checked backend healthy except `unhealthy`'s.
+    /// checks said every backend is healthy, then, on that copy, the
+    /// backends at `unhealthy` turned unhealthy ([`assume_unhealthy`]).
     /// Ports have their configured MACs (or none: an offline explanation
     /// has no NIC to ask).
-    pub fn offline(cfg: &'a Config, unhealthy: &[IpAddr]) -> Self {
-        let unhealthy: HashSet<IpAddr> = unhealthy.iter().copied().collect();
+    pub fn offline(cfg: &'a Config, unhealthy: &[IpAddr]) -> Result<Self, NotABackend> {
         let health: HashMap<_, _> = probe_keys(cfg)
             .into_iter()
             .map(|k| {
                 let mut s = ProbeStatus::new(k.initial);
-                s.state.healthy = !unhealthy.contains(&k.addr.ip());
+                s.state.healthy = true;
                 (k, s)
             })
             .collect();
@@ -57,12 +71,47 @@ impl<'a> Explainer<'a> {
             &BuildInputs::with_health(&health),
             1,
         );
-        Self {
+        Self::assuming(cfg, state, reports, unhealthy)
+    }
+
+    /// Explains from `state` (built from `cfg`, with `reports`) as it
+    /// would be with the backends at `unhealthy` unhealthy: a copy,
+    /// rebuilt by the health-change path; nothing is published.
+    pub fn assuming(
+        cfg: &'a Config,
+        state: ForwardingState,
+        reports: Vec<ServiceReport>,
+        unhealthy: &[IpAddr],
+    ) -> Result<Self, NotABackend> {
+        let unhealthy: HashSet<IpAddr> = unhealthy.iter().copied().collect();
+        let configured: HashSet<IpAddr> = cfg
+            .backend_services
+            .iter()
+            .flat_map(|s| s.backends.iter().map(|b| b.address))
+            .collect();
+        let mut sorted: Vec<IpAddr> = unhealthy.iter().copied().collect();
+        sorted.sort();
+        if let Some(a) = sorted.iter().find(|a| !configured.contains(a)) {
+            return Err(NotABackend(*a));
+        }
+        let (state, reports) = if unhealthy.is_empty() {
+            (state, reports)
+        } else {
+            assume_unhealthy(&state, &reports, cfg, &unhealthy)
+        };
+        Ok(Self {
             cfg,
             state,
             reports,
             unhealthy,
-        }
+        })
+    }
+
+    /// The backends assumed unhealthy, in address order.
+    pub fn assumed_unhealthy(&self) -> Vec<IpAddr> {
+        let mut v: Vec<IpAddr> = self.unhealthy.iter().copied().collect();
+        v.sort();
+        v
     }
 
     /// The index of the port named `name` (None: no such port).

@@ -178,6 +178,11 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
         "next_hop_mac": forwarded.then(|| crate::config::mac_text(e.output.get(..6).unwrap_or(&[]))),
         "output_bytes": e.output.len(),
         "mtu": mtu_text(ex, e),
+        "assumed_unhealthy": ex
+            .assumed_unhealthy()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -226,6 +231,15 @@ pub fn text(ex: &Explainer<'_>, e: &Explanation) -> String {
         );
     }
     let _ = writeln!(o, "ingress port:  {}", s(&v["ingress_port"]));
+    let assumed = ex.assumed_unhealthy();
+    if !assumed.is_empty() {
+        let list: Vec<String> = assumed.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            o,
+            "assumed:       {} unhealthy (--unhealthy)",
+            list.join(", ")
+        );
+    }
     let _ = writeln!(o, "rule:          {}", rule_text(&e.rule));
     let b = &v["balancing"];
     if !b.is_null() {
@@ -297,6 +311,27 @@ pub fn text(ex: &Explainer<'_>, e: &Explanation) -> String {
         let _ = writeln!(o, "mtu:           {}", s(&v["mtu"]));
     } else if !v["mtu"].is_null() {
         let _ = writeln!(o, "mtu:           {}", s(&v["mtu"]));
+    }
+    o
+}
+
+/// Several packets' documents, each (JSON, text), as `sluice explain`
+/// prints them: with `json` one document a line, numbered by
+/// `packet_index` (from 0); else the texts, headed `# packet N` (from 1)
+/// when there are several.
+pub fn join(docs: Vec<(Value, String)>, json: bool) -> String {
+    let several = docs.len() > 1;
+    let mut o = String::new();
+    for (i, (mut v, text)) in docs.into_iter().enumerate() {
+        if json {
+            v["packet_index"] = json!(i);
+            let _ = writeln!(o, "{v}");
+        } else {
+            if several {
+                let _ = writeln!(o, "# packet {}", i + 1);
+            }
+            o += &text;
+        }
     }
     o
 }

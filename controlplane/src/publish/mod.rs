@@ -33,6 +33,9 @@ use crate::policy::{client_variants, eligible, BackendView, PolicyParams};
 use crate::table_cache::{TableCache, TableInputs};
 
 pub use crate::backend_ids::BackendIds;
+pub use what_if::assume_unhealthy;
+
+mod what_if;
 
 /// What the health checks currently say, and what a build must remember.
 #[derive(Debug, Default)]

@@ -120,31 +120,43 @@ fn answer(p: Pending, controller: &mut Controller, service: &ServiceManager) {
     let Pending { request, reply } = p;
     match request {
         Request::Reload => {
-            let _ = reply.send(reload(controller, service));
+            let _ = reply.send(reload(controller, service).map_err(|e| e.to_string()));
         }
         // Rendered on its own thread from the published state: a status
         // over a big configuration never delays a publish.
-        Request::Status => on_thread(reply, "status", controller.status_renderer()),
-        Request::StatusJson => on_thread(reply, "status", controller.status_json_renderer()),
-        // Like status: from the published state, on its own thread.
+        Request::Status => {
+            let render = controller.status_renderer();
+            on_thread(reply, "status", move || Ok(render()))
+        }
+        Request::StatusJson => {
+            let render = controller.status_json_renderer();
+            on_thread(reply, "status", move || Ok(render()))
+        }
+        // Like status: from the published state, on its own thread; a
+        // request it cannot answer is an `error` reply (the client exits
+        // non-zero), never an answer.
         Request::Explain(args) => {
             let render = controller.explain_renderer();
             on_thread(reply, "explain", move || {
-                render(&args).unwrap_or_else(|e| format!("sluice explain: {e}\n"))
+                render(&args).map_err(|e| format!("sluice explain: {e}\n"))
             })
         }
     }
 }
 
-type Reply = std::sync::mpsc::Sender<Result<String, ReloadError>>;
+type Reply = std::sync::mpsc::Sender<Result<String, String>>;
 
 /// Answers a request from its own thread (`sluice-{what}`): rendering over
 /// a big configuration never delays the control loop.
-fn on_thread(reply: Reply, what: &str, render: impl FnOnce() -> String + Send + 'static) {
+fn on_thread(
+    reply: Reply,
+    what: &str,
+    render: impl FnOnce() -> Result<String, String> + Send + 'static,
+) {
     let spawned = std::thread::Builder::new()
         .name(format!("sluice-{what}"))
         .spawn(move || {
-            let _ = reply.send(Ok(render()));
+            let _ = reply.send(render());
         });
     if let Err(e) = spawned {
         controlplane::error!("sluice: {what}: cannot start a thread: {e}");
