@@ -1,6 +1,7 @@
 //! The real binary's log (stderr outside the journal): one line per event,
 //! `TIME LEVEL sluice: ...`, for a health transition with the failing
-//! probe's reason (HC-3/HC-4) and a reload naming what changed (AP-5).
+//! probe's reason (HC-3/HC-4), then its fields for searching (`backend=`,
+//! `service=`, `reason=`), and a reload naming what changed (AP-5).
 
 mod common;
 
@@ -126,7 +127,8 @@ fn health_transition_with_reason_and_reload_with_changes_are_logged() {
     assert_eq!(
         unhealthy,
         format!(
-            "sluice: health: backend 127.0.0.1:{hc} is unhealthy (reason http_status, 2 consecutive failures)"
+            "sluice: health: backend 127.0.0.1:{hc} is unhealthy (reason http_status, 2 consecutive failures) \
+             backend=127.0.0.1:{hc} service=web reason=http_status"
         ),
         "{text}"
     );

@@ -42,7 +42,8 @@ impl Controller {
     }
 
     /// One log line per probe whose healthy flag flipped: healthy at info,
-    /// unhealthy at warning priority.
+    /// unhealthy at warning priority, with the backend, the services
+    /// whose backend lists name it and (unhealthy) the reason as fields.
     fn log_health_flips(&self, events: &[health::Event]) {
         let Some(checker) = &self.checker else { return };
         if !events.iter().any(|e| e.change.health) {
@@ -53,22 +54,41 @@ impl Controller {
             let Some(s) = status.get(&e.key) else {
                 continue;
             };
+            let services = self.services_of(&e.key);
             if s.state.healthy {
                 crate::info!(
+                    backend = %e.key.addr,
+                    service = %services,
                     "sluice: health: backend {} is healthy (weight {}, {} consecutive successes)",
                     e.key.addr,
                     s.state.weight,
                     s.state.consecutive_successes
                 );
             } else {
+                let reason = s.last_failure.map_or("none", |r| r.name());
                 crate::warn!(
-                    "sluice: health: backend {} is unhealthy (reason {}, {} consecutive failures)",
+                    backend = %e.key.addr,
+                    service = %services,
+                    reason,
+                    "sluice: health: backend {} is unhealthy (reason {reason}, {} consecutive failures)",
                     e.key.addr,
-                    s.last_failure.map_or("none", |r| r.name()),
                     s.state.consecutive_failures
                 );
             }
         }
+    }
+
+    /// The names of the services the probe `key` checks a backend of,
+    /// comma-separated, each once.
+    fn services_of(&self, key: &ProbeKey) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for &(service, _) in self.probe_services.get(key).into_iter().flatten() {
+            let name = self.cfg.backend_services[service].name.as_str();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names.join(",")
     }
 
     /// Health events for the probes `keys`: rebuilds and publishes only
