@@ -12,16 +12,33 @@ use crate::publish::{rebuild_services, HealthChange};
 use super::Controller;
 
 impl Controller {
-    /// The probes whose state changed since the last step; health flips
-    /// are logged.
-    pub(super) fn take_health_events(&self) -> Vec<ProbeKey> {
+    /// The probes whose state changed since the last step, and when each
+    /// health flip among the changes was recorded; flips are logged.
+    pub(super) fn take_health_events(&self) -> (Vec<ProbeKey>, Vec<Instant>) {
         let events: Vec<health::Event> = self
             .checker
             .as_ref()
             .map(|c| c.events.try_iter().collect())
             .unwrap_or_default();
         self.log_health_flips(&events);
-        events.into_iter().map(|e| e.key).collect()
+        let flips = events
+            .iter()
+            .filter(|e| e.change.health)
+            .map(|e| e.at)
+            .collect();
+        (events.into_iter().map(|e| e.key).collect(), flips)
+    }
+
+    /// Health flips recorded at `flips` are in the snapshot published at
+    /// `published` (`sluice_health_event_publish_seconds`).
+    pub(super) fn flips_published(&self, flips: &[Instant], published: Instant) {
+        if flips.is_empty() {
+            return;
+        }
+        let mut v = self.shared.lock();
+        for &flipped in flips {
+            v.health_publish.observe(flipped, published);
+        }
     }
 
     /// A copy of every probe's state (None without health checks).
@@ -93,17 +110,18 @@ impl Controller {
 
     /// Health events for the probes `keys`: rebuilds and publishes only
     /// the services those probes check (nothing when the running
-    /// configuration has none of them). Work: the events' backends, then
-    /// eligibility and table per touched service.
-    pub(super) fn publish_health(&mut self, keys: &[ProbeKey]) {
-        let Some(checker) = &self.checker else { return };
+    /// configuration has none of them); returns when it published. Work:
+    /// the events' backends, then eligibility and table per touched
+    /// service.
+    pub(super) fn publish_health(&mut self, keys: &[ProbeKey]) -> Option<Instant> {
+        let checker = self.checker.as_ref()?;
         let started = Instant::now();
         let changes = {
             let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
             health_changes(&self.probe_services, &status, keys)
         };
         if changes.is_empty() {
-            return;
+            return None;
         }
         let prev = self.cell.load();
         let prev_reports = Arc::clone(&self.shared.view().reports);
@@ -118,7 +136,7 @@ impl Controller {
         );
         drop(prev);
         self.retired.push(self.cell.publish(state));
-        let published = started.elapsed().as_secs_f64();
+        let published = Instant::now();
         self.retire();
         // After the publish: the metrics' copy of the probe states, which
         // must agree with the snapshot (`sluice_backend_healthy`).
@@ -128,7 +146,8 @@ impl Controller {
         let mut v = self.shared.lock();
         v.reports = Arc::new(reports);
         v.health = Arc::new(health);
-        v.last_build_seconds = published;
+        v.last_build_seconds = published.duration_since(started).as_secs_f64();
+        Some(published)
     }
 }
 
