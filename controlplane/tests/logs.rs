@@ -249,5 +249,14 @@ backend_service = "web"
         .find(|l| l.contains("conntrack: worker 0 near full"))
         .unwrap_or_else(|| panic!("no near-full line in\n{}", r.stderr));
     assert!(after_time_and_level(line, "WARN").is_some(), "{line}");
-    assert!(line.contains("1000 of 1024 connections"), "{line}");
+    // The control loop reads the shard's occupancy every 10 ms while the
+    // worker replays: the line names what it held at the first read past
+    // 90 % (922), which on a loaded machine comes before the last flow.
+    let held: u32 = line
+        .split(" of 1024 connections")
+        .next()
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no \"N of 1024 connections\" in {line}"));
+    assert!((922..=1000).contains(&held), "{line}");
 }
