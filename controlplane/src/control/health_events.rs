@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::health::{self, ProbeKey, ProbeStatus};
@@ -39,6 +39,17 @@ impl Controller {
         for &flipped in flips {
             v.health_publish.observe(flipped, published);
         }
+        drop(v);
+        let oldest = flips
+            .iter()
+            .min()
+            .map_or(Duration::ZERO, |&f| published.saturating_duration_since(f));
+        crate::debug!(
+            generation = self.generation,
+            "sluice: health: {} flip(s) published, the oldest {:.1} ms after its verdict",
+            flips.len(),
+            oldest.as_secs_f64() * 1e3
+        );
     }
 
     /// A copy of every probe's state (None without health checks).
