@@ -294,4 +294,5 @@ backend_service = "web"
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no \"N of 1024 connections\" in {line}"));
     assert!((922..=1000).contains(&held), "{line}");
+    assert!(line.ends_with(" worker=0"), "{line}");
 }

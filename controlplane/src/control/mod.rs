@@ -192,7 +192,7 @@ impl Controller {
 }
 
 /// One log line per service whose new connections moved between its
-/// primary and failover pools since `prev`.
+/// primary and failover pools since `prev`, with the `service` field.
 fn log_pool_changes(
     prev: &[crate::publish::ServiceReport],
     next: &[crate::publish::ServiceReport],
@@ -215,10 +215,11 @@ fn log_pool_changes(
                 name(r.active_pool),
                 r.eligible
             );
+            let service = r.name.as_str();
             if r.active_pool == Some(crate::config::Pool::Failover) {
-                crate::warn!("{line}");
+                crate::warn!(service, "{line}");
             } else {
-                crate::info!("{line}");
+                crate::info!(service, "{line}");
             }
         }
     }
