@@ -29,3 +29,6 @@ pub mod service_manager;
 pub mod start_hints;
 pub mod synthetic;
 pub mod table_cache;
+
+/// The log's macros (`tracing` events; `log` installs the subscriber).
+pub use tracing::{debug, error, info, trace, warn};

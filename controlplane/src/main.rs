@@ -28,6 +28,7 @@ mod test_hook {
 const EXIT_CONFIG: u8 = 2;
 
 fn main() -> ExitCode {
+    controlplane::log::init();
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { files } => check_config(&files),

@@ -1,12 +1,14 @@
 //! Control-plane metrics: health per backend, weights, probe
 //! latency, transitions; eligible sets, active pool, table generation and
-//! build time per service; reloads; DPDK port counters and links.
+//! build time per service; health flip to publish latency; reloads; DPDK
+//! port counters and links.
 
 use prometheus::core::Collector as _;
 use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::{GaugeVec, IntCounterVec, IntGaugeVec, Opts};
 
 use crate::config::LocalityLbPolicy;
+use crate::control::publish_latency::{self, PublishLatency};
 use crate::control::View;
 use crate::health::{probe_key, FailureReason, ProbeStatus};
 
@@ -215,6 +217,7 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     .expect("valid metric definition");
     b.set(view.last_build_seconds);
     out.extend(b.collect());
+    out.push(health_publish_family(&view.health_publish));
     // A family without samples (no health checks, no services) makes the
     // text encoder fail the whole scrape.
     out.retain(|f| !f.get_metric().is_empty());
@@ -321,4 +324,38 @@ fn histogram(labels: &[&str; 2], st: &ProbeStatus) -> proto::Metric {
     let mut m = proto::Metric::from_label(pairs);
     m.set_histogram(h);
     m
+}
+
+/// `sluice_health_event_publish_seconds`: exported from the start (count
+/// 0), so a rate over it is defined before the first flip.
+fn health_publish_family(h: &PublishLatency) -> MetricFamily {
+    let mut cumulative = 0;
+    let buckets = publish_latency::BUCKETS
+        .iter()
+        .zip(&h.counts)
+        .map(|(&ub, &n)| {
+            cumulative += n;
+            let mut b = proto::Bucket::default();
+            b.set_upper_bound(ub);
+            b.set_cumulative_count(cumulative);
+            b
+        })
+        .collect();
+    let mut histogram = proto::Histogram::default();
+    histogram.set_sample_count(h.count());
+    histogram.set_sample_sum(h.sum);
+    histogram.set_bucket(buckets);
+    let mut m = proto::Metric::default();
+    m.set_histogram(histogram);
+    let mut f = MetricFamily::default();
+    f.set_name("sluice_health_event_publish_seconds".into());
+    f.set_help(
+        "Seconds from a health checker's verdict change (a backend turning healthy or \
+         unhealthy) to the publication to the workers of the forwarding snapshot that \
+         reflects it."
+            .into(),
+    );
+    f.set_field_type(MetricType::HISTOGRAM);
+    f.set_metric(vec![m]);
+    f
 }

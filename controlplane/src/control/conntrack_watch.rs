@@ -25,7 +25,8 @@ pub fn crossed(entries: u64, capacity: u64, near_full: bool) -> Option<bool> {
 }
 
 impl Controller {
-    /// Reads each worker's conntrack occupancy and logs the crossings.
+    /// Reads each worker's conntrack occupancy and logs the crossings
+    /// (with the `worker` field).
     pub(super) fn watch_conntrack(&mut self) {
         self.conntrack_near_full.resize(self.stats.len(), false);
         for (worker, (s, near_full)) in self
@@ -37,11 +38,13 @@ impl Controller {
             let (entries, capacity) = (s.conntrack.entries.get(), s.conntrack.capacity.get());
             match crossed(entries, capacity, *near_full) {
                 Some(true) => crate::warn!(
+                    worker,
                     "sluice: conntrack: worker {worker} near full: {entries} of {capacity} \
                      connections; beyond it new flows go by Maglev alone \
                      (raise dataplane.conntrack_capacity)"
                 ),
                 Some(false) => crate::info!(
+                    worker,
                     "sluice: conntrack: worker {worker} has room again: {entries} of {capacity} connections"
                 ),
                 None => continue,

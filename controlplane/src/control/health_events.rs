@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::health::{self, ProbeKey, ProbeStatus};
@@ -12,16 +12,44 @@ use crate::publish::{rebuild_services, HealthChange};
 use super::Controller;
 
 impl Controller {
-    /// The probes whose state changed since the last step; health flips
-    /// are logged.
-    pub(super) fn take_health_events(&self) -> Vec<ProbeKey> {
+    /// The probes whose state changed since the last step, and when each
+    /// health flip among the changes was recorded; flips are logged.
+    pub(super) fn take_health_events(&self) -> (Vec<ProbeKey>, Vec<Instant>) {
         let events: Vec<health::Event> = self
             .checker
             .as_ref()
             .map(|c| c.events.try_iter().collect())
             .unwrap_or_default();
         self.log_health_flips(&events);
-        events.into_iter().map(|e| e.key).collect()
+        let flips = events
+            .iter()
+            .filter(|e| e.change.health)
+            .map(|e| e.at)
+            .collect();
+        (events.into_iter().map(|e| e.key).collect(), flips)
+    }
+
+    /// Health flips recorded at `flips` are in the snapshot published at
+    /// `published` (`sluice_health_event_publish_seconds`).
+    pub(super) fn flips_published(&self, flips: &[Instant], published: Instant) {
+        if flips.is_empty() {
+            return;
+        }
+        let mut v = self.shared.lock();
+        for &flipped in flips {
+            v.health_publish.observe(flipped, published);
+        }
+        drop(v);
+        let oldest = flips
+            .iter()
+            .min()
+            .map_or(Duration::ZERO, |&f| published.saturating_duration_since(f));
+        crate::debug!(
+            generation = self.generation,
+            "sluice: health: {} flip(s) published, the oldest {:.1} ms after its verdict",
+            flips.len(),
+            oldest.as_secs_f64() * 1e3
+        );
     }
 
     /// A copy of every probe's state (None without health checks).
@@ -42,7 +70,8 @@ impl Controller {
     }
 
     /// One log line per probe whose healthy flag flipped: healthy at info,
-    /// unhealthy at warning priority.
+    /// unhealthy at warning priority, with the backend, the services
+    /// whose backend lists name it and (unhealthy) the reason as fields.
     fn log_health_flips(&self, events: &[health::Event]) {
         let Some(checker) = &self.checker else { return };
         if !events.iter().any(|e| e.change.health) {
@@ -53,37 +82,57 @@ impl Controller {
             let Some(s) = status.get(&e.key) else {
                 continue;
             };
+            let services = self.services_of(&e.key);
             if s.state.healthy {
                 crate::info!(
+                    backend = %e.key.addr,
+                    service = %services,
                     "sluice: health: backend {} is healthy (weight {}, {} consecutive successes)",
                     e.key.addr,
                     s.state.weight,
                     s.state.consecutive_successes
                 );
             } else {
+                let reason = s.last_failure.map_or("none", |r| r.name());
                 crate::warn!(
-                    "sluice: health: backend {} is unhealthy (reason {}, {} consecutive failures)",
+                    backend = %e.key.addr,
+                    service = %services,
+                    reason,
+                    "sluice: health: backend {} is unhealthy (reason {reason}, {} consecutive failures)",
                     e.key.addr,
-                    s.last_failure.map_or("none", |r| r.name()),
                     s.state.consecutive_failures
                 );
             }
         }
     }
 
+    /// The names of the services the probe `key` checks a backend of,
+    /// comma-separated, each once.
+    fn services_of(&self, key: &ProbeKey) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for &(service, _) in self.probe_services.get(key).into_iter().flatten() {
+            let name = self.cfg.backend_services[service].name.as_str();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names.join(",")
+    }
+
     /// Health events for the probes `keys`: rebuilds and publishes only
     /// the services those probes check (nothing when the running
-    /// configuration has none of them). Work: the events' backends, then
-    /// eligibility and table per touched service.
-    pub(super) fn publish_health(&mut self, keys: &[ProbeKey]) {
-        let Some(checker) = &self.checker else { return };
+    /// configuration has none of them); returns when it published. Work:
+    /// the events' backends, then eligibility and table per touched
+    /// service.
+    pub(super) fn publish_health(&mut self, keys: &[ProbeKey]) -> Option<Instant> {
+        let checker = self.checker.as_ref()?;
         let started = Instant::now();
         let changes = {
             let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
             health_changes(&self.probe_services, &status, keys)
         };
         if changes.is_empty() {
-            return;
+            return None;
         }
         let prev = self.cell.load();
         let prev_reports = Arc::clone(&self.shared.view().reports);
@@ -98,7 +147,7 @@ impl Controller {
         );
         drop(prev);
         self.retired.push(self.cell.publish(state));
-        let published = started.elapsed().as_secs_f64();
+        let published = Instant::now();
         self.retire();
         // After the publish: the metrics' copy of the probe states, which
         // must agree with the snapshot (`sluice_backend_healthy`).
@@ -108,7 +157,8 @@ impl Controller {
         let mut v = self.shared.lock();
         v.reports = Arc::new(reports);
         v.health = Arc::new(health);
-        v.last_build_seconds = published;
+        v.last_build_seconds = published.duration_since(started).as_secs_f64();
+        Some(published)
     }
 }
 

@@ -9,6 +9,7 @@
 //!
 //! - `health_events`: probe results, published per touched service;
 //! - `neighbour_events`: the kernel's next hops (AP-4);
+//! - `publish_latency`: how long a health flip takes to be published;
 //! - `rebuild`: the full rebuild that neighbour changes, draining
 //!   deadlines (CT-10) and reloads end in;
 //! - `reload`: re-reading the file, what may change while running;
@@ -34,6 +35,7 @@ mod changes;
 mod conntrack_watch;
 mod health_events;
 mod neighbour_events;
+pub mod publish_latency;
 mod rebuild;
 mod reload;
 mod retire;
@@ -167,16 +169,19 @@ impl Controller {
     /// and draining deadlines, republishes when anything changed, frees
     /// retired snapshots no worker holds any more.
     pub fn tick(&mut self) {
-        let health = self.take_health_events();
+        let (health, flips) = self.take_health_events();
         let neighbours = self.neighbours_changed();
         let deadline = self
             .memory
             .next_deadline()
             .is_some_and(|d| d <= (self.clock)());
         if neighbours || deadline {
-            self.rebuild();
+            let published = self.rebuild();
+            self.flips_published(&flips, published);
         } else if !health.is_empty() {
-            self.publish_health(&health);
+            if let Some(published) = self.publish_health(&health) {
+                self.flips_published(&flips, published);
+            }
         } else if self.view_refreshed.elapsed() >= VIEW_REFRESH {
             self.refresh_probe_counters();
         }
@@ -187,7 +192,7 @@ impl Controller {
 }
 
 /// One log line per service whose new connections moved between its
-/// primary and failover pools since `prev`.
+/// primary and failover pools since `prev`, with the `service` field.
 fn log_pool_changes(
     prev: &[crate::publish::ServiceReport],
     next: &[crate::publish::ServiceReport],
@@ -210,10 +215,11 @@ fn log_pool_changes(
                 name(r.active_pool),
                 r.eligible
             );
+            let service = r.name.as_str();
             if r.active_pool == Some(crate::config::Pool::Failover) {
-                crate::warn!("{line}");
+                crate::warn!(service, "{line}");
             } else {
-                crate::info!("{line}");
+                crate::info!(service, "{line}");
             }
         }
     }

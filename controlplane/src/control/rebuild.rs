@@ -10,8 +10,9 @@ use crate::publish::{build_forwarding_state_with, BuildInputs};
 use super::Controller;
 
 impl Controller {
-    /// Builds and publishes a snapshot of the running configuration.
-    pub(super) fn rebuild(&mut self) {
+    /// Builds and publishes a snapshot of the running configuration;
+    /// returns when it was published.
+    pub(super) fn rebuild(&mut self) -> Instant {
         let started = Instant::now();
         let health = self.probe_status();
         let neighbours = self
@@ -36,6 +37,7 @@ impl Controller {
             s.backend_packets.cover(state.backends.len());
         }
         self.retired.push(self.cell.publish(state));
+        let published = Instant::now();
         self.retire();
         let health = health.unwrap_or_default();
         let prev_reports = Arc::clone(&self.shared.view().reports);
@@ -45,5 +47,6 @@ impl Controller {
         v.health = Arc::new(health);
         v.config = Some(Arc::clone(&self.cfg));
         v.last_build_seconds = started.elapsed().as_secs_f64();
+        published
     }
 }

@@ -8,6 +8,8 @@ use crate::config::Config;
 use crate::health::{ProbeKey, ProbeStatus};
 use crate::publish::ServiceReport;
 
+use super::publish_latency::PublishLatency;
+
 /// What other threads may read (metrics, `sluice status`).
 #[derive(Debug, Default)]
 pub struct Shared {
@@ -27,6 +29,8 @@ pub struct View {
     /// epoch) and, when it was refused, why. None before the first reload.
     pub last_reload: Option<LastReload>,
     pub last_build_seconds: f64,
+    /// Health flips' latency to the publication reflecting them.
+    pub health_publish: PublishLatency,
     /// Digests and announcement (AP-6), shared by every copy of the view.
     pub fleet: Arc<crate::fleet::Fleet>,
 }

@@ -80,6 +80,8 @@ pub const LATENCY_BUCKETS: [f64; 8] = [0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.
 pub struct Event {
     pub key: ProbeKey,
     pub change: Change,
+    /// When the probe result that made the change was recorded.
+    pub at: Instant,
 }
 
 /// Shared view of every probe's status, written by the scheduler.
@@ -343,6 +345,7 @@ impl<P: Probe> Scheduler<P> {
             self.events.push_back(Event {
                 key: e.key.clone(),
                 change,
+                at: now,
             });
         }
     }

@@ -72,7 +72,7 @@ impl Runtime {
         let workers = usize::from(cfg.dataplane.workers);
         // Declared before `eal`: dropped after it, on every path out.
         let mut runtime_dir = RuntimeDir::of(args);
-        if let Err(e) = dataplane::dpdk::log_to(dpdk_log) {
+        if let Err(e) = dataplane::dpdk::log_to(controlplane::log::dpdk) {
             controlplane::warn!("sluice: DPDK's log stays on stdout and syslog: {e}");
         }
         let mut eal =
@@ -418,15 +418,4 @@ fn start_taps(
         taps.push(Some((tap, pairs)));
     }
     Ok(taps)
-}
-
-/// One DPDK log message as one sluice log line at its priority.
-fn dpdk_log(level: dataplane::dpdk::DpdkLogLevel, text: &str) {
-    let text = text.trim_end();
-    if !text.is_empty() {
-        controlplane::log::write(
-            controlplane::log::dpdk_priority(level, text),
-            format_args!("sluice: DPDK: {text}"),
-        );
-    }
 }

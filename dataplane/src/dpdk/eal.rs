@@ -16,8 +16,10 @@ pub enum DpdkLogLevel {
     /// RTE_LOG_EMERG .. RTE_LOG_ERR.
     Error,
     Warning,
-    /// RTE_LOG_NOTICE, RTE_LOG_INFO, RTE_LOG_DEBUG.
+    /// RTE_LOG_NOTICE, RTE_LOG_INFO.
     Info,
+    /// RTE_LOG_DEBUG.
+    Debug,
 }
 
 impl DpdkLogLevel {
@@ -25,7 +27,8 @@ impl DpdkLogLevel {
         match u32::try_from(level).unwrap_or(0) {
             0..=dpdk_sys::RTE_LOG_ERR => DpdkLogLevel::Error,
             dpdk_sys::RTE_LOG_WARNING => DpdkLogLevel::Warning,
-            _ => DpdkLogLevel::Info,
+            dpdk_sys::RTE_LOG_NOTICE | dpdk_sys::RTE_LOG_INFO => DpdkLogLevel::Info,
+            _ => DpdkLogLevel::Debug,
         }
     }
 }
