@@ -138,8 +138,8 @@ fn ip(args: &[&str]) -> Result<(), IpCommandError> {
 }
 
 /// Runs `ip ARGS` and returns what it printed; the error names the command
-/// and what it said. Shared with the neighbour resolver.
-pub(crate) fn run_ip(args: &[&str]) -> Result<Vec<u8>, IpCommandError> {
+/// and what it said.
+fn run_ip(args: &[&str]) -> Result<Vec<u8>, IpCommandError> {
     let out = Command::new("ip")
         .args(args)
         .output()
