@@ -9,7 +9,7 @@ use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::RouteNetlinkMessage;
 use sluice_core::backend::Egress;
 
 /// The kernel's route to a backend: its interface and gateway.
@@ -144,11 +144,9 @@ impl Neighbours {
 }
 
 /// The key and entry of an IPv4 or IPv6 neighbour message; None for other
-/// families (a bridge's forwarding entries arrive as neighbours too).
+/// families (a bridge's forwarding entries arrive as neighbours too, their
+/// destination parsed as `NeighbourAddress::Other`).
 fn neighbour_entry(n: &NeighbourMessage) -> Option<((u32, IpAddr), Neighbour)> {
-    if !matches!(n.header.family, AddressFamily::Inet | AddressFamily::Inet6) {
-        return None;
-    }
     let mut dst = None;
     let mut lladdr = None;
     for a in &n.attributes {
