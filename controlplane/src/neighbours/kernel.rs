@@ -1,32 +1,29 @@
 //! The resolver's rtnetlink sockets (`NETLINK_ROUTE`, messages built and
 //! parsed by `netlink-packet-route`): one subscribed to neighbour and route
-//! events, which also carries the neighbour table dumps, and one for route
-//! lookups, whose answers then never queue behind events.
+//! events, which also carries the neighbour table dumps, and a
+//! [`RequestSocket`] for route lookups, whose answers then never queue
+//! behind events.
 
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::time::Duration;
 
-use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_packet_route::neighbour::NeighbourMessage;
 use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use rustix::io::Errno;
 use rustix::net::netlink::SocketAddrNetlink;
-use rustix::net::{AddressFamily as Af, RecvFlags, SendFlags, SocketFlags, SocketType};
+use rustix::net::{AddressFamily as Af, RecvFlags, SocketFlags, SocketType};
 
 use super::state::Route;
+use crate::rtnetlink::{self, for_each_message, RequestSocket};
 
 /// `RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` (linux/rtnetlink.h).
 const GROUPS: u32 = 0x4 | 0x40 | 0x400;
 /// The event socket's receive buffer: a neighbour table dump of a large
 /// L2 segment and a burst of route events fit before ENOBUFS.
 const EVENT_BUFFER: usize = 4 << 20;
-/// How long a route lookup waits for the kernel's answer.
-const LOOKUP_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Why the kernel gave no route for a backend.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +54,7 @@ pub struct EventSocket {
 
 impl EventSocket {
     pub fn open() -> io::Result<Self> {
-        let fd = netlink_socket(SocketFlags::NONBLOCK)?;
+        let fd = rtnetlink::socket(SocketFlags::NONBLOCK)?;
         rustix::net::bind(&fd, &SocketAddrNetlink::new(0, GROUPS))?;
         rustix::net::sockopt::set_socket_recv_buffer_size(&fd, EVENT_BUFFER)?;
         Ok(Self {
@@ -72,12 +69,12 @@ impl EventSocket {
     /// returned sequence number.
     pub fn request_neighbour_dump(&mut self) -> io::Result<u32> {
         self.seq = self.seq.wrapping_add(1);
-        let msg = request(
+        let msg = rtnetlink::request(
             RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
             NLM_F_REQUEST | NLM_F_DUMP,
             self.seq,
         );
-        send(&self.fd, &msg)?;
+        rtnetlink::send(&self.fd, &msg)?;
         Ok(self.seq)
     }
 
@@ -113,77 +110,42 @@ pub fn parse(datagram: &[u8], out: &mut Vec<Incoming>) {
     });
 }
 
-fn for_each_message(
-    datagram: &[u8],
-    mut f: impl FnMut(NetlinkHeader, NetlinkPayload<RouteNetlinkMessage>),
-) {
-    let mut rest = datagram;
-    while rest.len() >= 16 {
-        let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        if len < 16 || len > rest.len() {
-            return;
-        }
-        if let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len]) {
-            f(m.header, m.payload);
-        }
-        rest = &rest[len.next_multiple_of(4).min(rest.len())..];
-    }
-}
-
 /// Route lookups (`RTM_GETROUTE` for one address, as `ip route get` asks).
 pub struct RouteLookup {
-    fd: OwnedFd,
-    seq: u32,
+    requests: RequestSocket,
     /// For interface index → name (an ioctl on any socket).
     probe: OwnedFd,
-    buf: Vec<u8>,
 }
 
 impl RouteLookup {
     pub fn open() -> io::Result<Self> {
-        let fd = netlink_socket(SocketFlags::empty())?;
-        rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))?;
-        rustix::net::sockopt::set_socket_timeout(
-            &fd,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(LOOKUP_TIMEOUT),
-        )?;
         let probe =
             rustix::net::socket_with(Af::INET, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
         Ok(Self {
-            fd,
-            seq: 0,
+            requests: RequestSocket::open()?,
             probe,
-            buf: vec![0; 16 << 10],
         })
     }
 
     /// The kernel's route to `addr`, with its interface's name.
     pub fn get(&mut self, addr: IpAddr) -> Result<Route, LookupError> {
-        let kernel = |source: io::Error| LookupError::Kernel { addr, source };
-        self.seq = self.seq.wrapping_add(1);
-        let seq = self.seq;
-        send(&self.fd, &route_get_request(addr, seq)).map_err(kernel)?;
-        loop {
-            let (n, _) = match rustix::net::recv(&self.fd, &mut self.buf, RecvFlags::empty()) {
-                Ok(r) => r,
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(kernel(e.into())),
-            };
-            let Some(answer) = route_answer(&self.buf[..n.min(self.buf.len())], seq) else {
-                continue;
-            };
-            let mut route = answer.map_err(kernel)?.ok_or(LookupError::Empty { addr })?;
-            route.dev = route
-                .oif
-                .and_then(|i| rustix::net::netdevice::index_to_name(&self.probe, i).ok());
-            return Ok(route);
-        }
+        let answer = self
+            .requests
+            .ask(route_get(addr), 0)
+            .map_err(|source| LookupError::Kernel { addr, source })?;
+        let Some(RouteNetlinkMessage::NewRoute(m)) = answer else {
+            return Err(LookupError::Empty { addr });
+        };
+        let mut route = Route::from_message(&m);
+        route.dev = route
+            .oif
+            .and_then(|i| rustix::net::netdevice::index_to_name(&self.probe, i).ok());
+        Ok(route)
     }
 }
 
 /// The `RTM_GETROUTE` request for `addr`.
-pub fn route_get_request(addr: IpAddr, seq: u32) -> Vec<u8> {
+pub fn route_get(addr: IpAddr) -> RouteNetlinkMessage {
     let mut m = RouteMessage::default();
     let (family, len, dst) = match addr {
         IpAddr::V4(a) => (AddressFamily::Inet, 32, RouteAddress::Inet(a)),
@@ -192,53 +154,5 @@ pub fn route_get_request(addr: IpAddr, seq: u32) -> Vec<u8> {
     m.header.address_family = family;
     m.header.destination_prefix_length = len;
     m.attributes.push(RouteAttribute::Destination(dst));
-    request(RouteNetlinkMessage::GetRoute(m), NLM_F_REQUEST, seq)
-}
-
-/// The answer to route get `seq` in a datagram: Some(Ok(route)), the
-/// kernel's error, or Some(Ok(None)) for an answer without a route; None
-/// when the datagram holds no answer to `seq`.
-pub fn route_answer(datagram: &[u8], seq: u32) -> Option<io::Result<Option<Route>>> {
-    let mut answer = None;
-    for_each_message(datagram, |header, payload| {
-        if header.sequence_number != seq || answer.is_some() {
-            return;
-        }
-        answer = match payload {
-            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => {
-                Some(Ok(Some(Route::from_message(&r))))
-            }
-            NetlinkPayload::Error(e) if e.code.is_some() => Some(Err(e.to_io())),
-            NetlinkPayload::Error(_) | NetlinkPayload::Done(_) => Some(Ok(None)),
-            _ => None,
-        };
-    });
-    answer
-}
-
-fn request(inner: RouteNetlinkMessage, flags: u16, seq: u32) -> Vec<u8> {
-    let mut m = NetlinkMessage::new(
-        NetlinkHeader::default(),
-        NetlinkPayload::InnerMessage(inner),
-    );
-    m.header.flags = flags;
-    m.header.sequence_number = seq;
-    m.finalize();
-    let mut buf = vec![0; m.buffer_len()];
-    m.serialize(&mut buf);
-    buf
-}
-
-fn netlink_socket(flags: SocketFlags) -> io::Result<OwnedFd> {
-    Ok(rustix::net::socket_with(
-        Af::NETLINK,
-        SocketType::RAW,
-        SocketFlags::CLOEXEC | flags,
-        None, // NETLINK_ROUTE
-    )?)
-}
-
-fn send(fd: &OwnedFd, msg: &[u8]) -> io::Result<()> {
-    rustix::net::sendto(fd, msg, SendFlags::empty(), &SocketAddrNetlink::new(0, 0))?;
-    Ok(())
+    RouteNetlinkMessage::GetRoute(m)
 }

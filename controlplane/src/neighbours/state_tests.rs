@@ -2,8 +2,18 @@
 //! `linux/neighbour.h` and `linux/rtnetlink.h`, parsed and applied as the
 //! resolver does.
 
-use super::super::kernel::{parse, route_answer, Incoming, LookupError};
+use super::super::kernel::{parse, Incoming, LookupError};
 use super::*;
+
+/// The route in the answer to request `seq`, as the lookup reads it.
+fn route_answer(datagram: &[u8], seq: u32) -> Option<std::io::Result<Option<Route>>> {
+    crate::rtnetlink::answer(datagram, seq).map(|a| {
+        a.map(|m| match m {
+            Some(RouteNetlinkMessage::NewRoute(r)) => Some(Route::from_message(&r)),
+            _ => None,
+        })
+    })
+}
 
 const RTM_NEWROUTE: u16 = 24;
 const RTM_NEWNEIGH: u16 = 28;
