@@ -5,7 +5,9 @@
 //! neighbour entry (`ip neigh replace … nud permanent`), sends a flow's
 //! packets every millisecond into the veth's other end and watches which
 //! MAC sluice forwards them to, then replaces the entry's MAC and
-//! measures how long until forwarded frames carry the new one.
+//! measures how long until forwarded frames carry the new one. The TAP's
+//! MAC, MTU, addresses and default route, which sluice sets over
+//! rtnetlink, are checked on the way.
 
 mod common;
 
@@ -87,6 +89,9 @@ name = "uplink"
 device = "net_af_packet0,iface={port}"
 mac = "{mac}"
 address = "10.77.0.2/24"
+address6 = "fd77::2/64"
+gateway = "10.77.0.1"
+mtu = 1400
 tap = "{tap}"
 
 [[backend_service]]
@@ -253,6 +258,28 @@ fn ap_4_a_next_hop_mac_change_reaches_the_dataplane_in_milliseconds() {
         ])
     };
     pin(MAC1);
+    // The TAP as sluice configured it over rtnetlink.
+    let show = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["-n", &n.netns])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let link = show(&["link", "show", "dev", &n.tap]);
+    assert!(
+        link.contains("mtu 1400") && link.contains(&mac_str(&PORT_MAC)),
+        "{link}"
+    );
+    let addr6 = show(&["-6", "addr", "show", "dev", &n.tap]);
+    let global = addr6.lines().find(|l| l.contains("fd77::2/64"));
+    assert!(global.is_some_and(|l| l.contains("nodad")), "{addr6}");
+    let route = show(&["route", "show", "default"]);
+    assert!(
+        route.contains(&format!("default via 10.77.0.1 dev {}", n.tap)),
+        "{route}"
+    );
 
     let frame = tcp_frame(PORT_MAC, [10, 9, 0, 1], VIP, 40000, 80, 1);
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
