@@ -223,7 +223,7 @@ fn a_route_event_invalidates_routes() {
 #[test]
 fn route_answers_with_and_without_gateway() {
     let oif = attr(RTA_OIF, &TAP.to_ne_bytes());
-    let direct = route_msg(5, "10.0.0.11", &[oif.clone()]);
+    let direct = route_msg(5, "10.0.0.11", std::slice::from_ref(&oif));
     let r = route_answer(&direct, 5).unwrap().unwrap().unwrap();
     assert_eq!((r.oif, r.gateway), (Some(TAP), None));
     assert!(route_answer(&direct, 6).is_none(), "another request's");
