@@ -78,13 +78,17 @@ impl EventSocket {
         Ok(self.seq)
     }
 
-    /// Everything queued on the socket, without blocking. `Err` with
-    /// `ENOBUFS` means events were lost: the caller resynchronises.
-    pub fn drain(&mut self, out: &mut Vec<Incoming>) -> io::Result<()> {
+    /// Everything queued on the socket, without blocking (the socket is
+    /// polled edge-triggered, so it is read until empty). Ok(true) when
+    /// the kernel dropped events meanwhile (`ENOBUFS`): the caller
+    /// resynchronises.
+    pub fn drain(&mut self, out: &mut Vec<Incoming>) -> io::Result<bool> {
+        let mut lost = false;
         loop {
             match rustix::net::recv(&self.fd, &mut self.buf, RecvFlags::empty()) {
                 Ok((n, _)) => parse(&self.buf[..n.min(self.buf.len())], out),
-                Err(Errno::AGAIN) => return Ok(()),
+                Err(Errno::AGAIN) => return Ok(lost),
+                Err(Errno::NOBUFS) => lost = true,
                 Err(Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }

@@ -171,16 +171,16 @@ impl Resolver {
     /// Applies every queued event and dump entry.
     fn read_kernel(&mut self) {
         let mut incoming = Vec::new();
-        if let Err(e) = self.kernel.drain(&mut incoming) {
-            if e.raw_os_error() == Some(libc::ENOBUFS) {
+        match self.kernel.drain(&mut incoming) {
+            Ok(false) => {}
+            Ok(true) => {
                 crate::warn!(
                     "sluice: neighbour resolver: kernel events lost (socket buffer full); \
                      reading the neighbour and route tables again"
                 );
                 self.sync.events_lost();
-            } else {
-                crate::warn!("sluice: neighbour resolver: netlink receive: {e}");
             }
+            Err(e) => crate::warn!("sluice: neighbour resolver: netlink receive: {e}"),
         }
         for m in &incoming {
             if self.sync.apply(m) == Change::Routes {
