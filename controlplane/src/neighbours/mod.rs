@@ -23,6 +23,7 @@
 
 mod kernel;
 mod nudge;
+mod report;
 mod state;
 mod sync;
 
@@ -41,6 +42,7 @@ use sluice_core::backend::Egress;
 
 use kernel::{EventSocket, LookupError, RouteLookup};
 use nudge::{Nudger, NUDGE_INTERVAL};
+use report::{NextHopLog, Outcome};
 use state::{resolve, Change, Route};
 use sync::TableSync;
 pub use sync::RESYNC;
@@ -96,7 +98,7 @@ impl NeighbourResolver {
             sync: TableSync::new(Instant::now()),
             routes: HashMap::new(),
             nudger: Nudger::default(),
-            logged: HashMap::new(),
+            logged: NextHopLog::default(),
             targets: Arc::clone(&targets),
             table: Arc::clone(&table),
             events: events_tx,
@@ -123,13 +125,6 @@ impl NeighbourResolver {
     }
 }
 
-/// What was last logged about a backend's next hop.
-#[derive(Clone, Debug, PartialEq)]
-enum Logged {
-    Resolved(Option<[u8; 6]>),
-    Unresolved(String),
-}
-
 struct Resolver {
     taps: Vec<Option<String>>,
     kernel: EventSocket,
@@ -138,7 +133,7 @@ struct Resolver {
     /// Each backend's route; a failed lookup with when it was made.
     routes: HashMap<IpAddr, (Instant, Result<Route, LookupError>)>,
     nudger: Nudger,
-    logged: HashMap<IpAddr, Logged>,
+    logged: NextHopLog,
     targets: Arc<Mutex<Vec<IpAddr>>>,
     table: Arc<Mutex<HashMap<IpAddr, Egress>>>,
     events: Sender<()>,
@@ -218,7 +213,7 @@ impl Resolver {
         self.routes.retain(|a, (at, r)| {
             addrs.binary_search(a).is_ok() && (r.is_ok() || at.elapsed() < NUDGE_INTERVAL)
         });
-        self.logged.retain(|a, _| addrs.binary_search(a).is_ok());
+        self.logged.retain(|a| addrs.binary_search(a).is_ok());
         self.nudger.retain(|a| addrs.binary_search(a).is_ok());
         let mut next = HashMap::with_capacity(addrs.len());
         let mut attention = false;
@@ -230,7 +225,8 @@ impl Resolver {
                 .or_insert_with(|| (Instant::now(), lookup.get(addr)));
             let egress = match resolve(addr, route.as_ref(), &self.taps, &self.sync.neighbours) {
                 Ok((egress, fresh)) => {
-                    log_resolved(&mut self.logged, addr, egress.next_hop_mac);
+                    self.logged
+                        .record(addr, Outcome::Resolved(egress.next_hop_mac));
                     if !fresh {
                         attention = true;
                         self.nudger.nudge(addr);
@@ -238,7 +234,8 @@ impl Resolver {
                     egress
                 }
                 Err((egress, why)) => {
-                    log_unresolved(&mut self.logged, addr, why.to_string());
+                    self.logged
+                        .record(addr, Outcome::Unresolved(why.to_string()));
                     attention = true;
                     self.nudger.nudge(addr);
                     egress
@@ -257,30 +254,4 @@ impl Resolver {
             self.sync.until_resync(Instant::now())
         }
     }
-}
-
-/// Logs a backend's next hop the first time it resolves and when its MAC
-/// changes.
-fn log_resolved(logged: &mut HashMap<IpAddr, Logged>, addr: IpAddr, mac: Option<[u8; 6]>) {
-    let now = Logged::Resolved(mac);
-    if logged.get(&addr) != Some(&now) {
-        crate::info!(
-            "sluice: backend {addr}: next hop resolved: {}",
-            mac.map_or("-".into(), |m| crate::config::mac_text(&m))
-        );
-        logged.insert(addr, now);
-    }
-}
-
-/// Logs a backend's next hop lost (it was resolved) or unresolved, once
-/// per reason.
-fn log_unresolved(logged: &mut HashMap<IpAddr, Logged>, addr: IpAddr, why: String) {
-    match logged.get(&addr) {
-        Some(Logged::Unresolved(w)) if *w == why => return,
-        Some(Logged::Resolved(_)) => {
-            crate::warn!("sluice: backend {addr}: next hop lost: {why}")
-        }
-        _ => crate::warn!("sluice: backend {addr}: next hop unresolved: {why}"),
-    }
-    logged.insert(addr, Logged::Unresolved(why));
 }
