@@ -5,7 +5,8 @@
 //! neighbour entry (`ip neigh replace … nud permanent`), sends a flow's
 //! packets every millisecond into the veth's other end and watches which
 //! MAC sluice forwards them to, then replaces the entry's MAC and
-//! measures how long until forwarded frames carry the new one. The TAP's
+//! measures how long until forwarded frames carry the new one, then
+//! deletes the entry and expects the log to say the next hop is lost. The TAP's
 //! MAC, MTU, addresses and default route, which sluice sets over
 //! rtnetlink, are checked on the way.
 
@@ -319,6 +320,16 @@ fn ap_4_a_next_hop_mac_change_reaches_the_dataplane_in_milliseconds() {
     let _ = stop.send(());
     let spawned = spy.join().unwrap();
 
+    // The entry deleted: the log says the next hop is lost.
+    ip(&["-n", &n.netns, "neigh", "del", BACKEND, "dev", &n.tap]);
+    let lost = format!("sluice: backend {BACKEND}: next hop lost: ");
+    let t_lost = Instant::now();
+    while t_lost.elapsed() < Duration::from_secs(2)
+        && !std::fs::read_to_string(dir.join("sluice.log")).is_ok_and(|l| l.contains(&lost))
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
     let latency = forwarded.map(|t| t.saturating_duration_since(changed));
     println!(
         "next-hop MAC change to forwarding: {latency:?} after `ip neigh replace` \
@@ -336,6 +347,9 @@ fn ap_4_a_next_hop_mac_change_reaches_the_dataplane_in_milliseconds() {
         wrong.push(format!(
             "sluice spawned {spawned:?} while following the kernel"
         ));
+    }
+    if !log.contains(&lost) {
+        wrong.push("the deleted next hop was not logged as lost".into());
     }
     assert!(wrong.is_empty(), "{}; log:\n{log}", wrong.join("; "));
     assert!(
