@@ -3,7 +3,7 @@
 //! path's TAPs, so the kernel routes and resolves exactly as the
 //! dataplane must forward).
 //!
-//! A thread follows the kernel over rtnetlink ([`kernel`]): it dumps the
+//! A thread follows the kernel over rtnetlink (`kernel.rs`): it dumps the
 //! neighbour table at start, then applies the neighbour events it is
 //! subscribed to, and asks for each backend's route (`RTM_GETROUTE`, as
 //! `ip route get` does) when the backend appears and again after any route
@@ -17,7 +17,7 @@
 //!
 //! A backend whose next hop has no usable entry is published unresolved
 //! (the dataplane drops its packets under `next_hop_unresolved`) and
-//! resolution is triggered by a [`nudge`]: the kernel resolves the next
+//! resolution is triggered by a nudge (`nudge.rs`): the kernel resolves the next
 //! hop to send it, and its neighbour event completes the resolution. The
 //! same nudge keeps a STALE entry confirmed.
 
@@ -248,10 +248,12 @@ impl Resolver {
             *t = next;
             let _ = self.events.send(());
         }
+        // At least a nudge interval: a dump that could not be asked is
+        // asked again then, not in a loop.
         if attention {
             NUDGE_INTERVAL
         } else {
-            self.sync.until_resync(Instant::now())
+            self.sync.until_resync(Instant::now()).max(NUDGE_INTERVAL)
         }
     }
 }
