@@ -2,8 +2,8 @@
 //!
 //! DPDK's `net_tap` creates the TAP interface; the workers move packets
 //! between it and the port. This module gives the interface what makes the
-//! kernel answer for the appliance: the port's addresses, its MTU, and the
-//! port's MAC (set through DPDK by the caller). The kernel then answers ARP,
+//! kernel answer for the appliance: the port's addresses, its MTU, its
+//! default routes, and the port's MAC. The kernel then answers ARP,
 //! neighbour discovery and ping for the appliance's addresses, and the
 //! health checker's ordinary sockets reach backends through it. On a trunk
 //! port (`vlan = N`) the TAP is still configured untagged: the workers pop
