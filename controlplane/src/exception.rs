@@ -2,30 +2,37 @@
 //!
 //! DPDK's `net_tap` creates the TAP interface; the workers move packets
 //! between it and the port. This module gives the interface what makes the
-//! kernel answer for the appliance: the port's addresses, its MTU, and the
-//! port's MAC (set through DPDK by the caller). The kernel then answers ARP,
+//! kernel answer for the appliance: the port's addresses, its MTU, its
+//! default routes, and the port's MAC. The kernel then answers ARP,
 //! neighbour discovery and ping for the appliance's addresses, and the
 //! health checker's ordinary sockets reach backends through it. On a trunk
 //! port (`vlan = N`) the TAP is still configured untagged: the workers pop
 //! the tag off punted frames and push it onto the kernel's (`sluice_core::vlan`).
 //!
-//! Configured with `ip` (iproute2) commands: a handful at start, so a
-//! netlink library would add a dependency for no measurable gain.
+//! Configured over rtnetlink ([`crate::rtnetlink`]), each request awaited
+//! for the kernel's acknowledgement; no process is spawned.
 
 use std::io;
-use std::process::Command;
+use std::net::IpAddr;
+
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_REPLACE};
+use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
+use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use crate::config::{Cidr, PortConfig};
+use crate::rtnetlink::RequestSocket;
 
-/// An `ip` (iproute2) command that did not do what was asked.
+/// A change to the TAP the kernel refused (or the netlink socket failed).
 #[derive(Debug, thiserror::Error)]
-pub enum IpCommandError {
-    /// `ip` could not be run at all.
-    #[error("ip {command}: {source} (is iproute2 installed?)")]
-    Spawn { command: String, source: io::Error },
-    /// `ip` ran and refused; `stderr` is what it said.
-    #[error("ip {command}: {stderr}")]
-    Refused { command: String, stderr: String },
+#[error("{what}: {source}")]
+pub struct KernelRequestError {
+    /// What was asked, as `ip` would say it (`addr replace 10.0.0.2/24 dev sl-up`).
+    pub what: String,
+    pub source: io::Error,
 }
 
 /// Why the kernel side of a TAP could not be set up.
@@ -33,7 +40,7 @@ pub enum IpCommandError {
 pub enum TapSetupError {
     /// Setting an address, the MTU, the link state or a route failed.
     #[error(transparent)]
-    Ip(#[from] IpCommandError),
+    Kernel(#[from] KernelRequestError),
     /// Writing a sysctl (disabling IPv6 on a port without `address6`).
     #[error("write {value} to {path}: {source}")]
     Sysctl {
@@ -97,64 +104,149 @@ fn interface_listed(dev: &str, name: &str) -> bool {
 /// the port), addresses and MTU, brings it up, and installs the
 /// port's default routes (`gateway`, `gateway6`) through it.
 pub fn configure_tap(port: &PortConfig, iface: &str, mac: [u8; 6]) -> Result<(), TapSetupError> {
-    let mac = crate::config::mac_text(&mac);
-    ip(&["link", "set", "dev", iface, "address", &mac])?;
-    ip(&["link", "set", "dev", iface, "mtu", &port.mtu.to_string()])?;
+    let mut tap = Tap::open(iface)?;
+    let mac_text = crate::config::mac_text(&mac);
+    tap.link(
+        &format!("link set dev {iface} address {mac_text} mtu {}", port.mtu),
+        LinkFlags::empty(),
+        vec![
+            LinkAttribute::Address(mac.to_vec()),
+            LinkAttribute::Mtu(u32::from(port.mtu)),
+        ],
+    )?;
     if let Some(c) = port.ipv4 {
-        ip(&["addr", "replace", &cidr(c), "dev", iface])?;
+        tap.address(c, AddressHeaderFlags::empty())?;
     }
     match port.ipv6 {
         // No duplicate address detection: the address belongs to this
         // appliance by configuration, and DAD would delay it by a second.
-        Some(c) => ip(&["addr", "replace", &cidr(c), "dev", iface, "nodad"])?,
+        Some(c) => tap.address(c, AddressHeaderFlags::Nodad)?,
         // No IPv6 on this port: keep the kernel from sending router
         // solicitations and MLD reports out of it.
         None => sysctl(&format!("net/ipv6/conf/{iface}/disable_ipv6"), "1")?,
     }
-    ip(&["link", "set", "dev", iface, "up"])?;
+    tap.link(&format!("link set dev {iface} up"), LinkFlags::Up, vec![])?;
     for gw in &port.gateways {
-        let family = if gw.is_ipv4() { "-4" } else { "-6" };
-        ip(&[
-            family,
-            "route",
-            "replace",
-            "default",
-            "via",
-            &gw.to_string(),
-            "dev",
-            iface,
-        ])?;
+        tap.default_route(*gw)?;
     }
     Ok(())
 }
 
-fn cidr(c: Cidr) -> String {
-    format!("{}/{}", c.addr, c.prefix)
+/// The TAP interface and a request socket to change it.
+struct Tap<'a> {
+    name: &'a str,
+    index: u32,
+    socket: RequestSocket,
 }
 
-/// Runs `ip ARGS` for its effect.
-fn ip(args: &[&str]) -> Result<(), IpCommandError> {
-    run_ip(args).map(drop)
-}
-
-/// Runs `ip ARGS` and returns what it printed; the error names the command
-/// and what it said. Shared with the neighbour resolver.
-pub(crate) fn run_ip(args: &[&str]) -> Result<Vec<u8>, IpCommandError> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|source| IpCommandError::Spawn {
-            command: args.join(" "),
-            source,
-        })?;
-    if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        Err(IpCommandError::Refused {
-            command: args.join(" "),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+impl<'a> Tap<'a> {
+    fn open(name: &'a str) -> Result<Self, KernelRequestError> {
+        let failed = |what: &str, e: io::Error| KernelRequestError {
+            what: format!("{what} {name}"),
+            source: e,
+        };
+        let socket = RequestSocket::open().map_err(|e| failed("netlink socket for", e))?;
+        let index = interface_index(name).map_err(|e| failed("interface", e))?;
+        Ok(Self {
+            name,
+            index,
+            socket,
         })
     }
+
+    fn apply(
+        &mut self,
+        what: &str,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> Result<(), KernelRequestError> {
+        self.socket
+            .apply(msg, flags)
+            .map_err(|source| KernelRequestError {
+                what: what.to_string(),
+                source,
+            })
+    }
+
+    /// Sets `attributes` and raises `up` (`LinkFlags::Up` or nothing).
+    fn link(
+        &mut self,
+        what: &str,
+        up: LinkFlags,
+        attributes: Vec<LinkAttribute>,
+    ) -> Result<(), KernelRequestError> {
+        let mut m = LinkMessage::default();
+        m.header.index = self.index;
+        m.header.flags = up;
+        m.header.change_mask = up;
+        m.attributes = attributes;
+        self.apply(what, RouteNetlinkMessage::SetLink(m), 0)
+    }
+
+    /// `ip addr replace CIDR dev TAP` (with `nodad`: `flags`).
+    fn address(&mut self, c: Cidr, flags: AddressHeaderFlags) -> Result<(), KernelRequestError> {
+        let mut m = AddressMessage::default();
+        m.header.family = family(c.addr);
+        m.header.prefix_len = c.prefix;
+        m.header.flags = flags;
+        m.header.index = self.index;
+        if c.addr.is_ipv4() {
+            m.attributes.push(AddressAttribute::Local(c.addr));
+        }
+        m.attributes.push(AddressAttribute::Address(c.addr));
+        let nodad = if flags.is_empty() { "" } else { " nodad" };
+        let what = format!("addr replace {} dev {}{nodad}", cidr(c), self.name);
+        self.apply(
+            &what,
+            RouteNetlinkMessage::NewAddress(m),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )
+    }
+
+    /// `ip route replace default via GW dev TAP`.
+    fn default_route(&mut self, gw: IpAddr) -> Result<(), KernelRequestError> {
+        let mut m = RouteMessage::default();
+        m.header.address_family = family(gw);
+        m.header.table = RouteHeader::RT_TABLE_MAIN;
+        m.header.protocol = RouteProtocol::Boot;
+        m.header.scope = RouteScope::Universe;
+        m.header.kind = RouteType::Unicast;
+        let via = match gw {
+            IpAddr::V4(a) => RouteAddress::Inet(a),
+            IpAddr::V6(a) => RouteAddress::Inet6(a),
+        };
+        m.attributes.push(RouteAttribute::Gateway(via));
+        m.attributes.push(RouteAttribute::Oif(self.index));
+        let what = format!("route replace default via {gw} dev {}", self.name);
+        self.apply(
+            &what,
+            RouteNetlinkMessage::NewRoute(m),
+            NLM_F_CREATE | NLM_F_REPLACE,
+        )
+    }
+}
+
+fn family(a: IpAddr) -> AddressFamily {
+    if a.is_ipv4() {
+        AddressFamily::Inet
+    } else {
+        AddressFamily::Inet6
+    }
+}
+
+/// The index of interface `name` (an ioctl on any socket).
+fn interface_index(name: &str) -> io::Result<u32> {
+    let probe = rustix::net::socket_with(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::DGRAM,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    Ok(rustix::net::netdevice::name_to_index(&probe, name)?)
+}
+
+fn cidr(c: Cidr) -> String {
+    format!("{}/{}", c.addr, c.prefix)
 }
 
 fn sysctl(key: &str, value: &'static str) -> Result<(), TapSetupError> {

@@ -25,6 +25,7 @@ pub mod metrics_process;
 pub mod neighbours;
 pub mod policy;
 pub mod publish;
+pub mod rtnetlink;
 pub mod service_manager;
 pub mod start_hints;
 pub mod synthetic;

@@ -2,9 +2,9 @@
 //! route (`VIP/32` or `VIP/128` through a TAP, in sluice's table, with
 //! sluice's protocol number), waiting for the kernel's acknowledgement.
 //!
-//! Raw messages over a `rustix` netlink socket: two message kinds with
-//! three attributes each do not need a netlink library. The encoding is
-//! pure ([`route_message`]) and tested against the layout of
+//! Raw messages over a [`crate::rtnetlink`] socket: two message kinds
+//! with three attributes each, encoded by hand so the encoding is pure
+//! ([`route_message`]) and tested byte for byte against the layout of
 //! `linux/rtnetlink.h`; [`RouteSocket`] only sends and reads.
 
 use std::io;
@@ -13,7 +13,7 @@ use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use rustix::net::netlink::SocketAddrNetlink;
-use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType};
 
 use super::bird::ROUTE_PROTOCOL;
 
@@ -130,12 +130,7 @@ pub struct RouteSocket {
 
 impl RouteSocket {
     pub fn open() -> io::Result<Self> {
-        let fd = rustix::net::socket_with(
-            AddressFamily::NETLINK,
-            SocketType::RAW,
-            SocketFlags::CLOEXEC,
-            None, // NETLINK_ROUTE
-        )?;
+        let fd = crate::rtnetlink::socket(SocketFlags::empty())?;
         rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))?;
         rustix::net::sockopt::set_socket_timeout(
             &fd,
@@ -162,12 +157,7 @@ impl RouteSocket {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let msg = route_message(op, route, seq);
-        rustix::net::sendto(
-            &self.fd,
-            &msg,
-            SendFlags::empty(),
-            &SocketAddrNetlink::new(0, 0),
-        )?;
+        crate::rtnetlink::send(&self.fd, &msg)?;
         let mut buf = [0u8; 8192];
         loop {
             let (n, _) = rustix::net::recv(&self.fd, &mut buf, RecvFlags::empty())?;

@@ -77,8 +77,8 @@ pub enum RunError {
         iface: String,
         source: DpdkError,
     },
-    /// Giving the kernel side of the TAP its addresses and MTU (`ip`,
-    /// sysctls) failed.
+    /// Giving the kernel side of the TAP its MAC, addresses, MTU and
+    /// routes (rtnetlink, sysctls) failed.
     #[error("port {port:?} TAP {iface:?}: {source}")]
     TapKernel {
         port: String,
