@@ -141,8 +141,8 @@ Version: $version
 Architecture: $arch
 Maintainer: sluice maintainers <maintainers@sluice.invalid>
 Installed-Size: $size
-Depends: $shlibs$plugins, iproute2, init-system-helpers (>= 1.54~)
-Recommends: dpdk$nic_pmds
+Depends: $shlibs$plugins, init-system-helpers (>= 1.54~)
+Recommends: dpdk$nic_pmds, iproute2
 Suggests: dpdk-dev
 Section: net
 Priority: optional

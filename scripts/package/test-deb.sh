@@ -59,7 +59,9 @@ for lib in $needed; do
   grep -qxF "$pkg" <<<"$depends" && ok "NEEDED $lib -> Depends $pkg" || fail "NEEDED $lib ($pkg) not in Depends"
 done
 ((rte >= 3)) && ok "$rte librte libraries linked" || fail "only $rte librte libraries in NEEDED"
-grep -qxF iproute2 <<<"$depends" && ok "Depends iproute2" || fail "Depends lacks iproute2"
+# sluice talks to the kernel over rtnetlink; iproute2 is for the operator.
+grep -qxF iproute2 <<<"$depends" && fail "Depends iproute2, which sluice does not run" || ok "no Depends on iproute2"
+dpkg-deb -f "$deb" Recommends | grep -qE '(^|, )iproute2(,|$)' && ok "Recommends iproute2" || fail "Recommends lacks iproute2"
 for p in mempool-ring net-tap bus-vdev bus-pci; do
   grep -qE "^librte-$p[0-9-]+$" <<<"$depends" && ok "Depends has the $p plugin" || fail "Depends lacks librte-$p"
 done
