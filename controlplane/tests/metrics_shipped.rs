@@ -79,8 +79,11 @@ backend_service = "web"
         let path = dir.join("sluice.toml");
         std::fs::write(&path, cfg).unwrap();
         let run = RunningSluice::start(&path, &dir.join("control.sock"), 30);
-        run.wait_status("127.0.0.1 healthy", Duration::from_secs(10), |s| {
+        // Both verdicts: the failure counter's series exist only once a
+        // probe has failed.
+        run.wait_status("127.0.0.1 healthy, 127.0.0.3 unhealthy", Duration::from_secs(10), |s| {
             backend_line(s, "127.0.0.1").contains(" healthy")
+                && backend_line(s, "127.0.0.3").contains(" unhealthy")
         });
         run.signal("-HUP");
         let start = Instant::now();
