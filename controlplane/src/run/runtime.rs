@@ -141,6 +141,12 @@ impl Runtime {
         &self.ports
     }
 
+    /// Per config port, its TAP's queue pairs not yet dealt to workers (0:
+    /// no TAP).
+    pub fn tap_queue_pairs(&self) -> Vec<usize> {
+        self.tap_queues.iter().map(Vec::len).collect()
+    }
+
     pub fn has_taps(&self) -> bool {
         self.taps.iter().any(Option::is_some)
     }
@@ -163,7 +169,8 @@ impl Runtime {
     }
 
     /// Deals the ports' queue pairs to `workers` workers: worker w gets
-    /// queue w of every port and of every TAP. Once; later calls find none.
+    /// queue w of every port and of every TAP (None past a TAP's last
+    /// pair). Once; later calls find none.
     pub fn take_worker_queues(&mut self, workers: usize) -> Vec<WorkerQueues> {
         let mut ports = transpose(std::mem::take(&mut self.queues), workers);
         let mut taps = transpose(std::mem::take(&mut self.tap_queues), workers);
@@ -360,8 +367,8 @@ fn packet_pool(
 /// A started port and its queue pairs.
 type Started = (Port, Vec<QueuePair>);
 
-/// AP-4: starts each port's TAP (one queue pair per worker) with the
-/// port's MAC, and gives the kernel side the port's addresses and MTU.
+/// AP-4: starts each port's TAP (a queue pair per worker, at most as many
+/// as the TAP supports) with the port's MAC, and gives the kernel side the port's addresses and MTU.
 fn start_taps(
     cfg: &Config,
     eal_args: &[String],
@@ -384,8 +391,14 @@ fn start_taps(
             };
             hinted(Step::Tap, errno, error, cfg, eal_args)
         };
+        let vdev = exception::tap_vdev(i, iface);
+        // AP-4: a queue pair per worker up to what the TAP has; the other
+        // workers relay their punted packets to an owner (workers.rs).
+        let queue_pairs = dataplane::dpdk::max_queue_pairs(&vdev)
+            .map_err(device_error)?
+            .clamp(1, workers.max(1));
         let pc = PortConfig {
-            queue_pairs: workers,
+            queue_pairs,
             rss: false,
             promiscuous: false,
             rx_descriptors: 512,
@@ -411,10 +424,18 @@ fn start_taps(
             };
             hinted(Step::Tap, 0, error, cfg, eal_args)
         })?;
-        let (tap, pairs) =
-            Port::start(&exception::tap_vdev(i, iface), &pc, pool).map_err(device_error)?;
+        let (tap, pairs) = Port::start(&vdev, &pc, pool).map_err(device_error)?;
         tap.set_mac(mac).map_err(device_error)?;
-        controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
+        if queue_pairs < workers {
+            controlplane::info!(
+                "sluice: port {:?}: exception path on TAP {iface} ({queue_pairs} queue pairs: \
+                 workers {queue_pairs} to {} relay to worker index mod {queue_pairs})",
+                p.name,
+                workers - 1
+            );
+        } else {
+            controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
+        }
         taps.push(Some((tap, pairs)));
     }
     Ok(taps)

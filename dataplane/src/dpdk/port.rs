@@ -110,6 +110,14 @@ pub fn keeps_address_pairs(device: &str, cfg: &PortConfig) -> Result<bool, DpdkE
     Ok(pairs_on_one_queue(cfg, &info))
 }
 
+/// The queue pairs the probed `device` supports at most: the lesser of
+/// its RX and TX queue limits (a `net_tap` TAP: `TAP_MAX_QUEUES`, 16 in
+/// DPDK 22.11).
+pub fn max_queue_pairs(device: &str) -> Result<u16, DpdkError> {
+    let (_, _, info) = probe(device)?;
+    Ok(info.max_rx_queues.min(info.max_tx_queues))
+}
+
 /// The probed device's port id, name and what it reports of itself.
 fn probe(device: &str) -> Result<(PortId, String, dpdk_sys::rte_eth_dev_info), DpdkError> {
     let id = id_by_name(device)?;
