@@ -63,11 +63,13 @@ pub struct WorkerQueues {
 
 impl Runtime {
     /// Initialises EAL with `args`, creates the packet pool, starts every
-    /// port with one queue pair per worker, and each port's TAP.
+    /// port with one queue pair per worker, and each port's TAP
+    /// (`tap_queue_limit`: TEST HOOK, fewer queue pairs than it has).
     pub fn start(
         cfg: &Config,
         args: &[String],
         admin: &Arc<AdminState>,
+        tap_queue_limit: Option<u16>,
     ) -> Result<Runtime, RunError> {
         let workers = usize::from(cfg.dataplane.workers);
         // Declared before `eal`: dropped after it, on every path out.
@@ -104,10 +106,17 @@ impl Runtime {
             admin.beat();
         }
         let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
-        let (taps, tap_queues) = start_taps(cfg, args, &port_macs, workers as u16, &pool)?
-            .into_iter()
-            .map(|t| t.map_or((None, Vec::new()), |(port, pairs)| (Some(port), pairs)))
-            .unzip();
+        let (taps, tap_queues) = start_taps(
+            cfg,
+            args,
+            &port_macs,
+            workers as u16,
+            tap_queue_limit,
+            &pool,
+        )?
+        .into_iter()
+        .map(|t| t.map_or((None, Vec::new()), |(port, pairs)| (Some(port), pairs)))
+        .unzip();
         Ok(Runtime {
             stop: Arc::new(AtomicBool::new(false)),
             clock: eal.tsc_clock(),
@@ -374,6 +383,7 @@ fn start_taps(
     eal_args: &[String],
     port_macs: &[[u8; 6]],
     workers: u16,
+    limit: Option<u16>,
     pool: &Mempool,
 ) -> Result<Vec<Option<Started>>, RunError> {
     let mut taps = Vec::with_capacity(cfg.dataplane.ports.len());
@@ -396,6 +406,7 @@ fn start_taps(
         // workers relay their punted packets to an owner (workers.rs).
         let queue_pairs = dataplane::dpdk::max_queue_pairs(&vdev)
             .map_err(device_error)?
+            .min(limit.unwrap_or(u16::MAX))
             .clamp(1, workers.max(1));
         let pc = PortConfig {
             queue_pairs,
