@@ -42,6 +42,11 @@
 //! traffic, the launch of worker W fails as if `rte_eal_remote_launch` had
 //! refused it. The run must stop and join the running workers before it
 //! closes the ports, and exit with the error.
+//!
+//! `sluice run --test-tap-queue-pairs N` (`tests/tap_relay.rs`, AP-4):
+//! each TAP opens with at most N queue pairs, so workers past N relay
+//! their exception path to an owner. `net_tap`'s real limit (16) cannot be
+//! passed on `net_pcap`, which has at most 16 queues too.
 
 use std::net::{AddrParseError, IpAddr};
 use std::num::ParseIntError;

@@ -1,5 +1,6 @@
 //! The workers of a run, built on the main lcore before they are launched:
-//! each gets its queue pair on every port and TAP, its steering rings,
+//! each gets its queue pair on every port, its queue pair on every TAP or
+//! a relay ring to a worker that owns one (AP-4), its steering rings,
 //! its counters, the snapshot cell and the runtime's clock.
 
 use std::sync::Arc;
