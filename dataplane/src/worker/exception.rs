@@ -222,3 +222,51 @@ mod tests {
         assert!(RELAY_SLOTS.is_power_of_two());
     }
 }
+
+/// AP-4 on real DPDK (run by `dpdk::tests`, which owns the process's one
+/// EAL; `tap` stands in for a TAP): a relay lane hands its punted burst to
+/// the ring at the end of the poll and counts what a full ring does not
+/// take as `exception_relay_full`, without waiting; the owner writes what
+/// the ring holds to its TAP queue, a burst per poll, and reports it as
+/// work (the idle back-off).
+#[cfg(test)]
+pub(crate) fn a_full_relay_ring_is_a_counted_drop_and_the_owner_drains_it(
+    pool: &crate::dpdk::Mempool,
+    tap: &str,
+) {
+    use crate::dpdk::{mbuf_ring, Port, PortConfig};
+    let relaying = WorkerStats::new();
+    let owning = WorkerStats::new();
+    let (to, from) = mbuf_ring(pool, "test_tap_relay", 16).expect("ring");
+    let cfg = PortConfig {
+        queue_pairs: 2,
+        ..PortConfig::default()
+    };
+    let (_port, mut pairs) = Port::start(tap, &cfg, pool).expect("tap");
+    let q = pairs.remove(0);
+    let mut data_port = pairs.remove(0);
+    let mut relay = ExceptionLane::new(ExceptionPath::Relay(to), 0);
+    let queues = ExceptionQueues { rx: q.rx, tx: q.tx };
+    let mut owner = ExceptionLane::new(
+        ExceptionPath::Tap {
+            queues,
+            relayed: vec![from],
+        },
+        0,
+    );
+    let mut burst = MbufBurst::default();
+    assert!(pool.alloc_into(&mut burst, 40), "pool short");
+    for m in burst.drain() {
+        relay.punt(m, &relaying);
+    }
+    assert_eq!(relaying.total_drops(), 0, "held until the end of the poll");
+    assert_eq!(relay.flush(&relaying), 0, "a relay reads no ring");
+    // A 16-slot ring takes 15.
+    assert_eq!(relaying.total_drops(), 25);
+    let injected = relay.inject(&mut data_port.tx, &mut burst, &relaying, None);
+    assert_eq!(injected, 0, "only owners read the TAP");
+    assert_eq!(owner.flush(&owning), 15, "the relayed packets are work");
+    assert_eq!(owning.ports[0].punted.get(), 15, "written to the TAP");
+    assert_eq!(owner.flush(&owning), 0, "the ring is empty");
+    assert_eq!(owning.total_drops(), 0);
+}

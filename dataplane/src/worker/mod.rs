@@ -33,6 +33,8 @@ mod steering;
 mod test_pause;
 mod transmit;
 
+#[cfg(test)]
+pub(crate) use exception::a_full_relay_ring_is_a_counted_drop_and_the_owner_drains_it;
 pub use exception::{tap_owner, ExceptionPath, ExceptionQueues, RELAY_SLOTS};
 pub use idle::IdlePolling;
 pub use steering::Steering;
