@@ -183,46 +183,6 @@ fn write_to_tap(txq: &mut TxQueue, burst: &mut MbufBurst, stats: &WorkerStats, p
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// AP-4: with fewer TAP queue pairs than workers, each owner keeps its
-    /// own pair, every other worker relays to an owner, and the relaying
-    /// workers are spread evenly over the owners.
-    #[test]
-    fn ap_4_workers_without_a_tap_queue_relay_to_an_owner() {
-        for (workers, queues) in [(18, 16), (64, 16), (128, 16), (16, 16), (5, 1), (40, 7)] {
-            let mut relaying = vec![0usize; queues];
-            for w in 0..workers {
-                let owner = tap_owner(w, queues);
-                assert!(owner < queues, "{w} of {workers} -> {owner}");
-                if w < queues {
-                    assert_eq!(owner, w, "an owner relays to itself");
-                } else {
-                    relaying[owner] += 1;
-                }
-            }
-            let (min, max) = (relaying.iter().min(), relaying.iter().max());
-            assert!(
-                max.zip(min).is_some_and(|(a, b)| a - b <= 1),
-                "{relaying:?}"
-            );
-        }
-        assert_eq!(tap_owner(16, 16), 0);
-        assert_eq!(tap_owner(17, 16), 1);
-        assert_eq!(tap_owner(3, 0), 0, "no division by zero");
-    }
-
-    /// A relay ring and the burst held for it fit in what the pool counts
-    /// per worker for a TAP queue pair (`mbuf_pool`).
-    #[test]
-    fn a_relay_ring_is_smaller_than_a_tap_queue_pair() {
-        assert!(RELAY_SLOTS as usize + MAX_BURST <= 512 + 512);
-        assert!(RELAY_SLOTS.is_power_of_two());
-    }
-}
-
 /// AP-4 on real DPDK (run by `dpdk::tests`, which owns the process's one
 /// EAL; `tap` stands in for a TAP): a relay lane hands its punted burst to
 /// the ring at the end of the poll and counts what a full ring does not
@@ -269,4 +229,44 @@ pub(crate) fn a_full_relay_ring_is_a_counted_drop_and_the_owner_drains_it(
     assert_eq!(owning.ports[0].punted.get(), 15, "written to the TAP");
     assert_eq!(owner.flush(&owning), 0, "the ring is empty");
     assert_eq!(owning.total_drops(), 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// AP-4: with fewer TAP queue pairs than workers, each owner keeps its
+    /// own pair, every other worker relays to an owner, and the relaying
+    /// workers are spread evenly over the owners.
+    #[test]
+    fn ap_4_workers_without_a_tap_queue_relay_to_an_owner() {
+        for (workers, queues) in [(18, 16), (64, 16), (128, 16), (16, 16), (5, 1), (40, 7)] {
+            let mut relaying = vec![0usize; queues];
+            for w in 0..workers {
+                let owner = tap_owner(w, queues);
+                assert!(owner < queues, "{w} of {workers} -> {owner}");
+                if w < queues {
+                    assert_eq!(owner, w, "an owner relays to itself");
+                } else {
+                    relaying[owner] += 1;
+                }
+            }
+            let (min, max) = (relaying.iter().min(), relaying.iter().max());
+            assert!(
+                max.zip(min).is_some_and(|(a, b)| a - b <= 1),
+                "{relaying:?}"
+            );
+        }
+        assert_eq!(tap_owner(16, 16), 0);
+        assert_eq!(tap_owner(17, 16), 1);
+        assert_eq!(tap_owner(3, 0), 0, "no division by zero");
+    }
+
+    /// A relay ring and the burst held for it fit in what the pool counts
+    /// per worker for a TAP queue pair (`mbuf_pool`).
+    #[test]
+    fn a_relay_ring_is_smaller_than_a_tap_queue_pair() {
+        assert!(RELAY_SLOTS as usize + MAX_BURST <= 512 + 512);
+        assert!(RELAY_SLOTS.is_power_of_two());
+    }
 }
