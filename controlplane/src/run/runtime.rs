@@ -402,10 +402,12 @@ fn start_taps(
             hinted(Step::Tap, errno, error, cfg, eal_args)
         };
         let vdev = exception::tap_vdev(i, iface);
-        // AP-4: a queue pair per worker up to what the TAP has; the other
-        // workers relay their punted packets to an owner (workers.rs).
+        // AP-4: a queue pair per worker up to what the TAP has and can be
+        // started with; the other workers relay their punted packets to an
+        // owner (workers.rs).
         let queue_pairs = dataplane::dpdk::max_queue_pairs(&vdev)
             .map_err(device_error)?
+            .min(dataplane::dpdk::NET_TAP_START_QUEUE_PAIRS)
             .min(limit.unwrap_or(u16::MAX))
             .clamp(1, workers.max(1));
         let pc = PortConfig {

@@ -110,6 +110,14 @@ pub fn keeps_address_pairs(device: &str, cfg: &PortConfig) -> Result<bool, DpdkE
     Ok(pairs_on_one_queue(cfg, &info))
 }
 
+/// The most queue pairs a `net_tap` device can be started with. At start,
+/// DPDK 22.11's net_tap copies the descriptors of every RX and TX queue
+/// into one multi-process message (`tap_mp_req_on_rxtx`), which holds
+/// `RTE_MP_MAX_FD_NUM` (8), without a bound check: from 5 queue pairs on
+/// it writes past the message on the stack, and the process aborts
+/// ("stack smashing detected"), although the device reports 16.
+pub const NET_TAP_START_QUEUE_PAIRS: u16 = (dpdk_sys::RTE_MP_MAX_FD_NUM / 2) as u16;
+
 /// The queue pairs the probed `device` supports at most: the lesser of
 /// its RX and TX queue limits (a `net_tap` TAP: `TAP_MAX_QUEUES`, 16 in
 /// DPDK 22.11).
