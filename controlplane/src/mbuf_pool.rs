@@ -118,7 +118,7 @@ impl Steering {
 }
 
 /// Mbufs in the pool: `dataplane.mbufs`, or (0) enough for every RX and TX
-/// ring, each TAP's rings, the steering rings when `steering` is on, and
+/// ring, each TAP's rings or relay rings ([`tap_share`]), the steering rings when `steering` is on, and
 /// the per-lcore caches and bursts in flight.
 pub fn mbuf_count(dp: &DataplaneConfig, steering: Steering) -> u32 {
     if dp.mbufs != 0 {
@@ -137,8 +137,19 @@ pub fn mbuf_count(dp: &DataplaneConfig, steering: Steering) -> u32 {
                 + (dataplane::dpdk::MAX_BURST as u32) * workers
         }
     };
-    let rings = nports * (1024 + 1024) + ntaps * (512 + 512) + steered;
+    let rings = nports * (1024 + 1024) + ntaps * tap_share() + steered;
     (rings * workers + 4096).next_power_of_two() - 1
+}
+
+/// Mbufs one worker may hold on one TAP (AP-4): its queue pair's rings
+/// (512 + 512 descriptors) when it owns one, else the relay ring to the
+/// owner full and a burst held for it. A TAP has fewer queue pairs than
+/// workers only when there are more than its limit (16 in DPDK 22.11);
+/// counting every worker at the larger of the two holds for any split.
+fn tap_share() -> u32 {
+    let pair = 512 + 512;
+    let relay = dataplane::worker::RELAY_SLOTS + dataplane::dpdk::MAX_BURST as u32;
+    pair.max(relay)
 }
 
 /// A lower bound of the memory the pool takes: per mbuf the mempool's
@@ -250,5 +261,26 @@ mod tests {
         assert!(mbuf_count(&pcap, Steering::On) > mbuf_count(&pcap, Steering::Off));
         let one = dataplane(1, &["net_pcap0,rx_pcap=a.pcap"]);
         assert_eq!(Steering::expected(&one), Steering::Off);
+    }
+
+    /// AP-4: a worker without a TAP queue pair holds at most its relay ring
+    /// and a burst, which the pool counts for every worker on every TAP:
+    /// 64 workers on a TAP of 16 queue pairs get room for 16 pairs and 48
+    /// relay rings.
+    #[test]
+    fn the_pool_holds_the_tap_queues_and_relay_rings_of_every_worker() {
+        let relay = dataplane::worker::RELAY_SLOTS + dataplane::dpdk::MAX_BURST as u32;
+        assert!(tap_share() >= 512 + 512 && tap_share() >= relay);
+        let text = "[dataplane]\nworkers = 64\n[[dataplane.port]]\nname = \"p\"\n\
+                    device = \"0000:03:00.0\"\naddress = \"192.0.2.1/24\"\ntap = \"sl-p\"\n";
+        let tap = crate::config::load_str(text, "test.toml")
+            .unwrap()
+            .dataplane;
+        let port_rings = 64 * (1024 + 1024);
+        let count = mbuf_count(&tap, Steering::Off);
+        assert!(
+            count >= port_rings + 16 * (512 + 512) + 48 * relay,
+            "{count}"
+        );
     }
 }

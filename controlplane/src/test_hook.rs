@@ -42,6 +42,11 @@
 //! traffic, the launch of worker W fails as if `rte_eal_remote_launch` had
 //! refused it. The run must stop and join the running workers before it
 //! closes the ports, and exit with the error.
+//!
+//! `sluice run --test-tap-queue-pairs N` (`tests/tap_relay.rs`, AP-4):
+//! each TAP opens with at most N queue pairs, so workers past N relay
+//! their exception path to an owner. `net_tap`'s real limit (16) cannot be
+//! passed on `net_pcap`, which has at most 16 queues too.
 
 use std::net::{AddrParseError, IpAddr};
 use std::num::ParseIntError;
@@ -91,6 +96,12 @@ pub struct HookArgs {
     /// the workers before it run and the ports have received traffic.
     #[arg(long = "test-fail-launch-of-worker", value_name = "W", hide = true)]
     pub fail_launch_of_worker: Option<usize>,
+    /// TEST HOOK, not a product feature: each TAP opens with at most N
+    /// queue pairs, as if net_tap had no more (its real limit, 16, needs
+    /// more workers than any net_pcap port has queues), so that the
+    /// workers past N relay their exception path (AP-4).
+    #[arg(long = "test-tap-queue-pairs", value_name = "N", hide = true)]
+    pub tap_queue_pairs: Option<u16>,
 }
 
 /// A hook argument that does not parse.
@@ -128,6 +139,10 @@ impl RunHooks for TestHooks {
         let args = &self.args;
         (args.mark_unhealthy.as_ref().map(|h| h.after_packets))
             .or(args.reload.as_ref().map(|h| h.after_packets))
+    }
+
+    fn tap_queue_pairs(&self) -> Option<u16> {
+        self.args.tap_queue_pairs
     }
 
     /// The launch failure, if it is this worker's, once the ports have

@@ -69,18 +69,6 @@ fn cases() -> Vec<Case> {
             hint: "give 1-15 characters",
         },
         Case {
-            name: "more workers than a TAP has queues (AP-4)",
-            text: replace(
-                "address = \"192.0.2.1/24\"\n",
-                "address = \"192.0.2.1/24\"\ntap = \"sl-up\"\n",
-            )
-            .replace("eal_args = [\"--no-huge\"]", "eal_args = []\nworkers = 17"),
-            at_line_with: "tap = ",
-            path: "dataplane.port \"uplink\".tap",
-            message: "17 workers each need a queue pair on TAP \"sl-up\", and DPDK's net_tap has at most 16",
-            hint: "set dataplane.workers to at most 16",
-        },
-        Case {
             name: "trunk port VLAN 0 (priority tag, no VLAN)",
             text: replace(
                 "address = \"192.0.2.1/24\"\n",

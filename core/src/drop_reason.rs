@@ -68,6 +68,10 @@ drop_reasons! {
     NoExceptionPath => "no_exception_path",
     /// Addressed to the appliance, but the exception path's TAP queue was full.
     ExceptionQueueFull => "exception_queue_full",
+    /// Addressed to the appliance on a worker without a TAP queue pair, but
+    /// the ring to the worker that writes its packets to the TAP was full
+    /// (AP-4).
+    ExceptionRelayFull => "exception_relay_full",
     /// The ring to the worker owning the packet's tracking key was full.
     SteeringRingFull => "steering_ring_full",
     /// The egress TX queue was full.

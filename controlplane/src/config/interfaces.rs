@@ -79,36 +79,3 @@ pub(crate) fn unique_taps<'a>(
         }
     }
 }
-
-/// Queue pairs a `net_tap` device has at most (DPDK 22.11's
-/// `TAP_MAX_QUEUES`, fixed when DPDK is built).
-pub const TAP_MAX_QUEUES: u16 = 16;
-
-/// Every worker owns one queue pair on every port's TAP, so a port with a
-/// TAP caps the workers at [`TAP_MAX_QUEUES`].
-pub(crate) fn taps_hold_every_worker<'a>(
-    cx: &mut Ctx<'_>,
-    workers: u16,
-    taps: impl Iterator<Item = (&'a str, &'a Spanned<String>)>,
-) {
-    if workers <= TAP_MAX_QUEUES {
-        return;
-    }
-    for (port, t) in taps {
-        cx.err(
-            t.span(),
-            &format!("dataplane.port {port:?}.tap"),
-            (
-                format!(
-                    "{workers} workers each need a queue pair on TAP {:?}, and DPDK's net_tap \
-                     has at most {TAP_MAX_QUEUES}",
-                    t.get_ref()
-                ),
-                format!(
-                    "set dataplane.workers to at most {TAP_MAX_QUEUES}, or leave the exception \
-                     path off this port (remove `tap`)"
-                ),
-            ),
-        );
-    }
-}

@@ -114,7 +114,6 @@ fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneC
         })
     };
     super::interfaces::unique_taps(cx, taps());
-    super::interfaces::taps_hold_every_worker(cx, workers, taps());
     DataplaneConfig {
         eal_args: d
             .eal_args

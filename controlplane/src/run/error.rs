@@ -92,6 +92,10 @@ pub enum RunError {
     /// Creating a software-steering ring between two workers failed.
     #[error("DPDK: {0}")]
     SteeringRing(#[source] DpdkError),
+    /// Creating a ring from a worker without a TAP queue pair to the
+    /// worker that owns one (AP-4) failed.
+    #[error("DPDK: {0}")]
+    TapRelayRing(#[source] DpdkError),
     /// Launching worker `worker` on its lcore failed; the workers launched
     /// before it were stopped and joined before the ports closed.
     #[error("DPDK: launching worker {worker} on lcore {lcore}: {source}")]
@@ -129,6 +133,7 @@ impl RunError {
             | RunError::TapKernel { .. }
             | RunError::ControlThreads(_)
             | RunError::SteeringRing(_)
+            | RunError::TapRelayRing(_)
             | RunError::Launch { .. }
             | RunError::MetricsDump { .. } => 1,
             RunError::Hinted { error, .. } => error.exit_status(),

@@ -24,6 +24,9 @@ pub trait RunHooks {
     /// The workers pause RX after this many packets (`TestPause`).
     fn pause_after_rx(&self) -> Option<u64>;
 
+    /// Each TAP opens with at most this many queue pairs.
+    fn tap_queue_pairs(&self) -> Option<u16>;
+
     /// Before worker `worker` is launched on `lcore`: an error fails that
     /// launch as if DPDK had refused it.
     fn before_launch(&self, worker: usize, lcore: LcoreId, ports: &[Port]) -> Result<(), RunError>;

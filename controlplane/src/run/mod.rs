@@ -43,7 +43,11 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let args = eal_args(&cfg, opts.file_prefix.as_deref());
     // From here on every `?` drops the runtime: workers stopped and
     // joined, then ports, pool and EAL, in that order.
-    let mut runtime = Runtime::start(&cfg, &args, &admin)?;
+    #[cfg(feature = "test-hooks")]
+    let tap_queue_limit = opts.hooks.as_ref().and_then(|h| h.tap_queue_pairs());
+    #[cfg(not(feature = "test-hooks"))]
+    let tap_queue_limit = None;
+    let mut runtime = Runtime::start(&cfg, &args, &admin, tap_queue_limit)?;
     #[cfg(feature = "test-hooks")]
     runtime.attach_hooks(opts.hooks.take());
     if let Some(server) = &admin_server {

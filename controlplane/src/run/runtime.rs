@@ -63,11 +63,13 @@ pub struct WorkerQueues {
 
 impl Runtime {
     /// Initialises EAL with `args`, creates the packet pool, starts every
-    /// port with one queue pair per worker, and each port's TAP.
+    /// port with one queue pair per worker, and each port's TAP
+    /// (`tap_queue_limit`: TEST HOOK, fewer queue pairs than it has).
     pub fn start(
         cfg: &Config,
         args: &[String],
         admin: &Arc<AdminState>,
+        tap_queue_limit: Option<u16>,
     ) -> Result<Runtime, RunError> {
         let workers = usize::from(cfg.dataplane.workers);
         // Declared before `eal`: dropped after it, on every path out.
@@ -104,10 +106,17 @@ impl Runtime {
             admin.beat();
         }
         let port_macs: Vec<[u8; 6]> = ports.iter().map(Port::mac).collect();
-        let (taps, tap_queues) = start_taps(cfg, args, &port_macs, workers as u16, &pool)?
-            .into_iter()
-            .map(|t| t.map_or((None, Vec::new()), |(port, pairs)| (Some(port), pairs)))
-            .unzip();
+        let (taps, tap_queues) = start_taps(
+            cfg,
+            args,
+            &port_macs,
+            workers as u16,
+            tap_queue_limit,
+            &pool,
+        )?
+        .into_iter()
+        .map(|t| t.map_or((None, Vec::new()), |(port, pairs)| (Some(port), pairs)))
+        .unzip();
         Ok(Runtime {
             stop: Arc::new(AtomicBool::new(false)),
             clock: eal.tsc_clock(),
@@ -141,6 +150,12 @@ impl Runtime {
         &self.ports
     }
 
+    /// Per config port, its TAP's queue pairs not yet dealt to workers (0:
+    /// no TAP).
+    pub fn tap_queue_pairs(&self) -> Vec<usize> {
+        self.tap_queues.iter().map(Vec::len).collect()
+    }
+
     pub fn has_taps(&self) -> bool {
         self.taps.iter().any(Option::is_some)
     }
@@ -163,7 +178,8 @@ impl Runtime {
     }
 
     /// Deals the ports' queue pairs to `workers` workers: worker w gets
-    /// queue w of every port and of every TAP. Once; later calls find none.
+    /// queue w of every port and of every TAP (None past a TAP's last
+    /// pair). Once; later calls find none.
     pub fn take_worker_queues(&mut self, workers: usize) -> Vec<WorkerQueues> {
         let mut ports = transpose(std::mem::take(&mut self.queues), workers);
         let mut taps = transpose(std::mem::take(&mut self.tap_queues), workers);
@@ -360,13 +376,14 @@ fn packet_pool(
 /// A started port and its queue pairs.
 type Started = (Port, Vec<QueuePair>);
 
-/// AP-4: starts each port's TAP (one queue pair per worker) with the
-/// port's MAC, and gives the kernel side the port's addresses and MTU.
+/// AP-4: starts each port's TAP (a queue pair per worker, at most as many
+/// as the TAP supports) with the port's MAC, and gives the kernel side the port's addresses and MTU.
 fn start_taps(
     cfg: &Config,
     eal_args: &[String],
     port_macs: &[[u8; 6]],
     workers: u16,
+    limit: Option<u16>,
     pool: &Mempool,
 ) -> Result<Vec<Option<Started>>, RunError> {
     let mut taps = Vec::with_capacity(cfg.dataplane.ports.len());
@@ -384,8 +401,17 @@ fn start_taps(
             };
             hinted(Step::Tap, errno, error, cfg, eal_args)
         };
+        let vdev = exception::tap_vdev(i, iface);
+        // AP-4: a queue pair per worker up to what the TAP has and can be
+        // started with; the other workers relay their punted packets to an
+        // owner (workers.rs).
+        let queue_pairs = dataplane::dpdk::max_queue_pairs(&vdev)
+            .map_err(device_error)?
+            .min(dataplane::dpdk::NET_TAP_START_QUEUE_PAIRS)
+            .min(limit.unwrap_or(u16::MAX))
+            .clamp(1, workers.max(1));
         let pc = PortConfig {
-            queue_pairs: workers,
+            queue_pairs,
             rss: false,
             promiscuous: false,
             rx_descriptors: 512,
@@ -411,10 +437,18 @@ fn start_taps(
             };
             hinted(Step::Tap, 0, error, cfg, eal_args)
         })?;
-        let (tap, pairs) =
-            Port::start(&exception::tap_vdev(i, iface), &pc, pool).map_err(device_error)?;
+        let (tap, pairs) = Port::start(&vdev, &pc, pool).map_err(device_error)?;
         tap.set_mac(mac).map_err(device_error)?;
-        controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
+        if queue_pairs < workers {
+            controlplane::info!(
+                "sluice: port {:?}: exception path on TAP {iface} ({queue_pairs} queue pairs: \
+                 workers {queue_pairs} to {} relay to worker index mod {queue_pairs})",
+                p.name,
+                workers - 1
+            );
+        } else {
+            controlplane::info!("sluice: port {:?}: exception path on TAP {iface}", p.name);
+        }
         taps.push(Some((tap, pairs)));
     }
     Ok(taps)

@@ -1,5 +1,6 @@
 //! The workers of a run, built on the main lcore before they are launched:
-//! each gets its queue pair on every port and TAP, its steering rings,
+//! each gets its queue pair on every port, its queue pair on every TAP or
+//! a relay ring to a worker that owns one (AP-4), its steering rings,
 //! its counters, the snapshot cell and the runtime's clock.
 
 use std::sync::Arc;
@@ -7,8 +8,9 @@ use std::sync::Arc;
 use controlplane::config::Config;
 use crossbeam_utils::CachePadded;
 use dataplane::dpdk::{mbuf_ring, Mempool, Port};
+use dataplane::dpdk::{RingConsumer, RingProducer};
 use dataplane::worker::mailbox::{ConntrackQuery, Mailbox};
-use dataplane::worker::{Steering, Worker};
+use dataplane::worker::{tap_owner, ExceptionPath, ExceptionQueues, Steering, Worker};
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
 use std::sync::mpsc::Sender;
@@ -40,6 +42,10 @@ pub fn build(
         Some(pool) => steering_rings(pool, runtime.ports(), workers, burst_size)?,
         None => Vec::new(),
     };
+    let mut relays = match runtime.pool() {
+        Some(pool) => tap_relays(pool, &runtime.tap_queue_pairs(), workers)?,
+        None => Vec::new(),
+    };
     let port_ids: Vec<_> = runtime.ports().iter().map(Port::id).collect();
     let stop = runtime.stop_flag();
     let clock = runtime.clock();
@@ -55,7 +61,7 @@ pub fn build(
             steering: steering.get_mut(index).and_then(Option::take),
             rx: q.rx,
             tx: q.tx,
-            exception: q.exception,
+            exception: exception_paths(q.exception, relays.get_mut(index)),
             stats: Arc::clone(stats),
             snapshots: Arc::clone(shared.snapshots),
             stop: Arc::clone(&stop),
@@ -120,4 +126,71 @@ fn steering_rings(
             .collect::<Vec<_>>()
     );
     Ok(per_worker.into_iter().map(Some).collect())
+}
+
+/// One worker's end of a port's TAP relay (AP-4).
+enum RelayEnd {
+    /// A worker without a TAP queue pair: the ring to its owner.
+    To(RingProducer),
+    /// A TAP queue pair's owner: the rings from the workers relaying to it.
+    From(Vec<RingConsumer>),
+}
+
+/// AP-4: a port's TAP may have fewer queue pairs than there are workers
+/// (`tap_queue_pairs`, per config port; 0: no TAP). Each worker past the
+/// last pair gets a single-producer single-consumer ring to the worker
+/// that owns pair [`tap_owner`] and writes its punted packets to the TAP.
+/// Per worker, per config port, its end (none where every worker owns a
+/// pair).
+fn tap_relays(
+    pool: &Mempool,
+    tap_queue_pairs: &[usize],
+    workers: usize,
+) -> Result<Vec<Vec<Option<RelayEnd>>>, RunError> {
+    let mut ends: Vec<Vec<Option<RelayEnd>>> = (0..workers)
+        .map(|_| tap_queue_pairs.iter().map(|_| None).collect())
+        .collect();
+    for (port, &pairs) in tap_queue_pairs.iter().enumerate() {
+        if pairs == 0 || pairs >= workers {
+            continue;
+        }
+        for w in pairs..workers {
+            let owner = tap_owner(w, pairs);
+            let (p, c) = mbuf_ring(
+                pool,
+                &format!("sluice_tap_{port}_{w}"),
+                dataplane::worker::RELAY_SLOTS,
+            )
+            .map_err(RunError::TapRelayRing)?;
+            ends[w][port] = Some(RelayEnd::To(p));
+            match &mut ends[owner][port] {
+                Some(RelayEnd::From(rings)) => rings.push(c),
+                end => *end = Some(RelayEnd::From(vec![c])),
+            }
+        }
+    }
+    Ok(ends)
+}
+
+/// A worker's path to each port's TAP: its own queue pair (with the relay
+/// rings into it), or the relay ring to the pair's owner.
+fn exception_paths(
+    queues: Vec<Option<ExceptionQueues>>,
+    relays: Option<&mut Vec<Option<RelayEnd>>>,
+) -> Vec<Option<ExceptionPath>> {
+    let mut relays = relays.map(std::mem::take).unwrap_or_default().into_iter();
+    queues
+        .into_iter()
+        .map(|q| match (q, relays.next().flatten()) {
+            (Some(queues), Some(RelayEnd::From(relayed))) => {
+                Some(ExceptionPath::Tap { queues, relayed })
+            }
+            (Some(queues), _) => Some(ExceptionPath::Tap {
+                queues,
+                relayed: Vec::new(),
+            }),
+            (None, Some(RelayEnd::To(ring))) => Some(ExceptionPath::Relay(ring)),
+            (None, _) => None,
+        })
+        .collect()
 }

@@ -31,6 +31,9 @@ pub use error::DpdkError;
 pub use ids::{LcoreId, PortId};
 pub use mbuf::Mbuf;
 pub use mempool::{Mempool, MBUF_HEADROOM};
-pub use port::{keeps_address_pairs, LinkStatus, Port, PortConfig, PortHwStats, PortMonitor};
+pub use port::{
+    keeps_address_pairs, max_queue_pairs, LinkStatus, Port, PortConfig, PortHwStats, PortMonitor,
+    NET_TAP_START_QUEUE_PAIRS,
+};
 pub use queue::{QueuePair, RxQueue, TxQueue};
 pub use ring::{mbuf_ring, RingConsumer, RingProducer};

@@ -110,6 +110,22 @@ pub fn keeps_address_pairs(device: &str, cfg: &PortConfig) -> Result<bool, DpdkE
     Ok(pairs_on_one_queue(cfg, &info))
 }
 
+/// The most queue pairs a `net_tap` device can be started with. At start,
+/// DPDK 22.11's net_tap copies the descriptors of every RX and TX queue
+/// into one multi-process message (`tap_mp_req_on_rxtx`), which holds
+/// `RTE_MP_MAX_FD_NUM` (8), without a bound check: from 5 queue pairs on
+/// it writes past the message on the stack, and the process aborts
+/// ("stack smashing detected"), although the device reports 16.
+pub const NET_TAP_START_QUEUE_PAIRS: u16 = (dpdk_sys::RTE_MP_MAX_FD_NUM / 2) as u16;
+
+/// The queue pairs the probed `device` supports at most: the lesser of
+/// its RX and TX queue limits (a `net_tap` TAP: `TAP_MAX_QUEUES`, 16 in
+/// DPDK 22.11).
+pub fn max_queue_pairs(device: &str) -> Result<u16, DpdkError> {
+    let (_, _, info) = probe(device)?;
+    Ok(info.max_rx_queues.min(info.max_tx_queues))
+}
+
 /// The probed device's port id, name and what it reports of itself.
 fn probe(device: &str) -> Result<(PortId, String, dpdk_sys::rte_eth_dev_info), DpdkError> {
     let id = id_by_name(device)?;

@@ -22,6 +22,7 @@ fn init_eal() -> (Eal, String) {
         "--log-level=error",
         "--lcores=0@0,1@0",
         "--vdev=net_null0",
+        "--vdev=net_null1",
         &format!("--file-prefix={prefix}"),
     ]
     .iter()
@@ -166,6 +167,8 @@ fn the_safe_layer_on_real_dpdk() {
     a_drain_left_early_keeps_the_rest(&pool);
     a_drain_to_the_end_empties_the_burst(&pool);
     queues_keep_their_port_open(&pool);
+    crate::worker::a_full_relay_ring_is_a_counted_drop_and_the_owner_drains_it(&pool, "net_null1");
+    assert_eq!(pool.in_use(), 0, "the relay lanes freed every mbuf");
     lcores_are_handed_out_once_and_waited_for(&mut eal);
     eal_and_pools_outlive_their_users(eal, pool);
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/{prefix}"));

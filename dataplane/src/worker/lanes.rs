@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
-use super::exception::{ExceptionLane, ExceptionQueues};
+use super::exception::{ExceptionLane, ExceptionPath};
 use super::fragments;
 use super::steering::{self, SteerLane};
 use super::transmit::TxLane;
@@ -38,7 +38,7 @@ impl Lanes {
     /// peers (`to`: indexed by worker, empty without steering).
     pub(super) fn new(
         tx: Vec<TxQueue>,
-        exception: Vec<Option<ExceptionQueues>>,
+        exception: Vec<Option<ExceptionPath>>,
         to: Vec<Option<RingProducer>>,
         stats: Arc<CachePadded<WorkerStats>>,
     ) -> Self {
@@ -125,7 +125,8 @@ impl Lanes {
 
     /// End of a poll: every lane's burst goes out, and each TAP's kernel
     /// traffic is injected onto its port (`scratch`: an empty burst to
-    /// read it into). Returns the frames read from the TAPs.
+    /// read it into). Returns the frames read from the TAPs and the TAP
+    /// relay rings.
     pub(super) fn flush(&mut self, state: &ForwardingState, scratch: &mut MbufBurst) -> usize {
         self.hand_over_steered();
         let stats = &self.stats;
@@ -135,7 +136,7 @@ impl Lanes {
         let mut injected = 0;
         for (port, lane) in self.exception.iter_mut().enumerate() {
             if let Some(lane) = lane {
-                lane.flush(stats);
+                injected += lane.flush(stats);
                 if let Some(tx) = self.tx.get_mut(port) {
                     let vlan = state.ports.get(port).and_then(|p| p.vlan);
                     injected += lane.inject(tx.queue_mut(), scratch, stats, vlan);

@@ -33,7 +33,9 @@ mod steering;
 mod test_pause;
 mod transmit;
 
-pub use exception::ExceptionQueues;
+#[cfg(test)]
+pub(crate) use exception::a_full_relay_ring_is_a_counted_drop_and_the_owner_drains_it;
+pub use exception::{tap_owner, ExceptionPath, ExceptionQueues, RELAY_SLOTS};
 pub use idle::IdlePolling;
 pub use steering::Steering;
 #[cfg(feature = "test-hooks")]
@@ -52,9 +54,10 @@ pub struct Worker {
     pub rx: Vec<RxQueue>,
     /// TX queue per port, indexed by config port index.
     pub tx: Vec<TxQueue>,
-    /// AP-4: this worker's queue pair on each port's TAP (None: the port
-    /// has no exception path), indexed by config port index.
-    pub exception: Vec<Option<ExceptionQueues>>,
+    /// AP-4: this worker's way to each port's TAP — its queue pair, or a
+    /// relay ring to the worker that owns one (None: the port has no
+    /// exception path), indexed by config port index.
+    pub exception: Vec<Option<ExceptionPath>>,
     pub stats: Arc<CachePadded<WorkerStats>>,
     pub snapshots: Arc<SnapshotCell>,
     pub stop: Arc<AtomicBool>,
