@@ -10,6 +10,7 @@ use crate::drop_reason::DropReason;
 use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{self, Balance, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
+use crate::stats::RuleCounters;
 use crate::steering;
 use crate::vlan;
 
@@ -96,7 +97,9 @@ impl BurstStages {
     /// and its home entry requested before any packet is delivered, so
     /// the misses of different packets overlap. `vlan`: the receive port
     /// is a trunk port of that VLAN, whose other frames are dropped
-    /// (`wrong_vlan`). Follow with [`BurstStages::deliver`] for each
+    /// (`wrong_vlan`). `rules`: where each packet that matches a rule is
+    /// counted under it (None: a burst steered in, counted by the worker
+    /// that received it). Follow with [`BurstStages::deliver`] for each
     /// packet, in order.
     #[inline]
     pub fn prepare<'a, P, I>(
@@ -106,6 +109,7 @@ impl BurstStages {
         ctx: &PipelineCtx,
         steer: Option<SteerFor>,
         vlan: Option<u16>,
+        rules: Option<&RuleCounters>,
     ) where
         P: BurstPacket + 'a,
         I: Iterator<Item = &'a P> + Clone,
@@ -119,7 +123,7 @@ impl BurstStages {
             } else if vlan.is_some_and(|vid| !vlan::accepts(m.data(), vid)) {
                 *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
             } else {
-                pipeline::classify_into(m.data(), state, stage);
+                pipeline::classify_into(m.data(), state, stage, rules);
             }
             n += 1;
         }
@@ -156,7 +160,8 @@ impl BurstStages {
 
     /// Stage 2 for packet `i` of the prepared burst (called for i = 0, 1,
     /// … in order): looks ahead into the shard for later packets, then
-    /// decides this one.
+    /// decides this one. A packet forwarded with a new conntrack entry
+    /// leaves `ctx.opened` set (see [`PipelineCtx::opened`]).
     #[inline]
     pub fn deliver<P: PacketBuf>(
         &mut self,
