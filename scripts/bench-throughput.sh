@@ -27,6 +27,12 @@
 # DPDK balancer in the style of Katran's or VPP's fast path) on the same
 # devices, between testpmd and sluice; TRAFFIC=tcp or syn with ENCAP=gre
 # only, which is all it does.
+# WORKERS=2: two RX queues on the clients port (net_pcap, each replaying
+# half of the flows) and two TX queues: testpmd forwards them on two
+# cores, sluice runs two workers (net_pcap cannot hash on addresses, so
+# sluice steers each tracked packet to the worker owning its flow,
+# `sluice_steered_packets_total`). The machine has two cores: testpmd's
+# main lcore shares the first with a forwarding one.
 # Each run lasts SECONDS; the rate is the transmit rate on the null port over
 # the steady-state part of the run. Timing never fails anything: the script
 # prints numbers, its last line is
@@ -48,6 +54,12 @@ case "$ENCAP" in
   *) echo "ENCAP must be l2, gre, ipip, gue or geneve" >&2; exit 2 ;;
 esac
 bench_traffic
+WORKERS=${WORKERS:-1}
+case "$WORKERS" in
+  1) TP_LCORES=0@0,1@1; TP_QUEUES="" ;;
+  2) TP_LCORES=0@0,1@0,2@1; TP_QUEUES="--rxq=2 --txq=2 --nb-cores=2" ;;
+  *) echo "WORKERS must be 1 or 2" >&2; exit 2 ;;
+esac
 WARMUP=${WARMUP:-3}
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 cleanup() { rm -rf "$work"; }
@@ -71,8 +83,8 @@ fi
 
 # --- reference: testpmd io forwarding, pcap → null --------------------------
 timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) dpdk-testpmd $NOHUGE -m "$MEM" --no-pci \
-  --file-prefix=bench-tp-$$ --lcores=0@0,1@1 --log-level=error \
-  --vdev="$RX_DEV" --vdev="$TX_DEV" -- \
+  --file-prefix=bench-tp-$$ --lcores=$TP_LCORES --log-level=error \
+  --vdev="$RX_DEV" --vdev="$TX_DEV" -- $TP_QUEUES \
   --forward-mode=io --burst="$BURST" --total-num-mbufs="$MBUFS" --no-mlockall --stats-period=1 -a \
   > "$work/testpmd.log" 2>&1 &
 tp=$!
@@ -92,6 +104,7 @@ if [ "${PEER:-0}" = 1 ]; then
     tcp/gre|syn/gre) ;;
     *) echo "PEER=1 needs TRAFFIC=tcp or syn and ENCAP=gre" >&2; exit 2 ;;
   esac
+  [ "$WORKERS" = 1 ] || { echo "PEER=1 needs WORKERS=1 (the peer polls one queue)" >&2; exit 2; }
   peer=target/release/lb_peer
   if [ ! -x $peer ] || [ benches/c-peer/lb_peer.c -nt $peer ]; then
     # shellcheck disable=SC2046
@@ -127,7 +140,7 @@ t1=$(date +%s.%N); c1=$(tx_of)
 wait $sl || { cat "$work/sluice.log"; exit 1; }
 sluice_pps=$(echo "$c0 $c1 $t0 $t1" | awk '{printf "%.0f", ($2 - $1) / ($4 - $3)}')
 
-echo "traffic=$TRAFFIC encap=$ENCAP flows=$FLOWS seconds=$SECONDS_PER_RUN testpmd_io_pps=$testpmd_pps sluice_pps=$sluice_pps"
+echo "traffic=$TRAFFIC encap=$ENCAP flows=$FLOWS workers=$WORKERS seconds=$SECONDS_PER_RUN testpmd_io_pps=$testpmd_pps sluice_pps=$sluice_pps"
 grep -E '^sluice_dropped_packets_total' "$work/sluice-metrics.txt" | awk '$2 > 0' || true
 awk -v s="$sluice_pps" -v t="$testpmd_pps" -v p="$peer_pps" 'BEGIN {
   printf "sluice_mpps=%.3f testpmd_io_mpps=%.3f ratio=%.3f", s / 1e6, t / 1e6, (t > 0 ? s / t : 0)
