@@ -10,8 +10,9 @@
 # bench_flows WORK: builds the release binaries, writes FLOWS 64-byte
 #   flows to DST into WORK/flows.pcap, and sets RX_DEV (net_pcap replaying
 #   it for ever), TX_DEV (net_null sink), MBUFS and MEM (MB of EAL memory).
-#   WORKERS=2: the flows split in two halves (flows-0.pcap, flows-1.pcap),
-#   one RX queue each on the same net_pcap port (one worker per queue).
+#   WORKERS=2: the flows split by the worker owning each (flows-0.pcap,
+#   flows-1.pcap; pktgen --queues=2), one RX queue each on the same
+#   net_pcap port, so sluice steers nothing between its two workers.
 # bench_config FILE: writes the configuration: WORKERS workers (default
 #   1), the clients
 #   port on RX_DEV, the backends port on TX_DEV, ENCAP to three backends,
@@ -40,16 +41,10 @@ bench_flows() {
   target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
   RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
   if [ "${WORKERS:-1}" = 2 ]; then
-    # Records are all one size (the 24-byte file header, then FLOWS
-    # records): the first half of them in one file, the rest in the other.
-    local size record half
-    size=$(stat -c %s "$work/flows.pcap")
-    record=$(( (size - 24) / FLOWS ))
-    half=$(( FLOWS / 2 ))
-    { head -c 24 "$work/flows.pcap"
-      tail -c +25 "$work/flows.pcap" | head -c $(( half * record )); } >"$work/flows-0.pcap"
-    { head -c 24 "$work/flows.pcap"
-      tail -c +$(( 25 + half * record )) "$work/flows.pcap"; } >"$work/flows-1.pcap"
+    # One RX queue per worker, each with the flows that worker owns (as
+    # RSS on the address pair would spread them): nothing is steered.
+    target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG \
+      --queues=2 2>/dev/null
     RX_DEV="net_pcap0,rx_pcap=$work/flows-0.pcap,rx_pcap=$work/flows-1.pcap,infinite_rx=1"
   fi
   TX_DEV="net_null0,no-rx=1"

@@ -28,11 +28,11 @@
 # devices, between testpmd and sluice; TRAFFIC=tcp or syn with ENCAP=gre
 # only, which is all it does.
 # WORKERS=2: two RX queues on the clients port (net_pcap, each replaying
-# half of the flows) and two TX queues: testpmd forwards them on two
-# cores, sluice runs two workers (net_pcap cannot hash on addresses, so
-# sluice steers each tracked packet to the worker owning its flow,
-# `sluice_steered_packets_total`). The machine has two cores: testpmd's
-# main lcore shares the first with a forwarding one.
+# the flows one worker owns, as RSS on the address pair would spread them:
+# sluice steers nothing, `sluice_steered_packets_total` stays 0) and two
+# TX queues: testpmd forwards them on two cores, sluice runs two workers.
+# The machine has two cores: testpmd's main lcore shares the first with a
+# forwarding one, sluice's control thread shares with its workers.
 # Each run lasts SECONDS; the rate is the transmit rate on the null port over
 # the steady-state part of the run. Timing never fails anything: the script
 # prints numbers, its last line is
@@ -62,7 +62,7 @@ case "$WORKERS" in
 esac
 WARMUP=${WARMUP:-3}
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
-cleanup() { rm -rf "$work"; }
+cleanup() { [ -n "${KEEP:-}" ] && echo "work=$work" >&2 || rm -rf "$work"; }
 trap cleanup EXIT
 
 bench_flows "$work"
@@ -92,10 +92,21 @@ sleep $((SECONDS_PER_RUN + WARMUP))
 kill -INT $tp 2>/dev/null || true
 wait $tp 2>/dev/null || true
 rm -rf /var/run/dpdk/bench-tp-$$
-# Port 1's Tx-pps samples, skipping the warm-up ones; the median.
-testpmd_pps=$(awk '/statistics for port 1 / {p=1} /statistics for port 0 / {p=0}
-                   p && /Tx-pps:/ {print $2}' "$work/testpmd.log" \
-              | tail -n +$((WARMUP + 1)) | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
+# Port 1's Tx-pps samples, skipping the warm-up ones; the median. The
+# main lcore that prints them is starved when it shares a core with a
+# forwarding one (WORKERS=2, or a loaded machine) and prints only every
+# few seconds: when no sample is left after the warm-up ones, those after
+# the first non-zero one.
+tx_pps() {
+  awk '/statistics for port 1 / {p=1} /statistics for port 0 / {p=0}
+       p && /Tx-pps:/ {print $2}' "$work/testpmd.log"
+}
+skip=$((WARMUP + 1))
+if [ "$(tx_pps | tail -n +$skip | wc -l)" = 0 ]; then
+  skip=$(( $(tx_pps | awk '!seen && $1 == 0 {n++} $1 > 0 {seen = 1} END {print n + 0}') + 2 ))
+fi
+testpmd_pps=$(tx_pps | tail -n +$skip | sort -n \
+              | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
 
 # --- the C peer: same devices, GRE to the same three backends -------------
 peer_pps=0
