@@ -10,7 +10,11 @@
 # bench_flows WORK: builds the release binaries, writes FLOWS 64-byte
 #   flows to DST into WORK/flows.pcap, and sets RX_DEV (net_pcap replaying
 #   it for ever), TX_DEV (net_null sink), MBUFS and MEM (MB of EAL memory).
-# bench_config FILE: writes the configuration: one worker, the clients
+#   WORKERS=2: the flows split by the worker owning each (flows-0.pcap,
+#   flows-1.pcap; pktgen --queues=2), one RX queue each on the same
+#   net_pcap port, so sluice steers nothing between its two workers.
+# bench_config FILE: writes the configuration: WORKERS workers (default
+#   1), the clients
 #   port on RX_DEV, the backends port on TX_DEV, ENCAP to three backends,
 #   a rule for RULE_PROTO/RULE_PORT. Reads MBUFS, MEM, BURST, ENCAP;
 #   NOHUGE (--no-huge or empty), CT_CAPACITY and METRICS_LISTEN may be
@@ -36,6 +40,13 @@ bench_flows() {
   cargo build --release --locked -q -p controlplane -p sluice-benches --bins
   target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
   RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
+  if [ "${WORKERS:-1}" = 2 ]; then
+    # One RX queue per worker, each with the flows that worker owns (as
+    # RSS on the address pair would spread them): nothing is steered.
+    target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG \
+      --queues=2 2>/dev/null
+    RX_DEV="net_pcap0,rx_pcap=$work/flows-0.pcap,rx_pcap=$work/flows-1.pcap,infinite_rx=1"
+  fi
   TX_DEV="net_null0,no-rx=1"
   MBUFS=$(( (FLOWS + 65536) | 1 ))
   MEM=$(( MBUFS * 3 / 1000 + 512 ))   # MB: ~2.3 KB per mbuf plus EAL overhead
@@ -49,7 +60,7 @@ bench_config() {
   cat > "$1" <<TOML
 [dataplane]
 eal_args = [$huge"-m", "$MEM", "--no-pci", "--log-level=error"]
-workers = 1
+workers = ${WORKERS:-1}
 mbufs = $MBUFS
 burst_size = $BURST
 $conntrack

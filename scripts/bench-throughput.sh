@@ -27,6 +27,12 @@
 # DPDK balancer in the style of Katran's or VPP's fast path) on the same
 # devices, between testpmd and sluice; TRAFFIC=tcp or syn with ENCAP=gre
 # only, which is all it does.
+# WORKERS=2: two RX queues on the clients port (net_pcap, each replaying
+# the flows one worker owns, as RSS on the address pair would spread them:
+# sluice steers nothing, `sluice_steered_packets_total` stays 0) and two
+# TX queues: testpmd forwards them on two cores, sluice runs two workers.
+# The machine has two cores: testpmd's main lcore shares the first with a
+# forwarding one, sluice's control thread shares with its workers.
 # Each run lasts SECONDS; the rate is the transmit rate on the null port over
 # the steady-state part of the run. Timing never fails anything: the script
 # prints numbers, its last line is
@@ -48,9 +54,15 @@ case "$ENCAP" in
   *) echo "ENCAP must be l2, gre, ipip, gue or geneve" >&2; exit 2 ;;
 esac
 bench_traffic
+WORKERS=${WORKERS:-1}
+case "$WORKERS" in
+  1) TP_LCORES=0@0,1@1; TP_QUEUES="" ;;
+  2) TP_LCORES=0@0,1@0,2@1; TP_QUEUES="--rxq=2 --txq=2 --nb-cores=2" ;;
+  *) echo "WORKERS must be 1 or 2" >&2; exit 2 ;;
+esac
 WARMUP=${WARMUP:-3}
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
-cleanup() { rm -rf "$work"; }
+cleanup() { [ -n "${KEEP:-}" ] && echo "work=$work" >&2 || rm -rf "$work"; }
 trap cleanup EXIT
 
 bench_flows "$work"
@@ -71,8 +83,8 @@ fi
 
 # --- reference: testpmd io forwarding, pcap → null --------------------------
 timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) dpdk-testpmd $NOHUGE -m "$MEM" --no-pci \
-  --file-prefix=bench-tp-$$ --lcores=0@0,1@1 --log-level=error \
-  --vdev="$RX_DEV" --vdev="$TX_DEV" -- \
+  --file-prefix=bench-tp-$$ --lcores=$TP_LCORES --log-level=error \
+  --vdev="$RX_DEV" --vdev="$TX_DEV" -- $TP_QUEUES \
   --forward-mode=io --burst="$BURST" --total-num-mbufs="$MBUFS" --no-mlockall --stats-period=1 -a \
   > "$work/testpmd.log" 2>&1 &
 tp=$!
@@ -80,10 +92,21 @@ sleep $((SECONDS_PER_RUN + WARMUP))
 kill -INT $tp 2>/dev/null || true
 wait $tp 2>/dev/null || true
 rm -rf /var/run/dpdk/bench-tp-$$
-# Port 1's Tx-pps samples, skipping the warm-up ones; the median.
-testpmd_pps=$(awk '/statistics for port 1 / {p=1} /statistics for port 0 / {p=0}
-                   p && /Tx-pps:/ {print $2}' "$work/testpmd.log" \
-              | tail -n +$((WARMUP + 1)) | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
+# Port 1's Tx-pps samples, skipping the warm-up ones; the median. The
+# main lcore that prints them is starved when it shares a core with a
+# forwarding one (WORKERS=2, or a loaded machine) and prints only every
+# few seconds: when no sample is left after the warm-up ones, those after
+# the first non-zero one.
+tx_pps() {
+  awk '/statistics for port 1 / {p=1} /statistics for port 0 / {p=0}
+       p && /Tx-pps:/ {print $2}' "$work/testpmd.log"
+}
+skip=$((WARMUP + 1))
+if [ "$(tx_pps | tail -n +$skip | wc -l)" = 0 ]; then
+  skip=$(( $(tx_pps | awk '!seen && $1 == 0 {n++} $1 > 0 {seen = 1} END {print n + 0}') + 2 ))
+fi
+testpmd_pps=$(tx_pps | tail -n +$skip | sort -n \
+              | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
 
 # --- the C peer: same devices, GRE to the same three backends -------------
 peer_pps=0
@@ -92,6 +115,7 @@ if [ "${PEER:-0}" = 1 ]; then
     tcp/gre|syn/gre) ;;
     *) echo "PEER=1 needs TRAFFIC=tcp or syn and ENCAP=gre" >&2; exit 2 ;;
   esac
+  [ "$WORKERS" = 1 ] || { echo "PEER=1 needs WORKERS=1 (the peer polls one queue)" >&2; exit 2; }
   peer=target/release/lb_peer
   if [ ! -x $peer ] || [ benches/c-peer/lb_peer.c -nt $peer ]; then
     # shellcheck disable=SC2046
@@ -127,7 +151,7 @@ t1=$(date +%s.%N); c1=$(tx_of)
 wait $sl || { cat "$work/sluice.log"; exit 1; }
 sluice_pps=$(echo "$c0 $c1 $t0 $t1" | awk '{printf "%.0f", ($2 - $1) / ($4 - $3)}')
 
-echo "traffic=$TRAFFIC encap=$ENCAP flows=$FLOWS seconds=$SECONDS_PER_RUN testpmd_io_pps=$testpmd_pps sluice_pps=$sluice_pps"
+echo "traffic=$TRAFFIC encap=$ENCAP flows=$FLOWS workers=$WORKERS seconds=$SECONDS_PER_RUN testpmd_io_pps=$testpmd_pps sluice_pps=$sluice_pps"
 grep -E '^sluice_dropped_packets_total' "$work/sluice-metrics.txt" | awk '$2 > 0' || true
 awk -v s="$sluice_pps" -v t="$testpmd_pps" -v p="$peer_pps" 'BEGIN {
   printf "sluice_mpps=%.3f testpmd_io_mpps=%.3f ratio=%.3f", s / 1e6, t / 1e6, (t > 0 ? s / t : 0)

@@ -111,6 +111,14 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
          of the current configuration.",
         &["service", "backend"],
     );
+    let per_backend_connections = counter_vec(
+        "sluice_backend_new_connections_total",
+        "New connections sent to a backend of the current configuration: conntrack \
+         entries created (a SYN, or the first packet of a flow the table did not hold) \
+         whose packet was forwarded to it. Tracked traffic only: a backend of a \
+         stateless service (or of untracked UDP) stays at 0.",
+        &["service", "backend"],
+    );
     let next_hop = prometheus::IntGaugeVec::new(
         Opts::new(
             "sluice_backend_next_hop_resolved",
@@ -130,6 +138,9 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
             per_backend_bytes
                 .with_label_values(&labels)
                 .inc_by(sum(src, |w| w.backend_packets.bytes(id.index())));
+            per_backend_connections
+                .with_label_values(&labels)
+                .inc_by(sum(src, |w| w.backend_packets.connections(id.index())));
             next_hop
                 .with_label_values(&labels)
                 .set(i64::from(b.egress.next_hop_mac.is_some()));
@@ -137,6 +148,7 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     }
     out.extend(per_backend.collect());
     out.extend(per_backend_bytes.collect());
+    out.extend(per_backend_connections.collect());
     out.extend(next_hop.collect());
     out.extend(counter(
         "sluice_backend_packets_uncounted_total",
@@ -144,6 +156,20 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
          (should stay 0: the control plane sizes the counters before it publishes).",
         sum(src, |w| w.backend_packets.uncounted.get()),
     ));
+
+    let per_rule = counter_vec(
+        "sluice_rule_packets_total",
+        "Packets that matched a forwarding rule of the current configuration, \
+         forwarded or not (a packet dropped after the match, e.g. no_backend, counts \
+         too). A rule keeps its count across reloads.",
+        &["rule"],
+    );
+    for rule in snap.rules.rules() {
+        per_rule
+            .with_label_values(&[rule.name.as_str()])
+            .inc_by(sum(src, |w| w.rule_packets.get(rule.counter)));
+    }
+    out.extend(per_rule.collect());
 
     out.extend(gauge(
         "sluice_snapshot_generation",
@@ -353,6 +379,7 @@ impl Collector for SluiceCollector {
 mod tests {
     use sluice_core::backend::BackendState;
     use sluice_core::ids::{BackendId, ServiceId};
+    use sluice_core::rules::{ForwardingRule, RuleTable};
     use sluice_core::service::ServiceState;
     use sluice_core::snapshot::ForwardingState;
 
@@ -381,7 +408,24 @@ mod tests {
         w1.fragments.add(2);
         w0.backend(WEB, 4, 400);
         w1.backend(WEB, 6, 624);
+        w0.backend_opened(WEB, 0, 0, true);
+        w1.backend_opened(WEB, 0, 0, true);
+        w1.backend_opened(WEB, 0, 0, true);
+        for w in [&w0, &w0, &w1] {
+            w.rule_packets.add(3);
+        }
         let state = ForwardingState {
+            rules: RuleTable::new(vec![ForwardingRule {
+                name: "web-http".into(),
+                vip: "203.0.113.10".parse().unwrap(),
+                protocol: sluice_core::rules::RuleProtocol::Tcp,
+                ports: sluice_core::rules::PortRange {
+                    first: 80,
+                    last: 80,
+                },
+                service: ServiceId(0),
+                counter: 3,
+            }]),
             generation: 42,
             services: vec![ServiceState {
                 name: "web".into(),
@@ -435,6 +479,8 @@ mod tests {
             "sluice_fragments_created_total 7",
             "sluice_backend_packets_total{backend=\"192.0.2.10\",service=\"web\"} 10",
             "sluice_backend_bytes_total{backend=\"192.0.2.10\",service=\"web\"} 1024",
+            "sluice_backend_new_connections_total{backend=\"192.0.2.10\",service=\"web\"} 3",
+            "sluice_rule_packets_total{rule=\"web-http\"} 3",
             "sluice_backend_packets_uncounted_total 0",
             "sluice_snapshot_generation 42",
             "sluice_workers 2",
@@ -462,7 +508,7 @@ mod tests {
         r.register(Box::new(c)).unwrap();
         // What `families` yields for these sources (per-backend families
         // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 39);
-        assert_eq!(described, 39, "every collected family is described");
+        assert_eq!(r.gather().len(), 41);
+        assert_eq!(described, 41, "every collected family is described");
     }
 }

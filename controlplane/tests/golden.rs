@@ -264,6 +264,23 @@ fn check_case(encap: &str) {
         let key = format!("sluice_dropped_packets_total{{reason=\"{reason}\"}}");
         assert_eq!(m.get(&key).copied(), Some(n), "{key}\n{metrics}");
     }
+    // Per rule: every packet each rule matched (the TCP flows and the
+    // tagged one; the datagrams); the packet to port 443 matched none.
+    let tcp_in = forwarded
+        .iter()
+        .filter(|f| is_udp(f) == Some(false))
+        .count() as u64;
+    let udp_in = forwarded.iter().filter(|f| is_udp(f) == Some(true)).count() as u64;
+    assert_eq!((tcp_in, udp_in), (121, 10));
+    assert_eq!(m["sluice_rule_packets_total{rule=\"web-http\"}"], tcp_in);
+    assert_eq!(m["sluice_rule_packets_total{rule=\"web-dns\"}"], udp_in);
+    // New connections: one per tracked TCP flow (its first packet, no SYN
+    // here, opened the entry); UDP is not tracked (CT-2), so opens none.
+    assert_eq!(
+        sum_metrics(&m, "sluice_backend_new_connections_total"),
+        61,
+        "{metrics}"
+    );
     let per_backend_metric = sum_metrics(&m, "sluice_backend_packets_total");
     assert_eq!(per_backend_metric, tx, "packets per backend add up to TX");
     // Frames as sent: the backends' bytes add up to what left the port.
@@ -273,6 +290,15 @@ fn check_case(encap: &str) {
         sent as u64,
         "bytes per backend add up to the bytes sent\n{metrics}"
     );
+}
+
+/// Whether a frame carries UDP (Some(true)) or TCP (Some(false)).
+fn is_udp(frame: &[u8]) -> Option<bool> {
+    match SlicedPacket::from_ethernet(frame).ok()?.transport? {
+        TransportSlice::Udp(_) => Some(true),
+        TransportSlice::Tcp(_) => Some(false),
+        _ => None,
+    }
 }
 
 /// AP-3 L2 DSR: destination MAC rewritten to the backend's, source MAC to

@@ -152,6 +152,40 @@ fn check(persistence: &str, name: &str, persists: bool) {
     // rounded up to a power of two.
     assert_eq!(m["sluice_conntrack_capacity{worker=\"0\"}"], 4096);
     assert_eq!(m["sluice_conntrack_slots{worker=\"0\"}"], 8192);
+    check_new_connections(&out, &m);
+}
+
+/// `sluice_backend_new_connections_total`: each backend's count is the
+/// SYNs forwarded to it (each opened an entry, CT-1), phase 1's and
+/// phase 3's; the unhealthy backend's stops with phase 1 (CT-9) while its
+/// packet count may keep rising with the connections it keeps (CT-8).
+/// `sluice_rule_packets_total`: every replayed packet matched the one rule.
+fn check_new_connections(out: &[(&'static str, u16)], m: &BTreeMap<String, u64>) {
+    let n = usize::from(FLOWS);
+    for (backend, _) in BACKENDS {
+        let syns = out[..n]
+            .iter()
+            .chain(&out[2 * n..])
+            .filter(|(b, _)| *b == backend)
+            .count() as u64;
+        let key = format!(
+            "sluice_backend_new_connections_total{{backend=\"{backend}\",service=\"web\"}}"
+        );
+        assert_eq!(m.get(&key).copied(), Some(syns), "{key}");
+        if backend == SICK {
+            let opened_there = out[..n].iter().filter(|(b, _)| *b == SICK).count() as u64;
+            assert_eq!(syns, opened_there, "CT-9: no new connection to {SICK}");
+        }
+    }
+    assert_eq!(
+        sum_metrics(m, "sluice_backend_new_connections_total"),
+        m["sluice_conntrack_inserts_total"],
+        "one new connection per entry created"
+    );
+    assert_eq!(
+        m["sluice_rule_packets_total{rule=\"web-http\"}"],
+        3 * u64::from(FLOWS)
+    );
 }
 
 /// Two workers, one flow → one shard (AP-1, CT-3): net_pcap gives one RX

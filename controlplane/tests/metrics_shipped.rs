@@ -276,5 +276,6 @@ fn status_json_through_the_binary() {
     assert_eq!(b["address"], "127.0.0.1", "{s}");
     assert_eq!(b["healthy"], true, "{s}");
     assert_eq!(b["packets"], 0, "{s}");
+    assert_eq!(b["new_connections"], 0, "{s}");
     assert_eq!(b["next_hop_resolved"], true, "{s}");
 }

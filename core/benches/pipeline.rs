@@ -75,6 +75,7 @@ fn state(
             protocol,
             ports,
             service: ServiceId(0),
+            counter: 0,
         })
         .collect();
     let mut st = ForwardingState {

@@ -10,6 +10,7 @@ use crate::drop_reason::DropReason;
 use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{self, Balance, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
+use crate::stats::RuleCounters;
 use crate::steering;
 use crate::vlan;
 
@@ -63,26 +64,43 @@ const FALLBACK_AHEAD: usize = 8;
 const NO_STEER: u16 = u16::MAX;
 
 /// One burst's state between the stages, reused burst after burst (no
-/// allocation on the packet path).
+/// allocation on the packet path): one record per packet, so that each
+/// pass reaches everything about packet `i` through one index.
 #[derive(Debug)]
 pub struct BurstStages {
-    stages: [Stage; MAX_BURST],
-    conntrack: BurstConntrack,
-    steer_to: [u16; MAX_BURST],
+    slots: [Slot; MAX_BURST],
     /// Packets in the prepared burst.
     len: usize,
     steered: bool,
 }
 
+/// What the passes of one burst know about one of its packets.
+#[derive(Copy, Clone, Debug)]
+struct Slot {
+    stage: Stage,
+    /// Its tracking key and shard hash (the conntrack pass; read only for
+    /// a tracked packet).
+    tracked: Option<Tracked>,
+    /// Whether its lookup needs more than its home entry (stage 2's
+    /// lookahead).
+    needs_fallback: bool,
+    /// The worker it is steered to, or [`NO_STEER`].
+    steer_to: u16,
+}
+
+impl Slot {
+    const EMPTY: Slot = Slot {
+        stage: Stage::UNSTAGED,
+        tracked: None,
+        needs_fallback: false,
+        steer_to: NO_STEER,
+    };
+}
+
 impl Default for BurstStages {
     fn default() -> Self {
         Self {
-            stages: [Stage::UNSTAGED; MAX_BURST],
-            conntrack: BurstConntrack {
-                tracked: [None; MAX_BURST],
-                needs_fallback: [false; MAX_BURST],
-            },
-            steer_to: [NO_STEER; MAX_BURST],
+            slots: [Slot::EMPTY; MAX_BURST],
             len: 0,
             steered: false,
         }
@@ -96,7 +114,9 @@ impl BurstStages {
     /// and its home entry requested before any packet is delivered, so
     /// the misses of different packets overlap. `vlan`: the receive port
     /// is a trunk port of that VLAN, whose other frames are dropped
-    /// (`wrong_vlan`). Follow with [`BurstStages::deliver`] for each
+    /// (`wrong_vlan`). `rules`: where each packet that matches a rule is
+    /// counted under it (None: a burst steered in, counted by the worker
+    /// that received it). Follow with [`BurstStages::deliver`] for each
     /// packet, in order.
     #[inline]
     pub fn prepare<'a, P, I>(
@@ -106,6 +126,7 @@ impl BurstStages {
         ctx: &PipelineCtx,
         steer: Option<SteerFor>,
         vlan: Option<u16>,
+        rules: Option<&RuleCounters>,
     ) where
         P: BurstPacket + 'a,
         I: Iterator<Item = &'a P> + Clone,
@@ -113,50 +134,45 @@ impl BurstStages {
         // (Prefetching packet and headroom lines too measured slower on
         // net_pcap, whose copies leave them hot; revisit on real NICs.)
         let mut n = 0;
-        for (m, stage) in packets.clone().zip(self.stages.iter_mut()) {
+        for (m, slot) in packets.clone().zip(self.slots.iter_mut()) {
+            let stage = &mut slot.stage;
             if !m.is_contiguous() {
                 *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
             } else if vlan.is_some_and(|vid| !vlan::accepts(m.data(), vid)) {
                 *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
             } else {
-                pipeline::classify_into(m.data(), state, stage);
+                pipeline::classify_into(m.data(), state, stage, rules);
             }
             n += 1;
         }
         self.len = n;
         self.steered = steer.is_some();
         if let Some(s) = steer {
-            for ((m, stage), to) in packets
-                .clone()
-                .zip(self.stages.iter())
-                .zip(self.steer_to.iter_mut())
-            {
-                *to = steer_target(m.data(), stage, state, s);
+            for (m, slot) in packets.clone().zip(self.slots.iter_mut()) {
+                slot.steer_to = steer_target(m.data(), &slot.stage, state, s);
             }
         }
-        for ((m, stage), tracked) in packets
-            .zip(self.stages.iter())
-            .zip(self.conntrack.tracked.iter_mut())
-        {
+        for (m, slot) in packets.zip(self.slots.iter_mut()) {
             // Written for every tracked packet (Some, or None if no key
             // could be built); read only for those.
-            if let Stage::Balance(b) = stage {
+            if let Stage::Balance(b) = &slot.stage {
                 if b.tracked {
-                    pipeline::prefetch_conntrack(m.data(), b, state, ctx, tracked);
+                    pipeline::prefetch_conntrack(m.data(), b, state, ctx, &mut slot.tracked);
                 }
             }
         }
         for j in 0..HOME_CHECK_AHEAD {
-            self.conntrack.check_home(&self.stages, state, ctx, n, j);
+            self.check_home(state, ctx, j);
         }
         for j in 0..FALLBACK_AHEAD {
-            self.conntrack.fetch_fallback(&self.stages, ctx, n, j);
+            self.fetch_fallback(ctx, j);
         }
     }
 
     /// Stage 2 for packet `i` of the prepared burst (called for i = 0, 1,
     /// … in order): looks ahead into the shard for later packets, then
-    /// decides this one.
+    /// decides this one. A packet forwarded with a new conntrack entry
+    /// leaves `ctx.opened` set (see [`PipelineCtx::opened`]).
     #[inline]
     pub fn deliver<P: PacketBuf>(
         &mut self,
@@ -165,22 +181,19 @@ impl BurstStages {
         state: &ForwardingState,
         ctx: &mut PipelineCtx,
     ) -> Outcome {
-        let n = self.len;
-        self.conntrack
-            .check_home(&self.stages, state, ctx, n, i + HOME_CHECK_AHEAD);
-        self.conntrack
-            .fetch_fallback(&self.stages, ctx, n, i + FALLBACK_AHEAD);
-        let (Some(stage), Some(&to)) = (self.stages.get(i), self.steer_to.get(i)) else {
+        self.check_home(state, ctx, i + HOME_CHECK_AHEAD);
+        self.fetch_fallback(ctx, i + FALLBACK_AHEAD);
+        let Some(slot) = self.slots.get(i) else {
             return Outcome::Verdict(Verdict::Drop(DropReason::Internal));
         };
-        if to != NO_STEER {
-            return Outcome::Steer(usize::from(to));
+        if slot.steer_to != NO_STEER {
+            return Outcome::Steer(usize::from(slot.steer_to));
         }
-        Outcome::Verdict(match stage {
+        Outcome::Verdict(match &slot.stage {
             Stage::Done(v) => *v,
             Stage::Balance(b) => {
                 let tracked = match b.tracked {
-                    true => self.conntrack.tracked.get(i).and_then(Option::as_ref),
+                    true => slot.tracked.as_ref(),
                     false => None,
                 };
                 pipeline::deliver_keyed(pkt, b, tracked, state, ctx)
@@ -192,7 +205,9 @@ impl BurstStages {
     #[inline]
     pub fn finish(&mut self) {
         if self.steered {
-            self.steer_to = [NO_STEER; MAX_BURST];
+            for slot in &mut self.slots {
+                slot.steer_to = NO_STEER;
+            }
             self.steered = false;
         }
         self.len = 0;
@@ -216,58 +231,44 @@ fn steer_target(frame: &[u8], stage: &Stage, state: &ForwardingState, s: SteerFo
     }
 }
 
-/// A burst's conntrack state between the stages: each packet's tracking
-/// key and shard hash (built once, by the prefetch pass) and whether its
-/// lookup needs more than its home entry (stage 2's lookahead).
-#[derive(Debug)]
-struct BurstConntrack {
-    tracked: [Option<Tracked>; MAX_BURST],
-    needs_fallback: [bool; MAX_BURST],
-}
-
-impl BurstConntrack {
-    /// Packet `j`'s stage and key, if it is among the burst's first `n`
-    /// and tracked.
+impl BurstStages {
+    /// Packet `j`'s stage and key, if it is among the burst's packets and
+    /// tracked.
     #[inline(always)]
-    fn at<'a>(
-        &'a self,
-        stages: &'a [Stage],
-        n: usize,
-        j: usize,
-    ) -> Option<(&'a Balance, &'a Tracked)> {
-        // The stage first: an untracked packet's key slot is not read.
-        match stages.get(j) {
-            Some(Stage::Balance(b)) if j < n && b.tracked => {
-                Some((b, self.tracked.get(j)?.as_ref()?))
-            }
+    fn at(&self, j: usize) -> Option<(&Balance, &Tracked)> {
+        // The stage first: an untracked packet's key is not read.
+        match self.slots.get(j) {
+            Some(Slot {
+                stage: Stage::Balance(b),
+                tracked: Some(t),
+                ..
+            }) if j < self.len && b.tracked => Some((b, t)),
             _ => None,
         }
     }
 
     /// Lookahead step 1 for packet `j`: is its home entry its key's?
     #[inline(always)]
-    fn check_home(
-        &mut self,
-        stages: &[Stage],
-        state: &ForwardingState,
-        ctx: &PipelineCtx,
-        n: usize,
-        j: usize,
-    ) {
+    fn check_home(&mut self, state: &ForwardingState, ctx: &PipelineCtx, j: usize) {
         let away = self
-            .at(stages, n, j)
+            .at(j)
             .is_some_and(|(b, t)| pipeline::conntrack_lookahead(b, t, state, ctx));
-        if let Some(flag) = self.needs_fallback.get_mut(j) {
-            *flag = away;
+        if let Some(slot) = self.slots.get_mut(j) {
+            slot.needs_fallback = away;
         }
     }
 
     /// Lookahead step 2 for packet `j`: the entries of its signature line,
     /// when step 1 found it away from home.
     #[inline(always)]
-    fn fetch_fallback(&self, stages: &[Stage], ctx: &PipelineCtx, n: usize, j: usize) {
-        if self.needs_fallback.get(j) == Some(&true) {
-            if let Some((_, t)) = self.at(stages, n, j) {
+    fn fetch_fallback(&self, ctx: &PipelineCtx, j: usize) {
+        if let Some(Slot {
+            needs_fallback: true,
+            tracked: Some(t),
+            ..
+        }) = self.slots.get(j)
+        {
+            if j < self.len {
                 pipeline::conntrack_lookahead_fallback(t, ctx);
             }
         }

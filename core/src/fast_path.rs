@@ -16,6 +16,7 @@ use crate::conntrack::{policy, PacketMeta};
 use crate::flow::ipv4_ports_hash;
 use crate::snapshot::ForwardingState;
 use crate::stage::{Balance, Stage};
+use crate::stats::RuleCounters;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::wire::ipv4::{self, Ipv4Packet, VERSION_IHL_NO_OPTIONS};
 use crate::wire::ipv4::{FLAG_DF, FLAG_MF, FRAG_OFFSET_MASK};
@@ -35,18 +36,24 @@ const IP_UDP_LEN: usize = IPV4_LEN + udp::HEADER_LEN;
 #[inline(always)]
 pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
     let mut stage = Stage::default();
-    classify_ipv4_into(frame, state, &mut stage).map(|()| stage)
+    classify_ipv4_into(frame, state, &mut stage, None).map(|()| stage)
 }
 
 /// [`classify_ipv4`] written into `out` (built in place, not returned
-/// through a temporary); None, with `out` untouched, when the general path
-/// must decide.
+/// through a temporary), and the packet counted under its rule in `rules`
+/// when given; None, with `out` untouched and nothing counted, when the
+/// general path must decide.
 ///
 /// Every field is read through the wire layer's views over fixed-size
 /// arrays: their offsets are constants and their bounds are proven at
 /// compile time, so each read is one load.
 #[inline(always)]
-pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) -> Option<()> {
+pub fn classify_ipv4_into(
+    frame: &[u8],
+    state: &ForwardingState,
+    out: &mut Stage,
+    rules: Option<&RuleCounters>,
+) -> Option<()> {
     let eth: &[u8; ETH_LEN] = frame.first_chunk()?;
     let l3 = match get_u16::<{ ethernet::offset::ETHERTYPE }, ETH_LEN>(eth) {
         ETHERTYPE_IPV4 => ETH_LEN,
@@ -106,6 +113,9 @@ pub fn classify_ipv4_into(frame: &[u8], state: &ForwardingState, out: &mut Stage
         }
     };
     let service = state.service(rule.service)?;
+    if let Some(rules) = rules {
+        rules.add(rule.counter);
+    }
     let hash = ipv4_ports_hash(state.flow_seed, src, dst, proto, ports, service.affinity);
     let tracked = policy::trackable(proto, service.affinity);
     if !tracked {

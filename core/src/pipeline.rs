@@ -8,6 +8,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
+use crate::conntrack::session::Selection;
 use crate::conntrack::{self, Addrs, PacketMeta, Shard, Tracked};
 use crate::drop_reason::DropReason;
 use crate::encap;
@@ -16,10 +17,12 @@ use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::ids::{BackendId, ServiceId};
 use crate::packet::PacketBuf;
+use crate::rules::ForwardingRule;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::stage::{is_own_address, rule_miss};
 pub use crate::stage::{prefetch_table, Balance, Stage, Verdict};
+use crate::stats::RuleCounters;
 use crate::time::Millis;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::proto::ICMPV6;
@@ -37,6 +40,11 @@ pub struct PipelineCtx {
     /// Identification of the fragmented outer headers this worker
     /// originates (AP-3); the worker sets it from its index.
     pub fragment_ids: FragmentIds,
+    /// Set when a packet is forwarded (`Verdict::Forward`, `Fragment`)
+    /// with a new conntrack entry: a new connection to its backend. Whoever
+    /// counts new connections reads and clears it after such a verdict;
+    /// no other verdict leaves it set.
+    pub opened: bool,
 }
 
 impl PipelineCtx {
@@ -48,6 +56,7 @@ impl PipelineCtx {
             conntrack: Shard::with_capacity(conntrack_capacity),
             icmp_replies: Default::default(),
             fragment_ids: FragmentIds::default(),
+            opened: false,
         }
     }
 }
@@ -85,16 +94,23 @@ pub fn process<P: PacketBuf>(
 #[inline]
 pub fn classify(frame: &[u8], state: &ForwardingState) -> Stage {
     let mut stage = Stage::default();
-    classify_into(frame, state, &mut stage);
+    classify_into(frame, state, &mut stage, None);
     stage
 }
 
 /// [`classify`] written into `out` (the worker's per-burst stage slot), so
-/// the fast path builds its `Balance` in place instead of in a temporary.
+/// the fast path builds its `Balance` in place instead of in a temporary;
+/// a packet that matches a rule is counted under it in `rules` when given
+/// (where the rule is at hand, so no stage carries it).
 #[inline]
-pub fn classify_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) {
-    if crate::fast_path::classify_ipv4_into(frame, state, out).is_none() {
-        *out = classify_general(frame, state);
+pub fn classify_into(
+    frame: &[u8],
+    state: &ForwardingState,
+    out: &mut Stage,
+    rules: Option<&RuleCounters>,
+) {
+    if crate::fast_path::classify_ipv4_into(frame, state, out, rules).is_none() {
+        *out = classify_counted(frame, state, rules);
     }
 }
 
@@ -102,7 +118,13 @@ pub fn classify_into(frame: &[u8], state: &ForwardingState, out: &mut Stage) {
 /// same `Stage` as [`classify`] (which tries the IPv4 fast path first).
 #[inline]
 pub fn classify_general(frame: &[u8], state: &ForwardingState) -> Stage {
-    match classify_inner(frame, state) {
+    classify_counted(frame, state, None)
+}
+
+/// [`classify_general`], counting the packet under its rule in `rules`.
+#[inline]
+fn classify_counted(frame: &[u8], state: &ForwardingState, rules: Option<&RuleCounters>) -> Stage {
+    match classify_inner(frame, state, rules) {
         Ok(stage) => stage,
         Err(reason) => Stage::Done(Verdict::Drop(reason)),
     }
@@ -111,7 +133,11 @@ pub fn classify_general(frame: &[u8], state: &ForwardingState) -> Stage {
 // Always inlined: with the ICMP branch (HA-4) the compiler stopped
 // inlining it, which measured +5 ns/packet on TCP.
 #[inline(always)]
-fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropReason> {
+fn classify_inner(
+    frame: &[u8],
+    state: &ForwardingState,
+    rules: Option<&RuleCounters>,
+) -> Result<Stage, DropReason> {
     let ip = match wire::parse(frame)? {
         Parsed::Arp => return Ok(Stage::Done(Verdict::Punt)),
         Parsed::Ip(ip) => ip,
@@ -125,7 +151,10 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
         let end = ip.l3_offset + ip.ip_len;
         let v6 = ip.ethertype == ETHERTYPE_IPV6;
         let error = (ip.protocol, icmp_type, v6, ip.l4_offset, end, ip.dst);
-        if let Some((service, hash)) = steer_icmp_error(frame, error, state) {
+        if let Some((service, rule, hash)) = steer_icmp_error(frame, error, state) {
+            if let Some(rules) = rules {
+                rules.add(rule);
+            }
             return Ok(Stage::Balance(Balance {
                 layout: L3Layout::from(&ip),
                 service,
@@ -150,6 +179,9 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
             })))
         }
     };
+    if let Some(rules) = rules {
+        rules.add(rule.counter);
+    }
     // A rule naming a missing service is a broken snapshot; there is then
     // no backend to send to, which is what the counter says.
     let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
@@ -169,8 +201,8 @@ fn classify_inner(frame: &[u8], state: &ForwardingState) -> Result<Stage, DropRe
 }
 
 /// HA-4: when the packet is an ICMP/ICMPv6 error sent to a VIP (`dst`) and
-/// quoting a packet that VIP sent (a backend's DSR reply), the service and
-/// hash that balance it like the quoted flow: its rule is the one the client's packets match
+/// quoting a packet that VIP sent (a backend's DSR reply), the service,
+/// rule counter slot and hash that balance it like the quoted flow: its rule is the one the client's packets match
 /// (quoted destination port = the client's, source port = the VIP's), its
 /// hash the quoted header with source and destination (and ports) swapped,
 /// which is the client→VIP flow's hash. None: not such an error, or the
@@ -183,23 +215,24 @@ fn steer_icmp_error(
     frame: &[u8],
     error: (u8, u8, bool, usize, usize, IpAddr),
     state: &ForwardingState,
-) -> Option<(ServiceId, u64)> {
-    let (service_id, flow) = quoted_client_flow(frame, error, state)?;
-    let service = state.service(service_id)?;
+) -> Option<(ServiceId, u16, u64)> {
+    let (rule, flow) = quoted_client_flow(frame, error, state)?;
+    let service = state.service(rule.service)?;
     Some((
-        service_id,
+        rule.service,
+        rule.counter,
         packet_hash_seeded(state.flow_seed, &flow, service.affinity),
     ))
 }
 
-/// HA-4: the service and the client's flow (the quote with source and
+/// HA-4: the rule and the client's flow (the quote with source and
 /// destination swapped; only the fields flow hashing and tracking read)
 /// of an ICMP error sent to a VIP that quotes a packet the VIP sent.
-fn quoted_client_flow(
+fn quoted_client_flow<'s>(
     frame: &[u8],
     (protocol, icmp_type, v6, l4_offset, end, dst): (u8, u8, bool, usize, usize, IpAddr),
-    state: &ForwardingState,
-) -> Option<(ServiceId, IpInfo)> {
+    state: &'s ForwardingState,
+) -> Option<(&'s ForwardingRule, IpInfo)> {
     if !icmp_wire::is_steered_error(protocol, icmp_type) {
         return None;
     }
@@ -230,12 +263,15 @@ fn quoted_client_flow(
         tcp_flags: 0,
         icmp_type: None,
     };
-    Some((rule.service, client_flow))
+    Some((rule, client_flow))
 }
 
 /// The quoted client flow of a steered ICMP error, re-derived from the
 /// frame (stage 2 and steering; rare, so not carried through the burst).
-fn quoted_flow_of_frame(frame: &[u8], state: &ForwardingState) -> Option<(ServiceId, IpInfo)> {
+fn quoted_flow_of_frame<'s>(
+    frame: &[u8],
+    state: &'s ForwardingState,
+) -> Option<(&'s ForwardingRule, IpInfo)> {
     let Ok(Parsed::Ip(ip)) = wire::parse(frame) else {
         return None;
     };
@@ -392,7 +428,10 @@ pub fn deliver_keyed<P: PacketBuf>(
 ) -> Verdict {
     match deliver_inner(pkt, b, tracked, state, ctx) {
         Ok(v) => v,
-        Err(reason) => Verdict::Drop(reason),
+        Err(reason) => {
+            ctx.opened = false;
+            Verdict::Drop(reason)
+        }
     }
 }
 
@@ -406,14 +445,24 @@ fn deliver_inner<P: PacketBuf>(
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
     // CT-2: an untracked packet of a service without zonal tables is hashed
     // onto its one table: no addresses to read back, no shard to consult.
-    let id = if b.icmp_error {
-        icmp_error_backend(pkt.data(), b, service, state, ctx)
+    let selected = if b.icmp_error {
+        icmp_error_backend(pkt.data(), b, service, state, ctx).map(Selection::stateless)
     } else if !b.tracked && service.tables.len() <= 1 {
-        service.tables.first().and_then(|t| t.lookup(b.hash))
+        service
+            .tables
+            .first()
+            .and_then(|t| t.lookup(b.hash))
+            .map(Selection::stateless)
     } else {
         select_backend(pkt.data(), b, tracked, service, state, ctx)
     }
     .ok_or(DropReason::NoBackend)?;
+    let id = selected.backend;
+    // Left set only when the packet is forwarded (cleared on the paths that
+    // drop or answer it): a new connection to `id`.
+    if selected.opened {
+        ctx.opened = true;
+    }
     // The common case: a prebuilt outer header for an inner IPv4 packet
     // within the MTU (everything else falls through, packet untouched).
     if let Some(h) = state.outer_headers.get(id) {
@@ -439,6 +488,7 @@ fn deliver_inner<P: PacketBuf>(
         // 1280 bytes in a tunnel, is fragmented; the client of any other is
         // answered with the MTU of the path to this backend.
         if !fragment::fragmentable(&b.layout, encap) {
+            ctx.opened = false;
             let replies = &mut ctx.icmp_replies;
             return Ok(icmp::answer_mtu_exceeded(
                 pkt, b, id, state, replies, ctx.now,
@@ -458,7 +508,7 @@ fn deliver_inner<P: PacketBuf>(
 }
 
 /// The backend of a packet through connection tracking (SPEC §3) and the
-/// client's zone table (ZA-3).
+/// client's zone table (ZA-3), and whether it opened a conntrack entry.
 #[inline]
 fn select_backend(
     frame: &[u8],
@@ -467,7 +517,7 @@ fn select_backend(
     service: &ServiceState,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
-) -> Option<BackendId> {
+) -> Option<Selection> {
     if let Some(t) = tracked {
         return conntrack::session::select_tracked(
             &mut ctx.conntrack,
@@ -481,23 +531,34 @@ fn select_backend(
             ctx.now,
         );
     }
-    match Addrs::from_frame(frame, &b.layout) {
-        Some(addrs) => conntrack::session::select(
-            &mut ctx.conntrack,
-            &b.meta,
-            &addrs,
-            b.service,
-            service,
-            // ZA-3: the client's zone table (the zone lookup only runs for
-            // services that have zonal tables).
-            || service.table_for_client(&state.zones, addrs.src_ip()),
-            state,
-            b.hash,
-            ctx.now,
-        ),
-        // Unreachable for a parsed frame; stateless Maglev then.
-        None => service.table_for(None).and_then(|t| t.lookup(b.hash)),
-    }
+    // Unreachable for a parsed frame; stateless Maglev then.
+    let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
+        return service
+            .table_for(None)
+            .and_then(|t| t.lookup(b.hash))
+            .map(Selection::stateless);
+    };
+    // ZA-3: the client's zone table (the zone lookup only runs for
+    // services that have zonal tables).
+    let table = || service.table_for_client(&state.zones, addrs.src_ip());
+    // CT-2, CT-4: hash every packet, record nothing.
+    let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
+        return table()
+            .and_then(|t| t.lookup(b.hash))
+            .map(Selection::stateless);
+    };
+    let h = ctx.conntrack.hash(&key);
+    conntrack::session::select_tracked(
+        &mut ctx.conntrack,
+        &b.meta,
+        &key,
+        h,
+        service,
+        table,
+        state,
+        b.hash,
+        ctx.now,
+    )
 }
 
 /// AP-4: packets to one of the ports' own addresses, and IPv6 neighbour

@@ -52,6 +52,9 @@ pub struct ForwardingRule {
     pub protocol: RuleProtocol,
     pub ports: PortRange,
     pub service: ServiceId,
+    /// This rule's slot in each worker's per-rule packet counters
+    /// (`stats::RuleCounters`; `RuleCounters::NONE`: not counted apart).
+    pub counter: u16,
 }
 
 /// Why a packet matched no rule.
@@ -204,6 +207,7 @@ mod tests {
             protocol,
             ports,
             service: ServiceId(svc),
+            counter: svc,
         }
     }
 

@@ -46,15 +46,18 @@ impl Counter {
 pub struct BackendCounters {
     chunks: Box<[std::sync::OnceLock<Box<[BackendCounter]>>]>,
     pub uncounted: Counter,
+    /// New connections to an index without a counter (see `uncounted`).
+    pub uncounted_connections: Counter,
 }
 
-/// One backend's packets and bytes, side by side: the worker's add
-/// touches one cache line (16-byte aligned, four to a line).
+/// One backend's packets, bytes and new connections, side by side: the
+/// worker's adds touch one cache line (32-byte aligned, two to a line).
 #[derive(Debug, Default)]
-#[repr(C, align(16))]
+#[repr(C, align(32))]
 pub struct BackendCounter {
     packets: Counter,
     bytes: Counter,
+    connections: Counter,
 }
 
 impl Default for BackendCounters {
@@ -64,12 +67,13 @@ impl Default for BackendCounters {
                 .map(|_| std::sync::OnceLock::new())
                 .collect(),
             uncounted: Counter::default(),
+            uncounted_connections: Counter::default(),
         }
     }
 }
 
 impl BackendCounters {
-    /// Counters per chunk (64 KiB).
+    /// Counters per chunk (128 KiB).
     pub const CHUNK: usize = 4096;
 
     /// Makes sure indexes `0..len` have counters (control plane).
@@ -96,15 +100,24 @@ impl BackendCounters {
             .get(index % Self::CHUNK)
     }
 
-    /// Adds `packets` and `bytes` to `index` (owning worker only).
+    /// Adds `packets` and `bytes` to `index`, and one new connection when
+    /// `opened` (owning worker only).
     #[inline(always)]
-    pub fn add(&self, index: usize, packets: u64, bytes: u64) {
+    pub fn add(&self, index: usize, packets: u64, bytes: u64, opened: bool) {
         match self.counter(index) {
             Some(c) => {
                 c.packets.add(packets);
                 c.bytes.add(bytes);
+                if opened {
+                    c.connections.add(1);
+                }
             }
-            None => self.uncounted.add(packets),
+            None => {
+                self.uncounted.add(packets);
+                if opened {
+                    self.uncounted_connections.add(1);
+                }
+            }
         }
     }
 
@@ -118,6 +131,11 @@ impl BackendCounters {
         self.counter(index).map_or(0, |c| c.bytes.get())
     }
 
+    /// New connections counted for `index`.
+    pub fn connections(&self, index: usize) -> u64 {
+        self.counter(index).map_or(0, |c| c.connections.get())
+    }
+
     /// Zeroes `index` before it is given to another backend. Only once no
     /// published snapshot names the index any more: its worker no longer
     /// writes it, and the snapshot that hands it out again is published
@@ -126,6 +144,53 @@ impl BackendCounters {
         if let Some(c) = self.counter(index) {
             c.packets.0.store(0, Ordering::Relaxed);
             c.bytes.0.store(0, Ordering::Relaxed);
+            c.connections.0.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Packets per forwarding rule of one worker, by the rule's counter slot
+/// (`ForwardingRule::counter`). The control plane gives each rule name a
+/// slot of its own for the life of the process (a rule removed and added
+/// again gets its slot back), so a rule's count only rises, across
+/// reloads too. One counter for every `u16` (512 KiB per worker), all
+/// there from the start: the worker never allocates, and its index needs
+/// no bounds check. A rule without a slot of its own (more names than
+/// slots) has [`RuleCounters::NONE`], counted apart (`uncounted`).
+#[derive(Debug)]
+pub struct RuleCounters {
+    slots: Box<[Counter; Self::SLOTS + 1]>,
+}
+
+impl RuleCounters {
+    /// Slots a rule can have: every `u16` but [`RuleCounters::NONE`].
+    pub const SLOTS: usize = u16::MAX as usize;
+    /// The slot of a rule that has none of its own.
+    pub const NONE: u16 = u16::MAX;
+
+    /// Adds one packet to `slot` (owning worker only).
+    #[inline(always)]
+    pub fn add(&self, slot: u16) {
+        self.slots[usize::from(slot)].add(1);
+    }
+
+    /// Packets counted for `slot`.
+    pub fn get(&self, slot: u16) -> u64 {
+        self.slots[usize::from(slot)].get()
+    }
+
+    /// Packets of rules without a slot of their own.
+    pub fn uncounted(&self) -> u64 {
+        self.get(Self::NONE)
+    }
+}
+
+impl Default for RuleCounters {
+    fn default() -> Self {
+        let slots: Box<[Counter]> = (0..=Self::SLOTS).map(|_| Counter::default()).collect();
+        match slots.try_into() {
+            Ok(slots) => Self { slots },
+            Err(_) => unreachable!("SLOTS + 1 counters collected"),
         }
     }
 }
@@ -370,8 +435,11 @@ counter_block! {
         ;
         ports: [PortCounters; MAX_PORTS],
         drops: [Counter; DropReason::COUNT],
-        /// Packets and bytes sent per backend, by [`BackendId::index`].
+        /// Packets, bytes and new connections sent per backend, by
+        /// [`BackendId::index`].
         backend_packets: BackendCounters,
+        /// Packets per forwarding rule, by its counter slot.
+        rule_packets: RuleCounters,
         conntrack: ConntrackStats,
     }
 }
@@ -389,7 +457,14 @@ impl WorkerStats {
     /// `packets` packets of `bytes` bytes sent to backend `id`.
     #[inline(always)]
     pub fn backend(&self, id: BackendId, packets: u64, bytes: u64) {
-        self.backend_packets.add(id.index(), packets, bytes);
+        self.backend_packets.add(id.index(), packets, bytes, false);
+    }
+
+    /// [`WorkerStats::backend`], and a new connection to `id` when
+    /// `opened` (the packet's conntrack entry was created for it).
+    #[inline(always)]
+    pub fn backend_opened(&self, id: BackendId, packets: u64, bytes: u64, opened: bool) {
+        self.backend_packets.add(id.index(), packets, bytes, opened);
     }
 
     pub fn total_drops(&self) -> u64 {
@@ -412,6 +487,19 @@ mod tests {
         assert_eq!(s.total_drops(), 5);
         assert_eq!(s.backend_packets.get(3), 5);
         assert_eq!(s.backend_packets.uncounted.get(), 5);
+    }
+
+    /// Rule slots count apart; a rule without a slot is counted, not lost.
+    #[test]
+    fn rule_counters_count_per_slot() {
+        let s = WorkerStats::new();
+        s.rule_packets.add(0);
+        s.rule_packets.add(7);
+        s.rule_packets.add(7);
+        s.rule_packets.add(RuleCounters::NONE);
+        assert_eq!(s.rule_packets.get(0), 1);
+        assert_eq!(s.rule_packets.get(7), 2);
+        assert_eq!(s.rule_packets.uncounted(), 1);
     }
 
     /// Every declared number has a valid metric name and a help text, and
@@ -484,9 +572,14 @@ mod tests {
         s.backend(BackendId::new(70_000, 1), 7, 0);
         assert_eq!(s.backend_packets.get(70_000), 7);
         assert_eq!(s.backend_packets.uncounted.get(), 0);
+        s.backend_opened(BackendId::new(70_000, 1), 1, 0, true);
+        assert_eq!(s.backend_packets.connections(70_000), 1);
         s.backend_packets.reset(70_000);
         s.backend(BackendId::new(70_000, 2), 1, 0);
         assert_eq!(s.backend_packets.get(70_000), 1);
+        assert_eq!(s.backend_packets.connections(70_000), 0);
+        s.backend_opened(BackendId(9_000_000), 1, 0, true);
+        assert_eq!(s.backend_packets.uncounted_connections.get(), 1);
         let last = BackendId::INDEXES - 1;
         s.backend_packets.cover(last + 1);
         s.backend(BackendId::new(last as u32, 4095), 1, 0);

@@ -22,6 +22,7 @@ use sluice_core::fragment::FragmentIds;
 use sluice_core::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
 use sluice_core::snapshot::ForwardingState;
+use sluice_core::stats::WorkerStats;
 use sluice_core::time::Millis;
 use sluice_core::burst::{BurstStages, Outcome, SteerFor};
 use libfuzzer_sys::fuzz_target;
@@ -30,6 +31,13 @@ use sluice_fuzz::{check_fragments, state};
 /// One worker: the staged path's context and stages, and the context
 /// `process()` runs on. Fresh per input (a small shard with a fixed seed),
 /// so a failure replays from its input alone.
+/// The counters stage 1 counts rules in (one block for every input: the
+/// fuzz target checks verdicts, not counts).
+fn stats() -> &'static WorkerStats {
+    static STATS: OnceLock<WorkerStats> = OnceLock::new();
+    STATS.get_or_init(WorkerStats::default)
+}
+
 struct Worker {
     staged: PipelineCtx,
     reference: PipelineCtx,
@@ -43,6 +51,7 @@ impl Worker {
             icmp_replies: Default::default(),
             conntrack: Shard::with_capacity_and_seed(256, 0x5eed),
             fragment_ids: FragmentIds::for_worker(index),
+            opened: false,
         };
         Worker {
             staged: ctx(),
@@ -137,7 +146,8 @@ fuzz_target!(|data: &[u8]| {
                 index: queue,
                 workers,
             });
-            w.stages.prepare(pkts.iter(), st, &w.staged, steer, None);
+            w.stages
+                .prepare(pkts.iter(), st, &w.staged, steer, None, Some(&stats().rule_packets));
             for (i, (mut pkt, frame)) in pkts.into_iter().zip(mine).enumerate() {
                 match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => {
@@ -165,7 +175,7 @@ fuzz_target!(|data: &[u8]| {
             }
             let w = &mut pool[owner];
             w.stages
-                .prepare(inbound.iter().map(|(p, _)| p), st, &w.staged, None, None);
+                .prepare(inbound.iter().map(|(p, _)| p), st, &w.staged, None, None, None);
             for (i, (mut pkt, frame)) in inbound.into_iter().enumerate() {
                 match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => panic!("a steered packet was steered again, to {to}"),

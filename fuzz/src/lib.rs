@@ -38,6 +38,7 @@ pub fn state(mtu: u16) -> ForwardingState {
                 protocol: RuleProtocol::L3Default,
                 ports: PortRange::ALL,
                 service: svc,
+                counter: rules.len() as u16,
             });
         }
         let table = MaglevTable {

@@ -1,34 +1,26 @@
-//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp] [--owner=K/N]`:
-//! writes one 64-byte TCP (or UDP) packet per distinct flow, for the
-//! throughput harness and the demo.
-//!
-//! `--owner=K/N` keeps only flows whose address pair worker K of N owns
-//! (`sluice_core::steering::owner_of`), skipping the others until FLOWS
-//! are written: the capture one RX queue of an N-worker run receives when
-//! the port's RSS keeps address pairs on their owner's queue.
+//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp] [--queues=N]`: writes one 64-byte
+//! TCP (or UDP) packet per distinct flow, for the throughput harness and the demo.
+//! `--queues=N` also writes OUT.pcap's flows split by the worker of N that
+//! owns each (`sluice_core::steering::owner_of`, what software steering
+//! uses) into OUT-0.pcap … OUT-(N-1).pcap: one RX queue each, as RSS on
+//! the address pair would give them, so no packet is steered.
 
 use std::io::BufWriter;
 use std::net::Ipv4Addr;
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp] [--owner=K/N]";
+    let usage = "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp] [--queues=N]";
     let positional: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let syn = args.iter().any(|a| a == "--syn");
     let udp = args.iter().any(|a| a == "--udp");
+    let queues: usize = match args.iter().find_map(|a| a.strip_prefix("--queues=")) {
+        Some(n) => n.parse().map_err(std::io::Error::other)?,
+        None => 0,
+    };
     let (Some(flows), Some(out)) = (positional.first(), positional.get(1)) else {
         eprintln!("{usage}");
         std::process::exit(2);
-    };
-    let owner = match args.iter().find_map(|a| a.strip_prefix("--owner=")) {
-        None => None,
-        Some(spec) => match parse_owner(spec) {
-            Some(owner) => Some(owner),
-            None => {
-                eprintln!("pktgen: --owner={spec}: expected K/N with K < N, e.g. --owner=0/2");
-                std::process::exit(2);
-            }
-        },
     };
     let flows: u32 = flows.parse().map_err(std::io::Error::other)?;
     let vip: Ipv4Addr = positional
@@ -42,32 +34,40 @@ fn main() -> std::io::Result<()> {
         }
         m
     });
+    let frame = |i| {
+        if udp {
+            sluice_benches::udp_flow_frame(i, vip, mac)
+        } else {
+            sluice_benches::tcp_flow_frame(i, vip, mac, syn)
+        }
+    };
     let file = BufWriter::new(std::fs::File::create(out)?);
-    sluice_benches::write_pcap(
-        file,
-        (0u32..)
-            .filter(|&i| {
-                owner.is_none_or(|(k, n)| {
-                    let src = sluice_benches::flow_source(i);
-                    sluice_core::steering::owner_of(src.into(), vip.into(), n) == k
-                })
-            })
-            .take(flows as usize)
-            .map(|i| {
-                if udp {
-                    sluice_benches::udp_flow_frame(i, vip, mac)
-                } else {
-                    sluice_benches::tcp_flow_frame(i, vip, mac, syn)
-                }
-            }),
-    )?;
+    sluice_benches::write_pcap(file, (0..flows).map(frame))?;
     eprintln!("pktgen: wrote {flows} flows to {out}");
+    let stem = out.strip_suffix(".pcap").unwrap_or(out);
+    for q in 0..queues {
+        let path = format!("{stem}-{q}.pcap");
+        let file = BufWriter::new(std::fs::File::create(&path)?);
+        let mine = (0..flows)
+            .map(frame)
+            .filter(|f| owner(f, queues) == Some(q));
+        sluice_benches::write_pcap(file, mine)?;
+        eprintln!("pktgen: wrote the flows worker {q} of {queues} owns to {path}");
+    }
     Ok(())
 }
 
-/// `K/N` with `K < N`.
-fn parse_owner(spec: &str) -> Option<(usize, usize)> {
-    let (k, n) = spec.split_once('/')?;
-    let (k, n) = (k.parse().ok()?, n.parse().ok()?);
-    (k < n).then_some((k, n))
+/// The worker of `workers` owning an untagged IPv4 frame's address pair.
+fn owner(frame: &[u8], workers: usize) -> Option<usize> {
+    let addr = |at: usize| -> Option<Ipv4Addr> {
+        let b: [u8; 4] = frame.get(at..at + 4)?.try_into().ok()?;
+        Some(Ipv4Addr::from(b))
+    };
+    // Ethernet (14 bytes), then the IPv4 source at 12 and destination at 16.
+    let (src, dst) = (addr(14 + 12)?, addr(14 + 16)?);
+    Some(sluice_core::steering::owner_of(
+        src.into(),
+        dst.into(),
+        workers,
+    ))
 }

@@ -51,6 +51,12 @@ pub fn render(
             .map(|w| w.backend_packets.bytes(index))
             .fold(0, u64::wrapping_add)
     };
+    let connections = |index: usize| -> u64 {
+        stats
+            .iter()
+            .map(|w| w.backend_packets.connections(index))
+            .fold(0, u64::wrapping_add)
+    };
     let services: Vec<Value> = snap
         .services
         .iter()
@@ -71,6 +77,7 @@ pub fn render(
                         "next_hop_resolved": b.egress.next_hop_mac.is_some(),
                         "packets": packets(b.id.index()),
                         "bytes": bytes(b.id.index()),
+                        "new_connections": connections(b.id.index()),
                     })
                 })
                 .collect();

@@ -24,6 +24,7 @@ use sluice_core::port::PortState;
 use sluice_core::rules::{ForwardingRule, RuleTable};
 use sluice_core::service::{ConnectionTracking, ServiceState};
 use sluice_core::snapshot::ForwardingState;
+use sluice_core::stats::RuleCounters;
 use sluice_core::time::Millis;
 use sluice_core::zones::{Zone, ZoneMap};
 
@@ -102,9 +103,27 @@ pub struct PolicyMemory {
     /// Per service (config order), its backends' views at the last build,
     /// when every backend had an id; health changes patch them.
     views: Vec<Vec<BackendView>>,
+    /// Each rule name's per-rule counter slot, kept for the process's life
+    /// so that a rule's packet count only rises across reloads.
+    rule_slots: HashMap<String, u16>,
 }
 
 impl PolicyMemory {
+    /// The counter slot of rule `name`: its own from an earlier build, else
+    /// the next free one (`RuleCounters::NONE` once all are taken).
+    fn rule_slot(&mut self, name: &str) -> u16 {
+        if let Some(&slot) = self.rule_slots.get(name) {
+            return slot;
+        }
+        let next = self.rule_slots.len();
+        if next >= RuleCounters::SLOTS {
+            return RuleCounters::NONE;
+        }
+        let slot = next as u16;
+        self.rule_slots.insert(name.to_string(), slot);
+        slot
+    }
+
     /// Maglev tables built so far: a build that reuses a service's tables
     /// adds nothing.
     pub fn tables_built(&self) -> u64 {
@@ -278,6 +297,7 @@ pub fn build_forwarding_state_with(
                 protocol: r.protocol,
                 ports: r.ports,
                 service: ServiceId::from_index(r.backend_service)?,
+                counter: memory.rule_slot(&r.name),
             })
         })
         .collect();

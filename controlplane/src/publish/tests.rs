@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use super::*;
 use crate::config::load_str;
 use crate::synthetic::{all_healthy, big_config, probe_status};
@@ -259,4 +261,43 @@ fn failover_pool_used_when_there_is_no_primary() {
     let st = build_forwarding_state(&cfg(&text), &[], &mut ids, 1);
     assert_eq!(st.services[0].tables[0].slots.len(), 251);
     assert!(st.services[0].drain_on_failover, "CT-11 default");
+}
+
+/// A rule keeps its packet counter slot across reloads, whatever the
+/// order of the rules or the rules removed; a new rule gets a new slot, a
+/// rule added back its old one (`sluice_rule_packets_total` only rises).
+#[test]
+fn rules_keep_their_counter_slots_across_reloads() {
+    let mut ids = BackendIds::new();
+    let mut memory = PolicyMemory::default();
+    let health = HashMap::new();
+    let inputs = BuildInputs::with_health(&health);
+    let mut slots = |text: &str, generation| {
+        let st = build_forwarding_state_with(
+            &cfg(text),
+            &[],
+            &mut ids,
+            &mut memory,
+            &inputs,
+            generation,
+        )
+        .0;
+        st.rules
+            .rules()
+            .map(|r| (r.name.clone(), r.counter))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let first = slots(CFG, 1);
+    assert_eq!(first, BTreeMap::from([("r1".into(), 0), ("r2".into(), 1)]));
+    // r1 removed, r3 added before r2.
+    let r1 = CFG.find("[[forwarding_rule]]\nname = \"r1\"").unwrap();
+    let r2 = CFG.find("[[forwarding_rule]]\nname = \"r2\"").unwrap();
+    let r3 =
+        "[[forwarding_rule]]\nname = \"r3\"\nvip = \"203.0.113.12\"\nbackend_service = \"web\"\n";
+    let second = format!("{}{r3}{}", &CFG[..r1], &CFG[r2..]);
+    assert_eq!(
+        slots(&second, 2),
+        BTreeMap::from([("r2".into(), 1), ("r3".into(), 2)])
+    );
+    assert_eq!(slots(CFG, 3), first, "r1 back in its slot");
 }

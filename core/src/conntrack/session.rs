@@ -45,6 +45,31 @@ fn judge(
     }
 }
 
+/// The backend chosen for a tracked packet, and whether this packet's
+/// flow got a new conntrack entry with it (a new connection: a SYN under
+/// CT-1, or the first packet of a key the shard did not hold). Not when
+/// the entry could not be written (table full: forwarded by Maglev,
+/// counted as `insert_failed`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    pub backend: BackendId,
+    pub opened: bool,
+}
+
+impl Selection {
+    /// A backend chosen without opening an entry.
+    pub fn stateless(backend: BackendId) -> Self {
+        Self::kept(backend)
+    }
+
+    fn kept(backend: BackendId) -> Self {
+        Self {
+            backend,
+            opened: false,
+        }
+    }
+}
+
 /// The packet's tracking key (CT-3), None when it is not tracked (CT-2,
 /// CT-4).
 #[inline]
@@ -85,12 +110,13 @@ pub fn select<'t>(
         return table().and_then(|t| t.lookup(hash));
     };
     let h = shard.hash(&key);
-    select_tracked(shard, m, &key, h, service, table, state, hash, now)
+    select_tracked(shard, m, &key, h, service, table, state, hash, now).map(|s| s.backend)
 }
 
 /// [`select`] for a tracked packet whose key (`tracking_key`) and its
 /// shard hash `h` are known already: the worker computes both once per
-/// packet, in the pass that prefetches the shard.
+/// packet, in the pass that prefetches the shard. Also says whether the
+/// packet opened a new entry ([`Selection::opened`]).
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn select_tracked<'t>(
@@ -103,7 +129,7 @@ pub fn select_tracked<'t>(
     state: &ForwardingState,
     hash: u64,
     now: Millis,
-) -> Option<BackendId> {
+) -> Option<Selection> {
     // Called only when a packet needs eligibility (new or re-selected):
     // the zone lookup behind it is not paid on hits.
     let by_table = || table().and_then(|t| t.lookup(hash));
@@ -126,8 +152,11 @@ pub fn select_tracked<'t>(
     // replaces whatever the key recorded (CT-6 left it there).
     if syn_is_new_connection(tracking.mode, service.affinity, m) {
         let id = by_table()?;
-        let _ = shard.upsert(fresh(id), h, now);
-        return Some(id);
+        let opened = shard.upsert(fresh(id), h, now).is_ok();
+        return Some(Selection {
+            backend: id,
+            opened,
+        });
     }
 
     // CT-3.
@@ -135,8 +164,11 @@ pub fn select_tracked<'t>(
         shard.counters.misses += 1;
         let id = by_table()?;
         // Full: still forwarded (stateless Maglev); the shard counted it.
-        let _ = shard.insert_absent(fresh(id), h, now);
-        return Some(id);
+        let opened = shard.insert_absent(fresh(id), h, now).is_ok();
+        return Some(Selection {
+            backend: id,
+            opened,
+        });
     };
     shard.counters.hits += 1;
     // Two fields, not a copy of the whole entry line.
@@ -169,5 +201,5 @@ pub fn select_tracked<'t>(
     // flip (CT-11, drain on failover) belongs to the new pool.
     // A non-SYN packet completes a half-open entry.
     shard.refresh(slot, chosen, service.pool_epoch, now, idle_timeout_ms, syn);
-    Some(chosen)
+    Some(Selection::kept(chosen))
 }

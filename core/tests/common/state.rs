@@ -46,6 +46,7 @@ fn rule(vip: &str, protocol: RuleProtocol, ports: PortRange, svc: u16) -> Forwar
         protocol,
         ports,
         service: ServiceId(svc),
+        counter: svc,
     }
 }
 

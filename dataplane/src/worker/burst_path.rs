@@ -80,8 +80,11 @@ impl BurstPath {
         // Trunk port: frames without its tag are dropped in stage 1.
         // Steered packets (no `rx_port`) passed that check where received.
         let vlan = rx_port.and_then(|p| state.ports.get(p)?.vlan);
+        // Rules count what a port received; a steered packet was counted
+        // by the worker that received it.
+        let rules = rx_port.map(|_| &self.lanes.stats().rule_packets);
         self.stages
-            .prepare(burst.iter(), state, &self.ctx, steer, vlan);
+            .prepare(burst.iter(), state, &self.ctx, steer, vlan, rules);
     }
 
     /// Puts a delivered packet on the lane its verdict names: a forwarded
@@ -98,7 +101,8 @@ impl BurstPath {
         let stats = self.lanes.stats();
         let out = match verdict {
             Verdict::Forward { port, backend } => {
-                stats.backend(backend, 1, u64::from(m.pkt_len()));
+                let opened = take_opened(&mut self.ctx);
+                stats.backend_opened(backend, 1, u64::from(m.pkt_len()), opened);
                 usize::from(port)
             }
             // AP-3: an ICMP answer leaves by the receive port.
@@ -108,7 +112,8 @@ impl BurstPath {
             }
             // AP-3: oversize IPv4 without DF, sent as fragments.
             Verdict::Fragment { port, backend } => {
-                stats.backend(backend, 1, u64::from(m.pkt_len()));
+                let opened = take_opened(&mut self.ctx);
+                stats.backend_opened(backend, 1, u64::from(m.pkt_len()), opened);
                 return self.lanes.fragment(usize::from(port), m, state);
             }
             Verdict::Punt => {
@@ -134,4 +139,16 @@ impl BurstPath {
             .position(|&id| id == m.port())
             .unwrap_or(0)
     }
+}
+
+/// Whether the packet just forwarded opened a conntrack entry (a new
+/// connection to its backend, `PipelineCtx::opened`), the flag cleared for
+/// the next one.
+#[inline(always)]
+fn take_opened(ctx: &mut PipelineCtx) -> bool {
+    let opened = ctx.opened;
+    if opened {
+        ctx.opened = false;
+    }
+    opened
 }
