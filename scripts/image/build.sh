@@ -116,6 +116,10 @@ cp "$deb" "$root/tmp/sluice.deb"
 # keeps invoke-rc.d from starting anything.
 printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 0755 "$root/usr/sbin/policy-rc.d"
+# The path filters kept every other package's man pages out, and with them
+# the man1 directory the sluice pages unpack into (dpkg filters
+# directories too): make it.
+mkdir -p "$root/usr/share/man/man1"
 chroot "$root" dpkg -i /tmp/sluice.deb >/dev/null 2>&1 || { chroot "$root" dpkg -i /tmp/sluice.deb; exit 1; }
 rm -f "$root/tmp/sluice.deb" "$root/usr/sbin/policy-rc.d"
 # mmdebstrap keeps its --dpkgopt path filters in the chroot
