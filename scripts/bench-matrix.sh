@@ -47,11 +47,13 @@ for cell in $CELLS; do
       return n ? a[int((n + 1) / 2)] : 0
     }
     $1 == f && $2 == t {
-      n++; s[n] = field("sluice_mpps"); tp[n] = field("testpmd_io_mpps"); r[n] = field("ratio")
-      if (field("peer_ratio") != "") { m++; pr[m] = field("peer_ratio"); vp[m] = field("sluice_vs_peer") }
+      n++; s[n] = field("sluice_mpps")
+      # A testpmd that printed no rate (0) says nothing about the ratio.
+      if (field("testpmd_io_mpps") + 0 > 0) { k++; tp[k] = field("testpmd_io_mpps"); r[k] = field("ratio") }
+      if (field("peer_ratio") + 0 > 0) { m++; pr[m] = field("peer_ratio"); vp[m] = field("sluice_vs_peer") }
     }
     END {
       peer = m ? sprintf("%.3f | %.3f", median(pr, m), median(vp, m)) : "— | —"
-      printf "| %\047d | %s | %.2f | %.2f | %.3f | %s |\n", f, t, median(s, n), median(tp, n), median(r, n), peer
+      printf "| %\047d | %s | %.2f | %.2f | %.3f | %s |\n", f, t, median(s, n), median(tp, k), median(r, k), peer
     }' "$results"
 done
