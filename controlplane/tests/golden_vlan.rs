@@ -363,21 +363,9 @@ fn trunk_port_exception_path_is_untagged_on_the_tap_and_tagged_on_the_wire() {
             && f[42..46] == client
     });
     assert!(arp_reply, "ARP reply for {PORT4:?}, tagged: {output:02x?}");
-    let echo_reply = output.iter().any(|f| {
-        let Ok(p) = SlicedPacket::from_ethernet(f) else {
-            return false;
-        };
-        let Some(NetSlice::Ipv4(ip)) = &p.net else {
-            return false;
-        };
-        let is_reply = matches!(&p.transport,
-            Some(etherparse::TransportSlice::Icmpv4(i))
-                if matches!(i.icmp_type(), Icmpv4Type::EchoReply(_)));
-        f[..6] == CLIENT_MAC
-            && ip.header().source() == PORT4
-            && ip.header().destination() == client
-            && is_reply
-    });
+    let echo_reply = output
+        .iter()
+        .any(|f| f[..6] == CLIENT_MAC && is_echo_reply(f, PORT4, client));
     assert!(echo_reply, "echo reply, tagged: {output:02x?}");
     assert_eq!(
         get("sluice_port_punted_packets_total{port=\"trunk\"}"),

@@ -6,33 +6,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// An HTTP target answering with the status the test sets.
-fn target(status: Arc<AtomicU16>) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(mut c) = c else { continue };
-            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
-            let mut buf = [0u8; 1024];
-            let _ = c.read(&mut buf);
-            let head = format!(
-                "HTTP/1.1 {} X\r\nContent-Length: 0\r\n\r\n",
-                status.load(Ordering::Relaxed)
-            );
-            let _ = c.write_all(head.as_bytes());
-        }
-    });
-    port
-}
 
 /// The value of the sample `name` (labels included) in a scrape.
 fn sample(text: &str, name: &str) -> Option<f64> {
@@ -88,7 +67,7 @@ fn wait_for(metrics: u16, transitions: f64) -> Seen {
 fn each_health_flip_is_one_publish_latency_sample() {
     let dir = tempdir("health-publish-latency");
     let status = Arc::new(AtomicU16::new(200));
-    let hc = target(Arc::clone(&status));
+    let hc = status_target(Arc::clone(&status));
     let metrics = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -13,26 +12,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// An HTTP target answering with the status the test sets.
-fn target(status: Arc<AtomicU16>) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(mut c) = c else { continue };
-            let _ = c.set_read_timeout(Some(Duration::from_secs(1)));
-            let mut buf = [0u8; 1024];
-            let _ = c.read(&mut buf);
-            let head = format!(
-                "HTTP/1.1 {} X\r\nContent-Length: 0\r\n\r\n",
-                status.load(Ordering::Relaxed)
-            );
-            let _ = c.write_all(head.as_bytes());
-        }
-    });
-    port
-}
 
 fn config(hc: u16, metrics: u16, backends: &str) -> String {
     null_dataplane(metrics)
@@ -75,7 +54,7 @@ fn after_time_and_level<'a>(line: &'a str, level: &str) -> Option<&'a str> {
 fn health_transition_with_reason_and_reload_with_changes_are_logged() {
     let dir = tempdir("logs");
     let status = Arc::new(AtomicU16::new(200));
-    let hc = target(Arc::clone(&status));
+    let hc = status_target(Arc::clone(&status));
     let metrics = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

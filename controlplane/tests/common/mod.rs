@@ -10,9 +10,12 @@ use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 
 mod config;
 pub mod diagnostics;
+mod http_target;
 mod running;
 #[allow(unused_imports)]
 pub use config::*;
+#[allow(unused_imports)]
+pub use http_target::*;
 #[allow(unused_imports)]
 pub use running::*;
 
@@ -246,4 +249,19 @@ pub fn steering_owner(frame: &[u8], workers: usize) -> usize {
         panic!("test frame does not parse")
     };
     sluice_core::steering::owner(frame, &sluice_core::wire::L3Layout::from(&ip), workers)
+}
+
+/// Whether `frame` (untagged or 802.1Q-tagged) is an ICMP echo reply from
+/// `from` to `to`.
+pub fn is_echo_reply(frame: &[u8], from: [u8; 4], to: [u8; 4]) -> bool {
+    use etherparse::{Icmpv4Type, NetSlice, SlicedPacket, TransportSlice};
+    let Ok(p) = SlicedPacket::from_ethernet(frame) else {
+        return false;
+    };
+    let Some(NetSlice::Ipv4(ip)) = &p.net else {
+        return false;
+    };
+    let reply = matches!(&p.transport,
+        Some(TransportSlice::Icmpv4(i)) if matches!(i.icmp_type(), Icmpv4Type::EchoReply(_)));
+    reply && ip.header().source() == from && ip.header().destination() == to
 }

@@ -2,8 +2,8 @@
 //! appliance itself are punted to the kernel through a TAP queue; what the
 //! kernel sends on the TAP is injected onto the port.
 //!
-//! A TAP has fewer queue pairs than there may be workers (DPDK 22.11's
-//! net_tap: 16). Workers `0..Q` each own one of the `Q` pairs; every other
+//! A TAP has fewer queue pairs than there may be workers (sluice opens at
+//! most `dpdk::NET_TAP_START_QUEUE_PAIRS`, 4 on DPDK 22.11). Workers `0..Q` each own one of the `Q` pairs; every other
 //! worker `i` hands its punted packets over a single-producer
 //! single-consumer ring to worker [`tap_owner`]`(i, Q)`, which writes them
 //! to its TAP queue with its own. Only owners read the TAP (the kernel's
