@@ -1,6 +1,6 @@
-//! The staged pipeline over one burst, sans-IO: stage 1 for every packet,
-//! the steering decision, the conntrack pass, then stage 2 packet by packet
-//! with its lookahead into the shard (see `docs/architecture.md`,
+//! The staged pipeline over one burst, sans-IO: stage 1 for every packet
+//! (with its conntrack key and home-entry request), the steering decision,
+//! then stage 2 packet by packet with its lookahead into the shard (see `docs/architecture.md`,
 //! "Two-stage burst processing"). The `dataplane` worker drives it over
 //! DPDK mbufs and queues each [`Outcome`]; tests and the `burst` fuzz
 //! target drive it over `VecPacket`s.
@@ -78,7 +78,7 @@ pub struct BurstStages {
 #[derive(Copy, Clone, Debug)]
 struct Slot {
     stage: Stage,
-    /// Its tracking key and shard hash (the conntrack pass; read only for
+    /// Its tracking key and shard hash (stage 1; read only for
     /// a tracked packet).
     tracked: Option<Tracked>,
     /// Whether its lookup needs more than its home entry (stage 2's
@@ -109,10 +109,11 @@ impl Default for BurstStages {
 
 impl BurstStages {
     /// Stage 1 over the whole burst (at most [`MAX_BURST`] packets; more
-    /// are left as `internal` drops), the steering decision when `steer`
-    /// is given, and the conntrack pass: every tracked packet's key built
-    /// and its home entry requested before any packet is delivered, so
-    /// the misses of different packets overlap. `vlan`: the receive port
+    /// are left as `internal` drops), which also builds every tracked
+    /// packet's key and requests its home entry before any packet is
+    /// delivered, so the misses of different packets overlap (a packet
+    /// then steered away had its entry requested in vain: one prefetch);
+    /// then the steering decision when `steer` is given. `vlan`: the receive port
     /// is a trunk port of that VLAN, whose other frames are dropped
     /// (`wrong_vlan`). `rules`: where each packet that matches a rule is
     /// counted under it (None: a burst steered in, counted by the worker
@@ -141,7 +142,14 @@ impl BurstStages {
             } else if vlan.is_some_and(|vid| !vlan::accepts(m.data(), vid)) {
                 *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
             } else {
-                pipeline::classify_into(m.data(), state, stage, rules);
+                pipeline::classify_keyed_into(
+                    m.data(),
+                    state,
+                    stage,
+                    rules,
+                    ctx,
+                    &mut slot.tracked,
+                );
             }
             n += 1;
         }
@@ -150,15 +158,6 @@ impl BurstStages {
         if let Some(s) = steer {
             for (m, slot) in packets.clone().zip(self.slots.iter_mut()) {
                 slot.steer_to = steer_target(m.data(), &slot.stage, state, s);
-            }
-        }
-        for (m, slot) in packets.zip(self.slots.iter_mut()) {
-            // Written for every tracked packet (Some, or None if no key
-            // could be built); read only for those.
-            if let Stage::Balance(b) = &slot.stage {
-                if b.tracked {
-                    pipeline::prefetch_conntrack(m.data(), b, state, ctx, &mut slot.tracked);
-                }
             }
         }
         for j in 0..HOME_CHECK_AHEAD {
@@ -191,13 +190,10 @@ impl BurstStages {
         }
         Outcome::Verdict(match &slot.stage {
             Stage::Done(v) => *v,
-            Stage::Balance(b) => {
-                let tracked = match b.tracked {
-                    true => slot.tracked.as_ref(),
-                    false => None,
-                };
-                pipeline::deliver_keyed(pkt, b, tracked, state, ctx)
-            }
+            Stage::Balance(b) => match (b.tracked, &slot.tracked) {
+                (true, Some(t)) => pipeline::deliver_tracked(pkt, b, t, state, ctx),
+                _ => pipeline::deliver_keyed(pkt, b, None, state, ctx),
+            },
         })
     }
 

@@ -12,7 +12,7 @@
 //! `Stage` for every frame this one accepts (property-tested in
 //! `tests/fast_path.rs` over random and mutated frames).
 
-use crate::conntrack::{policy, PacketMeta};
+use crate::conntrack::{policy, Addrs, PacketMeta, Shard, TrackKey, Tracked};
 use crate::flow::ipv4_ports_hash;
 use crate::snapshot::ForwardingState;
 use crate::stage::{Balance, Stage};
@@ -53,6 +53,34 @@ pub fn classify_ipv4_into(
     state: &ForwardingState,
     out: &mut Stage,
     rules: Option<&RuleCounters>,
+) -> Option<()> {
+    classify(frame, state, out, rules, None)
+}
+
+/// [`classify_ipv4_into`] that, for a tracked packet, also writes its
+/// tracking key (CT-3) and `shard`'s hash of it into `tracked` and
+/// requests the key's home entry, while the addresses are still in
+/// registers (untouched for an untracked packet, and when None is
+/// returned).
+#[inline(always)]
+pub fn classify_ipv4_keyed(
+    frame: &[u8],
+    state: &ForwardingState,
+    out: &mut Stage,
+    rules: Option<&RuleCounters>,
+    shard: &Shard,
+    tracked: &mut Option<Tracked>,
+) -> Option<()> {
+    classify(frame, state, out, rules, Some((shard, tracked)))
+}
+
+#[inline(always)]
+fn classify(
+    frame: &[u8],
+    state: &ForwardingState,
+    out: &mut Stage,
+    rules: Option<&RuleCounters>,
+    keyed: Option<(&Shard, &mut Option<Tracked>)>,
 ) -> Option<()> {
     let eth: &[u8; ETH_LEN] = frame.first_chunk()?;
     let l3 = match get_u16::<{ ethernet::offset::ETHERTYPE }, ETH_LEN>(eth) {
@@ -118,8 +146,25 @@ pub fn classify_ipv4_into(
     }
     let hash = ipv4_ports_hash(state.flow_seed, src, dst, proto, ports, service.affinity);
     let tracked = policy::trackable(proto, service.affinity);
+    let meta = PacketMeta {
+        proto,
+        tcp_flags,
+        fragmented: false,
+        ports: Some(ports),
+    };
     if !tracked {
         crate::stage::prefetch_table(service, hash);
+    } else if let Some((shard, out)) = keyed {
+        let addrs = Addrs {
+            src: [0, u64::from(src)],
+            dst: [0, u64::from(dst)],
+            v6: false,
+        };
+        let kind = policy::key_kind(service.tracking.mode, service.affinity, &meta);
+        let t = Tracked::new(TrackKey::new(kind, &addrs, &meta, rule.service), shard);
+        // CT-1: a SYN most likely opens a key the shard does not hold yet.
+        shard.prefetch_home(t.hash, policy::is_syn(&meta));
+        *out = Some(t);
     }
     *out = Stage::Balance(Balance {
         layout: L3Layout {
@@ -130,12 +175,7 @@ pub fn classify_ipv4_into(
         },
         service: rule.service,
         hash,
-        meta: PacketMeta {
-            proto,
-            tcp_flags,
-            fragmented: false,
-            ports: Some(ports),
-        },
+        meta,
         tracked,
         icmp_error: false,
     });

@@ -14,6 +14,7 @@ pub mod burst;
 pub mod conntrack;
 pub mod drop_reason;
 pub mod encap;
+pub mod established;
 pub mod explain;
 pub mod fast_path;
 pub mod flow;

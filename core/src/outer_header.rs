@@ -136,7 +136,7 @@ impl OuterHeader {
     /// for the backend. False, with the packet untouched, when this header
     /// does not apply (inner IPv6, over the MTU, no headroom): the general
     /// path decides then.
-    #[inline]
+    #[inline(always)]
     pub fn apply<P: PacketBuf>(&self, pkt: &mut P, ip: &L3Layout, flow_hash: u64) -> bool {
         if ip.ethertype != ETHERTYPE_IPV4 || ip.ip_len > usize::from(self.max_inner_len) {
             return false;

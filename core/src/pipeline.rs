@@ -12,6 +12,7 @@ use crate::conntrack::session::Selection;
 use crate::conntrack::{self, Addrs, PacketMeta, Shard, Tracked};
 use crate::drop_reason::DropReason;
 use crate::encap;
+use crate::established;
 use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
@@ -111,6 +112,31 @@ pub fn classify_into(
 ) {
     if crate::fast_path::classify_ipv4_into(frame, state, out, rules).is_none() {
         *out = classify_counted(frame, state, rules);
+    }
+}
+
+/// [`classify_into`] that also leaves a tracked packet's key and shard
+/// hash in `tracked`, its home entry requested (the IPv4 fast path builds
+/// the key from the addresses it has just read, the general path through
+/// [`prefetch_conntrack`]); `tracked` is None for any other packet, and
+/// for a tracked one whose key could not be built.
+#[inline(always)]
+pub fn classify_keyed_into(
+    frame: &[u8],
+    state: &ForwardingState,
+    out: &mut Stage,
+    rules: Option<&RuleCounters>,
+    ctx: &PipelineCtx,
+    tracked: &mut Option<Tracked>,
+) {
+    *tracked = None;
+    if crate::fast_path::classify_ipv4_keyed(frame, state, out, rules, &ctx.conntrack, tracked)
+        .is_none()
+    {
+        *out = classify_counted(frame, state, rules);
+        if let Stage::Balance(b) = out {
+            prefetch_conntrack(frame, b, state, ctx, tracked);
+        }
     }
 }
 
@@ -334,11 +360,11 @@ pub fn icmp_error_flow_addresses(
     quoted_flow_of_frame(frame, state).map(|(_, f)| (f.src, f.dst))
 }
 
-/// Between the stages, over the whole burst: the conntrack shard is far
-/// larger than the caches, so each tracked packet's key is built and
-/// hashed and its home entry requested before any packet of the burst is
-/// delivered, and the misses overlap instead of queueing up one packet at
-/// a time. Writes the key and hash into `out` (None: not tracked); stage 2
+/// Stage 1 of a tracked packet the general path classified: the conntrack
+/// shard is far larger than the caches, so each tracked packet's key is
+/// built and hashed and its home entry requested before any packet of the
+/// burst is delivered, and the misses overlap instead of queueing up one
+/// packet at a time. Writes the key and hash into `out` (None: not tracked); stage 2
 /// takes them back through [`deliver_keyed`] and looks further ahead with
 /// [`conntrack_lookahead`].
 #[inline]
@@ -364,8 +390,7 @@ pub fn prefetch_conntrack(
     let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
         return;
     };
-    let t = out.insert(Tracked { key, hash: 0 });
-    t.hash = ctx.conntrack.hash(&t.key);
+    let t = out.insert(Tracked::new(key, &ctx.conntrack));
     // CT-1: a SYN most likely opens a key the shard does not hold yet.
     ctx.conntrack
         .prefetch_home(t.hash, conntrack::policy::is_syn(&b.meta));
@@ -413,6 +438,24 @@ pub fn deliver<P: PacketBuf>(
     ctx: &mut PipelineCtx,
 ) -> Verdict {
     deliver_keyed(pkt, b, None, state, ctx)
+}
+
+/// [`deliver`] for a tracked packet whose key and shard hash the worker
+/// has from [`prefetch_conntrack`]: an established flow's packet on its
+/// recorded backend through [`established::forward`], any other through
+/// the general stage 2.
+#[inline(always)]
+pub fn deliver_tracked<P: PacketBuf>(
+    pkt: &mut P,
+    b: &Balance,
+    t: &Tracked,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Verdict {
+    match established::forward(pkt, b, t, state, &mut ctx.conntrack, ctx.now) {
+        Some(v) => v,
+        None => deliver_keyed(pkt, b, Some(t), state, ctx),
+    }
 }
 
 /// [`deliver`] with the packet's tracking key and hash when the worker has

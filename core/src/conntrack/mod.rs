@@ -112,11 +112,22 @@ impl Addrs {
 }
 
 /// A packet's tracking key and its shard hash, computed once per packet
-/// by the worker's prefetch pass and handed to stage 2.
+/// by the worker's stage 1 and handed to stage 2.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct Tracked {
     pub key: TrackKey,
     pub hash: u64,
+}
+
+impl Tracked {
+    /// `key` with `shard`'s hash of it and its home there.
+    #[inline(always)]
+    pub fn new(key: TrackKey, shard: &Shard) -> Self {
+        Self {
+            hash: shard.hash(&key),
+            key,
+        }
+    }
 }
 
 /// A tracking key (CT-3): the fields its tuple kind uses, plus the service

@@ -298,7 +298,7 @@ impl Shard {
     /// The keyed hash: folded multiplies of key words XORed with secret
     /// words (the foldhash/ahash-fallback construction). Without the seed an
     /// attacker cannot aim keys at one bucket.
-    #[inline]
+    #[inline(always)]
     pub fn hash(&self, k: &TrackKey) -> u64 {
         let a = fold_mul(k.src[0] ^ self.keys[0], k.src[1] ^ self.keys[1]);
         let b = fold_mul(k.dst[0] ^ self.keys[2], k.dst[1] ^ self.keys[3]);
@@ -337,7 +337,7 @@ impl Shard {
     /// in its home slot reads. `likely_new` (a SYN, CT-1): the key is
     /// probably absent, which only the signature lines can tell, so the
     /// first one is requested too.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_home(&self, h: u64, likely_new: bool) {
         let (sig, b1) = self.sig_and_bucket(h);
         if let Some(e) = self.entries.get(Self::home(b1, sig)) {
@@ -439,16 +439,24 @@ impl Shard {
     /// [`Shard::lookup_away`], out of line, which decides it from scratch.
     #[inline(always)]
     pub fn lookup(&mut self, key: &TrackKey, h: u64, now: Millis) -> Option<usize> {
+        match self.lookup_home(key, h, now) {
+            Some(home) => Some(home),
+            None => self.lookup_away(key, h, now),
+        }
+    }
+
+    /// The home slot of `key` when it holds the key's live entry: the
+    /// common hit, one line, answered without a signature line. None says
+    /// nothing about the key (it may be away from home, absent or expired:
+    /// [`Shard::lookup`] decides those).
+    #[inline(always)]
+    pub fn lookup_home(&self, key: &TrackKey, h: u64, now: Millis) -> Option<usize> {
         let (sig, b1) = self.sig_and_bucket(h);
         let home = Self::home(b1, sig);
-        if self
-            .entries
+        self.entries
             .get(home)
             .is_some_and(|e| e.sig & !HALF_OPEN == sig && e.key == *key && !e.expired(now))
-        {
-            return Some(home);
-        }
-        self.lookup_away(key, h, now)
+            .then_some(home)
     }
 
     /// [`Shard::lookup`] in full: every slot the key may hold.

@@ -1,9 +1,9 @@
 //! One received burst through the staged pipeline onto the output lanes
 //! (`docs/architecture.md`, "Two-stage burst processing"):
 //!
-//! 1. [`BurstPath::prepare`]: stage 1 (parse, rule, flow hash) for every
-//!    packet, the steering decision, and the conntrack pass that requests
-//!    every tracked key's home entry — `sluice_core::burst`, sans-IO;
+//! 1. [`BurstPath::prepare`]: stage 1 (parse, rule, flow hash; a tracked
+//!    packet's key, and its home entry requested) for every packet, then
+//!    the steering decision — `sluice_core::burst`, sans-IO;
 //! 2. per packet, stage 2 (`BurstStages::deliver`: conntrack lookahead,
 //!    decision, backend, encapsulation), then [`BurstPath::route`] puts it
 //!    on the lane its outcome names;
@@ -63,7 +63,7 @@ impl BurstPath {
         self.stages.finish();
     }
 
-    /// Stage 1, the steering decision and the conntrack pass, over the
+    /// Stage 1 with the conntrack keys, and the steering decision, over the
     /// whole burst before any packet is delivered.
     #[inline]
     fn prepare(

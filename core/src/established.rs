@@ -1,0 +1,61 @@
+//! Stage 2 for the packet nearly all traffic is: a tracked, non-SYN
+//! packet of an established flow whose entry sits in its home slot, on a
+//! backend the snapshot keeps as it is, reached through a prebuilt outer
+//! header. It is decided here in one straight line — the home entry, the
+//! backend's state, the header, the refresh — without the general stage
+//! 2's cases (ICMP errors, untracked and zonal selection, CT-1 SYNs,
+//! re-selection, the general encapsulation).
+//!
+//! Every packet this lane forwards, the general path would forward the
+//! same way, and leave the shard the same: a live entry for its key (CT-3)
+//! whose backend is present, healthy, not drained past its deadline
+//! (CT-10) and of the service's current pool epoch (CT-11) is kept
+//! (CT-7), and refreshed (CT-5). Anything else — a SYN, a key away from
+//! home, absent or expired, a backend that is unhealthy (CT-8 decides),
+//! draining past its deadline, gone, or of another pool epoch, a packet
+//! the prebuilt header does not fit — returns None with the packet and
+//! the shard untouched, and the general path decides it from scratch.
+
+use crate::conntrack::{policy, Shard, Tracked};
+use crate::packet::PacketBuf;
+use crate::snapshot::ForwardingState;
+use crate::stage::{Balance, Verdict};
+use crate::time::Millis;
+
+/// The packet forwarded on its recorded backend, or None (untouched: the
+/// general stage 2 decides).
+#[inline(always)]
+pub fn forward<P: PacketBuf>(
+    pkt: &mut P,
+    b: &Balance,
+    t: &Tracked,
+    state: &ForwardingState,
+    shard: &mut Shard,
+    now: Millis,
+) -> Option<Verdict> {
+    // CT-1: a SYN may open a new connection or complete none.
+    if policy::is_syn(&b.meta) {
+        return None;
+    }
+    let slot = shard.lookup_home(&t.key, t.hash, now)?;
+    let (id, epoch) = shard.entry(slot).map(|e| (e.backend, e.pool_epoch))?;
+    let service = state.service(b.service)?;
+    let backend = state.backend(id)?;
+    let keep = backend.healthy
+        && epoch == service.pool_epoch
+        && backend.draining_until.is_none_or(|until| now < until);
+    if !keep {
+        return None;
+    }
+    let header = state.outer_headers.get(id)?;
+    if !header.apply(pkt, &b.layout, b.hash) {
+        return None;
+    }
+    shard.counters.hits += 1;
+    let idle_timeout_ms = u32::try_from(service.tracking.idle_timeout_ms).unwrap_or(u32::MAX);
+    shard.refresh(slot, id, epoch, now, idle_timeout_ms, false);
+    Some(Verdict::Forward {
+        port: header.port,
+        backend: id,
+    })
+}

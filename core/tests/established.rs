@@ -1,0 +1,237 @@
+//! The established-flow lane (`sluice_core::established`) against the
+//! general stage 2: flows are opened, the snapshot then changes under them
+//! (backends turn unhealthy, drain past or within their deadline, leave
+//! the snapshot; the service's pool flips with or without
+//! `drain_on_failover`; persistence and tracking settings change; time
+//! passes beyond idle timeouts), and their next packets run through the
+//! staged burst path — where the lane takes what it can — and through
+//! `process()`, which never uses it, on a twin context. Verdict, bytes out,
+//! the shard's counters and the new-connection flag must agree packet by
+//! packet (CT-1, CT-3, CT-5, CT-7, CT-8, CT-10, CT-11).
+
+mod common;
+
+use common::state::{state, SVC_CLIENT_IP, SVC_TCP80_L2, VIP4, VIP_CLIENT_IP};
+use common::*;
+use proptest::prelude::*;
+use sluice_core::burst::{BurstStages, Outcome};
+use sluice_core::conntrack::Shard;
+use sluice_core::fragment::FragmentIds;
+use sluice_core::ids::BackendId;
+use sluice_core::maglev_table::MaglevTable;
+use sluice_core::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
+use sluice_core::pipeline::{process, PipelineCtx};
+use sluice_core::service::{PersistenceOnUnhealthy, TrackingMode};
+use sluice_core::snapshot::ForwardingState;
+use sluice_core::time::Millis;
+
+const SYN: u8 = 0x02;
+const ACK: u8 = 0x10;
+const SYN_ACK_FLAGS: [u8; 4] = [ACK, ACK | 0x08, SYN, ACK | 0x01];
+
+/// One flow: client host, source port, which service (TCP:80 on the L2
+/// service, or TCP/UDP on the client-IP GRE service).
+#[derive(Clone, Debug)]
+struct Flow {
+    client: u8,
+    sport: u16,
+    kind: u8,
+}
+
+fn frame(f: &Flow, flags: u8) -> Vec<u8> {
+    let src = v4(&format!("198.51.100.{}", f.client));
+    let (vip, l4, proto) = match f.kind % 3 {
+        0 => (VIP4, tcp(f.sport, 80, flags, b"x"), TCP),
+        1 => (VIP_CLIENT_IP, tcp(f.sport, 443, flags, b"xy"), TCP),
+        _ => (VIP_CLIENT_IP, udp(f.sport, 53, b"q"), UDP),
+    };
+    eth(&[], 0x0800, &ipv4(src, v4(vip), proto, 0, &l4))
+}
+
+/// What changes between the flows' first packets and their next ones.
+#[derive(Clone, Debug)]
+struct Change {
+    /// Per backend index 0..3: healthy, draining (0 none, 1 past, 2 within
+    /// the deadline), gone from the snapshot.
+    backends: Vec<(bool, u8, bool)>,
+    /// Per service (tcp80, client-ip): pool flip, drain on failover,
+    /// persistence, tracking mode.
+    services: Vec<(bool, bool, u8, bool)>,
+    /// Milliseconds that pass (the idle timeout is 1,000 ms here).
+    elapsed: u64,
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    (
+        prop::collection::vec((any::<bool>(), 0..3u8, prop::bool::weighted(0.1)), 3),
+        prop::collection::vec(
+            (
+                prop::bool::weighted(0.3),
+                any::<bool>(),
+                0..3u8,
+                any::<bool>(),
+            ),
+            2,
+        ),
+        prop_oneof![Just(0u64), 0..2_000u64],
+    )
+        .prop_map(|(backends, services, elapsed)| Change {
+            backends,
+            services,
+            elapsed,
+        })
+}
+
+fn base() -> ForwardingState {
+    let mut st = state();
+    for s in &mut st.services {
+        s.tracking.idle_timeout_ms = 1_000;
+    }
+    st.outer_headers = st.build_outer_headers();
+    st
+}
+
+fn apply(c: &Change, prev: &ForwardingState, now: Millis) -> ForwardingState {
+    let mut st = prev.clone();
+    for (slot, &(healthy, draining, gone)) in st.backends.iter_mut().zip(&c.backends) {
+        if gone {
+            *slot = None;
+            continue;
+        }
+        if let Some(b) = slot {
+            b.healthy = healthy;
+            b.draining_until = match draining {
+                0 => None,
+                1 => Some(Millis(now.0.saturating_sub(1))),
+                _ => Some(Millis(now.0 + 10_000)),
+            };
+        }
+    }
+    let eligible: Vec<u32> = (0..2)
+        .filter(|&i| {
+            st.backends[i as usize]
+                .as_ref()
+                .is_some_and(|b| b.healthy && b.draining_until.is_none())
+        })
+        .collect();
+    for (svc, &(flip, drain, persistence, per_session)) in
+        [SVC_TCP80_L2, SVC_CLIENT_IP].iter().zip(&c.services)
+    {
+        let s = &mut st.services[usize::from(*svc)];
+        if flip {
+            s.pool_epoch += 1;
+        }
+        // The table the control plane would build: the eligible backends
+        // only (CT-8, CT-10), and after a flip another pool's order.
+        s.tables = vec![table(&eligible, flip).into()];
+        s.drain_on_failover = drain;
+        s.tracking.persistence = match persistence {
+            0 => PersistenceOnUnhealthy::DefaultForProtocol,
+            1 => PersistenceOnUnhealthy::NeverPersist,
+            _ => PersistenceOnUnhealthy::AlwaysPersist,
+        };
+        s.tracking.mode = match per_session {
+            true => TrackingMode::PerSession,
+            false => TrackingMode::PerConnection,
+        };
+    }
+    st.outer_headers = st.build_outer_headers();
+    st
+}
+
+/// Backends 0 and 1 interleaved as in `table01` (swapped after a pool
+/// flip), each slot of an ineligible backend given to the first eligible
+/// one; empty when none is.
+fn table(eligible: &[u32], flip: bool) -> MaglevTable {
+    let Some(&first) = eligible.first() else {
+        return MaglevTable::default();
+    };
+    let order = [0, 1, 0, 1, 1, 0, 1];
+    MaglevTable {
+        slots: order
+            .iter()
+            .map(|&i| if flip { 1 - i } else { i })
+            .map(|i| BackendId(if eligible.contains(&i) { i } else { first }))
+            .collect(),
+    }
+}
+
+fn ctx() -> PipelineCtx {
+    PipelineCtx {
+        now: Millis(1),
+        icmp_replies: Default::default(),
+        conntrack: Shard::with_capacity_and_seed(1024, 7),
+        fragment_ids: FragmentIds::for_worker(0),
+        opened: false,
+    }
+}
+
+/// One burst through the staged path on `staged` and packet by packet
+/// through `process()` on `reference`: everything observable must agree.
+fn run_burst(
+    frames: &[Vec<u8>],
+    st: &ForwardingState,
+    stages: &mut BurstStages,
+    staged: &mut PipelineCtx,
+    reference: &mut PipelineCtx,
+) -> Result<(), TestCaseError> {
+    let mut pkts: Vec<VecPacket> = frames
+        .iter()
+        .map(|f| VecPacket::with_headroom(f, DEFAULT_HEADROOM))
+        .collect();
+    stages.prepare(pkts.iter(), st, staged, None, None, None);
+    for (i, (pkt, f)) in pkts.iter_mut().zip(frames).enumerate() {
+        let got = stages.deliver(i, pkt, st, staged);
+        let opened = std::mem::take(&mut staged.opened);
+        let mut twin = VecPacket::with_headroom(f, DEFAULT_HEADROOM);
+        let want = process(&mut twin, 0, st, reference);
+        let want_opened = std::mem::take(&mut reference.opened);
+        prop_assert_eq!(got, Outcome::Verdict(want), "packet {}", i);
+        prop_assert_eq!(pkt.data(), twin.data(), "bytes of packet {}", i);
+        prop_assert_eq!(opened, want_opened, "opened, packet {}", i);
+        prop_assert_eq!(staged.conntrack.counters, reference.conntrack.counters);
+    }
+    stages.finish();
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    /// CT-1, CT-3, CT-5, CT-7, CT-8, CT-10, CT-11: the lane forwards only
+    /// what the general path forwards the same way, through any change of
+    /// the snapshot under established flows.
+    #[test]
+    fn established_lane_agrees_with_general_stage_2(
+        flows in prop::collection::vec((1..6u8, 1000..1006u16, 0..3u8), 1..24),
+        flags in prop::collection::vec(0..4usize, 24),
+        c in change(),
+    ) {
+        let flows: Vec<Flow> = flows
+            .into_iter()
+            .map(|(client, sport, kind)| Flow { client, sport, kind })
+            .collect();
+        let st = base();
+        let (mut staged, mut reference) = (ctx(), ctx());
+        let mut stages = BurstStages::default();
+        // Open: SYN, then ACK (completes the half-open entry).
+        for first in [SYN, ACK] {
+            let frames: Vec<_> = flows.iter().map(|f| frame(f, first)).collect();
+            run_burst(&frames, &st, &mut stages, &mut staged, &mut reference)?;
+        }
+        // Twice on the changed snapshot: the second burst meets what the
+        // first re-selected or re-opened.
+        let now = Millis(1 + c.elapsed);
+        staged.now = now;
+        reference.now = now;
+        let next = apply(&c, &st, now);
+        for _ in 0..2 {
+            let frames: Vec<_> = flows
+                .iter()
+                .zip(&flags)
+                .map(|(f, &k)| frame(f, SYN_ACK_FLAGS[k]))
+                .collect();
+            run_burst(&frames, &next, &mut stages, &mut staged, &mut reference)?;
+        }
+    }
+}
