@@ -1,20 +1,22 @@
 //! Stage 2 for the packet nearly all traffic is: a tracked, non-SYN
-//! packet of an established flow whose entry sits in its home slot, on a
-//! backend the snapshot keeps as it is, reached through a prebuilt outer
-//! header. It is decided here in one straight line — the home entry, the
-//! backend's state, the header, the refresh — without the general stage
-//! 2's cases (ICMP errors, untracked and zonal selection, CT-1 SYNs,
+//! packet of an established flow with a live entry, on a backend the
+//! snapshot keeps as it is, reached through a prebuilt outer header. It is
+//! decided here in one straight line — the entry, the backend's state, the
+//! header, the refresh — without the general stage 2's cases (ICMP errors, untracked and zonal selection, CT-1 SYNs,
 //! re-selection, the general encapsulation).
 //!
 //! Every packet this lane forwards, the general path would forward the
 //! same way, and leave the shard the same: a live entry for its key (CT-3)
 //! whose backend is present, healthy, not drained past its deadline
 //! (CT-10) and of the service's current pool epoch (CT-11) is kept
-//! (CT-7), and refreshed (CT-5). Anything else — a SYN, a key away from
-//! home, absent or expired, a backend that is unhealthy (CT-8 decides),
-//! draining past its deadline, gone, or of another pool epoch, a packet
-//! the prebuilt header does not fit — returns None with the packet and
-//! the shard untouched, and the general path decides it from scratch.
+//! (CT-7), and refreshed (CT-5). Anything else — a SYN, a key absent or
+//! expired, a backend that is unhealthy (CT-8 decides), draining past its
+//! deadline, gone, or of another pool epoch, a packet the prebuilt header
+//! does not fit — returns None with the packet untouched, and the general
+//! path decides it from scratch. The shard is untouched too, but for an
+//! expired entry the lookup found: it is reclaimed and counted, as the
+//! general path's own lookup would have done before finding the key
+//! absent, which it then does.
 
 use crate::conntrack::{policy, Shard, Tracked};
 use crate::packet::PacketBuf;
@@ -37,7 +39,7 @@ pub fn forward<P: PacketBuf>(
     if policy::is_syn(&b.meta) {
         return None;
     }
-    let slot = shard.lookup_home(&t.key, t.hash, now)?;
+    let slot = shard.lookup(&t.key, t.hash, now)?;
     let (id, epoch) = shard.entry(slot).map(|e| (e.backend, e.pool_epoch))?;
     let service = state.service(b.service)?;
     let backend = state.backend(id)?;

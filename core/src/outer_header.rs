@@ -142,16 +142,9 @@ impl OuterHeader {
             return false;
         }
         let len = usize::from(self.len);
-        let ok = if len >= ip.l3_offset {
-            pkt.prepend(len - ip.l3_offset)
-        } else {
-            pkt.trim_front(ip.l3_offset - len)
-        };
-        if !ok {
+        let Some(data) = pkt.reframe(ip.l3_offset, len, ip.ip_len) else {
             return false;
-        }
-        pkt.truncate(len + ip.ip_len);
-        let data = pkt.data_mut();
+        };
         // From here on nothing can fail: the packet is `len` + `ip_len`
         // bytes long, and `len` is at least 14 (an Ethernet header).
         let copied = match len {

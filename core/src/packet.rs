@@ -20,6 +20,28 @@ pub trait PacketBuf {
     /// unspecified). Returns false, leaving the packet as it was, if the
     /// tailroom is too small. Used to fill fresh buffers with fragments.
     fn append(&mut self, n: usize) -> bool;
+
+    /// Keeps the `keep` bytes at offset `from` with `front` bytes in front
+    /// of them (the bytes before `from`, or headroom; contents unspecified)
+    /// and nothing after, and returns the new data (`front` + `keep`
+    /// bytes): what an encapsulation does to a frame in one step. None,
+    /// leaving the packet as it was, when `from` + `keep` is past its end
+    /// or `front` more than the bytes before `from` and the headroom.
+    #[inline]
+    fn reframe(&mut self, from: usize, front: usize, keep: usize) -> Option<&mut [u8]> {
+        if from.checked_add(keep)? > self.data().len() {
+            return None;
+        }
+        let moved = match front.checked_sub(from) {
+            Some(grow) => self.prepend(grow),
+            None => self.trim_front(from - front),
+        };
+        if !moved {
+            return None;
+        }
+        self.truncate(front + keep);
+        Some(self.data_mut())
+    }
 }
 
 /// Default headroom, as DPDK's RTE_PKTMBUF_HEADROOM.

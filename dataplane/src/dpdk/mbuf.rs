@@ -141,6 +141,41 @@ impl PacketBuf for Mbuf {
         }
     }
 
+    // The new window in one step: one bounds check, one write of each
+    // length field (`prepend` + `trim_front` + `truncate` would each check
+    // and write).
+    #[inline(always)]
+    fn reframe(&mut self, from: usize, front: usize, keep: usize) -> Option<&mut [u8]> {
+        let (Ok(from), Ok(front), Ok(keep)) = (
+            u16::try_from(from),
+            u16::try_from(front),
+            u16::try_from(keep),
+        ) else {
+            return None;
+        };
+        // SAFETY: we own the mbuf exclusively (&mut self); the checks keep
+        // the new window inside the old one's start minus the headroom and
+        // its end, so it lies within the buffer, and single-segment (the
+        // pipeline sees no other), so data_len and pkt_len agree.
+        unsafe {
+            let m = self.ptr.as_mut();
+            let end = u32::from(from) + u32::from(keep);
+            let start = u32::from(m.data_off) + u32::from(from);
+            if end > u32::from(m.data_len) || u32::from(front) > start {
+                return None;
+            }
+            // Both fit a u16: they are at most data_off + data_len.
+            m.data_off = (start - u32::from(front)) as u16;
+            let len = u32::from(front) + u32::from(keep);
+            m.data_len = len as u16;
+            m.pkt_len = len;
+            Some(std::slice::from_raw_parts_mut(
+                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
+                len as usize,
+            ))
+        }
+    }
+
     // rte_pktmbuf_append for a single segment (only fresh, single-segment
     // mbufs are filled this way: fragments, AP-3).
     #[inline]
