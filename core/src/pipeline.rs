@@ -454,14 +454,29 @@ pub fn deliver_tracked<P: PacketBuf>(
 ) -> Verdict {
     match established::forward(pkt, b, t, state, &mut ctx.conntrack, ctx.now) {
         Some(v) => v,
-        None => deliver_keyed(pkt, b, Some(t), state, ctx),
+        None => deliver_tracked_general(pkt, b, t, state, ctx),
     }
+}
+
+/// The general stage 2 for a tracked packet the established lane declined
+/// (new, re-selected or odd ones): out of line, so that the untracked
+/// traffic's [`deliver_keyed`] stays inlined where the burst delivers it.
+#[inline(never)]
+fn deliver_tracked_general<P: PacketBuf>(
+    pkt: &mut P,
+    b: &Balance,
+    t: &Tracked,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Verdict {
+    deliver_keyed(pkt, b, Some(t), state, ctx)
 }
 
 /// [`deliver`] with the packet's tracking key and hash when the worker has
 /// them from [`prefetch_conntrack`]; None: built here if the packet is
-/// tracked.
-#[inline]
+/// tracked. Always inlined: for untracked traffic it is the whole of stage
+/// 2 (the tracked fallback is a function of its own).
+#[inline(always)]
 pub fn deliver_keyed<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
@@ -478,6 +493,7 @@ pub fn deliver_keyed<P: PacketBuf>(
     }
 }
 
+#[inline(always)]
 fn deliver_inner<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
