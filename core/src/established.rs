@@ -55,7 +55,7 @@ pub fn forward<P: PacketBuf>(
     }
     shard.counters.hits += 1;
     let idle_timeout_ms = u32::try_from(service.tracking.idle_timeout_ms).unwrap_or(u32::MAX);
-    shard.refresh(slot, id, epoch, now, idle_timeout_ms, false);
+    shard.touch(slot, now, idle_timeout_ms);
     Some(Verdict::Forward {
         port: header.port,
         backend: id,

@@ -503,6 +503,22 @@ impl Shard {
         }
     }
 
+    /// [`Shard::refresh`] for a non-SYN packet kept on the entry's own
+    /// backend and pool epoch (the established lane): only the time and
+    /// timeout change, and a half-open entry is completed.
+    #[inline(always)]
+    pub fn touch(&mut self, slot: usize, now: Millis, idle_timeout_ms: u32) {
+        let Some(e) = self.entries.get_mut(slot) else {
+            return;
+        };
+        e.last_seen = now;
+        if !e.is_half_open() {
+            e.idle_timeout_ms = idle_timeout_ms;
+        } else {
+            self.establish(slot, idle_timeout_ms);
+        }
+    }
+
     /// Half-open → established: clears [`HALF_OPEN`] in both copies of
     /// the stored signature and gives the entry the idle timeout.
     #[cold]
