@@ -29,13 +29,34 @@
 # is the self cost of the two drivers' functions (net_pcap RX, net_null
 # TX) wherever they are called from. burst_self_per_packet:
 # `handle_burst`'s own cost alone, for comparison with older figures.
+# thread_total_per_packet: everything the worker thread executed in the
+# last dump (poll loop, drivers, burst path, mempool, …), per packet.
+#
+# PEER=1 (TRAFFIC=tcp or syn): the C peer benches/c-peer/lb_peer.c
+# (built as bench-throughput.sh builds it, into target/release/lb_peer)
+# instead of sluice, with bench-throughput.sh's EAL arguments on the same
+# devices and pcap. Its packets so far are its worker's calls of the
+# net_pcap RX function times BURST (infinite_rx returns a full burst or
+# none, and the peer only transmits after a non-empty one: checked, over
+# the whole run the RX calls must equal the net_null TX calls). Warm-up
+# and dumps as for sluice; then it runs SECONDS_PER_RUN more and is
+# stopped by SIGINT. burst_instructions_per_packet is the inclusive cost
+# of its `worker` function (its whole poll loop: parse, CRC hash, bulk
+# rte_hash lookup, Maglev, insert, GRE, checksum; its rte_hash calls
+# included) minus its calls of the two drivers' burst functions (their
+# inclusive cost); driver_instructions_per_packet as for sluice;
+# thread_total_per_packet as for sluice. What the drivers call themselves
+# (ld.so's __tls_get_addr, for the mempool cache) is in neither burst nor
+# driver figure, for either program: only in thread_total_per_packet.
 #
 # TRAFFIC=tcp (default) | syn | udp | drop, as in bench-throughput.sh; the
 # traffic, devices and configuration are scripts/bench-config.sh's.
 # SLUICE_BIN: the binary (default target/release/sluice, built here).
 # KEEP=1: the work directory (callgrind files, metrics) is kept and named.
 # Last line: burst_instructions_per_packet=X driver_instructions_per_packet=Y
-#   packets=N burst_self_per_packet=Z
+#   packets=N burst_self_per_packet=Z thread_total_per_packet=T
+#   (PEER=1: burst_instructions_per_packet=X driver_instructions_per_packet=Y
+#   packets=N thread_total_per_packet=T)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-config.sh
@@ -45,6 +66,12 @@ SECONDS_PER_RUN=${SECONDS_PER_RUN:-20}
 TRAFFIC=${TRAFFIC:-tcp}
 BURST=32
 bench_traffic
+if [ "${PEER:-0}" = 1 ]; then
+  case "$TRAFFIC" in
+    tcp|syn) ;;
+    *) echo "PEER=1 needs TRAFFIC=tcp or syn" >&2; exit 2 ;;
+  esac
+fi
 command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind missing" >&2; exit 1; }
 work=$(mktemp -d /tmp/sluice-instr.XXXXXX)
 if [ -n "${KEEP:-}" ]; then echo "work=$work" >&2; else trap 'rm -rf "$work"' EXIT; fi
@@ -57,7 +84,8 @@ NOHUGE=--no-huge ENCAP=gre CT_CAPACITY=131072 METRICS_LISTEN="" \
 # only at an id's first use in the file), a bare `position cost` line is
 # its own cost, and the line after `calls=COUNT …` is the inclusive cost
 # of the call `cfn=` names. Prints the burst calls, the burst path's self
-# and callee cost, and the drivers' self cost of one file.
+# and callee cost, the drivers' self cost and the total (every self cost)
+# of one file.
 summarise() {
   awk '
     # Ids are per kind: objects (ob, cob) and functions (fn, cfn) apart.
@@ -86,10 +114,98 @@ summarise() {
       } else {
         if (in_burst) self += cost
         if (ob ~ /librte_net_(pcap|null)/) drivers += cost
+        total += cost
       }
     }
-    END { printf "%.0f %.0f %.0f %.0f\n", bursts, self, callees, drivers }' "$1"
+    END { printf "%.0f %.0f %.0f %.0f %.0f\n", bursts, self, callees, drivers, total }' "$1"
 }
+
+# The same for the peer: its worker's calls of the net_pcap RX and the
+# net_null TX burst functions (a call's object is `cob=`'s, else the
+# caller's), the worker's self cost and the inclusive cost of its calls
+# other than those, the drivers' self cost and the total of one file.
+summarise_peer() {
+  awk '
+    function named(kind, tok,   id) {
+      if (tok !~ /^\(/) return tok
+      id = tok; sub(/\).*/, "", id); sub(/^\(/, "", id)
+      if (tok ~ /\) /) { sub(/^\([0-9]+\) /, "", tok); names[kind, id] = tok }
+      return names[kind, id]
+    }
+    /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
+    /^cfn=/ { cfn = named("fn", substr($0, 5)); next }
+    /^ob=/ { ob = named("ob", substr($0, 4)); cob = ""; next }
+    /^cob=/ { cob = named("ob", substr($0, 5)); next }
+    /^calls=/ {
+      call = 1; split($1, c, "="); callee = (cob == "") ? ob : cob
+      if (fn == "worker" && callee ~ /librte_net_pcap/) rx += c[2]
+      if (fn == "worker" && callee ~ /librte_net_null/) tx += c[2]
+      next
+    }
+    /^[0-9+*-]/ {
+      cost = ($2 == "") ? 0 : $2
+      if (call) {
+        call = 0
+        if (fn == "worker" && callee !~ /librte_net_(pcap|null)/) callees += cost
+        cob = ""
+      } else {
+        if (fn == "worker") self += cost
+        if (ob ~ /librte_net_(pcap|null)/) drivers += cost
+        total += cost
+      }
+    }
+    END { printf "%.0f %.0f %.0f %.0f %.0f %.0f\n", rx, tx, self, callees, drivers, total }' "$1"
+}
+
+if [ "${PEER:-0}" = 1 ]; then
+  peer=target/release/lb_peer
+  if [ ! -x $peer ] || [ benches/c-peer/lb_peer.c -nt $peer ]; then
+    # shellcheck disable=SC2046
+    cc -O3 -Wall $(pkg-config --cflags libdpdk) benches/c-peer/lb_peer.c -o $peer \
+      $(pkg-config --libs libdpdk)
+  fi
+  valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.%p" \
+    $peer --no-huge -m "$MEM" --no-pci --file-prefix=bench-instr-peer-$$ --lcores=0@0,1@1 \
+    --log-level=error --vdev="$RX_DEV" --vdev="$TX_DEV" -- --flows "$FLOWS" --burst "$BURST" \
+    >"$work/peer.log" 2>&1 &
+  vg=$!
+  warm=0
+  while kill -0 "$vg" 2>/dev/null && [ "$warm" -lt $(( 2 * FLOWS )) ]; do
+    sleep 1
+    callgrind_control -d "$vg" >/dev/null 2>&1 || true
+    warm=0
+    for f in "$work"/cg."$vg".*-*; do
+      [ -e "$f" ] || continue
+      read -r rx _ < <(summarise_peer "$f")
+      warm=$(( warm + rx * BURST ))
+    done
+  done
+  [ "$warm" -ge $(( 2 * FLOWS )) ] || { cat "$work/peer.log"; echo "bench-instructions.sh: the peer stopped after $warm packets" >&2; exit 1; }
+  sleep "$SECONDS_PER_RUN"
+  kill -INT "$vg" || true
+  wait "$vg" || { cat "$work/peer.log"; exit 1; }
+  rm -rf "/var/run/dpdk/bench-instr-peer-$$"
+  # The worker thread: the file with the peer's `worker` in it.
+  worker=$(grep -lE '^c?fn=\([0-9]+\) worker$' "$work"/cg."$vg"-* | head -1)
+  read -r rx tx self callees drivers total < <(summarise_peer "$worker")
+  # Over the whole run (every dump of the worker thread): a TX burst for
+  # every RX one, so every RX burst was full.
+  all_rx=0; all_tx=0
+  for f in "$work"/cg."$vg".*-"${worker##*-}" "$worker"; do
+    read -r r t _ < <(summarise_peer "$f")
+    all_rx=$(( all_rx + r )); all_tx=$(( all_tx + t ))
+  done
+  [ "$all_rx" -eq "$all_tx" ] || {
+    echo "bench-instructions.sh: the peer's worker made $all_rx RX calls, $all_tx TX calls" >&2
+    exit 1
+  }
+  packets=$(( rx * BURST ))
+  [ "$packets" -gt 0 ] || { echo "bench-instructions.sh: no packets after the warm-up" >&2; exit 1; }
+  awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$drivers" -v t="$total" 'BEGIN {
+    printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%.1f packets=%d thread_total_per_packet=%.1f\n",
+      (s + c) / n, d / n, n, t / n }'
+  exit 0
+fi
 
 valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.%p" \
   "${SLUICE_BIN:-target/release/sluice}" run --config "$work/bench.toml" \
@@ -115,7 +231,7 @@ wait "$vg" || { cat "$work/sluice.log"; exit 1; }
 }
 # The last dump's worker thread: the file with the burst path in it.
 worker=$(grep -l '::handle_burst' "$work"/cg."$vg"-* | head -1)
-read -r bursts self callees drivers < <(summarise "$worker")
+read -r bursts self callees drivers total < <(summarise "$worker")
 packets=$(( bursts * BURST ))
 counted=$(awk -v m="$COUNTED" '$1 == m {print $2}' "$work/metrics.txt")
 [ "$counted" -eq $(( packets + warm )) ] || {
@@ -123,6 +239,6 @@ counted=$(awk -v m="$COUNTED" '$1 == m {print $2}' "$work/metrics.txt")
   exit 1
 }
 [ "$packets" -gt 0 ] || { echo "bench-instructions.sh: no packets after the warm-up; raise SECONDS_PER_RUN" >&2; exit 1; }
-awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$drivers" 'BEGIN {
-  printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%.1f packets=%d burst_self_per_packet=%.1f\n",
-    (s + c) / n, d / n, n, s / n }'
+awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$drivers" -v t="$total" 'BEGIN {
+  printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%.1f packets=%d burst_self_per_packet=%.1f thread_total_per_packet=%.1f\n",
+    (s + c) / n, d / n, n, s / n, t / n }'
