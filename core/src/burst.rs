@@ -190,9 +190,10 @@ impl BurstStages {
         }
         Outcome::Verdict(match &slot.stage {
             Stage::Done(v) => *v,
-            Stage::Balance(b) => match (b.tracked, &slot.tracked) {
-                (true, Some(t)) => pipeline::deliver_tracked(pkt, b, t, state, ctx),
-                _ => pipeline::deliver_keyed(pkt, b, None, state, ctx),
+            // Stage 1 wrote a key for this stage only if it is tracked.
+            Stage::Balance(b) => match &slot.tracked {
+                Some(t) => pipeline::deliver_tracked(pkt, b, t, state, ctx),
+                None => pipeline::deliver_keyed(pkt, b, None, state, ctx),
             },
         })
     }
@@ -232,13 +233,14 @@ impl BurstStages {
     /// tracked.
     #[inline(always)]
     fn at(&self, j: usize) -> Option<(&Balance, &Tracked)> {
-        // The stage first: an untracked packet's key is not read.
+        // The stage first: a key is fresh only beside a stage to balance
+        // (stage 1 writes one for a tracked packet, None for any other).
         match self.slots.get(j) {
             Some(Slot {
                 stage: Stage::Balance(b),
                 tracked: Some(t),
                 ..
-            }) if j < self.len && b.tracked => Some((b, t)),
+            }) if j < self.len => Some((b, t)),
             _ => None,
         }
     }
