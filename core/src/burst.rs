@@ -136,6 +136,8 @@ impl BurstStages {
         // net_pcap, whose copies leave them hot; revisit on real NICs.)
         let mut n = 0;
         for (m, slot) in packets.clone().zip(self.slots.iter_mut()) {
+            // Set by the lookahead only for a key away from home.
+            slot.needs_fallback = false;
             let stage = &mut slot.stage;
             if !m.is_contiguous() {
                 *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
@@ -251,8 +253,10 @@ impl BurstStages {
         let away = self
             .at(j)
             .is_some_and(|(b, t)| pipeline::conntrack_lookahead(b, t, state, ctx));
-        if let Some(slot) = self.slots.get_mut(j) {
-            slot.needs_fallback = away;
+        if away {
+            if let Some(slot) = self.slots.get_mut(j) {
+                slot.needs_fallback = true;
+            }
         }
     }
 
