@@ -82,9 +82,10 @@ fi
 # The guest writes to a qcow2 overlay: the built image stays as built.
 qemu-img create -q -f qcow2 -b "$(realpath "$image")" -F raw "$run/disk.qcow2"
 
-# KVM when /dev/kvm is there, TCG otherwise; a KVM run that dies before the
-# firmware prints anything (nested hosts often expose /dev/kvm and abort on
-# the first MSR write) is retried once under TCG. SLUICE_BOOT_ACCEL=tcg|kvm
+# KVM when /dev/kvm is there, TCG otherwise; a KVM run that dies or stops
+# on a KVM internal error before the firmware prints anything (nested hosts
+# often expose /dev/kvm and abort on the first MSR write, or fail to
+# emulate a firmware instruction) is retried once under TCG. SLUICE_BOOT_ACCEL=tcg|kvm
 # forces one.
 accel=${SLUICE_BOOT_ACCEL:-auto}
 fallback=0
@@ -140,10 +141,17 @@ fail() {
 status=""
 deadline=$((t_boot + timeout))
 while :; do
+  # A KVM internal error (an emulation failure in the firmware, on some
+  # nested hosts) does not end QEMU: it stops the guest and waits. Ended
+  # here, it takes the TCG retry below like an abort does.
+  if ((fallback)) && [ ! -s "$serial" ] && grep -a -q 'KVM internal error' "$run/qemu.log"; then
+    kill "$qemu_pid" 2>/dev/null || true
+    wait "$qemu_pid" 2>/dev/null || true
+  fi
   if ! kill -0 "$qemu_pid" 2>/dev/null; then
     wait "$qemu_pid" 2>/dev/null || true
     if ((fallback)) && [ ! -s "$serial" ]; then
-      echo "boot-test: KVM run failed ($(grep -m1 error "$run/qemu.log" || true)): retrying under TCG"
+      echo "boot-test: KVM run failed ($(grep -a -m1 -i error "$run/qemu.log" || true)): retrying under TCG"
       accel=tcg fallback=0
       start_qemu
       deadline=$((t_boot + timeout))
