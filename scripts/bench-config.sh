@@ -96,3 +96,15 @@ ports = "$RULE_PORT"
 backend_service = "web"
 TOML
 }
+
+# The C peer (benches/c-peer/lb_peer.c) built into target/release/lb_peer
+# when missing or older than its source; prints its path.
+bench_peer() {
+  local peer=target/release/lb_peer
+  if [ ! -x $peer ] || [ benches/c-peer/lb_peer.c -nt $peer ]; then
+    # shellcheck disable=SC2046
+    cc -O3 -Wall $(pkg-config --cflags libdpdk) benches/c-peer/lb_peer.c -o $peer \
+      $(pkg-config --libs libdpdk) >&2
+  fi
+  echo $peer
+}

@@ -83,18 +83,21 @@ NOHUGE=--no-huge ENCAP=gre CT_CAPACITY=131072 METRICS_LISTEN="" \
 # Callgrind's format: `fn=(id) name` opens a function's records (the name
 # only at an id's first use in the file), a bare `position cost` line is
 # its own cost, and the line after `calls=COUNT …` is the inclusive cost
-# of the call `cfn=` names. Prints the burst calls, the burst path's self
-# and callee cost, the drivers' self cost and the total (every self cost)
-# of one file.
-summarise() {
-  awk '
-    # Ids are per kind: objects (ob, cob) and functions (fn, cfn) apart.
+# of the call `cfn=` names. Names are per kind (objects ob/cob, functions
+# fn/cfn apart); NAMED, the awk prelude of both summaries below, resolves
+# an id to its name.
+NAMED='
     function named(kind, tok,   id) {
       if (tok !~ /^\(/) return tok
       id = tok; sub(/\).*/, "", id); sub(/^\(/, "", id)
       if (tok ~ /\) /) { sub(/^\([0-9]+\) /, "", tok); names[kind, id] = tok }
       return names[kind, id]
-    }
+    }'
+
+# Prints the burst calls, the burst path's self and callee cost, the
+# drivers' self cost and the total (every self cost) of one file.
+summarise() {
+  awk "$NAMED"'
     /^fn=/ { fn = named("fn", substr($0, 4)); next }
     /^cfn=/ { cfn = named("fn", substr($0, 5)); next }
     /^ob=/ { ob = named("ob", substr($0, 4)); next }
@@ -125,13 +128,7 @@ summarise() {
 # caller's), the worker's self cost and the inclusive cost of its calls
 # other than those, the drivers' self cost and the total of one file.
 summarise_peer() {
-  awk '
-    function named(kind, tok,   id) {
-      if (tok !~ /^\(/) return tok
-      id = tok; sub(/\).*/, "", id); sub(/^\(/, "", id)
-      if (tok ~ /\) /) { sub(/^\([0-9]+\) /, "", tok); names[kind, id] = tok }
-      return names[kind, id]
-    }
+  awk "$NAMED"'
     /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
     /^cfn=/ { cfn = named("fn", substr($0, 5)); next }
     /^ob=/ { ob = named("ob", substr($0, 4)); cob = ""; next }
@@ -157,29 +154,31 @@ summarise_peer() {
     END { printf "%.0f %.0f %.0f %.0f %.0f %.0f\n", rx, tx, self, callees, drivers, total }' "$1"
 }
 
+# Intermediate dumps (cg.PID.N-THREAD) of the callgrind run $1 until
+# every flow was seen twice: `warm` is the packets so far, the first
+# figure of summary $2 (burst or RX calls) over every dump, times BURST.
+warm_up() {
+  warm=0
+  while kill -0 "$1" 2>/dev/null && [ "$warm" -lt $(( 2 * FLOWS )) ]; do
+    sleep 1
+    callgrind_control -d "$1" >/dev/null 2>&1 || true
+    warm=0
+    for f in "$work"/cg."$1".*-*; do
+      [ -e "$f" ] || continue
+      read -r calls _ < <("$2" "$f")
+      warm=$(( warm + calls * BURST ))
+    done
+  done
+}
+
 if [ "${PEER:-0}" = 1 ]; then
-  peer=target/release/lb_peer
-  if [ ! -x $peer ] || [ benches/c-peer/lb_peer.c -nt $peer ]; then
-    # shellcheck disable=SC2046
-    cc -O3 -Wall $(pkg-config --cflags libdpdk) benches/c-peer/lb_peer.c -o $peer \
-      $(pkg-config --libs libdpdk)
-  fi
+  peer=$(bench_peer)
   valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.%p" \
     $peer --no-huge -m "$MEM" --no-pci --file-prefix=bench-instr-peer-$$ --lcores=0@0,1@1 \
     --log-level=error --vdev="$RX_DEV" --vdev="$TX_DEV" -- --flows "$FLOWS" --burst "$BURST" \
     >"$work/peer.log" 2>&1 &
   vg=$!
-  warm=0
-  while kill -0 "$vg" 2>/dev/null && [ "$warm" -lt $(( 2 * FLOWS )) ]; do
-    sleep 1
-    callgrind_control -d "$vg" >/dev/null 2>&1 || true
-    warm=0
-    for f in "$work"/cg."$vg".*-*; do
-      [ -e "$f" ] || continue
-      read -r rx _ < <(summarise_peer "$f")
-      warm=$(( warm + rx * BURST ))
-    done
-  done
+  warm_up "$vg" summarise_peer
   [ "$warm" -ge $(( 2 * FLOWS )) ] || { cat "$work/peer.log"; echo "bench-instructions.sh: the peer stopped after $warm packets" >&2; exit 1; }
   sleep "$SECONDS_PER_RUN"
   kill -INT "$vg" || true
@@ -212,18 +211,7 @@ valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.
   --no-metrics-server --no-control-socket --duration "$SECONDS_PER_RUN" \
   --metrics-dump "$work/metrics.txt" >"$work/sluice.log" 2>&1 &
 vg=$!
-# Intermediate dumps (cg.PID.N-THREAD) until every flow was seen twice.
-warm=0
-while kill -0 "$vg" 2>/dev/null && [ "$warm" -lt $(( 2 * FLOWS )) ]; do
-  sleep 1
-  callgrind_control -d "$vg" >/dev/null 2>&1 || true
-  warm=0
-  for f in "$work"/cg."$vg".*-*; do
-    [ -e "$f" ] || continue
-    read -r b _ < <(summarise "$f")
-    warm=$(( warm + b * BURST ))
-  done
-done
+warm_up "$vg" summarise
 wait "$vg" || { cat "$work/sluice.log"; exit 1; }
 [ "$warm" -ge $(( 2 * FLOWS )) ] || {
   echo "bench-instructions.sh: only $warm packets before the end; raise SECONDS_PER_RUN" >&2

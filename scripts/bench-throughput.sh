@@ -116,12 +116,7 @@ if [ "${PEER:-0}" = 1 ]; then
     *) echo "PEER=1 needs TRAFFIC=tcp or syn and ENCAP=gre" >&2; exit 2 ;;
   esac
   [ "$WORKERS" = 1 ] || { echo "PEER=1 needs WORKERS=1 (the peer polls one queue)" >&2; exit 2; }
-  peer=target/release/lb_peer
-  if [ ! -x $peer ] || [ benches/c-peer/lb_peer.c -nt $peer ]; then
-    # shellcheck disable=SC2046
-    cc -O3 -Wall $(pkg-config --cflags libdpdk) benches/c-peer/lb_peer.c -o $peer \
-      $(pkg-config --libs libdpdk)
-  fi
+  peer=$(bench_peer)
   timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) $peer $NOHUGE -m "$MEM" --no-pci \
     --file-prefix=bench-peer-$$ --lcores=0@0,1@1 --log-level=error \
     --vdev="$RX_DEV" --vdev="$TX_DEV" -- --flows "$FLOWS" --burst "$BURST" \
