@@ -450,7 +450,7 @@ impl Shard {
     /// nothing about the key (it may be away from home, absent or expired:
     /// [`Shard::lookup`] decides those).
     #[inline(always)]
-    pub fn lookup_home(&self, key: &TrackKey, h: u64, now: Millis) -> Option<usize> {
+    fn lookup_home(&self, key: &TrackKey, h: u64, now: Millis) -> Option<usize> {
         let (sig, b1) = self.sig_and_bucket(h);
         let home = Self::home(b1, sig);
         self.entries
