@@ -54,8 +54,7 @@ pub fn forward<P: PacketBuf>(
         return None;
     }
     shard.counters.hits += 1;
-    let idle_timeout_ms = u32::try_from(service.tracking.idle_timeout_ms).unwrap_or(u32::MAX);
-    shard.touch(slot, now, idle_timeout_ms);
+    shard.touch(slot, now, service.tracking.idle_timeout_ms);
     Some(Verdict::Forward {
         port: header.port,
         backend: id,

@@ -32,11 +32,13 @@ pub enum PersistenceOnUnhealthy {
 pub struct ConnectionTracking {
     pub mode: TrackingMode,
     pub persistence: PersistenceOnUnhealthy,
-    /// CT-5, default 60 s.
-    pub idle_timeout_ms: u64,
+    /// CT-5, default 60 s. Milliseconds in the width a conntrack entry
+    /// keeps them (up to ~49.7 days; the control plane holds longer
+    /// timeouts at that), so no packet converts it.
+    pub idle_timeout_ms: u32,
     /// CT-5 for half-open entries: how long an entry written by a SYN
     /// lives until a later packet of its connection arrives; default 5 s.
-    pub half_open_timeout_ms: u64,
+    pub half_open_timeout_ms: u32,
 }
 
 impl Default for ConnectionTracking {

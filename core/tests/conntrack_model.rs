@@ -163,7 +163,7 @@ impl Model {
         let live = self
             .table
             .get(&key)
-            .filter(|e| w.now.0 - e.last_seen.0 < timeout(e))
+            .filter(|e| w.now.0 - e.last_seen.0 < u64::from(timeout(e)))
             .cloned();
         let Some(e) = live else {
             let b = pick?;

@@ -551,8 +551,8 @@ fn service_state(
         tracking: ConnectionTracking {
             mode: tracking.tracking_mode,
             persistence: tracking.persistence,
-            idle_timeout_ms: millis(tracking.idle_timeout),
-            half_open_timeout_ms: millis(tracking.half_open_timeout),
+            idle_timeout_ms: entry_millis(tracking.idle_timeout),
+            half_open_timeout_ms: entry_millis(tracking.half_open_timeout),
         },
         draining_timeout_ms: millis(svc.connection_draining_timeout),
         drain_on_failover: svc
@@ -574,6 +574,12 @@ fn service_state(
 
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A conntrack timeout in the milliseconds an entry keeps (u32): longer
+/// than ~49.7 days is held at that.
+fn entry_millis(d: std::time::Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -134,15 +134,21 @@ pub fn select_tracked<'t>(
     // the zone lookup behind it is not paid on hits.
     let by_table = || table().and_then(|t| t.lookup(hash));
     let tracking = service.tracking;
-    let idle_timeout_ms = u32::try_from(tracking.idle_timeout_ms).unwrap_or(u32::MAX);
+    let idle_timeout_ms = tracking.idle_timeout_ms;
     let syn = is_syn(m);
     // The key is copied into an entry only when one is written. A SYN
     // writes a half-open entry with the short timeout (CT-5:
     // `half_open_timeout`; a SYN flood must not hold the table).
     let fresh = |backend: BackendId| {
         if syn {
-            let t = u32::try_from(tracking.half_open_timeout_ms).unwrap_or(u32::MAX);
-            Entry::new(*key, backend, service.pool_epoch, now, t).half_open()
+            Entry::new(
+                *key,
+                backend,
+                service.pool_epoch,
+                now,
+                tracking.half_open_timeout_ms,
+            )
+            .half_open()
         } else {
             Entry::new(*key, backend, service.pool_epoch, now, idle_timeout_ms)
         }
