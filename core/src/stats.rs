@@ -44,11 +44,16 @@ impl Counter {
 /// never lost silently.
 #[derive(Debug)]
 pub struct BackendCounters {
-    chunks: Box<[std::sync::OnceLock<Box<[BackendCounter]>>]>,
+    /// Fixed-size arrays: an index split into chunk and offset is in
+    /// bounds by its type, so a packet's count is not checked twice.
+    chunks: Box<[std::sync::OnceLock<Box<CounterChunk>>; BackendCounters::CHUNKS]>,
     pub uncounted: Counter,
     /// New connections to an index without a counter (see `uncounted`).
     pub uncounted_connections: Counter,
 }
+
+/// One chunk of [`BackendCounters`].
+type CounterChunk = [BackendCounter; BackendCounters::CHUNK];
 
 /// One backend's packets, bytes and new connections, side by side: the
 /// worker's adds touch one cache line (32-byte aligned, two to a line).
@@ -63,9 +68,7 @@ pub struct BackendCounter {
 impl Default for BackendCounters {
     fn default() -> Self {
         Self {
-            chunks: (0..BackendId::INDEXES / Self::CHUNK)
-                .map(|_| std::sync::OnceLock::new())
-                .collect(),
+            chunks: Box::new(std::array::from_fn(|_| std::sync::OnceLock::new())),
             uncounted: Counter::default(),
             uncounted_connections: Counter::default(),
         }
@@ -75,15 +78,13 @@ impl Default for BackendCounters {
 impl BackendCounters {
     /// Counters per chunk (128 KiB).
     pub const CHUNK: usize = 4096;
+    /// Chunks for every index a [`BackendId`] can have.
+    const CHUNKS: usize = BackendId::INDEXES / Self::CHUNK;
 
     /// Makes sure indexes `0..len` have counters (control plane).
     pub fn cover(&self, len: usize) {
         for chunk in self.chunks.iter().take(len.div_ceil(Self::CHUNK)) {
-            chunk.get_or_init(|| {
-                (0..Self::CHUNK)
-                    .map(|_| BackendCounter::default())
-                    .collect()
-            });
+            chunk.get_or_init(|| Box::new(std::array::from_fn(|_| BackendCounter::default())));
         }
     }
 
