@@ -7,7 +7,9 @@
 #   RULE_PORT, DST (the VIP, or for drop an address nothing owns) and
 #   COUNTED (the metric the packets are counted by: transmitted on the
 #   backends port, or for drop received on the clients port).
-# bench_flows WORK: builds the release binaries, writes FLOWS 64-byte
+# bench_flows WORK: builds the release binaries (only pktgen when
+#   SLUICE_BIN names the sluice to measure: an A/B of prebuilt binaries
+#   does not rebuild the tree's own), writes FLOWS 64-byte
 #   flows to DST into WORK/flows.pcap, and sets RX_DEV (net_pcap replaying
 #   it for ever), TX_DEV (net_null sink), MBUFS and MEM (MB of EAL memory).
 #   WORKERS=2: the flows split by the worker owning each (flows-0.pcap,
@@ -37,7 +39,11 @@ bench_traffic() {
 
 bench_flows() {
   local work=$1
-  cargo build --release --locked -q -p controlplane -p sluice-benches --bins
+  if [ -n "${SLUICE_BIN:-}" ]; then
+    cargo build --release --locked -q -p sluice-benches --bin pktgen
+  else
+    cargo build --release --locked -q -p controlplane -p sluice-benches --bins
+  fi
   target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
   RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
   if [ "${WORKERS:-1}" = 2 ]; then
