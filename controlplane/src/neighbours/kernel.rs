@@ -16,7 +16,7 @@ use rustix::io::Errno;
 use rustix::net::netlink::SocketAddrNetlink;
 use rustix::net::{AddressFamily as Af, RecvFlags, SocketFlags, SocketType};
 
-use super::state::Route;
+use super::route::{LookupError, Route};
 use crate::rtnetlink::{self, for_each_message, RequestSocket};
 
 /// `RTMGRP_NEIGH | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE` (linux/rtnetlink.h).
@@ -24,17 +24,6 @@ const GROUPS: u32 = 0x4 | 0x40 | 0x400;
 /// The event socket's receive buffer: a neighbour table dump of a large
 /// L2 segment and a burst of route events fit before ENOBUFS.
 const EVENT_BUFFER: usize = 4 << 20;
-
-/// Why the kernel gave no route for a backend.
-#[derive(Debug, thiserror::Error)]
-pub enum LookupError {
-    /// The kernel refused the lookup (`ENETUNREACH`, …) or did not answer.
-    #[error("route get {addr}: {source}")]
-    Kernel { addr: IpAddr, source: io::Error },
-    /// The answer held no route.
-    #[error("route get {addr}: no route in the kernel's answer")]
-    Empty { addr: IpAddr },
-}
 
 /// What the event socket delivered.
 #[derive(Debug)]

@@ -24,6 +24,7 @@
 mod kernel;
 mod nudge;
 mod report;
+mod route;
 mod state;
 mod sync;
 
@@ -40,10 +41,11 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use sluice_core::backend::Egress;
 
-use kernel::{EventSocket, LookupError, RouteLookup};
+use kernel::{EventSocket, RouteLookup};
 use nudge::{Nudger, NUDGE_INTERVAL};
 use report::{NextHopLog, Outcome};
-use state::{resolve, Change, Route};
+use route::{LookupError, Route};
+use state::{resolve, Change};
 use sync::TableSync;
 pub use sync::RESYNC;
 

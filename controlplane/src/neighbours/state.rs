@@ -8,54 +8,10 @@ use std::net::IpAddr;
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
 };
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 use sluice_core::backend::Egress;
 
-/// The kernel's route to a backend: its interface and gateway.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Route {
-    /// The outgoing interface's index.
-    pub oif: Option<u32>,
-    /// Its name (filled by the caller, which can ask the kernel).
-    pub dev: Option<String>,
-    /// The gateway; None for a directly connected destination.
-    pub gateway: Option<IpAddr>,
-}
-
-impl Route {
-    /// The route in a `RTM_NEWROUTE` answer to a route get. Of a multipath
-    /// route (the kernel picks one path for a get, so rarely seen) the
-    /// first path is taken.
-    pub fn from_message(m: &RouteMessage) -> Self {
-        let mut route = Route::default();
-        for a in &m.attributes {
-            match a {
-                RouteAttribute::Oif(i) => route.oif = Some(*i),
-                RouteAttribute::Gateway(g) => route.gateway = route_address(g),
-                RouteAttribute::MultiPath(hops) if route.oif.is_none() => {
-                    if let Some(h) = hops.first() {
-                        route.oif = Some(h.interface_index);
-                        route.gateway = h.attributes.iter().find_map(|a| match a {
-                            RouteAttribute::Gateway(g) => route_address(g),
-                            _ => None,
-                        });
-                    }
-                }
-                _ => {}
-            }
-        }
-        route
-    }
-}
-
-fn route_address(a: &RouteAddress) -> Option<IpAddr> {
-    match a {
-        RouteAddress::Inet(v4) => Some((*v4).into()),
-        RouteAddress::Inet6(v6) => Some((*v6).into()),
-        _ => None,
-    }
-}
+use super::route::{LookupError, Route};
 
 /// One neighbour entry: its MAC (if any) and NUD state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,7 +130,7 @@ fn neighbour_entry(n: &NeighbourMessage) -> Option<((u32, IpAddr), Neighbour)> {
 #[derive(Debug, thiserror::Error)]
 pub enum Unresolved<'a> {
     #[error("no route: {0}")]
-    NoRoute(&'a super::kernel::LookupError),
+    NoRoute(&'a LookupError),
     #[error(
         "the kernel routes it via {:?}, which is no port's TAP; \
          give the port an address on the backend's subnet or a route via it",
@@ -195,7 +151,7 @@ pub enum Unresolved<'a> {
 /// port i's TAP name.
 pub fn resolve<'a>(
     addr: IpAddr,
-    route: Result<&'a Route, &'a super::kernel::LookupError>,
+    route: Result<&'a Route, &'a LookupError>,
     taps: &[Option<String>],
     neighbours: &Neighbours,
 ) -> Result<(Egress, bool), (Egress, Unresolved<'a>)> {

@@ -2,7 +2,7 @@
 //! `linux/neighbour.h` and `linux/rtnetlink.h`, parsed and applied as the
 //! resolver does.
 
-use super::super::kernel::{parse, Incoming, LookupError};
+use super::super::kernel::{parse, Incoming};
 use super::*;
 
 /// The route in the answer to request `seq`, as the lookup reads it.
