@@ -7,6 +7,7 @@
 
 use crate::conntrack::Tracked;
 use crate::drop_reason::DropReason;
+use crate::icmp_error;
 use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{self, Balance, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
@@ -220,7 +221,7 @@ impl BurstStages {
 fn steer_target(frame: &[u8], stage: &Stage, state: &ForwardingState, s: SteerFor) -> u16 {
     let owner = match stage {
         Stage::Balance(b) if b.tracked => Some(steering::owner(frame, &b.layout, s.workers)),
-        Stage::Balance(b) if b.icmp_error => pipeline::icmp_error_flow_addresses(frame, state)
+        Stage::Balance(b) if b.icmp_error => icmp_error::flow_addresses(frame, state)
             .map(|(src, dst)| steering::owner_of(src, dst, s.workers)),
         _ => None,
     };

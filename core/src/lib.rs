@@ -21,6 +21,7 @@ pub mod flow;
 pub mod fragment;
 pub mod hash;
 pub mod icmp;
+pub mod icmp_error;
 pub mod ids;
 pub mod maglev_table;
 pub mod outer_header;
