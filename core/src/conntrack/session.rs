@@ -134,7 +134,6 @@ pub fn select_tracked<'t>(
     // the zone lookup behind it is not paid on hits.
     let by_table = || table().and_then(|t| t.lookup(hash));
     let tracking = service.tracking;
-    let idle_timeout_ms = tracking.idle_timeout_ms;
     let syn = is_syn(m);
     // The key is copied into an entry only when one is written. A SYN
     // writes a half-open entry with the short timeout (CT-5:
@@ -150,7 +149,13 @@ pub fn select_tracked<'t>(
             )
             .half_open()
         } else {
-            Entry::new(*key, backend, service.pool_epoch, now, idle_timeout_ms)
+            Entry::new(
+                *key,
+                backend,
+                service.pool_epoch,
+                now,
+                tracking.idle_timeout_ms,
+            )
         }
     };
 
@@ -206,6 +211,13 @@ pub fn select_tracked<'t>(
     // Refresh (CT-5) and carry the current epoch: an entry that survived a
     // flip (CT-11, drain on failover) belongs to the new pool.
     // A non-SYN packet completes a half-open entry.
-    shard.refresh(slot, chosen, service.pool_epoch, now, idle_timeout_ms, syn);
+    shard.refresh(
+        slot,
+        chosen,
+        service.pool_epoch,
+        now,
+        tracking.idle_timeout_ms,
+        syn,
+    );
     Some(Selection::kept(chosen))
 }

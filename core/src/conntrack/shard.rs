@@ -490,17 +490,11 @@ impl Shard {
         idle_timeout_ms: u32,
         syn: bool,
     ) {
-        let Some(e) = self.entries.get_mut(slot) else {
-            return;
-        };
-        e.backend = backend;
-        e.pool_epoch = pool_epoch;
-        e.last_seen = now;
-        if !e.is_half_open() {
-            e.idle_timeout_ms = idle_timeout_ms;
-        } else if !syn {
-            self.establish(slot, idle_timeout_ms);
+        if let Some(e) = self.entries.get_mut(slot) {
+            e.backend = backend;
+            e.pool_epoch = pool_epoch;
         }
+        self.stamp(slot, now, idle_timeout_ms, !syn);
     }
 
     /// [`Shard::refresh`] for a non-SYN packet kept on the entry's own
@@ -508,13 +502,20 @@ impl Shard {
     /// timeout change, and a half-open entry is completed.
     #[inline(always)]
     pub fn touch(&mut self, slot: usize, now: Millis, idle_timeout_ms: u32) {
+        self.stamp(slot, now, idle_timeout_ms, true);
+    }
+
+    /// CT-5 on a hit: the entry's last time and idle timeout; a half-open
+    /// entry keeps its short one unless `complete` makes it established.
+    #[inline(always)]
+    fn stamp(&mut self, slot: usize, now: Millis, idle_timeout_ms: u32, complete: bool) {
         let Some(e) = self.entries.get_mut(slot) else {
             return;
         };
         e.last_seen = now;
         if !e.is_half_open() {
             e.idle_timeout_ms = idle_timeout_ms;
-        } else {
+        } else if complete {
             self.establish(slot, idle_timeout_ms);
         }
     }
