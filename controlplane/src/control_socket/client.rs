@@ -168,7 +168,6 @@ pub fn trusted_peer(peer: u32, own: u32) -> Result<(), UntrustedPeer> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt as _;
 
     use super::*;
 
