@@ -504,3 +504,72 @@ impl Refusals {
         crate::warn!("sluice: control socket: {why}{more}");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::SyncSender;
+
+    use super::*;
+
+    /// Answers status once the test lets it (one token per render).
+    struct Held(Mutex<Receiver<()>>);
+
+    impl Answers for Held {
+        fn status(&self) -> String {
+            let _ = self.0.lock().unwrap().recv();
+            "held\n".into()
+        }
+        fn status_json(&self) -> String {
+            "{}\n".into()
+        }
+        fn explain(&self, _: &str) -> Result<String, String> {
+            Err("no".into())
+        }
+    }
+
+    fn ask(path: &Path, line: &str) -> UnixStream {
+        let mut c = UnixStream::connect(path).unwrap();
+        c.write_all(line.as_bytes()).unwrap();
+        c
+    }
+
+    fn reply(mut c: UnixStream) -> String {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut text = String::new();
+        let _ = c.read_to_string(&mut text);
+        text
+    }
+
+    /// AP-5: renders past [`MAX_RENDERS`] are told `busy` at once, and
+    /// the others are still answered; an unknown request is refused.
+    #[test]
+    fn renders_are_bounded_and_the_rest_told_busy() {
+        let dir = std::env::temp_dir().join(format!("sluice-ctl-server-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("s");
+        let socket = serve(&path, Access::new(None)).unwrap();
+        let (release, held): (SyncSender<()>, _) = mpsc::sync_channel(MAX_RENDERS);
+        socket.answer_from(Held(Mutex::new(held)));
+        let busy: Vec<UnixStream> = (0..MAX_RENDERS).map(|_| ask(&path, "status\n")).collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let t0 = Instant::now();
+        let refused = reply(ask(&path, "status\n"));
+        assert!(t0.elapsed() < Duration::from_secs(1));
+        assert_eq!(
+            refused,
+            format!(
+                "error\nbusy: {MAX_RENDERS} status or explain requests in progress, try again\n"
+            )
+        );
+        assert!(reply(ask(&path, "stats\n")).starts_with("error\nunknown request \"stats\""));
+        assert_eq!(reply(ask(&path, "status-json\n")), refused);
+        for _ in 0..MAX_RENDERS {
+            release.send(()).unwrap();
+        }
+        for c in busy {
+            assert_eq!(reply(c), "ok\nheld\n");
+        }
+        assert_eq!(reply(ask(&path, "status-json\n")), "ok\n{}\n");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
