@@ -445,3 +445,102 @@ fn the_control_socket_group_lets_its_members_in() {
         "{text}"
     );
 }
+
+/// `services` services of 8 backends and 65,537-slot tables each, the
+/// backends' addresses moved by `shift` (a reload then rebuilds every
+/// table).
+fn many_tables(services: u32, shift: u32) -> String {
+    let mut text = one_backend_config("net_null0,no-rx=1", "", "");
+    for s in 0..services {
+        let backends: Vec<String> = (0..8)
+            .map(|b| {
+                format!(
+                    "{{ address = \"10.{}.{}.{}\", mac = \"02:00:00:00:00:0a\" }}",
+                    1 + s / 200,
+                    s % 200,
+                    1 + b + shift
+                )
+            })
+            .collect();
+        text += &format!(
+            "[[backend_service]]\nname = \"s{s}\"\nmaglev_table_size = 65537\nbackend = [{}]\n\
+             [[forwarding_rule]]\nname = \"r{s}\"\nvip = \"198.18.{}.{}\"\nbackend_service = \"s{s}\"\n",
+            backends.join(", "),
+            s / 200,
+            1 + s % 200
+        );
+    }
+    text
+}
+
+/// AP-5: `sluice status` is answered (< 1 s each) while the control
+/// thread applies a reload that takes seconds (every table rebuilt).
+/// Before: status waited for the control loop, so for the reload's end.
+#[test]
+fn status_answers_during_a_long_reload() {
+    let dir = tempdir("ctl-abuse-long-reload");
+    let cfg = dir.join("sluice.toml");
+    std::fs::write(&cfg, many_tables(300, 0)).unwrap();
+    let sock = dir.join("ctl.sock");
+    let child = Command::new(sluice_bin())
+        .args([
+            "run",
+            "--duration",
+            "300",
+            "--no-metrics-server",
+            "--config",
+        ])
+        .arg(&cfg)
+        .arg("--control-socket")
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let run = Run {
+        child,
+        sock: sock.clone(),
+    };
+    let t0 = Instant::now();
+    while !timed(&sock, &["status"], Duration::from_secs(5)).0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "sluice did not start"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // What a status costs here when nothing else runs (a few hundred
+    // thousand table slots to count on a debug build).
+    let t = Instant::now();
+    run.answers(&["status"], Duration::from_secs(10));
+    let alone = t.elapsed();
+    std::fs::write(&cfg, many_tables(300, 10)).unwrap();
+    let reload_sock = sock.clone();
+    let reload = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        let out = timed(&reload_sock, &["reload"], Duration::from_secs(120));
+        (out, t0.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut during = Vec::new();
+    while !reload.is_finished() {
+        let t = Instant::now();
+        run.answers(&["status"], Duration::from_secs(10));
+        if !reload.is_finished() {
+            during.push(t.elapsed());
+        }
+    }
+    let ((ok, text), took) = reload.join().unwrap();
+    assert!(ok, "{text}");
+    // The reload shares the cores with the status renders: each may be
+    // slower than alone, none waits for the reload to end.
+    assert!(
+        during.len() >= 2,
+        "reload {took:?}, status alone {alone:?}, during it {during:?}: too few to tell"
+    );
+    let limit = alone * 3 + Duration::from_secs(1);
+    assert!(
+        during.iter().all(|d| *d < limit) && *during.iter().max().unwrap() < took / 2,
+        "reload {took:?}, status alone {alone:?}, during it {during:?}"
+    );
+}
