@@ -3,6 +3,7 @@
 //! (`sluice generate`, [`crate::generate`]), so they cannot drift.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -41,9 +42,20 @@ pub enum Command {
         /// Do not serve /metrics over HTTP.
         #[arg(long)]
         no_metrics_server: bool,
-        /// Unix socket for `sluice reload` and `sluice status` (mode 0600).
+        /// Unix socket for `sluice reload`, `status` and `explain`: mode
+        /// 0600 (root and the user sluice runs as only), or 0660 with
+        /// --control-socket-group. Directories it creates are 0700 (0710
+        /// with the group). A path that holds anything but a socket is
+        /// refused, never replaced; a stale socket is replaced.
         #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
         control_socket: PathBuf,
+        /// Let the members of group NAME (or a numeric gid) use the control
+        /// socket too: it is made 0660 with that group. Each client's
+        /// credentials are checked (SO_PEERCRED): root, the user sluice
+        /// runs as, and a client whose group is NAME or whose user /etc/group
+        /// lists in NAME get in; others get `permission denied`.
+        #[arg(long, value_name = "NAME")]
+        control_socket_group: Option<String>,
         #[command(flatten)]
         hooks: test_hook::HookArgs,
         /// Serve no control socket (reload with SIGHUP only).
@@ -65,6 +77,11 @@ pub enum Command {
         /// Control socket of the running sluice.
         #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
         control_socket: PathBuf,
+        /// Give up (exit 1) when the answer has not come within this many
+        /// seconds. The running sluice waits up to 120 s for a reload to
+        /// apply (a very large configuration takes seconds to build).
+        #[arg(long, value_name = "SECONDS", default_value = "130", value_parser = seconds)]
+        timeout: Duration,
     },
     /// Print the running sluice's services and backends (health, weight,
     /// zone, pool, share of the table).
@@ -76,6 +93,10 @@ pub enum Command {
         /// the latest one's error, per backend its state and packets.
         #[arg(long)]
         json: bool,
+        /// Give up (exit 1) when the answer has not come within this many
+        /// seconds.
+        #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+        timeout: Duration,
     },
     /// Explain what sluice does with a packet: rule, service, hashed fields,
     /// flow hash, table, Maglev slot, every backend's eligibility, the
@@ -154,4 +175,18 @@ pub struct ExplainArgs {
     /// Print JSON (one document per packet, one per line).
     #[arg(long)]
     pub json: bool,
+    /// Live, give up (exit 1) when the answer has not come within this
+    /// many seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "30", value_parser = seconds)]
+    pub timeout: Duration,
+}
+
+/// A `--timeout`: a positive number of seconds (fractions allowed).
+fn seconds(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds between 0 and 86400 (e.g. 30 or 2.5)"
+        )),
+    }
 }

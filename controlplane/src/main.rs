@@ -35,11 +35,19 @@ fn main() -> ExitCode {
         Command::BirdConfig { file } => bird_config(&file),
         Command::Generate(what) => generate::generate(&what),
         Command::Explain(args) => explain(&args),
-        Command::Reload { control_socket } => ask(&control_socket, "reload"),
+        Command::Reload {
+            control_socket,
+            timeout,
+        } => ask(&control_socket, "reload", timeout),
         Command::Status {
             control_socket,
             json,
-        } => ask(&control_socket, if json { "status-json" } else { "status" }),
+            timeout,
+        } => ask(
+            &control_socket,
+            if json { "status-json" } else { "status" },
+            timeout,
+        ),
         Command::Run {
             config,
             exit_on_idle,
@@ -47,10 +55,22 @@ fn main() -> ExitCode {
             metrics_dump,
             no_metrics_server,
             control_socket,
+            control_socket_group,
             no_control_socket,
             file_prefix,
             hooks,
         } => {
+            let control_socket = (!no_control_socket).then_some(control_socket);
+            let control_socket_group = match check_control_socket(
+                control_socket.as_deref(),
+                control_socket_group.as_deref(),
+            ) {
+                Ok(group) => group,
+                Err(e) => {
+                    controlplane::error!("sluice: {e}; nothing started");
+                    return ExitCode::FAILURE;
+                }
+            };
             let cfg = match controlplane::config::load_file(&config) {
                 Ok(cfg) => cfg,
                 Err(diags) => {
@@ -68,7 +88,8 @@ fn main() -> ExitCode {
                 metrics_dump,
                 metrics_server: !no_metrics_server,
                 config_path: Some(config),
-                control_socket: (!no_control_socket).then_some(control_socket),
+                control_socket,
+                control_socket_group,
                 file_prefix,
                 #[cfg(feature = "test-hooks")]
                 hooks: Some(Box::new(test_hook::TestHooks::new(hooks))),
@@ -86,9 +107,33 @@ fn main() -> ExitCode {
     }
 }
 
-/// Sends one request over the control socket; exit 2 when it failed.
-fn ask(socket: &std::path::Path, request: &str) -> ExitCode {
-    match controlplane::control_socket::request(socket, request) {
+/// Before anything starts (AP-5): the control socket's path holds
+/// nothing or a socket, and its group exists.
+fn check_control_socket(
+    socket: Option<&std::path::Path>,
+    group: Option<&str>,
+) -> Result<Option<controlplane::control_socket::Group>, String> {
+    use controlplane::control_socket::{check_path, BindError, Group};
+    if let Some(path) = socket {
+        match check_path(path) {
+            // A live socket: `run` warns and runs without one.
+            Ok(_) | Err(BindError::Live { .. }) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    match (socket, group) {
+        (None, Some(_)) => Err("--control-socket-group without a control socket \
+                                (--no-control-socket): drop one of them"
+            .into()),
+        (_, Some(name)) => Group::resolve(name).map(Some),
+        (_, None) => Ok(None),
+    }
+}
+
+/// Sends one request over the control socket; exit 2 when it was
+/// refused, 1 when no answer came.
+fn ask(socket: &std::path::Path, request: &str, timeout: Duration) -> ExitCode {
+    match controlplane::control_socket::request(socket, request, timeout) {
         Ok((true, text)) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -120,7 +165,7 @@ fn explain(args: &ExplainArgs) -> ExitCode {
     };
     let Some(config) = &args.config else {
         let answer = client::request(&packets, args.json, args.port.as_deref(), &args.unhealthy)
-            .and_then(|req| client::ask(&args.control_socket, &req));
+            .and_then(|req| client::ask(&args.control_socket, &req, args.timeout));
         return match answer {
             Ok(text) => {
                 print!("{text}");

@@ -10,6 +10,7 @@
 //! - `health_events`: probe results, published per touched service;
 //! - `neighbour_events`: the kernel's next hops (AP-4);
 //! - `publish_latency`: how long a health flip takes to be published;
+//! - `readers`: what the control socket answers from on its own threads;
 //! - `rebuild`: the full rebuild that neighbour changes, draining
 //!   deadlines (CT-10) and reloads end in;
 //! - `reload`: re-reading the file, what may change while running;
@@ -36,6 +37,7 @@ mod conntrack_watch;
 mod health_events;
 mod neighbour_events;
 pub mod publish_latency;
+mod readers;
 mod rebuild;
 mod reload;
 mod retire;
@@ -44,6 +46,7 @@ mod status;
 mod status_json;
 
 pub use health_events::{health_changes, probe_services};
+pub use readers::Readers;
 pub use reload::{fixed_at_start_changes, ReloadError};
 pub use shared::{Shared, View};
 pub use status::{render_status, render_status_counting};

@@ -6,6 +6,7 @@
 
 use std::net::IpAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use super::live::{self, Request, MAX_PACKETS};
 use super::packet;
@@ -91,9 +92,10 @@ pub fn request(
     Ok(req)
 }
 
-/// Sends `req` to the appliance at `socket`; its answer, checked.
-pub fn ask(socket: &Path, req: &Request) -> Result<String, AskError> {
-    let (ok, text) = control_socket::request(socket, &req.line())
+/// Sends `req` to the appliance at `socket`; its answer, checked, within
+/// `timeout`.
+pub fn ask(socket: &Path, req: &Request, timeout: Duration) -> Result<String, AskError> {
+    let (ok, text) = control_socket::request(socket, &req.line(), timeout)
         .map_err(|e| AskError::Failed(format!("sluice explain: {e}")))?;
     if !ok {
         let text = text.trim_end();

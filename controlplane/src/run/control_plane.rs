@@ -2,12 +2,11 @@
 //! controller (health, policy, publishing), neighbour resolution, the
 //! workers' counters, the metrics sources and the control socket.
 
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 use controlplane::config::Config;
 use controlplane::control::Controller;
-use controlplane::control_socket::{self, Pending};
+use controlplane::control_socket::{self, Access, BindError, ControlSocket};
 use controlplane::metrics::MetricsSources;
 use controlplane::neighbours::NeighbourResolver;
 use crossbeam_utils::CachePadded;
@@ -28,8 +27,9 @@ pub struct ControlPlane {
     /// One block per worker.
     pub stats: Vec<Arc<CachePadded<WorkerStats>>>,
     pub sources: Arc<MetricsSources>,
-    /// `sluice reload` / `sluice status` requests (None: no socket).
-    pub requests: Option<Receiver<Pending>>,
+    /// The control socket, where `sluice reload` / `sluice status`
+    /// requests come from (None: none).
+    pub requests: Option<ControlSocket>,
 }
 
 pub fn start(cfg: &Config, opts: &RunOptions, runtime: &Runtime) -> Result<ControlPlane, RunError> {
@@ -69,14 +69,7 @@ pub fn start(cfg: &Config, opts: &RunOptions, runtime: &Runtime) -> Result<Contr
             .collect(),
         pool: runtime.pool().map(|p| (p.clone(), p.size())),
     });
-    let requests = match opts.control_socket.as_deref().map(control_socket::serve) {
-        Some(Ok(rx)) => Some(rx),
-        Some(Err(e)) => {
-            controlplane::warn!("sluice: control socket: {e}; reload with SIGHUP instead");
-            None
-        }
-        None => None,
-    };
+    let requests = serve_control_socket(opts)?;
     Ok(ControlPlane {
         controller,
         snapshots,
@@ -84,6 +77,26 @@ pub fn start(cfg: &Config, opts: &RunOptions, runtime: &Runtime) -> Result<Contr
         sources,
         requests,
     })
+}
+
+/// The control socket (AP-5). Another sluice answering at its path is
+/// warned about and this one runs without (reload with SIGHUP); anything
+/// else there that is not a socket, or a socket that cannot be made,
+/// stops the start.
+fn serve_control_socket(opts: &RunOptions) -> Result<Option<ControlSocket>, RunError> {
+    let Some(path) = opts.control_socket.as_deref() else {
+        return Ok(None);
+    };
+    match control_socket::serve(path, Access::new(opts.control_socket_group.clone())) {
+        Ok(socket) => Ok(Some(socket)),
+        Err(e @ BindError::Live { .. }) => {
+            controlplane::warn!("sluice: control socket: {e}; reload with SIGHUP instead");
+            Ok(None)
+        }
+        Err(e) => Err(RunError::ControlThreads(std::io::Error::other(format!(
+            "control socket: {e}"
+        )))),
+    }
 }
 
 /// Without a TAP nothing resolves a backend's next hop: one without a

@@ -12,6 +12,8 @@ pub struct RunOptions {
     pub config_path: Option<PathBuf>,
     /// Unix socket for `sluice reload` / `sluice status` (None: none).
     pub control_socket: Option<PathBuf>,
+    /// Who may use it besides root and sluice's own user (AP-5).
+    pub control_socket_group: Option<controlplane::control_socket::Group>,
     /// EAL file prefix (None: `sluice-<pid>`, one per process).
     pub file_prefix: Option<String>,
     /// The test hooks asked for (taken by the runtime when it starts).

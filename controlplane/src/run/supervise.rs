@@ -1,15 +1,14 @@
-//! The main lcore once the workers run: signals, reloads, status
-//! requests, `--duration` and `--exit-on-idle`.
+//! The main lcore once the workers run: signals, reloads, `--duration`
+//! and `--exit-on-idle`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use controlplane::admin_http::AdminState;
 use controlplane::announce::{Announcer, Stop};
 use controlplane::control::{Controller, ReloadError};
-use controlplane::control_socket::{Pending, Request};
+use controlplane::control_socket::{ControlSocket, Reload};
 use controlplane::service_manager::ServiceManager;
 use crossbeam_utils::CachePadded;
 use sluice_core::stats::WorkerStats;
@@ -43,7 +42,9 @@ pub struct Until {
 /// What the control loop drives.
 pub struct Control<'a> {
     pub controller: &'a mut Controller,
-    pub requests: Option<&'a Receiver<Pending>>,
+    /// The control socket: status and explain are answered there, from
+    /// the published state; reloads come here.
+    pub requests: Option<&'a ControlSocket>,
     pub admin: &'a AdminState,
     pub service: &'a mut ServiceManager,
     pub announce: &'a mut Announcer,
@@ -52,7 +53,7 @@ pub struct Control<'a> {
 /// Waits on the main lcore until a signal, the duration, or idleness says stop.
 ///
 /// Between checks it is the control thread (AP-2): health results, draining
-/// deadlines, reloads (SIGHUP or the control socket) and status requests.
+/// deadlines, reloads (SIGHUP or the control socket).
 pub fn supervise(
     until: &Until,
     signals: &Signals,
@@ -60,6 +61,10 @@ pub fn supervise(
     ctl: Control<'_>,
 ) {
     let started = Instant::now();
+    if let Some(socket) = ctl.requests {
+        // The workers' mailboxes are attached by now: explain can ask them.
+        socket.answer_from(ctl.controller.readers());
+    }
     let mut idle = until
         .exit_on_idle
         .map(|limit| IdleWatch::new(limit, stats, started));
@@ -84,8 +89,8 @@ pub fn supervise(
         if signals.hup.swap(false, Ordering::Relaxed) {
             let _ = reload(ctl.controller, ctl.service);
         }
-        for p in ctl.requests.into_iter().flat_map(|r| r.try_iter()) {
-            answer(p, ctl.controller, ctl.service);
+        for r in ctl.requests.into_iter().flat_map(ControlSocket::reloads) {
+            answer(r, ctl.controller, ctl.service);
         }
         if until.duration.is_some_and(|d| started.elapsed() >= d) {
             return;
@@ -115,50 +120,9 @@ fn reload(controller: &mut Controller, service: &ServiceManager) -> Result<Strin
     result
 }
 
-/// Answers one control-socket request.
-fn answer(p: Pending, controller: &mut Controller, service: &ServiceManager) {
-    let Pending { request, reply } = p;
-    match request {
-        Request::Reload => {
-            let _ = reply.send(reload(controller, service).map_err(|e| e.to_string()));
-        }
-        // Rendered on its own thread from the published state: a status
-        // over a big configuration never delays a publish.
-        Request::Status => {
-            let render = controller.status_renderer();
-            on_thread(reply, "status", move || Ok(render()))
-        }
-        Request::StatusJson => {
-            let render = controller.status_json_renderer();
-            on_thread(reply, "status", move || Ok(render()))
-        }
-        // Like status: from the published state, on its own thread; a
-        // request it cannot answer is an `error` reply (the client exits
-        // non-zero), never an answer.
-        Request::Explain(args) => {
-            let render = controller.explain_renderer();
-            on_thread(reply, "explain", move || {
-                render(&args).map_err(|e| format!("sluice explain: {e}\n"))
-            })
-        }
-    }
-}
-
-type Reply = std::sync::mpsc::Sender<Result<String, String>>;
-
-/// Answers a request from its own thread (`sluice-{what}`): rendering over
-/// a big configuration never delays the control loop.
-fn on_thread(
-    reply: Reply,
-    what: &str,
-    render: impl FnOnce() -> Result<String, String> + Send + 'static,
-) {
-    let spawned = std::thread::Builder::new()
-        .name(format!("sluice-{what}"))
-        .spawn(move || {
-            let _ = reply.send(render());
-        });
-    if let Err(e) = spawned {
-        controlplane::error!("sluice: {what}: cannot start a thread: {e}");
-    }
+/// Answers a `sluice reload` from the control socket.
+fn answer(r: Reload, controller: &mut Controller, service: &ServiceManager) {
+    let _ = r
+        .reply
+        .send(reload(controller, service).map_err(|e| e.to_string()));
 }

@@ -1,0 +1,114 @@
+//! What other threads answer from without the control thread (AP-5): the
+//! control socket's `status`, `status-json` and `explain` are rendered
+//! from the published snapshot and the shared view on the socket's own
+//! threads, so they are answered while the control thread is busy (a long
+//! reload) and never hold it up.
+
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+use crossbeam_utils::CachePadded;
+use dataplane::worker::mailbox::ConntrackQuery;
+use sluice_core::snapshot::{ForwardingState, SnapshotCell};
+use sluice_core::stats::WorkerStats;
+
+use super::{render_status, status_json, Controller, Shared};
+
+/// The published state, for any thread: cheap to clone (reference
+/// counts), each method renders afresh.
+#[derive(Clone)]
+pub struct Readers {
+    cell: Arc<SnapshotCell>,
+    shared: Arc<Shared>,
+    stats: Vec<Arc<CachePadded<WorkerStats>>>,
+    path: Option<PathBuf>,
+    mailboxes: Arc<Vec<Sender<ConntrackQuery>>>,
+}
+
+impl Controller {
+    /// The state's readers, once the workers' counters and mailboxes are
+    /// attached ([`Controller::count_backends_in`],
+    /// [`Controller::ask_workers_through`]).
+    pub fn readers(&self) -> Readers {
+        Readers {
+            cell: Arc::clone(&self.cell),
+            shared: Arc::clone(&self.shared),
+            stats: self.stats.clone(),
+            path: self.path.clone(),
+            mailboxes: Arc::clone(&self.mailboxes),
+        }
+    }
+}
+
+impl Readers {
+    /// `sluice status`.
+    pub fn status(&self) -> String {
+        render_status(&self.cell.load(), &self.shared.view())
+    }
+
+    /// `sluice status --json`.
+    pub fn status_json(&self) -> String {
+        let config_path = self.path.as_ref().map(|p| p.display().to_string());
+        let doc = status_json::render(
+            &self.cell.load(),
+            &self.shared.view(),
+            &self.stats,
+            config_path,
+        );
+        let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+
+    /// `sluice explain`'s answer (`crate::explain::live`), the conntrack
+    /// entries asked of the workers.
+    pub fn explain(&self, args: &str) -> Result<String, String> {
+        let view = self.shared.view();
+        let cfg = view.config.ok_or("no configuration published yet")?;
+        let state = ForwardingState::clone(&self.cell.load());
+        let ask = |frames: &[Vec<u8>]| ask_workers(&self.mailboxes, frames);
+        crate::explain::live::answer(&cfg, state, view.reports.to_vec(), args, ask)
+    }
+}
+
+/// Asks every worker's mailbox about each frame's flow; per frame, the
+/// answers that came within one second for the whole batch (a worker
+/// serves its mailbox between bursts, every query waiting at once).
+fn ask_workers(
+    mailboxes: &[Sender<ConntrackQuery>],
+    frames: &[Vec<u8>],
+) -> Vec<Vec<(usize, sluice_core::explain::ConntrackAnswer)>> {
+    let asked: Vec<_> = frames
+        .iter()
+        .map(|frame| {
+            let (reply, answers) = std::sync::mpsc::channel();
+            let asked = mailboxes
+                .iter()
+                .filter(|m| {
+                    let q = ConntrackQuery {
+                        frame: frame.clone(),
+                        reply: reply.clone(),
+                    };
+                    m.send(q).is_ok()
+                })
+                .count();
+            (asked, answers)
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    asked
+        .into_iter()
+        .map(|(asked, answers)| {
+            let mut out = Vec::with_capacity(asked);
+            while out.len() < asked {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                match answers.recv_timeout(left) {
+                    Ok(a) => out.push(a),
+                    Err(_) => break,
+                }
+            }
+            out
+        })
+        .collect()
+}
