@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use sluice_core::backend::Pool;
 use sluice_core::ids::BackendId;
@@ -15,84 +14,8 @@ use sluice_core::snapshot::ForwardingState;
 use crate::config::BackendServiceConfig;
 use crate::health::{self, FailureReason};
 use crate::publish::ServiceReport;
-use dataplane::worker::mailbox::ConntrackQuery;
 
-use super::{Controller, View};
-
-impl Controller {
-    /// `sluice status`: services and their backends from the running state.
-    pub fn status_text(&self) -> String {
-        (self.status_renderer())()
-    }
-
-    /// Renders `sluice status` from the published snapshot and view, on
-    /// whichever thread calls it: a status request over a big
-    /// configuration does not hold up the control thread's publishes.
-    pub fn status_renderer(&self) -> impl FnOnce() -> String + Send + 'static {
-        let cell = Arc::clone(&self.cell);
-        let shared = Arc::clone(&self.shared);
-        move || render_status(&cell.load(), &shared.view())
-    }
-}
-
-impl Controller {
-    /// Answers `sluice explain` requests from the published snapshot, the
-    /// build's reports and the running configuration, on whichever thread
-    /// calls it (`crate::explain::live`).
-    pub fn explain_renderer(&self) -> impl FnOnce(&str) -> Result<String, String> + Send + 'static {
-        let cell = Arc::clone(&self.cell);
-        let shared = Arc::clone(&self.shared);
-        let mailboxes = Arc::clone(&self.mailboxes);
-        move |args| {
-            let view = shared.view();
-            let cfg = view.config.ok_or("no configuration published yet")?;
-            let state = ForwardingState::clone(&cell.load());
-            let ask = |frames: &[Vec<u8>]| ask_workers(&mailboxes, frames);
-            crate::explain::live::answer(&cfg, state, view.reports.to_vec(), args, ask)
-        }
-    }
-}
-
-/// Asks every worker's mailbox about each frame's flow; per frame, the
-/// answers that came within one second for the whole batch (a worker
-/// serves its mailbox between bursts, every query waiting at once).
-fn ask_workers(
-    mailboxes: &[std::sync::mpsc::Sender<ConntrackQuery>],
-    frames: &[Vec<u8>],
-) -> Vec<Vec<(usize, sluice_core::explain::ConntrackAnswer)>> {
-    let asked: Vec<_> = frames
-        .iter()
-        .map(|frame| {
-            let (reply, answers) = std::sync::mpsc::channel();
-            let asked = mailboxes
-                .iter()
-                .filter(|m| {
-                    let q = ConntrackQuery {
-                        frame: frame.clone(),
-                        reply: reply.clone(),
-                    };
-                    m.send(q).is_ok()
-                })
-                .count();
-            (asked, answers)
-        })
-        .collect();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    asked
-        .into_iter()
-        .map(|(asked, answers)| {
-            let mut out = Vec::with_capacity(asked);
-            while out.len() < asked {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                match answers.recv_timeout(left) {
-                    Ok(a) => out.push(a),
-                    Err(_) => break,
-                }
-            }
-            out
-        })
-        .collect()
-}
+use super::View;
 
 /// Renders the status report (also used by tests).
 pub fn render_status(snap: &ForwardingState, view: &View) -> String {
@@ -277,6 +200,8 @@ fn last_failures(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::config;
 

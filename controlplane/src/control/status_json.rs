@@ -13,24 +13,7 @@ use sluice_core::stats::WorkerStats;
 
 use crate::metrics_process::{uptime_seconds, GIT_COMMIT, VERSION};
 
-use super::{Controller, View};
-
-impl Controller {
-    /// Renders `sluice status --json` on whichever thread calls it.
-    pub fn status_json_renderer(&self) -> impl FnOnce() -> String + Send + 'static {
-        let cell = Arc::clone(&self.cell);
-        let shared = Arc::clone(&self.shared);
-        let stats = self.stats.clone();
-        let path = self.path.clone();
-        move || {
-            let config_path = path.map(|p| p.display().to_string());
-            let status = render(&cell.load(), &shared.view(), &stats, config_path);
-            let mut text = serde_json::to_string_pretty(&status).unwrap_or_default();
-            text.push('\n');
-            text
-        }
-    }
-}
+use super::View;
 
 /// The status document.
 pub fn render(
