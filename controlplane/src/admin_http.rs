@@ -3,12 +3,17 @@
 //! published).
 //!
 //! One thread runs a mio event loop over non-blocking sockets, so a client
-//! that stalls holds a connection slot, never the thread. Everything a
-//! client can make the appliance hold is capped ([`LIMITS`]): connections
-//! (the oldest unanswered one makes room for a new one), request head bytes,
-//! the time to send the head, the time to take the answer, bytes of answers
-//! not yet taken. Only a bodiless `GET` is answered; every answer closes the
-//! connection, so nothing a client sends after its head is ever parsed.
+//! that stalls holds a connection slot, never the thread. `/metrics` is
+//! streamed (`crate::exposition`): each connection gets at most
+//! [`PARTS_PER_TURN`] parts of 64 KiB per turn of the loop, written only
+//! as its socket takes them, so `/healthz` and `/ready` are answered while
+//! scrapes render, and a reader that stops costs one part of memory.
+//! Everything a client can make the appliance hold is capped ([`LIMITS`]):
+//! connections (at the cap, the one stalled the longest makes room, an
+//! unanswered one before one being answered), request head bytes, the
+//! time to send the head, the time to take the answer, bytes of answers
+//! not yet taken. Only a bodiless `GET` is answered; every answer closes
+//! the connection, so nothing a client sends after its head is ever parsed.
 //! Accept errors (EMFILE under a low open-files limit) are logged and
 //! retried with a backoff instead of ending the thread.
 
@@ -24,11 +29,12 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::admin_request::{answer, Response};
 pub use crate::admin_state::{AdminState, Published, LIVENESS_WINDOW};
+use crate::exposition::{Exposition, PART_BYTES};
 
 /// What one client may make the admin endpoint hold.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Open connections; at the cap the oldest unanswered one is closed.
+    /// Open connections; at the cap the one stalled the longest is closed.
     pub max_connections: usize,
     /// Request line plus headers; larger gets 431.
     pub max_head_bytes: usize,
@@ -95,6 +101,7 @@ impl AdminServer {
             limits,
             stop: Arc::clone(&stop),
             accept: AcceptBackoff::default(),
+            again: Vec::new(),
         };
         let (tid_tx, tid_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
@@ -150,8 +157,50 @@ const ACCEPT_BATCH: usize = 32;
 #[derive(Debug)]
 enum Phase {
     Reading,
-    Writing { out: Vec<u8>, pos: usize },
+    Writing(Answer),
     Lingering { drained: usize },
+}
+
+/// An answer being written: the bytes not yet taken, and the stream the
+/// next part comes from.
+#[derive(Debug)]
+struct Answer {
+    out: Vec<u8>,
+    pos: usize,
+    stream: Option<Box<Exposition>>,
+    chunked: bool,
+}
+
+impl Answer {
+    /// Replaces the taken bytes with the stream's next part (framed as a
+    /// chunk, the last chunk after it once it ends); false when there is
+    /// nothing more to write.
+    fn refill(&mut self) -> bool {
+        let Some(stream) = self.stream.as_mut() else {
+            return false;
+        };
+        self.out.clear();
+        self.pos = 0;
+        let mut part = Vec::with_capacity(PART_BYTES + 4096);
+        let ended = stream.fill(&mut part, PART_BYTES);
+        if self.chunked {
+            if !part.is_empty() {
+                self.out
+                    .extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+                self.out.extend_from_slice(&part);
+                self.out.extend_from_slice(b"\r\n");
+            }
+            if ended {
+                self.out.extend_from_slice(b"0\r\n\r\n");
+            }
+        } else {
+            self.out = part;
+        }
+        if ended {
+            self.stream = None;
+        }
+        !self.out.is_empty()
+    }
 }
 
 impl Phase {
@@ -160,13 +209,13 @@ impl Phase {
         match self {
             Phase::Lingering { .. } => 0,
             Phase::Reading => 1,
-            Phase::Writing { .. } => 2,
+            Phase::Writing(_) => 2,
         }
     }
 
     fn pending(&self) -> usize {
         match self {
-            Phase::Writing { out, pos } => out.len() - pos,
+            Phase::Writing(a) => a.out.len() - a.pos,
             _ => 0,
         }
     }
@@ -176,20 +225,33 @@ struct Conn {
     stream: TcpStream,
     head: Vec<u8>,
     phase: Phase,
-    accepted: Instant,
+    /// The last time the client sent or took bytes: under pressure, the
+    /// connection stalled the longest is closed first.
+    progress: Instant,
     deadline: Instant,
 }
 
 #[derive(PartialEq, Eq)]
 enum Step {
     Keep,
+    /// The socket may take more but the connection had its turn: drive it
+    /// again in the next turn of the loop (readiness is edge-triggered, so
+    /// no event would come).
+    Again,
     Close,
 }
 
+/// Stream parts written to one connection per turn of the loop, so a fast
+/// reader of a big exposition leaves the loop to others (`/healthz`)
+/// between its parts.
+const PARTS_PER_TURN: usize = 2;
+
 impl Conn {
-    /// Moves the connection along as far as the socket allows.
+    /// Moves the connection along as far as the socket allows, for at
+    /// most [`PARTS_PER_TURN`] stream parts.
     fn drive(&mut self, state: &AdminState, limits: &Limits) -> Step {
         let mut chunk = [0u8; 4096];
+        let mut parts = 0;
         loop {
             match &mut self.phase {
                 Phase::Reading => {
@@ -197,6 +259,7 @@ impl Conn {
                     match self.stream.read(&mut chunk[..room]) {
                         Ok(0) => return Step::Close,
                         Ok(n) => {
+                            self.progress = Instant::now();
                             self.head.extend_from_slice(&chunk[..n]);
                             if let Some(r) = answer(&self.head, limits.max_head_bytes, state) {
                                 self.respond(r, limits);
@@ -205,14 +268,21 @@ impl Conn {
                         Err(e) => return would_block(e),
                     }
                 }
-                Phase::Writing { out, pos } => match self.stream.write(&out[*pos..]) {
+                Phase::Writing(a) if a.pos == a.out.len() => {
+                    if parts == PARTS_PER_TURN && a.stream.is_some() {
+                        return Step::Again;
+                    }
+                    parts += 1;
+                    if !a.refill() {
+                        let _ = self.stream.shutdown(Shutdown::Write);
+                        self.phase = Phase::Lingering { drained: 0 };
+                        self.deadline = Instant::now() + limits.linger;
+                    }
+                }
+                Phase::Writing(a) => match self.stream.write(&a.out[a.pos..]) {
                     Ok(n) => {
-                        *pos += n;
-                        if *pos == out.len() {
-                            let _ = self.stream.shutdown(Shutdown::Write);
-                            self.phase = Phase::Lingering { drained: 0 };
-                            self.deadline = Instant::now() + limits.linger;
-                        }
+                        self.progress = Instant::now();
+                        a.pos += n;
                     }
                     Err(e) => return would_block(e),
                 },
@@ -232,10 +302,13 @@ impl Conn {
 
     fn respond(&mut self, r: Response, limits: &Limits) {
         self.head = Vec::new();
-        self.phase = Phase::Writing {
-            out: r.into_bytes(),
+        let (out, stream, chunked) = r.into_parts();
+        self.phase = Phase::Writing(Answer {
+            out,
             pos: 0,
-        };
+            stream,
+            chunked,
+        });
         self.deadline = Instant::now() + limits.write_timeout;
     }
 }
@@ -277,6 +350,8 @@ struct Server {
     limits: Limits,
     stop: Arc<AtomicBool>,
     accept: AcceptBackoff,
+    /// Connections that had their turn with more to write (`Step::Again`).
+    again: Vec<usize>,
 }
 
 impl Server {
@@ -294,6 +369,9 @@ impl Server {
                 continue;
             }
             let mut accept = false;
+            for slot in std::mem::take(&mut self.again) {
+                self.drive(slot);
+            }
             for ev in events.iter() {
                 match ev.token() {
                     LISTENER => accept = true,
@@ -311,7 +389,7 @@ impl Server {
     }
 
     fn next_wakeup(&self) -> Option<Instant> {
-        if self.accept.more {
+        if self.accept.more || !self.again.is_empty() {
             return Some(Instant::now());
         }
         self.conns
@@ -326,15 +404,20 @@ impl Server {
         let Some(conn) = self.conns.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
-        if conn.drive(&self.state, &self.limits) == Step::Close {
-            self.close(slot);
-        } else if matches!(conn.phase, Phase::Writing { .. }) {
+        let step = conn.drive(&self.state, &self.limits);
+        let writing = matches!(conn.phase, Phase::Writing(_));
+        match step {
+            Step::Close => return self.close(slot),
+            Step::Again if !self.again.contains(&slot) => self.again.push(slot),
+            Step::Again | Step::Keep => {}
+        }
+        if writing {
             self.bound_pending(slot);
         }
     }
 
     /// Keeps the answers not yet taken under `max_pending_bytes`, closing
-    /// the oldest slow readers other than `keep`.
+    /// the readers stalled the longest other than `keep`.
     fn bound_pending(&mut self, keep: usize) {
         loop {
             let pending: usize = self.conns.iter().flatten().map(|c| c.phase.pending()).sum();
@@ -346,7 +429,7 @@ impl Server {
                 .iter()
                 .enumerate()
                 .filter(|&(i, c)| i != keep && c.as_ref().is_some_and(|c| c.phase.pending() > 0))
-                .min_by_key(|(_, c)| c.as_ref().map(|c| c.accepted));
+                .min_by_key(|(_, c)| c.as_ref().map(|c| c.progress));
             match oldest {
                 Some((i, _)) => self.close(i),
                 None => return,
@@ -438,7 +521,7 @@ impl Server {
             stream,
             head: Vec::new(),
             phase: Phase::Reading,
-            accepted: now,
+            progress: now,
             deadline: now + self.limits.head_timeout,
         });
         // Bytes that arrived before registration are reported by it (edge
@@ -448,7 +531,8 @@ impl Server {
     }
 
     /// Closes the connection that matters least: finished, else unanswered,
-    /// else mid-answer; the oldest first.
+    /// else mid-answer; among those, the one stalled the longest (a slow
+    /// reader before a scrape that is being taken).
     fn evict(&mut self) {
         let victim = self
             .conns
@@ -456,7 +540,7 @@ impl Server {
             .enumerate()
             .filter_map(|(i, c)| {
                 c.as_ref()
-                    .map(|c| (i, (c.phase.eviction_rank(), c.accepted)))
+                    .map(|c| (i, (c.phase.eviction_rank(), c.progress)))
             })
             .min_by_key(|&(_, key)| key);
         if let Some((i, _)) = victim {

@@ -5,18 +5,26 @@
 use std::time::Duration;
 
 use crate::admin_state::{AdminState, LIVENESS_WINDOW};
-use crate::metrics::{self, MetricsSources};
+use crate::exposition::Exposition;
+use crate::metrics::MetricsSources;
 
 /// Headers parsed per request; more gets 431.
 const MAX_HEADERS: usize = 32;
 
-/// One complete answer; every answer closes the connection.
-#[derive(Debug, PartialEq, Eq)]
+/// One answer; every answer closes the connection.
+#[derive(Debug)]
 pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
     pub allow_get: bool,
+    /// The whole body, or what comes before `stream`.
     pub body: String,
+    /// `/metrics`: the exposition, written part by part after `body`
+    /// as the client takes it.
+    pub stream: Option<Box<Exposition>>,
+    /// The client spoke HTTP/1.0: a stream is sent until the connection
+    /// closes instead of in chunks.
+    pub http10: bool,
 }
 
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -29,21 +37,46 @@ impl Response {
             content_type: TEXT,
             allow_get: false,
             body: body.into(),
+            stream: None,
+            http10: false,
         }
     }
 
-    pub fn into_bytes(self) -> Vec<u8> {
+    /// The status line, the headers and the body before any stream; the
+    /// stream, if any, and whether its parts go out as HTTP/1.1 chunks.
+    pub fn into_parts(self) -> (Vec<u8>, Option<Box<Exposition>>, bool) {
         let allow = if self.allow_get { "Allow: GET\r\n" } else { "" };
+        let length = match (&self.stream, self.http10) {
+            (None, _) => format!("Content-Length: {}\r\n", self.body.len()),
+            (Some(_), false) => "Transfer-Encoding: chunked\r\n".to_string(),
+            (Some(_), true) => String::new(),
+        };
         let mut out = format!(
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}\
-             Connection: close\r\n\r\n",
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\n{length}{allow}Connection: close\r\n\r\n",
             self.status,
             reason(self.status),
             self.content_type,
-            self.body.len()
         )
         .into_bytes();
         out.extend_from_slice(self.body.as_bytes());
+        let chunked = self.stream.is_some() && !self.http10;
+        (out, self.stream, chunked)
+    }
+
+    /// The whole answer at once (tests; a stream is written out in full).
+    pub fn into_bytes(self) -> Vec<u8> {
+        let (mut out, stream, chunked) = self.into_parts();
+        if let Some(mut s) = stream {
+            let mut body = Vec::new();
+            while !s.fill(&mut body, usize::MAX) {}
+            if chunked {
+                out.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+                out.extend_from_slice(&body);
+                out.extend_from_slice(b"\r\n0\r\n\r\n");
+            } else {
+                out.extend_from_slice(&body);
+            }
+        }
         out
     }
 }
@@ -75,7 +108,10 @@ pub fn answer(buf: &[u8], max_head: usize, state: &AdminState) -> Option<Respons
             ))
         }
         Err(e) => Some(Response::text(400, format!("bad request: {e}\n"))),
-        Ok(httparse::Status::Complete(_)) => Some(route(&req, state)),
+        Ok(httparse::Status::Complete(_)) => Some(Response {
+            http10: req.version == Some(0),
+            ..route(&req, state)
+        }),
     }
 }
 
@@ -110,9 +146,12 @@ fn route(req: &httparse::Request<'_, '_>, state: &AdminState) -> Response {
         Route::Healthz => liveness(state.since_beat()),
         Route::Ready => readiness(published.as_deref()),
         Route::Metrics => match published.as_deref() {
+            // The fixed families are read now, under the lock (they read
+            // the ports); the rest streams from counters and snapshots.
             Some(src) => Response {
                 content_type: PROMETHEUS_TEXT,
-                ..Response::text(200, metrics::render_live(src, state.since_beat()))
+                stream: Some(Box::new(Exposition::new(src, Some(state.since_beat())))),
+                ..Response::text(200, "")
             },
             None => Response::text(503, "starting or stopping: no metrics yet\n"),
         },
@@ -203,7 +242,7 @@ mod tests {
 
     #[test]
     fn incomplete_head_waits_until_the_cap() {
-        assert_eq!(ask("GET /metrics HTTP/1.1\r\nHost: x\r\n"), None);
+        assert!(ask("GET /metrics HTTP/1.1\r\nHost: x\r\n").is_none());
         let long = format!("GET /metrics HTTP/1.1\r\nX: {}", "a".repeat(8192));
         assert_eq!(
             answer(long.as_bytes(), 8192, &AdminState::new())

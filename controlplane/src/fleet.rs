@@ -241,53 +241,24 @@ fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition")
 }
 
-/// The fleet identity and announcement families.
-pub fn families(view: &View, snap: &ForwardingState) -> Vec<MetricFamily> {
+/// The configuration digest's family; the per-service table digests and
+/// per-VIP announcements are written by `crate::exposition`.
+pub fn families(view: &View) -> Vec<MetricFamily> {
     use prometheus::core::Collector as _;
-    let fleet = &view.fleet;
-    let mut out = Vec::new();
-    if let Some(cfg) = &view.config {
-        let config = gauge(
-            "sluice_config_digest_info",
-            "Always 1; `digest` identifies the fleet-wide part of the published \
-             configuration (services, backends, rules, checks, zones, flow key): \
-             appliances behind the same VIPs must show the same.",
-            &["digest"],
-        );
-        config
-            .with_label_values(&[&fleet.config_digest(cfg).to_string()])
-            .set(1);
-        out.extend(config.collect());
-    }
-    if !snap.services.is_empty() {
-        let tables = gauge(
-            "sluice_service_table_digest_info",
-            "Always 1; `digest` identifies the service's Maglev tables slot by slot: \
-             appliances behind the same VIPs must show the same.",
-            &["service", "digest"],
-        );
-        for svc in &snap.services {
-            tables
-                .with_label_values(&[&svc.name, &fleet.table_digest(snap, svc).to_string()])
-                .set(1);
-        }
-        out.extend(tables.collect());
-    }
-    if let Some(vips) = fleet.announce.vips().filter(|v| !v.is_empty()) {
-        let announced = gauge(
-            "sluice_vip_announced",
-            "1 while the VIP's route is in bgp.kernel_table for BIRD to announce, \
-             0 while it is withdrawn (`sluice status` says why).",
-            &["vip"],
-        );
-        for v in vips {
-            announced
-                .with_label_values(&[&v.vip.to_string()])
-                .set(i64::from(v.announced));
-        }
-        out.extend(announced.collect());
-    }
-    out
+    let Some(cfg) = &view.config else {
+        return Vec::new();
+    };
+    let config = gauge(
+        "sluice_config_digest_info",
+        "Always 1; `digest` identifies the fleet-wide part of the published \
+         configuration (services, backends, rules, checks, zones, flow key): \
+         appliances behind the same VIPs must show the same.",
+        &["digest"],
+    );
+    config
+        .with_label_values(&[&view.fleet.config_digest(cfg).to_string()])
+        .set(1);
+    config.collect()
 }
 
 #[cfg(test)]
@@ -396,7 +367,8 @@ backend_service = "web"
         assert_ne!(fleet.table_digest(&changed, &changed.services[0]), d);
     }
 
-    /// `/metrics`: one info series per digest, one gauge per VIP.
+    /// `/metrics` (the whole exposition): one info series per digest, one
+    /// gauge per VIP.
     #[test]
     fn families_export_digests_and_announcements() {
         let c = Arc::new(cfg(CFG));
@@ -412,14 +384,19 @@ backend_service = "web"
                 announced: false,
                 reason: "stopping".into(),
             }]);
-        let mut buf = Vec::new();
-        prometheus::Encoder::encode(
-            &prometheus::TextEncoder::new(),
-            &families(&view, &snap),
-            &mut buf,
-        )
-        .unwrap();
-        let text = String::from_utf8(buf).unwrap();
+        let shared = crate::control::Shared {
+            view: std::sync::Mutex::new(view.clone()),
+        };
+        let src = crate::metrics::MetricsSources {
+            workers: vec![],
+            snapshot: Arc::new(sluice_core::snapshot::SnapshotCell::new(snap.clone())),
+            port_names: vec![],
+            control: Some(Arc::new(shared)),
+            ports: vec![],
+            kernel_drops: vec![],
+            pool: None,
+        };
+        let text = crate::exposition::render(&src, None);
         for line in [
             format!(
                 "sluice_config_digest_info{{digest=\"{}\"}} 1",

@@ -13,6 +13,7 @@ pub mod control;
 pub mod control_socket;
 pub mod exception;
 pub mod explain;
+pub mod exposition;
 pub mod fleet;
 pub mod health;
 pub mod log;

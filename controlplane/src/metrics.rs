@@ -9,10 +9,10 @@
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
-use prometheus::core::{Collector, Desc};
+use prometheus::core::Collector as _;
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder as _, IntCounter, IntCounterVec, IntGauge, Opts, TextEncoder};
-use sluice_core::snapshot::SnapshotCell;
+use sluice_core::snapshot::{ForwardingState, SnapshotCell};
 use sluice_core::stats::{ConntrackStats, Export, Metric, PortCounters, WorkerStats, MAX_PORTS};
 use sluice_core::DropReason;
 
@@ -64,8 +64,10 @@ fn sum(src: &MetricsSources, f: impl Fn(&WorkerStats) -> u64) -> u64 {
         .fold(0u64, u64::wrapping_add)
 }
 
-/// The current metric families, summed over every worker.
-pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
+/// The metric families whose size does not grow with the configuration,
+/// summed over every worker; the per-backend, per-service and per-rule
+/// families are written by `crate::exposition`.
+pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamily> {
     let mut out = Vec::new();
 
     let ports = &src.port_names[..src.port_names.len().min(MAX_PORTS)];
@@ -99,77 +101,12 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     // punted + drops - (fragments created - packets fragmented)), polls.
     out.extend(block_families(src, WorkerStats::METRICS, None, |w, _| w));
 
-    let snap = src.snapshot.load();
-    let per_backend = counter_vec(
-        "sluice_backend_packets_total",
-        "Packets forwarded to a backend of the current configuration.",
-        &["service", "backend"],
-    );
-    let per_backend_bytes = counter_vec(
-        "sluice_backend_bytes_total",
-        "Bytes (whole frames as sent, before any fragmentation) forwarded to a backend \
-         of the current configuration.",
-        &["service", "backend"],
-    );
-    let per_backend_connections = counter_vec(
-        "sluice_backend_new_connections_total",
-        "New connections sent to a backend of the current configuration: conntrack \
-         entries created (a SYN, or the first packet of a flow the table did not hold) \
-         whose packet was forwarded to it. Tracked traffic only: a backend of a \
-         stateless service (or of untracked UDP) stays at 0.",
-        &["service", "backend"],
-    );
-    let next_hop = prometheus::IntGaugeVec::new(
-        Opts::new(
-            "sluice_backend_next_hop_resolved",
-            "1 when the backend's next-hop MAC is known (static `mac`, or resolved \
-             through the kernel from the port's TAP); 0 while its packets are dropped as \
-             next_hop_unresolved.",
-        ),
-        &["service", "backend"],
-    )
-    .expect("valid metric definition");
-    for svc in &snap.services {
-        for &id in &svc.backends {
-            let Some(b) = snap.backend(id) else { continue };
-            let n = sum(src, |w| w.backend_packets.get(id.index()));
-            let labels = [svc.name.as_str(), &b.address.to_string()];
-            per_backend.with_label_values(&labels).inc_by(n);
-            per_backend_bytes
-                .with_label_values(&labels)
-                .inc_by(sum(src, |w| w.backend_packets.bytes(id.index())));
-            per_backend_connections
-                .with_label_values(&labels)
-                .inc_by(sum(src, |w| w.backend_packets.connections(id.index())));
-            next_hop
-                .with_label_values(&labels)
-                .set(i64::from(b.egress.next_hop_mac.is_some()));
-        }
-    }
-    out.extend(per_backend.collect());
-    out.extend(per_backend_bytes.collect());
-    out.extend(per_backend_connections.collect());
-    out.extend(next_hop.collect());
     out.extend(counter(
         "sluice_backend_packets_uncounted_total",
         "Packets forwarded to a backend whose per-backend counter did not exist \
          (should stay 0: the control plane sizes the counters before it publishes).",
         sum(src, |w| w.backend_packets.uncounted.get()),
     ));
-
-    let per_rule = counter_vec(
-        "sluice_rule_packets_total",
-        "Packets that matched a forwarding rule of the current configuration, \
-         forwarded or not (a packet dropped after the match, e.g. no_backend, counts \
-         too). A rule keeps its count across reloads.",
-        &["rule"],
-    );
-    for rule in snap.rules.rules() {
-        per_rule
-            .with_label_values(&[rule.name.as_str()])
-            .inc_by(sum(src, |w| w.rule_packets.get(rule.counter)));
-    }
-    out.extend(per_rule.collect());
 
     out.extend(gauge(
         "sluice_snapshot_generation",
@@ -186,8 +123,9 @@ pub fn families(src: &MetricsSources) -> Vec<MetricFamily> {
     ));
 
     if let Some(c) = &src.control {
-        out.extend(crate::metrics_control::families(&c.view(), snap.generation));
-        out.extend(crate::fleet::families(&c.view(), &snap));
+        let view = c.view();
+        out.extend(crate::metrics_control::families(&view, snap.generation));
+        out.extend(crate::fleet::families(&view));
     }
     out.extend(crate::metrics_control::port_hw_families(
         &src.ports,
@@ -314,65 +252,18 @@ fn block_families<B: 'static>(
     families.iter().flat_map(|(_, f)| f.collect()).collect()
 }
 
-/// Prometheus text exposition of [`families`].
+/// The whole exposition (`crate::exposition`) as one string.
 pub fn render(src: &MetricsSources) -> String {
-    encode(&families(src))
+    crate::exposition::render(src, None)
 }
 
-/// [`render`] for the live endpoint, with the time since the control loop
-/// last ran.
-pub fn render_live(src: &MetricsSources, since_beat: std::time::Duration) -> String {
-    let mut all = families(src);
-    all.extend(crate::metrics_process::control_loop(since_beat));
-    encode(&all)
-}
-
-fn encode(families: &[MetricFamily]) -> String {
+/// The text format of `families`.
+pub fn encode(families: &[MetricFamily]) -> Vec<u8> {
     let mut buf = Vec::new();
     // Encoding only fails on families the encoder cannot represent, which
     // `families` never builds.
     let _ = TextEncoder::new().encode(families, &mut buf);
-    String::from_utf8(buf).unwrap_or_default()
-}
-
-/// A [`Collector`] for registering the sluice metrics in a registry
-/// alongside others.
-pub struct SluiceCollector {
-    src: Arc<MetricsSources>,
-    descs: Vec<Desc>,
-}
-
-impl SluiceCollector {
-    pub fn new(src: Arc<MetricsSources>) -> Self {
-        let descs = families(&src)
-            .iter()
-            .filter_map(|f| {
-                let labels = f
-                    .get_metric()
-                    .first()
-                    .map(|m| m.get_label().iter().map(|l| l.name().to_string()).collect())
-                    .unwrap_or_default();
-                Desc::new(
-                    f.name().to_string(),
-                    f.help().to_string(),
-                    labels,
-                    Default::default(),
-                )
-                .ok()
-            })
-            .collect();
-        Self { src, descs }
-    }
-}
-
-impl Collector for SluiceCollector {
-    fn desc(&self) -> Vec<&Desc> {
-        self.descs.iter().collect()
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        families(&self.src)
-    }
+    buf
 }
 
 #[cfg(test)]
@@ -498,17 +389,5 @@ mod tests {
             .filter(|l| l.starts_with("sluice_dropped_packets_total{"))
             .count();
         assert_eq!(reasons, DropReason::COUNT, "every reason, zeros included");
-    }
-
-    #[test]
-    fn collector_describes_what_it_collects() {
-        let c = SluiceCollector::new(Arc::new(sources()));
-        let described = c.descs.len();
-        let r = prometheus::Registry::new();
-        r.register(Box::new(c)).unwrap();
-        // What `families` yields for these sources (per-backend families
-        // need a snapshot with backends; these have none).
-        assert_eq!(r.gather().len(), 41);
-        assert_eq!(described, 41, "every collected family is described");
     }
 }

@@ -183,6 +183,10 @@ impl PortConfig {
 pub struct MetricsConfig {
     /// Default `127.0.0.1:9064`.
     pub listen: SocketAddr,
+    /// Per-backend series are exported while the configuration has at
+    /// most this many backends; above it only per-service aggregates
+    /// (default `crate::exposition::DEFAULT_BACKEND_SERIES_LIMIT`).
+    pub backend_series_limit: usize,
 }
 
 #[derive(Clone, Debug)]

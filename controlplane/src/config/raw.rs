@@ -59,6 +59,7 @@ pub(crate) struct RawPort {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawMetrics {
     pub listen: Option<S<String>>,
+    pub backend_series_limit: Option<S<i64>>,
 }
 
 #[derive(Deserialize, Debug)]

@@ -330,7 +330,17 @@ fn metrics_section(cx: &mut Ctx<'_>, m: Option<&RawMetrics>) -> MetricsConfig {
             })
         })
         .unwrap_or(default);
-    MetricsConfig { listen }
+    let backend_series_limit = cx.int(
+        &m.and_then(|m| m.backend_series_limit.clone()),
+        crate::exposition::DEFAULT_BACKEND_SERIES_LIMIT,
+        (0, i64::from(u32::MAX)),
+        "metrics.backend_series_limit",
+        "backend_series_limit",
+    );
+    MetricsConfig {
+        listen,
+        backend_series_limit,
+    }
 }
 
 fn zones_section(cx: &mut Ctx<'_>, zones: &[RawZone]) -> Vec<ZoneConfig> {
