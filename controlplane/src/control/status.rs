@@ -46,9 +46,8 @@ impl Controller {
         move |args| {
             let view = shared.view();
             let cfg = view.config.ok_or("no configuration published yet")?;
-            let state = ForwardingState::clone(&cell.load());
             let ask = |frames: &[Vec<u8>]| ask_workers(&mailboxes, frames);
-            crate::explain::live::answer(&cfg, state, view.reports.to_vec(), args, ask)
+            crate::explain::live::answer(&cfg, cell.load(), view.reports, args, ask)
         }
     }
 }
