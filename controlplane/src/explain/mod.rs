@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
+use sluice_core::backend::Pool;
 use sluice_core::explain::{BackendLine, Balancing, Explanation};
 use sluice_core::ids::BackendId;
 use sluice_core::service::ServiceState;
@@ -64,6 +65,20 @@ pub struct Derived {
     light: ForwardingState,
     /// Per (service, table index): each backend index's slots in the table.
     slots: Mutex<HashMap<(u16, usize), Arc<Vec<u32>>>>,
+    /// Per (service, table index, active pool, zonal table): the service
+    /// counted by eligibility ([`Explainer::backend_lines`]).
+    summaries: Mutex<HashMap<SummaryKey, Arc<Summary>>>,
+}
+
+type SummaryKey = (u16, usize, Option<Pool>, bool);
+
+/// A service of more than [`LISTED`] backends, counted by eligibility.
+struct Summary {
+    /// The first backends not eligible, in configuration order (at most
+    /// [`LISTED`] − 1: the slot's owner is listed first).
+    not_eligible: Vec<BackendId>,
+    total: usize,
+    counts: [usize; Eligibility::ALL.len()],
 }
 
 impl Derived {
@@ -97,6 +112,7 @@ impl Derived {
         Self {
             light,
             slots: Mutex::new(HashMap::new()),
+            summaries: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -215,11 +231,12 @@ impl<'a> Explainer<'a> {
     /// The service's backends for `b`'s table: every one counted by
     /// eligibility, and the ones to list — all of them up to [`LISTED`],
     /// else the slot's owner and the first not eligible, in configuration
-    /// order.
+    /// order. Beyond [`LISTED`], the counts and the backends not eligible
+    /// are found once per snapshot, table and active pool, so a request
+    /// only looks up the lines it lists.
     pub fn backend_lines(&self, b: &Balancing) -> BackendLines {
-        let mut out = BackendLines::default();
         let Some(service) = self.state.service(b.service) else {
-            return out;
+            return BackendLines::default();
         };
         let slots = self.slot_counts(b);
         let line = |id: BackendId| {
@@ -234,22 +251,54 @@ impl<'a> Explainer<'a> {
             .reports
             .get(usize::from(b.service.0))
             .and_then(|r| r.active_pool);
-        let all = service.backends.len() <= LISTED;
-        if !all {
-            out.listed.extend(b.slot_owner.and_then(line));
-        }
-        for &id in &service.backends {
-            let Some(l) = line(id) else { continue };
-            let kind = eligibility(&l, active, b.zone.is_some());
-            out.counts[kind as usize] += 1;
-            out.total += 1;
-            let owner = Some(id) == b.slot_owner;
-            if out.listed.len() < LISTED && (all || (kind != Eligibility::Eligible && !owner)) {
-                out.listed.push(l);
+        let zonal = b.zone.is_some();
+        let count = |ids: &mut dyn Iterator<Item = BackendId>, keep: usize| {
+            let mut out = BackendLines::default();
+            for l in ids.filter_map(line) {
+                let kind = eligibility(&l, active, zonal);
+                out.counts[kind as usize] += 1;
+                out.total += 1;
+                if out.listed.len() < keep && kind != Eligibility::Eligible {
+                    out.listed.push(l);
+                }
             }
+            out
+        };
+        if service.backends.len() <= LISTED {
+            let mut out = count(&mut service.backends.iter().copied(), 0);
+            out.listed = service.backends.iter().copied().filter_map(line).collect();
+            out.all_listed = true;
+            return out;
         }
-        out.all_listed = all;
-        out
+        let key = (b.service.0, b.table, active, zonal);
+        let summary = {
+            let mut cache = self
+                .derived
+                .summaries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let summary = cache.entry(key).or_insert_with(|| {
+                let all = count(&mut service.backends.iter().copied(), LISTED - 1);
+                Arc::new(Summary {
+                    not_eligible: all.listed.iter().map(|l| l.state.id).collect(),
+                    total: all.total,
+                    counts: all.counts,
+                })
+            });
+            Arc::clone(summary)
+        };
+        let listed = b
+            .slot_owner
+            .into_iter()
+            .chain(summary.not_eligible.iter().copied())
+            .filter_map(line)
+            .collect();
+        BackendLines {
+            listed,
+            all_listed: false,
+            total: summary.total,
+            counts: summary.counts,
+        }
     }
 
     /// Each backend index's slots in `b`'s table, counted once per
@@ -332,11 +381,7 @@ impl Eligibility {
 
 /// `line`'s [`Eligibility`] under the service's `active` pool; `zonal`:
 /// the client's table is a zone's.
-pub fn eligibility(
-    line: &BackendLine,
-    active: Option<sluice_core::backend::Pool>,
-    zonal: bool,
-) -> Eligibility {
+pub fn eligibility(line: &BackendLine, active: Option<Pool>, zonal: bool) -> Eligibility {
     let s = &line.state;
     if line.slots_in_table > 0 {
         Eligibility::Eligible
