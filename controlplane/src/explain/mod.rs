@@ -64,11 +64,14 @@ pub struct Derived {
     /// the same, and the lines come from [`Explainer::backend_lines`].
     light: ForwardingState,
     /// Per (service, table index): each backend index's slots in the table.
-    slots: Mutex<HashMap<(u16, usize), Arc<Vec<u32>>>>,
+    slots: Mutex<HashMap<TableKey, Arc<Vec<u32>>>>,
     /// Per (service, table index, active pool, zonal table): the service
     /// counted by eligibility ([`Explainer::backend_lines`]).
     summaries: Mutex<HashMap<SummaryKey, Arc<Summary>>>,
 }
+
+/// A service (index) and one of its tables (index).
+type TableKey = (u16, usize);
 
 type SummaryKey = (u16, usize, Option<Pool>, bool);
 
@@ -107,7 +110,7 @@ impl Derived {
             ports: state.ports.clone(),
             zones: state.zones.clone(),
             outer_headers: state.outer_headers.clone(),
-            flow_seed: state.flow_seed.clone(),
+            flow_seed: state.flow_seed,
         };
         Self {
             light,
