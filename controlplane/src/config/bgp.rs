@@ -16,6 +16,7 @@ use super::model::{
 };
 use super::raw::{RawBgp, RawPeer, RawVip};
 use super::values::{self, Problem};
+use crate::announce::bird;
 
 type S<T> = Spanned<T>;
 
@@ -113,6 +114,7 @@ pub(crate) fn bgp_section(
         );
     }
     cx.unique(b.peer.iter().map(|p| &p.get_ref().name), "bgp.peer");
+    protocol_names(cx, &b.peer);
     let peers = b.peer.iter().filter_map(|p| peer(cx, p, ports)).collect();
     let vips = vips(cx, &b.vip, rules);
     Some(BgpConfig {
@@ -155,6 +157,19 @@ fn router_id(cx: &mut Ctx<'_>, raw: &S<RawBgp>, ports: &[PortConfig]) -> Ipv4Add
                 )),
             })
             .unwrap_or(Ipv4Addr::UNSPECIFIED),
+        None if first_v4.is_some_and(|a| a.is_unspecified()) => {
+            cx.err(
+                raw.span(),
+                "bgp.router_id",
+                (
+                    "the first IPv4 port address, which gives the BGP router id, is 0.0.0.0".into(),
+                    "set `router_id = \"A.B.C.D\"` (a unique, non-zero 32-bit id written as \
+                     an IPv4 address)"
+                        .into(),
+                ),
+            );
+            Ipv4Addr::UNSPECIFIED
+        }
         None => first_v4.unwrap_or_else(|| {
             cx.err(
                 raw.span(),
@@ -291,32 +306,117 @@ fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPee
     }
     let password = p.password.as_ref().and_then(|pw| {
         let s = pw.get_ref();
-        if s.is_empty() || s.len() > 80 || s.contains(['"', '\\', '\n']) {
+        let problem = if s.is_empty() || s.len() > 80 {
+            Some(format!(
+                "the password is {} bytes long: a TCP MD5 key is 1 to 80 bytes",
+                s.len()
+            ))
+        } else {
+            s.char_indices()
+                .find(|&(_, c)| !bird::fits_bird_string(c.encode_utf8(&mut [0; 4])))
+                .map(|(i, c)| {
+                    format!(
+                        "the password holds {} at byte {i}, which the BIRD configuration \
+                         cannot carry as it is",
+                        shown_char(c)
+                    )
+                })
+        };
+        match problem {
+            Some(message) => {
+                cx.err(
+                    pw.span(),
+                    &format!("{at}.password"),
+                    (
+                        message,
+                        "use 1-80 bytes of printable characters other than `\"` and `\\` \
+                         (the same key on the router)"
+                            .into(),
+                    ),
+                );
+                None
+            }
+            None => Some(Secret(s.clone())),
+        }
+    });
+    let local = port.address_for(address)?;
+    for (what, a) in [("peer", address), ("local", local)] {
+        if a.is_unspecified() {
+            let message = if what == "peer" {
+                format!("peer {a} is the unspecified address")
+            } else {
+                format!(
+                    "port {:?}'s address {a} is unspecified: the session has no source",
+                    port.name
+                )
+            };
             cx.err(
-                pw.span(),
-                &format!("{at}.password"),
+                p.address.span(),
+                &format!("{at}.address"),
                 (
-                    "the password is empty, longer than 80 bytes, or holds a quote, a \
-                     backslash or a newline"
-                        .into(),
-                    "use 1-80 printable characters without `\"` or `\\` (TCP MD5 keys are \
-                     at most 80 bytes)"
+                    message,
+                    "give the router's address on a port's subnet, and the port an address \
+                     of its own"
                         .into(),
                 ),
             );
-            None
-        } else {
-            Some(Secret(s.clone()))
+            return None;
         }
-    });
+    }
     Some(BgpPeer {
         name: p.name.get_ref().clone(),
         address,
         asn: peer_asn,
         password,
-        local: port.address_for(address)?,
+        local,
         tap: port.tap.clone()?,
     })
+}
+
+/// Peers whose BIRD protocol names (`bird::protocol_name`) coincide
+/// although their names differ: a long name is cut and ends in a hash of
+/// the whole, which another peer's name can match.
+fn protocol_names(cx: &mut Ctx<'_>, peers: &[S<RawPeer>]) {
+    let mut seen: Vec<(String, &S<String>)> = Vec::new();
+    for p in peers {
+        let name = &p.get_ref().name;
+        let protocol = bird::protocol_name(name.get_ref());
+        match seen.iter().find(|(q, _)| *q == protocol) {
+            Some((_, first)) if first.get_ref() != name.get_ref() => {
+                let (line, _) = cx.map.line_col(first.span().start);
+                cx.err(
+                    name.span(),
+                    &format!("bgp.peer {:?}.name", name.get_ref()),
+                    (
+                        format!(
+                            "peers {:?} (line {line}) and {:?} would both be BIRD protocol \
+                             {protocol}",
+                            first.get_ref(),
+                            name.get_ref()
+                        ),
+                        format!(
+                            "rename one of them: BIRD symbols are at most {} characters, \
+                             so a name past {} is cut and ends in a hash",
+                            bird::SYMBOL_MAX,
+                            bird::SYMBOL_MAX - "sluice_".len()
+                        ),
+                    ),
+                );
+            }
+            Some(_) => {}
+            None => seen.push((protocol, name)),
+        }
+    }
+}
+
+/// How an error names a character it refuses: printable ones as
+/// themselves, the others by code point.
+fn shown_char(c: char) -> String {
+    if c.is_control() {
+        format!("the control character U+{:04X}", u32::from(c))
+    } else {
+        format!("{c:?}")
+    }
 }
 
 fn vips(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use dataplane::worker::mailbox::ConntrackQuery;
-use sluice_core::snapshot::{ForwardingState, SnapshotCell};
+use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
 
 use super::{render_status, status_json, Controller, Shared};
@@ -66,9 +66,8 @@ impl Readers {
     pub fn explain(&self, args: &str) -> Result<String, String> {
         let view = self.shared.view();
         let cfg = view.config.ok_or("no configuration published yet")?;
-        let state = ForwardingState::clone(&self.cell.load());
         let ask = |frames: &[Vec<u8>]| ask_workers(&self.mailboxes, frames);
-        crate::explain::live::answer(&cfg, state, view.reports.to_vec(), args, ask)
+        crate::explain::live::answer(&cfg, self.cell.load(), view.reports, args, ask)
     }
 }
 

@@ -14,6 +14,7 @@
 //! before sending anything, the appliance refuses bigger requests.
 
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex, Weak};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -21,7 +22,7 @@ use sluice_core::conntrack::policy::persists;
 use sluice_core::explain::{ConntrackAnswer, Explanation};
 use sluice_core::snapshot::ForwardingState;
 
-use super::{packet, render, Explainer};
+use super::{packet, render, Derived, Explainer};
 use crate::config::Config;
 use crate::publish::ServiceReport;
 
@@ -100,17 +101,27 @@ fn frames_of(req: &Request) -> Result<Vec<Vec<u8>>, String> {
 /// The answer to a request line's arguments (after `explain `), or why
 /// it cannot be answered. `conntrack` asks every worker about each
 /// frame's flow: per frame, (worker, answer) for those that answered.
+///
+/// `state` is the published snapshot itself, shared: what an explanation
+/// derives from it ([`Derived`]) is kept for the next request on the same
+/// snapshot, so a request's cost does not grow with the number of
+/// backends (docs/performance.md, "Live explain at 100,000 backends").
 pub fn answer(
     cfg: &Config,
-    state: ForwardingState,
-    reports: Vec<ServiceReport>,
+    state: Arc<ForwardingState>,
+    reports: Arc<Vec<ServiceReport>>,
     args: &str,
     conntrack: impl FnOnce(&[Vec<u8>]) -> Vec<Vec<(usize, ConntrackAnswer)>>,
 ) -> Result<String, String> {
     let req: Request =
         serde_json::from_str(args).map_err(|e| format!("malformed explain request: {e}"))?;
     let frames = frames_of(&req)?;
-    let ex = Explainer::assuming(cfg, state, reports, &req.unhealthy).map_err(|e| e.to_string())?;
+    let kept = kept_for(&state);
+    let ex = Explainer::assuming(cfg, Arc::clone(&state), reports, &req.unhealthy, kept)
+        .map_err(|e| e.to_string())?;
+    if req.unhealthy.is_empty() {
+        keep(&state, ex.derived());
+    }
     let rx_port = match req.port.as_deref() {
         None => 0,
         Some(name) => ex
@@ -148,6 +159,24 @@ pub fn answer(
         })
         .collect();
     Ok(render::join(docs, req.json))
+}
+
+/// The [`Derived`] of the latest snapshot explained without
+/// `--unhealthy`, with that snapshot (held weakly: a published snapshot is
+/// freed by the control thread, not kept alive here). One per process:
+/// every request explains from the one published snapshot.
+static LATEST: Mutex<Option<(Weak<ForwardingState>, Arc<Derived>)>> = Mutex::new(None);
+
+/// What was derived from `state` before, if it is the latest explained.
+fn kept_for(state: &Arc<ForwardingState>) -> Option<Arc<Derived>> {
+    let latest = LATEST.lock().unwrap_or_else(|p| p.into_inner());
+    let (snapshot, derived) = latest.as_ref()?;
+    let same = snapshot.upgrade().is_some_and(|s| Arc::ptr_eq(&s, state));
+    same.then(|| Arc::clone(derived))
+}
+
+fn keep(state: &Arc<ForwardingState>, derived: Arc<Derived>) {
+    *LATEST.lock().unwrap_or_else(|p| p.into_inner()) = Some((Arc::downgrade(state), derived));
 }
 
 /// Which conntrack rule decides a later packet of the flow, given the

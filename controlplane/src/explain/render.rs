@@ -10,7 +10,7 @@ use sluice_core::flow::TupleKind;
 use sluice_core::rules::RuleMiss;
 use sluice_core::stage::Verdict;
 
-use super::Explainer;
+use super::{BackendLines, Eligibility, Explainer};
 
 fn protocol_name(p: u8) -> String {
     match p {
@@ -59,33 +59,45 @@ fn eligibility(
     active: Option<Pool>,
 ) -> String {
     let s = &line.state;
-    if line.slots_in_table > 0 {
-        return format!("eligible: {} of {} slots", line.slots_in_table, b.table_len);
-    }
-    if s.draining_until.is_some() {
-        return "not eligible: draining (removed from the configuration; its connections keep working)".into();
-    }
-    if !s.healthy {
-        let assumed = if ex.unhealthy.contains(&s.address) {
-            " (--unhealthy)"
-        } else {
-            ""
-        };
-        return format!("not eligible: unhealthy{assumed}");
-    }
-    if s.weight == 0 {
-        return "not eligible: weight 0".into();
-    }
-    if active.is_some_and(|p| p != s.pool) {
-        return format!(
+    match super::eligibility(line, active, b.zone.is_some()) {
+        Eligibility::Eligible => {
+            format!("eligible: {} of {} slots", line.slots_in_table, b.table_len)
+        }
+        Eligibility::Draining => {
+            "not eligible: draining (removed from the configuration; its connections keep working)"
+                .into()
+        }
+        Eligibility::Unhealthy => {
+            let assumed = if ex.unhealthy.contains(&s.address) {
+                " (--unhealthy)"
+            } else {
+                ""
+            };
+            format!("not eligible: unhealthy{assumed}")
+        }
+        Eligibility::WeightZero => "not eligible: weight 0".into(),
+        Eligibility::InactivePool => format!(
             "not eligible: in the {} pool, which is not active",
             pool_name(s.pool)
-        );
+        ),
+        Eligibility::OtherZone => "not eligible: not in the client's zone table".into(),
+        Eligibility::NotInTable => "not eligible: not in the table".into(),
     }
-    if b.zone.is_some() {
-        return "not eligible: not in the client's zone table".into();
+}
+
+/// The service's backends counted by eligibility, and which of them are
+/// listed when not all are.
+fn backend_counts(lines: &BackendLines) -> Value {
+    let mut counts = serde_json::Map::new();
+    for kind in Eligibility::ALL {
+        counts.insert(kind.key().into(), json!(lines.counts[kind as usize]));
     }
-    "not eligible: not in the table".into()
+    json!({
+        "total": lines.total,
+        "listed": lines.listed.len(),
+        "all_listed": lines.all_listed,
+        "by_eligibility": counts,
+    })
 }
 
 fn pool_name(p: Pool) -> &'static str {
@@ -157,6 +169,7 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
             "slot_owner": b.slot_owner.and_then(|id| state.backend(id)).map(|s| s.address.to_string()),
             "encapsulation": svc.map(|s| format!("{:?}", s.encapsulation)),
             "backends": backends,
+            "backend_counts": backend_counts(&ex.backend_lines(b)),
         })
     });
     let (backend, out_port) = match e.verdict {
@@ -280,7 +293,27 @@ pub fn text(ex: &Explainer<'_>, e: &Explanation) -> String {
             s(&b["slot"]),
             s(&b["slot_owner"])
         );
-        let _ = writeln!(o, "backends:");
+        let counts = &b["backend_counts"];
+        if counts["all_listed"] == false {
+            let by = &counts["by_eligibility"];
+            let mut parts = vec![format!("{} eligible", s(&by["eligible"]))];
+            for kind in &Eligibility::ALL[1..] {
+                let n = by[kind.key()].as_u64().unwrap_or(0);
+                if n > 0 {
+                    parts.push(format!("{n} {}", kind.key().replace('_', " ")));
+                }
+            }
+            let _ = writeln!(
+                o,
+                "backends:      {} in all: {}; listed: the slot's owner, then up to {} \
+                 not eligible (`sluice status` lists every one)",
+                s(&counts["total"]),
+                parts.join(", "),
+                super::LISTED - 1
+            );
+        } else {
+            let _ = writeln!(o, "backends:");
+        }
         for l in b["backends"].as_array().into_iter().flatten() {
             let _ = writeln!(
                 o,
