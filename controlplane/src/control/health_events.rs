@@ -158,6 +158,8 @@ impl Controller {
         v.reports = Arc::new(reports);
         v.health = Arc::new(health);
         v.last_build_seconds = published.duration_since(started).as_secs_f64();
+        drop(v);
+        self.warm_digests();
         Some(published)
     }
 }

@@ -192,6 +192,21 @@ impl Controller {
         self.watch_conntrack();
         self.retire();
     }
+
+    /// Computes the digests of what was just published that `sluice
+    /// status` and `/metrics` show (AP-6), here rather than in the first
+    /// reader: a status right after a start or reload of 10,000 services
+    /// stays a render. Tables kept from the last snapshot hit the cache.
+    fn warm_digests(&self) {
+        let view = self.shared.view();
+        let snap = self.cell.load();
+        if let Some(cfg) = &view.config {
+            view.fleet.config_digest(cfg);
+        }
+        for svc in &snap.services {
+            view.fleet.table_digest(&snap, svc);
+        }
+    }
 }
 
 /// One log line per service whose new connections moved between its
@@ -200,8 +215,12 @@ fn log_pool_changes(
     prev: &[crate::publish::ServiceReport],
     next: &[crate::publish::ServiceReport],
 ) {
+    // By name: services come and go with reloads. One map, not a search
+    // per service (10,000 services: 10⁸ comparisons per publish).
+    let before_by_name: HashMap<&str, &crate::publish::ServiceReport> =
+        prev.iter().map(|p| (p.name.as_str(), p)).collect();
     for r in next {
-        let Some(before) = prev.iter().find(|p| p.name == r.name) else {
+        let Some(before) = before_by_name.get(r.name.as_str()) else {
             continue;
         };
         if before.active_pool != r.active_pool {

@@ -47,6 +47,8 @@ impl Controller {
         v.health = Arc::new(health);
         v.config = Some(Arc::clone(&self.cfg));
         v.last_build_seconds = started.elapsed().as_secs_f64();
+        drop(v);
+        self.warm_digests();
         published
     }
 }
