@@ -50,15 +50,14 @@ impl Readers {
     /// `sluice status --json`.
     pub fn status_json(&self) -> String {
         let config_path = self.path.as_ref().map(|p| p.display().to_string());
-        let doc = status_json::render(
-            &self.cell.load(),
-            &self.shared.view(),
-            &self.stats,
-            config_path,
-        );
-        let mut text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-        text.push('\n');
-        text
+        let (snap, view) = (self.cell.load(), self.shared.view());
+        let doc = status_json::render(&snap, &view, &self.stats, config_path);
+        let mut text = Vec::with_capacity(1 << 16);
+        // Serializing in memory fails only on a map with non-string keys,
+        // which the document has none of.
+        let _ = serde_json::to_writer_pretty(&mut text, &doc);
+        text.push(b'\n');
+        String::from_utf8(text).unwrap_or_default()
     }
 
     /// `sluice explain`'s answer (`crate::explain::live`), the conntrack

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
-use serde_json::{json, Value};
+use serde::{Serialize, Serializer};
 use sluice_core::backend::Pool;
+use sluice_core::service::ServiceState;
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
 
@@ -15,85 +16,142 @@ use crate::metrics_process::{uptime_seconds, GIT_COMMIT, VERSION};
 
 use super::View;
 
-/// The status document.
-pub fn render(
-    snap: &ForwardingState,
-    view: &View,
-    stats: &[Arc<CachePadded<WorkerStats>>],
+/// The status document: serialized straight from the snapshot (no
+/// intermediate JSON tree), fields in name order.
+#[derive(Serialize)]
+pub struct Document<'a> {
     config_path: Option<String>,
-) -> Value {
-    let packets = |index: usize| -> u64 {
-        stats
-            .iter()
-            .map(|w| w.backend_packets.get(index))
-            .fold(0, u64::wrapping_add)
-    };
-    let bytes = |index: usize| -> u64 {
-        stats
-            .iter()
-            .map(|w| w.backend_packets.bytes(index))
-            .fold(0, u64::wrapping_add)
-    };
-    let connections = |index: usize| -> u64 {
-        stats
-            .iter()
-            .map(|w| w.backend_packets.connections(index))
-            .fold(0, u64::wrapping_add)
-    };
-    let services: Vec<Value> = snap
-        .services
-        .iter()
-        .zip(view.reports.iter())
-        .map(|(svc, report)| {
-            let backends: Vec<Value> = svc
+    dpdk: &'static str,
+    generation: u64,
+    git: &'static str,
+    reloads: Reloads<'a>,
+    services: Services<'a>,
+    uptime_seconds: Option<f64>,
+    version: &'static str,
+}
+
+#[derive(Serialize)]
+struct Reloads<'a> {
+    failed: u64,
+    last: Option<Last<'a>>,
+    successful: u64,
+}
+
+#[derive(Serialize)]
+struct Last<'a> {
+    error: Option<&'a str>,
+    successful: bool,
+    unix_seconds: f64,
+}
+
+/// The services, each written as it is serialized.
+struct Services<'a> {
+    snap: &'a ForwardingState,
+    view: &'a View,
+    stats: &'a [Arc<CachePadded<WorkerStats>>],
+}
+
+#[derive(Serialize)]
+struct ServiceDoc<'a> {
+    active_pool: Option<&'static str>,
+    backends: Backends<'a>,
+    eligible: &'a [usize],
+    name: &'a str,
+    pool_flips: u32,
+}
+
+struct Backends<'a> {
+    snap: &'a ForwardingState,
+    svc: &'a ServiceState,
+    stats: &'a [Arc<CachePadded<WorkerStats>>],
+}
+
+#[derive(Serialize)]
+struct BackendDoc {
+    address: std::net::IpAddr,
+    bytes: u64,
+    draining: bool,
+    healthy: bool,
+    id: usize,
+    new_connections: u64,
+    next_hop_resolved: bool,
+    packets: u64,
+    pool: &'static str,
+    weight: u16,
+}
+
+impl Serialize for Services<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Self { snap, view, stats } = *self;
+        s.collect_seq(
+            snap.services
+                .iter()
+                .zip(view.reports.iter())
+                .map(|(svc, report)| ServiceDoc {
+                    active_pool: report.active_pool.map(pool_name),
+                    backends: Backends { snap, svc, stats },
+                    eligible: &report.eligible,
+                    name: &svc.name,
+                    pool_flips: svc.pool_epoch,
+                }),
+        )
+    }
+}
+
+impl Serialize for Backends<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let total = |f: &dyn Fn(&WorkerStats) -> u64| -> u64 {
+            self.stats.iter().map(|w| f(w)).fold(0, u64::wrapping_add)
+        };
+        s.collect_seq(
+            self.svc
                 .backends
                 .iter()
-                .filter_map(|&id| snap.backend(id))
+                .filter_map(|&id| self.snap.backend(id))
                 .map(|b| {
-                    json!({
-                        "address": b.address.to_string(),
-                        "id": b.id.index(),
-                        "healthy": b.healthy,
-                        "draining": b.draining_until.is_some(),
-                        "weight": b.weight,
-                        "pool": pool_name(b.pool),
-                        "next_hop_resolved": b.egress.next_hop_mac.is_some(),
-                        "packets": packets(b.id.index()),
-                        "bytes": bytes(b.id.index()),
-                        "new_connections": connections(b.id.index()),
-                    })
-                })
-                .collect();
-            json!({
-                "name": svc.name,
-                "active_pool": report.active_pool.map(pool_name),
-                "pool_flips": svc.pool_epoch,
-                "eligible": report.eligible,
-                "backends": backends,
-            })
-        })
-        .collect();
-    let last = view.last_reload.as_ref().map(|r| {
-        json!({
-            "successful": r.ok,
-            "unix_seconds": r.unix_seconds,
-            "error": r.error,
-        })
-    });
-    json!({
-        "version": VERSION,
-        "git": GIT_COMMIT,
-        "dpdk": dataplane::dpdk::DPDK_VERSION,
-        "uptime_seconds": uptime_seconds(),
-        "config_path": config_path,
-        "generation": snap.generation,
-        "reloads": {
-            "successful": view.reloads_ok,
-            "failed": view.reloads_failed,
-            "last": last,
+                    let i = b.id.index();
+                    BackendDoc {
+                        address: b.address,
+                        bytes: total(&|w| w.backend_packets.bytes(i)),
+                        draining: b.draining_until.is_some(),
+                        healthy: b.healthy,
+                        id: i,
+                        new_connections: total(&|w| w.backend_packets.connections(i)),
+                        next_hop_resolved: b.egress.next_hop_mac.is_some(),
+                        packets: total(&|w| w.backend_packets.get(i)),
+                        pool: pool_name(b.pool),
+                        weight: b.weight,
+                    }
+                }),
+        )
+    }
+}
+
+/// The status document of `snap` and `view`.
+pub fn render<'a>(
+    snap: &'a ForwardingState,
+    view: &'a View,
+    stats: &'a [Arc<CachePadded<WorkerStats>>],
+    config_path: Option<String>,
+) -> Document<'a> {
+    Document {
+        config_path,
+        dpdk: dataplane::dpdk::DPDK_VERSION,
+        generation: snap.generation,
+        git: GIT_COMMIT,
+        reloads: Reloads {
+            failed: view.reloads_failed,
+            last: view.last_reload.as_ref().map(|r| Last {
+                error: r.error.as_deref(),
+                successful: r.ok,
+                unix_seconds: r.unix_seconds,
+            }),
+            successful: view.reloads_ok,
         },
-        "services": services,
-    })
+        services: Services { snap, view, stats },
+        uptime_seconds: uptime_seconds(),
+        version: VERSION,
+    }
 }
 
 fn pool_name(p: Pool) -> &'static str {
