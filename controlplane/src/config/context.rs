@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::diagnostics::{Diagnostics, SourceMap};
+use super::diagnostics::{Diagnostic, Diagnostics, SourceMap};
 use super::raw::Number;
 use super::values::{self, Problem};
 
@@ -18,10 +18,36 @@ pub(crate) struct Ctx<'a> {
     pub diags: Diagnostics,
 }
 
+/// Names listed in a hint that offers the defined ones: enough to spot a
+/// misspelling, without a hint per error as long as the file.
+const NAMES_LISTED: usize = 10;
+
 impl Ctx<'_> {
-    pub fn err(&mut self, span: Range<usize>, path: &str, (message, hint): Problem) {
-        let d = self.map.diagnostic(span, path, message, hint);
-        self.diags.push(d);
+    pub fn err(&mut self, span: Range<usize>, path: &str, problem: Problem) {
+        self.report(span, || (path.to_string(), problem));
+    }
+
+    /// Records an error at `span`; `describe` gives its field path and
+    /// problem, and is only called when the error is among those whose
+    /// text is kept ([`Diagnostics::offer`]). For checks that may fail once
+    /// per item of a large file.
+    pub fn report(&mut self, span: Range<usize>, describe: impl FnOnce() -> (String, Problem)) {
+        let (line, column) = self.map.line_col(span.start);
+        self.diags.offer(Some(line), Some(column), || {
+            let (path, (message, hint)) = describe();
+            Diagnostic {
+                line: Some(line),
+                column: Some(column),
+                path,
+                message,
+                hint,
+            }
+        });
+    }
+
+    /// The line `offset` is on, for messages that point at another item.
+    pub fn line_of(&self, offset: usize) -> usize {
+        self.map.line_col(offset).0
     }
 
     /// Parses a spanned string; on failure records the error and gives None.
@@ -115,22 +141,44 @@ impl Ctx<'_> {
     pub fn unique<'n>(&mut self, names: impl Iterator<Item = &'n Spanned<String>>, kind: &str) {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for n in names {
-            if let Some(&first) = seen.get(n.get_ref().as_str()) {
-                let (line, _) = self.map.line_col(first);
-                self.err(
-                    n.span(),
-                    &format!("{kind} {:?}.name", n.get_ref()),
+            let name = n.get_ref();
+            let Some(&first) = seen.get(name.as_str()) else {
+                seen.insert(name, n.span().start);
+                continue;
+            };
+            let line = self.line_of(first);
+            self.report(n.span(), || {
+                (
+                    format!("{kind} {name:?}.name"),
                     (
-                        format!(
-                            "duplicate {kind} name {:?} (first defined on line {line})",
-                            n.get_ref()
-                        ),
+                        format!("duplicate {kind} name {name:?} (first defined on line {line})"),
                         format!("give each {kind} a unique name"),
                     ),
-                );
-            } else {
-                seen.insert(n.get_ref(), n.span().start);
-            }
+                )
+            });
         }
     }
+}
+
+/// The names a reference may use, quoted, for a hint: the first
+/// [`NAMES_LISTED`] and how many more.
+pub(crate) fn names_listed<'n>(names: impl ExactSizeIterator<Item = &'n str>) -> String {
+    let total = names.len();
+    let mut listed: Vec<String> = names.take(NAMES_LISTED).map(|n| format!("{n:?}")).collect();
+    if total > NAMES_LISTED {
+        listed.push(format!("… ({} more)", total - NAMES_LISTED));
+    }
+    listed.join(", ")
+}
+
+/// Index of each name in a section, for references to it: the first of a
+/// repeated name (repeats are errors of their own, [`Ctx::unique`]).
+pub(crate) fn name_index<'n>(
+    names: impl Iterator<Item = &'n Spanned<String>>,
+) -> HashMap<&'n str, usize> {
+    let mut index = HashMap::new();
+    for (i, n) in names.enumerate() {
+        index.entry(n.get_ref().as_str()).or_insert(i);
+    }
+    index
 }

@@ -2,11 +2,13 @@
 //!
 //! Every error names the file, line and column, the field path (in the
 //! config's own vocabulary, e.g. `backend_service "web" backend[2].address`),
-//! what is wrong, and how to fix it. Validation collects every error in one
-//! run so an operator fixes a file in one pass, not one error per attempt.
+//! what is wrong, and how to fix it. Validation finds every error in one
+//! run so an operator fixes a file in one pass, not one error per attempt;
+//! it keeps the text of the first [`KEPT`] in file order and counts the
+//! rest, so a file with errors by the hundred thousand is refused in
+//! bounded time, memory and output.
 
 use std::fmt;
-use std::ops::Range;
 
 /// One configuration error.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,19 +24,48 @@ pub struct Diagnostic {
     pub hint: String,
 }
 
-/// Every error found in one configuration file. `Display` prints them all,
-/// one `FILE:LINE:COL: error: PATH: MESSAGE` line each plus an indented hint.
+/// Errors kept with their text: the first ones in file order. Past this
+/// many an error is only counted, so a file with a million errors costs a
+/// counter rather than a million strings, and what is printed, replied
+/// or logged stays readable.
+pub const KEPT: usize = 100;
+
+/// Longest path, message or hint printed, in bytes: a value the file
+/// repeats into an error (a name, an address) may be megabytes long.
+const MAX_FIELD: usize = 1024;
+
+/// Every error found in one configuration file: the first [`KEPT`] in
+/// file order with their text, and how many more there are. `Display`
+/// prints the kept ones, one `FILE:LINE:COL: error: PATH: MESSAGE` line
+/// each plus an indented hint, then `… and N more errors`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostics {
     origin: String,
-    items: Vec<Diagnostic>,
+    /// Sorted by position; at most [`KEPT`].
+    kept: Vec<Kept>,
+    /// Errors found but not kept.
+    dropped: usize,
+    /// Errors offered so far: orders errors at one position by arrival.
+    arrivals: u64,
+}
+
+/// Where an error sorts: errors without a position first (they are about
+/// the whole file), then by line and column, then by arrival.
+type Position = (Option<usize>, Option<usize>, u64);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Kept {
+    at: Position,
+    diagnostic: Diagnostic,
 }
 
 impl Diagnostics {
     pub fn new(origin: impl Into<String>) -> Self {
         Self {
             origin: origin.into(),
-            items: Vec::new(),
+            kept: Vec::new(),
+            dropped: 0,
+            arrivals: 0,
         }
     }
 
@@ -42,85 +73,175 @@ impl Diagnostics {
         &self.origin
     }
 
+    /// Every error found, the kept and the only counted ones.
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.kept.len() + self.dropped
     }
 
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.len() == 0
     }
 
+    /// The kept errors (the first [`KEPT`] in file order), top to bottom.
     pub fn iter(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.items.iter()
+        self.kept.iter().map(|k| &k.diagnostic)
+    }
+
+    /// The errors printed with their text: the first `shown` kept ones,
+    /// then how many more there are.
+    pub fn shown(&self, shown: usize) -> Shown<'_> {
+        Shown { all: self, shown }
     }
 
     pub fn push(&mut self, d: Diagnostic) {
-        self.items.push(d);
+        self.offer(d.line, d.column, || d);
     }
 
-    /// Orders errors by position so the output reads top to bottom; errors
-    /// without a position come first (they are about the whole file).
-    pub(crate) fn sort(&mut self) {
-        self.items.sort_by_key(|d| (d.line, d.column));
+    /// Records an error at `line`:`column`; `make` builds its text only
+    /// when the error is among the first [`KEPT`] in file order, so
+    /// counting errors past them formats nothing.
+    pub(crate) fn offer(
+        &mut self,
+        line: Option<usize>,
+        column: Option<usize>,
+        make: impl FnOnce() -> Diagnostic,
+    ) {
+        let at = (line, column, self.arrivals);
+        self.arrivals += 1;
+        if self.kept.len() == KEPT && self.kept.last().is_some_and(|worst| worst.at < at) {
+            self.dropped += 1;
+            return;
+        }
+        let i = self.kept.partition_point(|k| k.at < at);
+        let diagnostic = make();
+        self.kept.insert(i, Kept { at, diagnostic });
+        if self.kept.len() > KEPT {
+            self.kept.pop();
+            self.dropped += 1;
+        }
     }
 }
 
-impl fmt::Display for Diagnostics {
+/// [`Diagnostics`] printed up to a number of errors; see
+/// [`Diagnostics::shown`].
+pub struct Shown<'a> {
+    all: &'a Diagnostics,
+    shown: usize,
+}
+
+impl fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, d) in self.items.iter().enumerate() {
+        let origin = &self.all.origin;
+        for (i, d) in self.all.iter().take(self.shown).enumerate() {
             if i > 0 {
                 writeln!(f)?;
             }
-            write!(f, "{}", self.origin)?;
+            write!(f, "{origin}")?;
             if let (Some(l), Some(c)) = (d.line, d.column) {
                 write!(f, ":{l}:{c}")?;
             }
             write!(f, ": error: ")?;
             if !d.path.is_empty() {
-                write!(f, "{}: ", d.path)?;
+                write!(f, "{}: ", elided(&d.path))?;
             }
-            write!(f, "{}\n  hint: {}", d.message, d.hint)?;
+            write!(f, "{}\n  hint: {}", elided(&d.message), elided(&d.hint))?;
+        }
+        let printed = self.all.kept.len().min(self.shown);
+        let more = self.all.len() - printed;
+        if more > 0 {
+            if printed > 0 {
+                writeln!(f)?;
+            }
+            write!(
+                f,
+                "{origin}: … and {more} more error{} (the first {printed} in file order are shown)",
+                if more == 1 { "" } else { "s" }
+            )?;
         }
         Ok(())
     }
 }
 
+impl fmt::Display for Diagnostics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.shown(KEPT).fmt(f)
+    }
+}
+
 impl std::error::Error for Diagnostics {}
 
-/// Maps byte offsets of the source text to 1-based line and column.
+/// `text` cut to about [`MAX_FIELD`] bytes: its start and its end, which
+/// carry the field path's head and the message's fix, around a `…`.
+fn elided(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_FIELD {
+        return text.into();
+    }
+    let half = MAX_FIELD / 2;
+    let head_end = (0..=half)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let tail_start = (text.len() - half..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    let cut = tail_start - head_end;
+    format!(
+        "{} … ({cut} bytes elided) … {}",
+        &text[..head_end],
+        &text[tail_start..]
+    )
+    .into()
+}
+
+/// Bytes per checkpoint of [`SourceMap`]'s character count: a column
+/// costs at most this many bytes counted, however long its line.
+const CHAR_BLOCK: usize = 1024;
+
+/// Maps byte offsets of the source text to 1-based line and column in
+/// O(log lines + [`CHAR_BLOCK`]), so errors cost the same anywhere in a
+/// large file.
 pub(crate) struct SourceMap<'a> {
     text: &'a str,
+    /// Byte offset of each line's first byte.
+    line_starts: Vec<usize>,
+    /// Characters before each multiple of [`CHAR_BLOCK`].
+    chars_before_block: Vec<usize>,
 }
 
 impl<'a> SourceMap<'a> {
     pub(crate) fn new(text: &'a str) -> Self {
-        Self { text }
+        let line_starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        // One entry per whole block and one for the start, so every offset
+        // up to the text's end has its block's entry.
+        let mut chars = 0;
+        let chars_before_block = std::iter::once(0)
+            .chain(text.as_bytes().chunks_exact(CHAR_BLOCK).map(|block| {
+                chars += char_starts(block);
+                chars
+            }))
+            .collect();
+        Self {
+            text,
+            line_starts,
+            chars_before_block,
+        }
     }
 
     pub(crate) fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
-        let before = self.text.get(..offset).unwrap_or(self.text);
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let column = before[line_start..].chars().count() + 1;
+        let line = self.line_starts.partition_point(|&s| s <= offset);
+        let line_start = self.line_starts[line - 1];
+        let column = self.chars_before(offset) - self.chars_before(line_start) + 1;
         (line, column)
     }
 
-    pub(crate) fn diagnostic(
-        &self,
-        span: Range<usize>,
-        path: impl Into<String>,
-        message: impl Into<String>,
-        hint: impl Into<String>,
-    ) -> Diagnostic {
-        let (line, column) = self.line_col(span.start);
-        Diagnostic {
-            line: Some(line),
-            column: Some(column),
-            path: path.into(),
-            message: message.into(),
-            hint: hint.into(),
-        }
+    /// Characters that start before byte `offset`.
+    fn chars_before(&self, offset: usize) -> usize {
+        let block = offset / CHAR_BLOCK;
+        self.chars_before_block[block]
+            + char_starts(&self.text.as_bytes()[block * CHAR_BLOCK..offset])
     }
 
     /// Turns a TOML syntax or shape error (unknown field, wrong type, missing
@@ -205,6 +326,12 @@ impl<'a> SourceMap<'a> {
         }
         parts.join(".")
     }
+}
+
+/// Characters starting in `bytes` (UTF-8: every byte that is not a
+/// continuation byte starts one).
+fn char_starts(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| b & 0xC0 != 0x80).count()
 }
 
 fn hint_for_toml_message(message: &str) -> String {

@@ -16,6 +16,7 @@ mod health_check;
 mod idle;
 mod interfaces;
 pub(crate) mod model;
+mod overlap;
 mod raw;
 mod rules;
 mod service;
@@ -117,12 +118,11 @@ fn read_config(path: &Path) -> Result<String, (String, String)> {
 /// Validates configuration text; `origin` names it in diagnostics (usually
 /// the file path).
 pub fn load_str(text: &str, origin: &str) -> Result<Config, Diagnostics> {
-    let map = diagnostics::SourceMap::new(text);
     match toml::from_str::<raw::RawConfig>(text) {
         Ok(raw) => validate::validate(raw, text, origin),
         Err(e) => {
             let mut d = Diagnostics::new(origin);
-            d.push(map.toml_error_diagnostic(&e));
+            d.push(diagnostics::SourceMap::new(text).toml_error_diagnostic(&e));
             Err(d)
         }
     }

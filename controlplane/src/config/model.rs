@@ -43,6 +43,18 @@ impl Cidr {
         }
     }
 
+    /// The subnet's first and last address, as numbers of its family.
+    pub(crate) fn range(&self) -> (u128, u128) {
+        let (bits, mask) = self.mask_bits();
+        let family = if self.addr.is_ipv4() {
+            u128::from(u32::MAX)
+        } else {
+            u128::MAX
+        };
+        let first = bits & mask;
+        (first, first | (!mask & family))
+    }
+
     /// Whether `ip` lies in this subnet (same family only).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let same_family = matches!(

@@ -1,7 +1,11 @@
 //! Validation of `[[forwarding_rule]]` tables, including FR-2 overlaps.
 
-use super::context::Ctx;
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use super::context::{name_index, names_listed, Ctx};
 use super::model::*;
+use super::overlap::{overlaps, Interval};
 use super::raw::*;
 use super::values;
 
@@ -12,96 +16,28 @@ pub(crate) fn rules_section(
     ports: &[PortConfig],
 ) -> Vec<ForwardingRuleConfig> {
     cx.unique(rules.iter().map(|r| &r.name), "forwarding_rule");
-    let mut out: Vec<(ForwardingRuleConfig, usize)> = Vec::new();
+    let service_index = name_index(services.iter().map(|s| &s.name));
+    let mut out: Vec<(ForwardingRuleConfig, &RawRule)> = Vec::new();
     for r in rules {
-        cx.name(&r.name, "forwarding_rule");
         let at = format!("forwarding_rule {:?}", r.name.get_ref());
-        let vip = cx.parse(&r.vip, &format!("{at}.vip"), values::ip);
-        if let Some(v) = vip {
-            if let Some(what) = super::addresses::special_purpose(v) {
-                cx.err(
-                    r.vip.span(),
-                    &format!("{at}.vip"),
-                    (
-                        format!("VIP {v} is {what}"),
-                        "a VIP must be a unicast address clients route to the appliance: use \
-                         a global or private unicast address"
-                            .into(),
-                    ),
-                );
-            }
-            if let Some(p) = ports.iter().find(|p| p.address_for(v) == Some(v)) {
-                cx.err(
-                    r.vip.span(),
-                    &format!("{at}.vip"),
-                    (
-                        format!("VIP {v} is the address of port {:?}", p.name),
-                        "use a VIP distinct from the appliance's own port addresses".into(),
-                    ),
-                );
-            }
-        }
-        let protocol = r
-            .protocol
-            .as_ref()
-            .and_then(|p| {
-                cx.parse(p, &format!("{at}.protocol"), |s| {
-                    values::choice(
-                        s,
-                        &[
-                            ("TCP", RuleProtocol::Tcp),
-                            ("UDP", RuleProtocol::Udp),
-                            ("L3_DEFAULT", RuleProtocol::L3Default),
-                        ],
-                    )
-                })
-            })
-            .unwrap_or(RuleProtocol::Tcp);
-        let ports_path = format!("{at}.ports");
-        let range = match &r.ports {
-            None => Some(PortRange::ALL),
-            Some(p) => {
-                let text = match p.get_ref() {
-                    PortsValue::Int(i) => i.to_string(),
-                    PortsValue::Text(t) => t.clone(),
-                };
-                match values::port_range(&text) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        cx.err(p.span(), &ports_path, e);
-                        None
-                    }
-                }
-            }
-        };
-        if protocol == RuleProtocol::L3Default && range.is_some_and(|r| !r.is_all()) {
-            let span = r.ports.as_ref().map_or(r.name.span(), |p| p.span());
-            cx.err(
-                span,
-                &ports_path,
-                (
-                    "an L3_DEFAULT rule must cover all ports".into(),
-                    "set ports = \"ALL\" (or omit ports), or use protocol TCP/UDP for a port range"
-                        .into(),
-                ),
-            );
-        }
+        let vip = vip(cx, r, &at, ports);
+        let protocol = protocol(cx, r, &at);
+        let range = port_range(cx, r, &at, protocol);
         let svc_name = r.backend_service.get_ref();
-        let service = services.iter().position(|s| s.name.get_ref() == svc_name);
+        let service = service_index.get(svc_name.as_str()).copied();
         if service.is_none() {
-            let known: Vec<String> = services
-                .iter()
-                .map(|s| format!("{:?}", s.name.get_ref()))
-                .collect();
             cx.err(
                 r.backend_service.span(),
                 &format!("{at}.backend_service"),
                 (
                     format!("no backend_service named {svc_name:?}"),
-                    if known.is_empty() {
+                    if services.is_empty() {
                         "define it in a [[backend_service]] table".into()
                     } else {
-                        format!("use one of {} or define it", known.join(", "))
+                        format!(
+                            "use one of {} or define it",
+                            names_listed(services.iter().map(|s| s.name.get_ref().as_str()))
+                        )
                     },
                 ),
             );
@@ -116,35 +52,123 @@ pub(crate) fn rules_section(
             ports,
             backend_service: service.unwrap_or(0),
         };
-        check_overlap(cx, &rule, r, &out);
-        out.push((rule, r.name.span().start));
+        out.push((rule, r));
     }
+    check_overlaps(cx, &out);
     out.into_iter().map(|(r, _)| r).collect()
 }
 
-/// FR-2: one (VIP, protocol, port) belongs to at most one rule.
-fn check_overlap(
+/// The rule's VIP: an address clients route to the appliance, not one of
+/// its own.
+fn vip(cx: &mut Ctx<'_>, r: &RawRule, at: &str, ports: &[PortConfig]) -> Option<IpAddr> {
+    cx.name(&r.name, "forwarding_rule");
+    let path = format!("{at}.vip");
+    let v = cx.parse(&r.vip, &path, values::ip)?;
+    if let Some(what) = super::addresses::special_purpose(v) {
+        cx.err(
+            r.vip.span(),
+            &path,
+            (
+                format!("VIP {v} is {what}"),
+                "a VIP must be a unicast address clients route to the appliance: use \
+                 a global or private unicast address"
+                    .into(),
+            ),
+        );
+    }
+    if let Some(p) = ports.iter().find(|p| p.address_for(v) == Some(v)) {
+        cx.err(
+            r.vip.span(),
+            &path,
+            (
+                format!("VIP {v} is the address of port {:?}", p.name),
+                "use a VIP distinct from the appliance's own port addresses".into(),
+            ),
+        );
+    }
+    Some(v)
+}
+
+fn protocol(cx: &mut Ctx<'_>, r: &RawRule, at: &str) -> RuleProtocol {
+    r.protocol
+        .as_ref()
+        .and_then(|p| {
+            cx.parse(p, &format!("{at}.protocol"), |s| {
+                values::choice(
+                    s,
+                    &[
+                        ("TCP", RuleProtocol::Tcp),
+                        ("UDP", RuleProtocol::Udp),
+                        ("L3_DEFAULT", RuleProtocol::L3Default),
+                    ],
+                )
+            })
+        })
+        .unwrap_or(RuleProtocol::Tcp)
+}
+
+/// The rule's ports (all when omitted); an L3_DEFAULT rule must take all.
+fn port_range(
     cx: &mut Ctx<'_>,
-    rule: &ForwardingRuleConfig,
-    raw: &RawRule,
-    earlier: &[(ForwardingRuleConfig, usize)],
-) {
-    let proto_overlap = |a: RuleProtocol, b: RuleProtocol| {
-        a == b || a == RuleProtocol::L3Default || b == RuleProtocol::L3Default
+    r: &RawRule,
+    at: &str,
+    protocol: RuleProtocol,
+) -> Option<PortRange> {
+    let ports_path = format!("{at}.ports");
+    let range = match &r.ports {
+        None => Some(PortRange::ALL),
+        Some(p) => {
+            let text = match p.get_ref() {
+                PortsValue::Int(i) => i.to_string(),
+                PortsValue::Text(t) => t.clone(),
+            };
+            match values::port_range(&text) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    cx.err(p.span(), &ports_path, e);
+                    None
+                }
+            }
+        }
     };
-    for (other, off) in earlier {
-        if other.vip == rule.vip
-            && proto_overlap(other.protocol, rule.protocol)
-            && other.ports.overlaps(&rule.ports)
-        {
-            let (line, _) = cx.map.line_col(*off);
-            let span = raw.ports.as_ref().map_or(raw.vip.span(), |p| p.span());
-            cx.err(
-                span,
-                &format!("forwarding_rule {:?}", rule.name),
+    if protocol == RuleProtocol::L3Default && range.is_some_and(|r| !r.is_all()) {
+        let span = r.ports.as_ref().map_or(r.name.span(), |p| p.span());
+        cx.err(
+            span,
+            &ports_path,
+            (
+                "an L3_DEFAULT rule must cover all ports".into(),
+                "set ports = \"ALL\" (or omit ports), or use protocol TCP/UDP for a port range"
+                    .into(),
+            ),
+        );
+    }
+    range
+}
+
+/// FR-2: one (VIP, protocol, port) belongs to at most one rule. Each rule
+/// that claims what an earlier one does is reported once, naming the
+/// earliest such rule and how many more it overlaps.
+fn check_overlaps(cx: &mut Ctx<'_>, rules: &[(ForwardingRuleConfig, &RawRule)]) {
+    let configs: Vec<&ForwardingRuleConfig> = rules.iter().map(|(r, _)| r).collect();
+    for (i, found) in overlapping_rules(&configs).into_iter().enumerate() {
+        let Some(RuleOverlap { earliest, others }) = found else {
+            continue;
+        };
+        let ((rule, raw), (other, other_raw)) = (&rules[i], &rules[earliest]);
+        let line = cx.line_of(other_raw.name.span().start);
+        let span = raw.ports.as_ref().map_or(raw.vip.span(), |p| p.span());
+        cx.report(span, || {
+            let more = match others - 1 {
+                0 => String::new(),
+                1 => "; 1 other rule overlaps it as well".into(),
+                n => format!("; {n} other rules overlap it as well"),
+            };
+            (
+                format!("forwarding_rule {:?}", rule.name),
                 (
                     format!(
-                        "forwarding_rule {:?} overlaps forwarding_rule {:?} (line {line}): both claim {} {} ports {} (FR-2)",
+                        "forwarding_rule {:?} overlaps forwarding_rule {:?} (line {line}): both claim {} {} ports {} (FR-2){more}",
                         rule.name,
                         other.name,
                         proto_name(rule.protocol, other.protocol),
@@ -156,8 +180,85 @@ fn check_overlap(
                         rule.name, other.name
                     ),
                 ),
-            );
+            )
+        });
+    }
+}
+
+/// A rule that overlaps an earlier one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RuleOverlap {
+    /// The first rule it overlaps (earlier than it).
+    earliest: usize,
+    /// How many rules it overlaps, earlier or later.
+    others: usize,
+}
+
+/// For each rule, whether it overlaps an earlier one (FR-2). Rules of one
+/// VIP are compared per protocol lane: TCP rules with the TCP lane, UDP
+/// with the UDP lane, and L3_DEFAULT ones, which claim every protocol, in
+/// both. An L3_DEFAULT rule meets another one in both lanes, so a third
+/// lane of L3_DEFAULT rules alone tells how often it was counted twice.
+fn overlapping_rules(rules: &[&ForwardingRuleConfig]) -> Vec<Option<RuleOverlap>> {
+    let mut by_vip: HashMap<IpAddr, Vec<usize>> = HashMap::new();
+    for (i, r) in rules.iter().enumerate() {
+        by_vip.entry(r.vip).or_default().push(i);
+    }
+    let mut earliest: Vec<Option<usize>> = vec![None; rules.len()];
+    // Overlapping rules counted with their lane's sign, the rule included.
+    let mut count: Vec<isize> = vec![0; rules.len()];
+    for members in by_vip.values() {
+        for (lane, sign) in [
+            (Some(RuleProtocol::Tcp), 1),
+            (Some(RuleProtocol::Udp), 1),
+            (None, -1),
+        ] {
+            let in_lane: Vec<usize> = members
+                .iter()
+                .copied()
+                .filter(|&i| in_lane(rules[i].protocol, lane))
+                .collect();
+            let items: Vec<Interval> = in_lane
+                .iter()
+                .map(|&i| Interval {
+                    lo: u128::from(rules[i].ports.first),
+                    hi: u128::from(rules[i].ports.last),
+                    group: i,
+                })
+                .collect();
+            for (&i, o) in in_lane.iter().zip(overlaps(&items)) {
+                count[i] += sign * o.count as isize;
+                let found = o.earliest_other_group.map(|k| in_lane[k]);
+                earliest[i] = first_of(earliest[i], found);
+            }
         }
+    }
+    earliest
+        .into_iter()
+        .zip(count)
+        .enumerate()
+        .map(|(i, (first, count))| {
+            first.filter(|&e| e < i).map(|e| RuleOverlap {
+                earliest: e,
+                others: count.unsigned_abs() - 1,
+            })
+        })
+        .collect()
+}
+
+fn first_of(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        _ => a.or(b),
+    }
+}
+
+/// Whether a rule of `protocol` is in a lane: the TCP or UDP lane
+/// (`Some`), or the lane of L3_DEFAULT rules alone (`None`).
+fn in_lane(protocol: RuleProtocol, lane: Option<RuleProtocol>) -> bool {
+    match lane {
+        Some(p) => protocol == p || protocol == RuleProtocol::L3Default,
+        None => protocol == RuleProtocol::L3Default,
     }
 }
 

@@ -8,7 +8,7 @@ use toml::Spanned;
 
 use sluice_core::ServiceId;
 
-use super::context::Ctx;
+use super::context::{name_index, names_listed, Ctx};
 use super::encapsulation::encapsulation;
 use super::model::*;
 use super::raw::*;
@@ -46,17 +46,31 @@ pub(crate) fn services_section(
         );
     }
     backend_limit(cx, services, MAX_BACKENDS);
+    let names = Names {
+        zones,
+        zone_index: name_index(zones.iter().map(|z| &z.name)),
+        raw_hcs,
+        hc_index: name_index(raw_hcs.iter().map(|h| &h.name)),
+    };
     services
         .iter()
-        .map(|s| service(cx, s, zones, raw_hcs, hcs, ports))
+        .map(|s| service(cx, s, &names, hcs, ports))
         .collect()
+}
+
+/// The zones and health checks services refer to by name, indexed once
+/// for every reference.
+struct Names<'a> {
+    zones: &'a [RawZone],
+    zone_index: HashMap<&'a str, usize>,
+    raw_hcs: &'a [RawHealthCheck],
+    hc_index: HashMap<&'a str, usize>,
 }
 
 fn service(
     cx: &mut Ctx<'_>,
     s: &RawService,
-    zones: &[RawZone],
-    raw_hcs: &[RawHealthCheck],
+    names: &Names<'_>,
     hcs: &[HealthCheckConfig],
     ports: &[PortConfig],
 ) -> BackendServiceConfig {
@@ -82,21 +96,18 @@ fn service(
         })
         .unwrap_or_default();
     let health_check = s.health_check.as_ref().and_then(|h| {
-        let found = raw_hcs.iter().position(|r| r.name.get_ref() == h.get_ref());
+        let found = names.hc_index.get(h.get_ref().as_str()).copied();
         if found.is_none() {
-            let known: Vec<String> = raw_hcs
-                .iter()
-                .map(|r| format!("{:?}", r.name.get_ref()))
-                .collect();
+            let defined = names.raw_hcs.iter().map(|r| r.name.get_ref().as_str());
             cx.err(
                 h.span(),
                 &format!("{at}.health_check"),
                 (
                     format!("no health_check named {:?}", h.get_ref()),
-                    if known.is_empty() {
+                    if names.raw_hcs.is_empty() {
                         "define it in a [[health_check]] table, or remove the reference".into()
                     } else {
-                        format!("use one of {}, or define it", known.join(", "))
+                        format!("use one of {}, or define it", names_listed(defined))
                     },
                 ),
             );
@@ -111,7 +122,7 @@ fn service(
     );
     let connection_tracking = tracking(cx, s.connection_tracking.as_ref(), &at);
     let zonal_affinity = zonal(cx, s.zonal_affinity.as_ref(), &at);
-    let backends = backends(cx, s, &at, encapsulation, zones, ports);
+    let backends = backends(cx, s, &at, encapsulation, names, ports);
     let failover_policy = match &s.failover_policy {
         Some(f) => Some(FailoverPolicyConfig {
             failover_ratio: cx.ratio(
@@ -359,7 +370,7 @@ fn backends(
     s: &RawService,
     at: &str,
     encap: Encapsulation,
-    zones: &[RawZone],
+    names: &Names<'_>,
     ports: &[PortConfig],
 ) -> Vec<BackendConfig> {
     let mut seen: HashMap<std::net::IpAddr, usize> = HashMap::new();
@@ -373,21 +384,18 @@ fn backends(
             .as_ref()
             .and_then(|m| cx.parse(m, &format!("{bat}.mac"), values::mac));
         let zone = b.zone.as_ref().and_then(|z| {
-            let found = zones.iter().position(|r| r.name.get_ref() == z.get_ref());
+            let found = names.zone_index.get(z.get_ref().as_str()).copied();
             if found.is_none() {
-                let known: Vec<String> = zones
-                    .iter()
-                    .map(|r| format!("{:?}", r.name.get_ref()))
-                    .collect();
+                let defined = names.zones.iter().map(|r| r.name.get_ref().as_str());
                 cx.err(
                     z.span(),
                     &format!("{bat}.zone"),
                     (
                         format!("no zone named {:?}", z.get_ref()),
-                        if known.is_empty() {
+                        if names.zones.is_empty() {
                             "define it in a [[zone]] table, or remove the reference".into()
                         } else {
-                            format!("use one of {}, or define it", known.join(", "))
+                            format!("use one of {}, or define it", names_listed(defined))
                         },
                     ),
                 );
@@ -402,15 +410,18 @@ fn backends(
             "weight",
         );
         let Some(address) = address else { continue };
-        if let Some(first) = seen.insert(address, i) {
-            cx.err(
-                b.address.span(),
-                &format!("{bat}.address"),
+        if let Some(&first) = seen.get(&address) {
+            cx.report(b.address.span(), || {
                 (
-                    format!("backend {address} is listed twice (also backend[{first}])"),
-                    "list each backend address once per service".into(),
-                ),
-            );
+                    format!("{bat}.address"),
+                    (
+                        format!("backend {address} is listed twice (also backend[{first}])"),
+                        "list each backend address once per service".into(),
+                    ),
+                )
+            });
+        } else {
+            seen.insert(address, i);
         }
         if encap.is_tunnel() && !tunnel_source_exists(ports, address) {
             let fam = if address.is_ipv4() { "IPv4" } else { "IPv6" };

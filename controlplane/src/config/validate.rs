@@ -11,6 +11,7 @@ use toml::Spanned;
 use super::context::Ctx;
 use super::diagnostics::{Diagnostics, SourceMap};
 use super::model::*;
+use super::overlap::{overlaps, Interval};
 use super::raw::*;
 use super::values::{self, Problem};
 
@@ -46,10 +47,8 @@ pub(crate) fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Confi
         &dataplane.ports,
         &forwarding_rules,
     );
-    let mut diags = cx.diags;
-    if !diags.is_empty() {
-        diags.sort();
-        return Err(diags);
+    if !cx.diags.is_empty() {
+        return Err(cx.diags);
     }
     Ok(Config {
         dataplane,
@@ -345,38 +344,82 @@ fn metrics_section(cx: &mut Ctx<'_>, m: Option<&RawMetrics>) -> MetricsConfig {
 
 fn zones_section(cx: &mut Ctx<'_>, zones: &[RawZone]) -> Vec<ZoneConfig> {
     cx.unique(zones.iter().map(|z| &z.name), "zone");
-    let mut seen: Vec<(Cidr, String, usize)> = Vec::new();
+    let mut subnets: Vec<ZoneSubnet> = Vec::new();
     let mut out = Vec::new();
-    for z in zones {
+    for (zone, z) in zones.iter().enumerate() {
         cx.name(&z.name, "zone");
         let zname = z.name.get_ref();
-        let mut subnets = Vec::new();
+        let mut client_subnets = Vec::new();
         for (i, s) in z.client_subnets.iter().enumerate() {
             let path = format!("zone {zname:?} client_subnets[{i}]");
             let Some(c) = cx.parse(s, &path, |t| values::cidr(t, false)) else {
                 continue;
             };
-            if let Some((other, oz, off)) =
-                seen.iter().find(|(o, oz, _)| o.overlaps(&c) && oz != zname)
-            {
-                let (line, _) = cx.map.line_col(*off);
-                let msg = format!("{c} overlaps {other} of zone {oz:?} (line {line})");
-                cx.err(
-                    s.span(),
-                    &path,
-                    (
-                        msg,
-                        "a client address must belong to at most one zone".into(),
-                    ),
-                );
-            }
-            seen.push((c, zname.clone(), s.span().start));
-            subnets.push(c);
+            subnets.push(ZoneSubnet {
+                zone,
+                index: i,
+                cidr: c,
+                span: s.span(),
+            });
+            client_subnets.push(c);
         }
         out.push(ZoneConfig {
             name: zname.clone(),
-            client_subnets: subnets,
+            client_subnets,
         });
     }
+    for family in [true, false] {
+        let of_family: Vec<&ZoneSubnet> = subnets
+            .iter()
+            .filter(|s| s.cidr.addr.is_ipv4() == family)
+            .collect();
+        zone_overlaps(cx, zones, &of_family);
+    }
     out
+}
+
+/// One valid entry of a zone's `client_subnets`.
+struct ZoneSubnet {
+    zone: usize,
+    index: usize,
+    cidr: Cidr,
+    span: std::ops::Range<usize>,
+}
+
+/// A client address belongs to at most one zone: each subnet that
+/// overlaps an earlier subnet of another zone is reported once, naming
+/// the earliest. `subnets` are of one family, in file order.
+fn zone_overlaps(cx: &mut Ctx<'_>, zones: &[RawZone], subnets: &[&ZoneSubnet]) {
+    let items: Vec<Interval> = subnets
+        .iter()
+        .map(|s| {
+            let (lo, hi) = s.cidr.range();
+            Interval {
+                lo,
+                hi,
+                group: s.zone,
+            }
+        })
+        .collect();
+    for (i, o) in overlaps(&items).into_iter().enumerate() {
+        let Some(first) = o.earliest_other_group.filter(|&e| e < i) else {
+            continue;
+        };
+        let (s, other) = (subnets[i], subnets[first]);
+        let line = cx.line_of(other.span.start);
+        cx.report(s.span.clone(), || {
+            let zname = zones[s.zone].name.get_ref();
+            let oz = zones[other.zone].name.get_ref();
+            (
+                format!("zone {zname:?} client_subnets[{}]", s.index),
+                (
+                    format!(
+                        "{} overlaps {} of zone {oz:?} (line {line})",
+                        s.cidr, other.cidr
+                    ),
+                    "a client address must belong to at most one zone".into(),
+                ),
+            )
+        });
+    }
 }
