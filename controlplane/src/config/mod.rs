@@ -25,7 +25,7 @@ mod values;
 
 use std::path::Path;
 
-pub use diagnostics::{Diagnostic, Diagnostics};
+pub use diagnostics::{Diagnostic, Diagnostics, Shown, KEPT};
 pub use model::*;
 pub(crate) use values::mac_text;
 

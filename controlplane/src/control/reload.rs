@@ -2,7 +2,7 @@
 //! first; on any error the running configuration stays. Backends keep
 //! their ids, removed ones drain (CT-10).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::config::{self, Config, Diagnostics};
@@ -18,12 +18,9 @@ pub enum ReloadError {
     #[error("sluice runs without a configuration file path: nothing to reload\n")]
     NoPath,
     /// The file does not validate; the diagnostics name file, line and
-    /// field.
-    #[error(
-        "{diagnostics}\n{} error(s) in {}; the running configuration is unchanged\n",
-        .diagnostics.len(),
-        .path.display()
-    )]
+    /// field. Printed as `check-config` prints it: the first
+    /// [`config::KEPT`] errors and how many more.
+    #[error("{}", invalid_text(.path, .diagnostics, config::KEPT, usize::MAX))]
     Invalid {
         path: PathBuf,
         diagnostics: Diagnostics,
@@ -73,7 +70,7 @@ impl Controller {
             unix_seconds: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
-            error: result.as_ref().err().map(|e| e.to_string()),
+            error: result.as_ref().err().map(kept_error),
         });
         result
     }
@@ -126,6 +123,53 @@ impl Controller {
         self.rebuild();
         Ok(())
     }
+}
+
+/// Errors of a refused file kept for `sluice status` (and its JSON), and
+/// the most bytes of them: the status shows why the last reload failed,
+/// `sluice check-config FILE` lists the errors.
+const KEPT_ERRORS_SHOWN: usize = 10;
+const MAX_KEPT_ERROR_BYTES: usize = 4096;
+
+/// A refused reload's text as kept for `sluice status`: a few KB at most,
+/// whatever the file, so a status reply or a metrics scrape never carries
+/// megabytes of errors.
+fn kept_error(e: &ReloadError) -> String {
+    match e {
+        ReloadError::Invalid { path, diagnostics } => {
+            invalid_text(path, diagnostics, KEPT_ERRORS_SHOWN, MAX_KEPT_ERROR_BYTES)
+        }
+        other => bounded(&other.to_string(), MAX_KEPT_ERROR_BYTES),
+    }
+}
+
+/// A refused file's errors (the first `shown`, at most `max_bytes` of
+/// them) and the count, path and outcome.
+fn invalid_text(path: &Path, diagnostics: &Diagnostics, shown: usize, max_bytes: usize) -> String {
+    let listed = diagnostics.shown(shown).to_string();
+    format!(
+        "{}\n{} error(s) in {}; the running configuration is unchanged\n",
+        bounded(&listed, max_bytes),
+        diagnostics.len(),
+        path.display()
+    )
+}
+
+/// `text` cut to whole lines within `max_bytes`, saying how much was cut.
+fn bounded(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let within = (0..=max_bytes)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    let end = text[..within].rfind('\n').unwrap_or(within);
+    format!(
+        "{}\n… ({} more bytes not kept)",
+        &text[..end],
+        text.len() - end
+    )
 }
 
 /// The `[dataplane]` settings that differ between `old` and `new` although
@@ -240,6 +284,61 @@ tap = "sl-up"
         assert!(matches!(in_memory.reload(), Err(ReloadError::NoPath)));
         assert_eq!(in_memory.shared.view().reloads_failed, 1);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A refused file with a thousand errors: the reply (and the log)
+    /// print the first `config::KEPT`, `sluice status` keeps a few KB;
+    /// both say how many more there are and that nothing changed.
+    #[test]
+    fn refused_reload_text_is_bounded() {
+        let dir = std::env::temp_dir().join(format!("sluice-reload-big-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sluice.toml");
+        std::fs::write(&path, BASE).unwrap();
+        let cfg = config::load_file(&path).unwrap();
+        let clock = Box::new(|| sluice_core::time::Millis(0));
+        let mut c = Controller::new(cfg, Some(path.clone()), vec![], clock).unwrap();
+        let twice = "  { address = \"192.0.2.10\" },\n".repeat(1001);
+        let refused = format!("{BASE}[[backend_service]]\nname = \"web\"\nbackend = [\n{twice}]\n");
+        std::fs::write(&path, refused).unwrap();
+
+        let reply = c.reload().unwrap_err().to_string();
+        assert_eq!(reply.matches(": error: ").count(), config::KEPT, "{reply}");
+        assert!(reply.contains("… and 900 more errors"), "{reply}");
+        assert!(reply.contains("1000 error(s) in"), "{reply}");
+        assert!(
+            reply.contains("the running configuration is unchanged"),
+            "{reply}"
+        );
+
+        let kept = c.shared.view().last_reload.unwrap().error.unwrap();
+        assert!(
+            kept.len() <= MAX_KEPT_ERROR_BYTES + 200,
+            "{} bytes",
+            kept.len()
+        );
+        assert_eq!(
+            kept.matches(": error: ").count(),
+            KEPT_ERRORS_SHOWN,
+            "{kept}"
+        );
+        assert!(kept.contains("… and 990 more errors"), "{kept}");
+        assert!(
+            kept.ends_with("the running configuration is unchanged\n"),
+            "{kept}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Text past the bound is cut at a line, saying how much is cut.
+    #[test]
+    fn bounded_cuts_whole_lines() {
+        assert_eq!(bounded("short", 10), "short");
+        assert_eq!(
+            bounded("line one\nline two\n", 12),
+            "line one\n… (10 more bytes not kept)"
+        );
+        assert_eq!(bounded("ééé", 3), "é\n… (4 more bytes not kept)");
     }
 
     /// AP-5: a reload that changes what only a restart applies is refused
