@@ -366,6 +366,72 @@ mod tests {
         assert_eq!(m.line_col(10), (2, 4));
     }
 
+    /// Columns count characters on lines far longer than a checkpoint
+    /// block, with multi-byte characters across block boundaries.
+    #[test]
+    fn line_col_on_long_lines() {
+        let line = "é".repeat(3000) + "x";
+        let text = format!("a\n{line}\n{line}");
+        let m = SourceMap::new(&text);
+        let x = text.find('x').unwrap();
+        assert_eq!(m.line_col(x), (2, 3001));
+        assert_eq!(m.line_col(text.len()), (3, 3002));
+        assert_eq!(m.line_col(text.len() + 5), (3, 3002));
+        assert_eq!(SourceMap::new("").line_col(0), (1, 1));
+    }
+
+    fn at(line: usize) -> Diagnostic {
+        Diagnostic {
+            line: Some(line),
+            column: Some(1),
+            path: "p".into(),
+            message: format!("m{line}"),
+            hint: "h".into(),
+        }
+    }
+
+    /// The first KEPT errors in file order are kept whatever order they
+    /// are found in; the rest are counted without building their text.
+    #[test]
+    fn keeps_the_first_errors_in_file_order_and_counts_the_rest() {
+        let mut d = Diagnostics::new("f.toml");
+        for line in (1..=KEPT * 3).rev() {
+            d.push(at(line));
+        }
+        for line in KEPT + 1..KEPT * 2 {
+            d.offer(Some(line), Some(1), || panic!("built a dropped error"));
+        }
+        assert_eq!(d.len(), KEPT * 4 - 1);
+        let lines: Vec<usize> = d.iter().filter_map(|e| e.line).collect();
+        assert_eq!(lines, (1..=KEPT).collect::<Vec<_>>());
+        let shown = d.shown(2).to_string();
+        assert!(
+            shown.starts_with("f.toml:1:1: error: p: m1\n  hint: h\nf.toml:2:1:"),
+            "{shown}"
+        );
+        assert!(
+            shown.ends_with(&format!(
+                "f.toml: … and {} more errors (the first 2 in file order are shown)",
+                KEPT * 4 - 3
+            )),
+            "{shown}"
+        );
+        assert_eq!(d.to_string().matches(": error: ").count(), KEPT);
+    }
+
+    #[test]
+    fn long_fields_are_elided_in_the_middle() {
+        let long = format!("head{}tail", "x".repeat(10 * MAX_FIELD));
+        let shown = elided(&long);
+        assert!(shown.len() < MAX_FIELD + 64, "{}", shown.len());
+        assert!(
+            shown.starts_with("head") && shown.ends_with("tail"),
+            "{shown}"
+        );
+        assert!(shown.contains("bytes elided"), "{shown}");
+        assert_eq!(elided("short"), "short");
+    }
+
     #[test]
     fn path_from_headers() {
         let text = "[dataplane]\n[[backend_service]]\nname='a'\n[[backend_service]]\nbogus = 1\n";

@@ -281,3 +281,66 @@ fn shared_ports(a: &PortRange, b: &PortRange) -> String {
         format!("{first}-{last}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(vip: u8, protocol: RuleProtocol, first: u16, last: u16) -> ForwardingRuleConfig {
+        ForwardingRuleConfig {
+            name: String::new(),
+            vip: IpAddr::from([203, 0, 113, vip]),
+            protocol,
+            ports: PortRange { first, last },
+            backend_service: 0,
+        }
+    }
+
+    /// FR-2 as stated: same VIP, protocols equal or either L3_DEFAULT,
+    /// port ranges intersecting.
+    fn fr2(a: &ForwardingRuleConfig, b: &ForwardingRuleConfig) -> bool {
+        let protocols = a.protocol == b.protocol
+            || a.protocol == RuleProtocol::L3Default
+            || b.protocol == RuleProtocol::L3Default;
+        a.vip == b.vip && protocols && a.ports.overlaps(&b.ports)
+    }
+
+    /// The lanes agree with comparing every pair of rules: which rules
+    /// overlap an earlier one, the first of them, and how many others.
+    #[test]
+    fn fr_2_lanes_agree_with_every_pair() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        let protocols = [
+            RuleProtocol::Tcp,
+            RuleProtocol::Udp,
+            RuleProtocol::L3Default,
+        ];
+        for _ in 0..300 {
+            let rules: Vec<ForwardingRuleConfig> = (0..1 + next(30))
+                .map(|_| {
+                    let (a, b) = (next(20) as u16, next(20) as u16);
+                    let p = protocols[next(3) as usize];
+                    rule(next(3) as u8, p, a.min(b), a.max(b))
+                })
+                .collect();
+            let refs: Vec<&ForwardingRuleConfig> = rules.iter().collect();
+            let want: Vec<Option<RuleOverlap>> = (0..rules.len())
+                .map(|i| {
+                    let others = |j: &usize| *j != i && fr2(&rules[i], &rules[*j]);
+                    let earliest = (0..i).find(others)?;
+                    Some(RuleOverlap {
+                        earliest,
+                        others: (0..rules.len()).filter(others).count(),
+                    })
+                })
+                .collect();
+            assert_eq!(overlapping_rules(&refs), want, "{rules:?}");
+        }
+    }
+}
