@@ -61,6 +61,8 @@ fn check_config(file: &Path) -> Run {
     let err_path = file.with_extension("stderr");
     let err = std::fs::File::create(&err_path).unwrap();
     let started = Instant::now();
+    // Reaped below by wait4, which std's `wait` does not offer.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(binary())
         .arg("check-config")
         .arg(file)
@@ -69,8 +71,10 @@ fn check_config(file: &Path) -> Run {
         .spawn()
         .unwrap();
     let mut status = 0;
-    // SAFETY: rusage is plain data; the pid is our own unreaped child.
+    // SAFETY: rusage is plain old data, valid all zero.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: the pid is our own child, not yet reaped; both pointers are
+    // to live locals.
     let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
     let took = started.elapsed();
     assert_eq!(pid, child.id() as i32, "wait4");
