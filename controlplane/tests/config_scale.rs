@@ -60,38 +60,66 @@ struct Run {
 }
 
 /// Runs `sluice check-config` on `file`. stderr goes to a file (a pipe
-/// would stall a child with much to say before it could be reaped), and
-/// the child is reaped with `wait4` for its own peak RSS.
+/// would stall a child with much to say). The child's peak RSS is its
+/// `VmHWM`, sampled while it runs (a high-water mark: the last sample is
+/// the peak up to then); its CPU time is read from `/proc/PID/stat` once
+/// it has exited but before it is reaped (`waitid` with `NOWAIT`).
 fn check_config(file: &Path) -> Run {
+    use rustix::process::{waitid, Pid, WaitIdOptions};
     let err_path = file.with_extension("stderr");
     let err = std::fs::File::create(&err_path).unwrap();
     let started = Instant::now();
-    // Reaped below by wait4, which std's `wait` does not offer.
-    #[allow(clippy::zombie_processes)]
-    let child = Command::new(binary())
+    let mut child = Command::new(binary())
         .arg("check-config")
         .arg(file)
         .stdout(Stdio::null())
         .stderr(err)
         .spawn()
         .unwrap();
-    let mut status = 0;
-    // SAFETY: rusage is plain old data, valid all zero.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: the pid is our own child, not yet reaped; both pointers are
-    // to live locals.
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    let pid = Pid::from_raw(child.id() as i32).expect("a child's pid");
+    let mut max_rss_kb = 0;
+    loop {
+        if let Some(kb) = vm_hwm_kb(child.id()) {
+            max_rss_kb = max_rss_kb.max(kb);
+        }
+        let exited = waitid(
+            pid,
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG,
+        )
+        .expect("waitid");
+        if exited.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let took = started.elapsed();
-    assert_eq!(pid, child.id() as i32, "wait4");
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    let seconds = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    let cpu = cpu_time(child.id());
+    let code = child.wait().expect("reaped").code();
     Run {
         took,
-        cpu: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+        cpu,
         code,
         stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
-        max_rss_kb: usage.ru_maxrss,
+        max_rss_kb,
     }
+}
+
+/// `VmHWM` of a running process, in KiB.
+fn vm_hwm_kb(pid: u32) -> Option<i64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// User plus system CPU time of an exited, unreaped child (fields 14 and
+/// 15 of `/proc/PID/stat`, in USER_HZ = 100 ticks per second on Linux).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    // The command name (field 2) may hold spaces: fields after its `)`.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
 }
 
 /// The run of 3 that took the least CPU time.
