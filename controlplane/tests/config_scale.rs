@@ -65,7 +65,7 @@ struct Run {
 /// the peak up to then); its CPU time is read from `/proc/PID/stat` once
 /// it has exited but before it is reaped (`waitid` with `NOWAIT`).
 fn check_config(file: &Path) -> Run {
-    use rustix::process::{waitid, Pid, WaitIdOptions};
+    use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
     let err_path = file.with_extension("stderr");
     let err = std::fs::File::create(&err_path).unwrap();
     let started = Instant::now();
@@ -83,7 +83,7 @@ fn check_config(file: &Path) -> Run {
             max_rss_kb = max_rss_kb.max(kb);
         }
         let exited = waitid(
-            pid,
+            WaitId::Pid(pid),
             WaitIdOptions::EXITED | WaitIdOptions::NOWAIT | WaitIdOptions::NOHANG,
         )
         .expect("waitid");
