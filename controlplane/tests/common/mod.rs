@@ -8,10 +8,13 @@ use std::process::Command;
 use etherparse::PacketBuilder;
 use pcap_file::pcap::{PcapPacket, PcapReader, PcapWriter};
 
+mod admin_client;
 mod config;
 pub mod diagnostics;
 mod http_target;
 mod running;
+#[allow(unused_imports)]
+pub use admin_client::*;
 #[allow(unused_imports)]
 pub use config::*;
 #[allow(unused_imports)]
