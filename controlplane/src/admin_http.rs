@@ -153,6 +153,9 @@ const WAKER: Token = Token(1);
 const FIRST_CONN: usize = 2;
 /// Accepts per loop turn, so a connect flood cannot starve open connections.
 const ACCEPT_BATCH: usize = 32;
+/// The send buffer asked for each connection (the kernel doubles it): about
+/// two stream parts.
+const SEND_BUFFER: usize = PART_BYTES;
 
 #[derive(Debug)]
 enum Phase {
@@ -204,11 +207,15 @@ impl Answer {
 }
 
 impl Phase {
-    /// Eviction order: finished first, then unanswered, then mid-answer.
-    fn eviction_rank(&self) -> u8 {
+    /// Eviction order: finished first, then unanswered or mid-answer with
+    /// a client that stopped taking bytes, then mid-answer waiting for its
+    /// turn of the loop (`waiting`): a stalled reader is no better than an
+    /// idle connection, and neither must outlive a client just accepted.
+    fn eviction_rank(&self, waiting: bool) -> u8 {
         match self {
             Phase::Lingering { .. } => 0,
             Phase::Reading => 1,
+            Phase::Writing(_) if !waiting => 1,
             Phase::Writing(_) => 2,
         }
     }
@@ -228,6 +235,10 @@ struct Conn {
     /// The last time the client sent or took bytes: under pressure, the
     /// connection stalled the longest is closed first.
     progress: Instant,
+    /// Its last turn ended with the socket still taking bytes
+    /// (`Step::Again`): it waits for the loop, not for its client, so it
+    /// is not stalled whatever `progress` says.
+    waiting: bool,
     deadline: Instant,
 }
 
@@ -405,6 +416,7 @@ impl Server {
             return;
         };
         let step = conn.drive(&self.state, &self.limits);
+        conn.waiting = step == Step::Again;
         let writing = matches!(conn.phase, Phase::Writing(_));
         match step {
             Step::Close => return self.close(slot),
@@ -508,6 +520,10 @@ impl Server {
         let Some(slot) = self.conns.iter().position(Option::is_none) else {
             return;
         };
+        // A socket's send buffer is what a client that stops reading takes
+        // from the loop's time before it stalls: bounded here instead of
+        // growing with the kernel's autotuning (to 4 MiB by default).
+        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER);
         let registered = self.poll.registry().register(
             &mut stream,
             Token(FIRST_CONN + slot),
@@ -522,6 +538,7 @@ impl Server {
             head: Vec::new(),
             phase: Phase::Reading,
             progress: now,
+            waiting: false,
             deadline: now + self.limits.head_timeout,
         });
         // Bytes that arrived before registration are reported by it (edge
@@ -530,9 +547,11 @@ impl Server {
         self.drive(slot);
     }
 
-    /// Closes the connection that matters least: finished, else unanswered,
-    /// else mid-answer; among those, the one stalled the longest (a slow
-    /// reader before a scrape that is being taken).
+    /// Closes the connection that matters least: finished, else unanswered
+    /// or stalled by its client, else mid-answer waiting for the loop
+    /// ([`Phase::eviction_rank`]); among those, the one stalled the longest
+    /// (a slow reader before a scrape that is being taken, however long
+    /// the loop's turns, and before a client just accepted).
     fn evict(&mut self) {
         let victim = self
             .conns
@@ -540,7 +559,7 @@ impl Server {
             .enumerate()
             .filter_map(|(i, c)| {
                 c.as_ref()
-                    .map(|c| (i, (c.phase.eviction_rank(), c.progress)))
+                    .map(|c| (i, (c.phase.eviction_rank(c.waiting), c.progress)))
             })
             .min_by_key(|&(_, key)| key);
         if let Some((i, _)) = victim {
