@@ -196,10 +196,12 @@ fn settled_rss(run: &AdminRun) -> u64 {
 /// past the 10 s answer timeout), and 4 more read one byte a second;
 /// meanwhile 20 scrapes in a row each get the whole exposition within
 /// 10 s, correctly framed and complete, and the process grows less than
-/// 100 MiB. Checked to fail: with `Answer::refill` asking the exposition
-/// for everything at once (the old whole-text answer), the process grew
-/// past the bound; with eviction ranking mid-answer connections by the most
-/// recent progress instead of the oldest, legitimate scrapes were cut.
+/// 100 MiB. Checked to fail: before the fix in `admin_http` that came
+/// with it (kernel-autotuned send buffers let each reader that never reads
+/// take ~500 KiB of the loop's rendering; an unanswered connection was
+/// evicted before any stalled reader), the first scrape timed out at 10 s
+/// with 1.8 of 5.8 MB; with `Answer::refill` asking the exposition for
+/// everything at once, no scrape got a byte within 10 s.
 #[test]
 fn ap_5_slow_readers_cannot_starve_legitimate_scrapes() {
     let dir = tempdir("admin-abuse-slow-readers");
@@ -292,8 +294,8 @@ fn ap_5_slow_readers_cannot_starve_legitimate_scrapes() {
 /// four scrapes (two HTTP/1.1, two HTTP/1.0) read slowly (64 KiB every
 /// 20 ms, reconnecting when one ends) while `/healthz` and `/ready` are
 /// asked 60 times: each answered 200 within 100 ms. Checked to fail: with
-/// no cap on the parts written per turn, a loop turn took a scrape's whole
-/// rendering and probes waited seconds.
+/// `Answer::refill` asking the exposition for everything at once (a turn
+/// of the loop renders a whole scrape), a probe waited 3.1 s.
 #[test]
 fn ap_5_healthz_and_ready_answer_while_big_scrapes_render() {
     let dir = tempdir("admin-abuse-healthz");
@@ -418,20 +420,21 @@ fn steady_lines(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// AP-5: 20 services of 5 backends after 600 TCP packets replayed
-/// through `net_pcap`: the live `/metrics` over HTTP/1.0 and over HTTP/1.1
-/// (de-chunked) are the same text, parse with `promtool check metrics`,
-/// type every family once, and each per-service aggregate is the sum of
-/// its backends' series (packets forwarded, so non-zero); the
-/// `sluice_service_backends` and `..._next_hop_unresolved` gauges are
-/// there for every service. Checked to fail: with the cursor's backend
-/// index advanced after the row instead of before it, a family resumed in
-/// a new part repeats its row and the sums differ.
+/// AP-5: 40 services of 50 backends (`/metrics` about 700 KB, a dozen
+/// parts) after 600 TCP packets replayed through `net_pcap`: the live
+/// `/metrics` over HTTP/1.0 and over HTTP/1.1 (de-chunked) are the same
+/// text, parse with `promtool check metrics`, type every family once, the
+/// per-backend families hold every backend, and each per-service aggregate
+/// is the sum of its backends' series (packets forwarded, so non-zero);
+/// the `sluice_service_backends` and `..._next_hop_unresolved` gauges are
+/// there for every service. Checked to fail: with the per-backend cursor
+/// advanced before its budget check (a row lost at each part boundary),
+/// the per-backend series are fewer than the backends.
 #[test]
 fn ap_5_the_streamed_exposition_is_complete_and_valid() {
     let dir = tempdir("admin-abuse-complete");
     let port = unused_port();
-    let (services, per) = (20usize, 5usize);
+    let (services, per) = (40usize, 50usize);
     let frames: Vec<Vec<u8>> = (0..600u32)
         .map(|i| {
             let s = (i as usize) % services;

@@ -245,7 +245,7 @@ backend_service = "dns"
             3,
         );
         let workers: Vec<_> = (0..2)
-            .map(|_| Arc::new(CachePadded::new(WorkerStats::new())))
+            .map(|_| Arc::new(WorkerStats::new()))
             .collect();
         let top = snap.backends.len();
         for (n, w) in workers.iter().enumerate() {
@@ -349,8 +349,8 @@ backend_service = "dns"
                     steady(&whole),
                     "limit {limit:?}, budget {budget}, {parts} parts"
                 );
-                if budget == 100 {
-                    assert!(parts > 50, "only {parts} parts of 100 bytes");
+                if budget == 100 && limit.is_none() {
+                    assert!(parts > 100, "only {parts} parts of 100 bytes");
                 }
             }
             assert_no_empty_or_repeated_family(&whole);
@@ -443,9 +443,11 @@ backend_service = "dns"
     #[test]
     fn families_without_rows_are_left_out() {
         let src = MetricsSources {
-            workers: vec![Arc::new(CachePadded::new(WorkerStats::new()))],
+            workers: vec![Arc::new(WorkerStats::new())],
             snapshot: Arc::new(SnapshotCell::new(Default::default())),
-            port_names: vec![],
+            // A port: without one the fixed families' encoder refuses the
+            // empty port families and writes nothing at all.
+            port_names: vec!["uplink".into()],
             control: None,
             ports: vec![],
             kernel_drops: vec![],
