@@ -343,12 +343,20 @@ backend_service = "dns"
                 let mut after = Vec::new();
                 assert!(e.fill(&mut after, budget), "still ended");
                 assert!(after.is_empty(), "nothing after the end");
-                let joined = String::from_utf8(joined).unwrap();
-                assert_eq!(
-                    steady(&joined),
-                    steady(&whole),
-                    "limit {limit:?}, budget {budget}, {parts} parts"
-                );
+                let (joined, whole) = (steady(&String::from_utf8(joined).unwrap()), steady(&whole));
+                if joined != whole {
+                    let line = joined
+                        .lines()
+                        .zip(whole.lines())
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(joined.lines().count().min(whole.lines().count()));
+                    panic!(
+                        "limit {limit:?}, budget {budget}, {parts} parts: line {line} is {:?} in \
+                         parts, {:?} in one render",
+                        joined.lines().nth(line),
+                        whole.lines().nth(line)
+                    );
+                }
                 if budget == 100 && limit.is_none() {
                     assert!(parts > 100, "only {parts} parts of 100 bytes");
                 }
