@@ -51,7 +51,9 @@ fn services_config(
         out += &format!("backend_series_limit = {limit}\n");
     }
     for s in 0..services {
-        out += &format!("[[backend_service]]\nname = \"s{s}\"\nmaglev_table_size = 1009\nbackend = [\n");
+        out += &format!(
+            "[[backend_service]]\nname = \"s{s}\"\nmaglev_table_size = 1009\nbackend = [\n"
+        );
         for b in 0..per {
             out += &format!(
                 "  {{ address = \"{}\", mac = \"02:00:00:00:01:01\" }},\n",
@@ -126,9 +128,16 @@ fn full_scrape(port: u16, http10: bool, limit: Duration) -> (String, Duration) {
         .unwrap_or_else(|e| panic!("scrape (HTTP/1.{}): {e}", u8::from(!http10)));
     let took = t0.elapsed();
     assert_eq!(a.status, 200, "{}", a.head);
-    assert_eq!(a.chunked, !http10, "framing of an HTTP/1.{} answer: {}", u8::from(!http10), a.head);
+    assert_eq!(
+        a.chunked,
+        !http10,
+        "framing of an HTTP/1.{} answer: {}",
+        u8::from(!http10),
+        a.head
+    );
     assert!(
-        a.header("content-type").is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
+        a.header("content-type")
+            .is_some_and(|t| t.starts_with("text/plain; version=0.0.4")),
         "{}",
         a.head
     );
@@ -149,9 +158,11 @@ fn stalled_reader(port: u16) -> Option<TcpStream> {
     let s = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
     s.set_recv_buffer_size(4096).ok()?;
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    s.connect_timeout(&addr.into(), Duration::from_secs(2)).ok()?;
+    s.connect_timeout(&addr.into(), Duration::from_secs(2))
+        .ok()?;
     let mut s: TcpStream = s.into();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
     Some(s)
 }
 
@@ -225,7 +236,11 @@ fn ap_5_slow_readers_cannot_starve_legitimate_scrapes() {
     let stop = Arc::new(AtomicBool::new(false));
     let peak = peak_rss(run.pid(), Arc::clone(&stop));
     let mut stalled: VecDeque<TcpStream> = (0..200).filter_map(|_| stalled_reader(port)).collect();
-    assert!(stalled.len() >= 190, "only {} connections opened", stalled.len());
+    assert!(
+        stalled.len() >= 190,
+        "only {} connections opened",
+        stalled.len()
+    );
     let opened = Arc::new(AtomicU64::new(stalled.len() as u64));
     let churn = {
         let (stop, opened) = (Arc::clone(&stop), Arc::clone(&opened));
@@ -488,7 +503,10 @@ fn ap_5_the_streamed_exposition_is_complete_and_valid() {
     }
 
     for (agg, per_backend) in [
-        ("sluice_service_packets_total", "sluice_backend_packets_total"),
+        (
+            "sluice_service_packets_total",
+            "sluice_backend_packets_total",
+        ),
         ("sluice_service_bytes_total", "sluice_backend_bytes_total"),
         (
             "sluice_service_new_connections_total",
@@ -513,14 +531,17 @@ fn ap_5_the_streamed_exposition_is_complete_and_valid() {
     for s in 0..services {
         for state in ["healthy", "unhealthy", "draining"] {
             let want = if state == "healthy" { per } else { 0 };
-            let line = format!("sluice_service_backends{{service=\"s{s}\",state=\"{state}\"}} {want}");
+            let line =
+                format!("sluice_service_backends{{service=\"s{s}\",state=\"{state}\"}} {want}");
             assert!(text.lines().any(|l| l == line), "{line} missing");
         }
         let line = format!("sluice_service_backends_next_hop_unresolved{{service=\"s{s}\"}} 0");
         assert!(text.lines().any(|l| l == line), "{line} missing");
     }
     assert_eq!(
-        series(&text, "sluice_rule_packets_total").values().sum::<u64>(),
+        series(&text, "sluice_rule_packets_total")
+            .values()
+            .sum::<u64>(),
         frames.len() as u64
     );
 }
@@ -566,10 +587,15 @@ fn ap_5_backend_series_limit_and_reload() {
     for _ in 0..3 {
         let (text, _) = full_scrape(port, false, Duration::from_secs(10));
         assert!(
-            !text.contains("sluice_backend_packets_total{") && !text.contains("# TYPE sluice_backend_packets_total"),
+            !text.contains("sluice_backend_packets_total{")
+                && !text.contains("# TYPE sluice_backend_packets_total"),
             "per-backend series above the limit:\n{text}"
         );
-        assert!(!text.lines().any(|l| l.starts_with("sluice_backend_") && !l.starts_with("sluice_backend_packets_uncounted_total")), "{text}");
+        assert!(
+            !text.lines().any(|l| l.starts_with("sluice_backend_")
+                && !l.starts_with("sluice_backend_packets_uncounted_total")),
+            "{text}"
+        );
         check_aggregates(&text);
     }
     let log = run.stderr();
@@ -584,7 +610,10 @@ fn ap_5_backend_series_limit_and_reload() {
         if text.contains("sluice_backend_packets_total{") {
             break text;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no per-backend series after the reload:\n{text}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no per-backend series after the reload:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(series(&text, "sluice_backend_packets_total").len(), 30);
@@ -598,8 +627,14 @@ fn ap_5_backend_series_limit_and_reload() {
     let (ok, out) = run.reload(&config(20));
     assert!(ok, "reload: {out}");
     let t0 = Instant::now();
-    while full_scrape(port, false, Duration::from_secs(10)).0.contains("sluice_backend_packets_total{") {
-        assert!(t0.elapsed() < Duration::from_secs(10), "per-backend series stay after lowering the limit");
+    while full_scrape(port, false, Duration::from_secs(10))
+        .0
+        .contains("sluice_backend_packets_total{")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "per-backend series stay after lowering the limit"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     full_scrape(port, true, Duration::from_secs(10));

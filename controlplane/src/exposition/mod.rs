@@ -244,9 +244,7 @@ backend_service = "dns"
             &BuildInputs::with_health(&health),
             3,
         );
-        let workers: Vec<_> = (0..2)
-            .map(|_| Arc::new(WorkerStats::new()))
-            .collect();
+        let workers: Vec<_> = (0..2).map(|_| Arc::new(WorkerStats::new())).collect();
         let top = snap.backends.len();
         for (n, w) in workers.iter().enumerate() {
             w.backend_packets.cover(top);
@@ -383,7 +381,10 @@ backend_service = "dns"
         let under = render(&sources(None), None);
         let over = render(&sources(Some(22)), None);
         for (agg, per) in [
-            ("sluice_service_packets_total", "sluice_backend_packets_total"),
+            (
+                "sluice_service_packets_total",
+                "sluice_backend_packets_total",
+            ),
             ("sluice_service_bytes_total", "sluice_backend_bytes_total"),
             (
                 "sluice_service_new_connections_total",
@@ -402,7 +403,8 @@ backend_service = "dns"
                 assert!(total > 0, "{agg}{{{labels}}} is 0");
                 assert_eq!(total, sum, "{agg}{{{labels}}}");
                 assert!(
-                    over.lines().any(|l| l == format!("{agg}{{{labels}}} {total}")),
+                    over.lines()
+                        .any(|l| l == format!("{agg}{{{labels}}} {total}")),
                     "{agg}{{{labels}}} {total} above the limit"
                 );
             }
@@ -462,7 +464,12 @@ backend_service = "dns"
             pool: None,
         };
         let text = render(&src, None);
-        for prefix in ["sluice_backend_packets_total", "sluice_service_", "sluice_rule_", "sluice_vip_"] {
+        for prefix in [
+            "sluice_backend_packets_total",
+            "sluice_service_",
+            "sluice_rule_",
+            "sluice_vip_",
+        ] {
             assert!(
                 !text.lines().any(|l| l.contains(prefix)),
                 "{prefix} in\n{text}"

@@ -194,7 +194,13 @@ pub struct AdminRun {
 impl AdminRun {
     /// Writes `config` to `dir/sluice.toml` and starts sluice on it for
     /// at most `seconds`; waits (up to `ready_within`) for `/ready` 200.
-    pub fn start(dir: &Path, port: u16, config: &str, seconds: u32, ready_within: Duration) -> Self {
+    pub fn start(
+        dir: &Path,
+        port: u16,
+        config: &str,
+        seconds: u32,
+        ready_within: Duration,
+    ) -> Self {
         let cfg = dir.join("sluice.toml");
         std::fs::write(&cfg, config).unwrap();
         let sock = dir.join("ctl.sock");
@@ -216,7 +222,8 @@ impl AdminRun {
         };
         let t0 = Instant::now();
         while t0.elapsed() < ready_within {
-            if admin_get(port, "/ready", true, Duration::from_secs(2)).is_ok_and(|a| a.status == 200)
+            if admin_get(port, "/ready", true, Duration::from_secs(2))
+                .is_ok_and(|a| a.status == 200)
             {
                 return run;
             }
