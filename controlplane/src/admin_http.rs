@@ -715,8 +715,8 @@ mod tests {
                 .unwrap();
         let addr = server.local_addr();
         let stalled = || {
-            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-                .unwrap();
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
             s.set_recv_buffer_size(4096).unwrap();
             s.connect(&addr.into()).unwrap();
             let mut s: TcpStream = s.into();
@@ -749,12 +749,9 @@ mod tests {
             std::thread::spawn(move || {
                 let mut held = std::collections::VecDeque::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let s = socket2::Socket::new(
-                        socket2::Domain::IPV4,
-                        socket2::Type::STREAM,
-                        None,
-                    )
-                    .unwrap();
+                    let s =
+                        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                            .unwrap();
                     s.set_recv_buffer_size(4096).unwrap();
                     if s.connect(&addr.into()).is_ok() {
                         let mut s: TcpStream = s.into();
