@@ -259,10 +259,16 @@ pub fn render(src: &MetricsSources) -> String {
 
 /// The text format of `families`.
 pub fn encode(families: &[MetricFamily]) -> Vec<u8> {
+    // The encoder refuses a family without samples (no ports, no kernel
+    // drops) and writes nothing after it: such families are left out.
+    let some: Vec<MetricFamily> = families
+        .iter()
+        .filter(|f| !f.get_metric().is_empty())
+        .cloned()
+        .collect();
     let mut buf = Vec::new();
-    // Encoding only fails on families the encoder cannot represent, which
-    // `families` never builds.
-    let _ = TextEncoder::new().encode(families, &mut buf);
+    // Encoding only fails on an empty family, filtered out above.
+    let _ = TextEncoder::new().encode(&some, &mut buf);
     buf
 }
 
