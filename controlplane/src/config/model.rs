@@ -207,7 +207,7 @@ pub struct ZoneConfig {
     pub client_subnets: Vec<Cidr>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HealthCheckConfig {
     pub name: String,
     /// The validated `type` and its fields: what the prober runs.
@@ -306,7 +306,7 @@ pub struct BackendConfig {
     pub weight: u16,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct BackendServiceConfig {
     pub name: String,
     pub encapsulation: Encapsulation,
