@@ -33,6 +33,16 @@ impl RunningSluice {
         }
     }
 
+    /// The process id of the run (for `/proc/PID/…`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the run has exited already (its exit status, if so).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Sends `signal` (`-HUP`, …) to the run.
     pub fn signal(&self, signal: &str) {
         let _ = Command::new("kill")
@@ -132,4 +142,35 @@ pub fn scrape(port: u16) -> String {
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
     body
+}
+
+/// `GET path` on loopback `port` over HTTP/1.0: the whole answer, headers
+/// included (empty if nothing answers).
+pub fn http_get(port: u16, path: &str) -> String {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    let _ = write!(s, "GET {path} HTTP/1.0\r\n\r\n");
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// A loopback TCP port that was free a moment ago (for `[metrics] listen`).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// VmRSS of process `pid` in KiB (from /proc/PID/status; 0 if unreadable).
+pub fn vm_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }

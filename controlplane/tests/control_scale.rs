@@ -1,0 +1,362 @@
+//! The control plane stays linear in the size of the configuration (issue
+//! 30), through the real `sluice` binary (`net_null`, `--no-huge`, the
+//! debug build the test harness makes).
+//!
+//! The intent is to catch a step that turns quadratic, by ratio and not by
+//! absolute timing: for each dimension — services (each with its own rule
+//! and VIP), forwarding rules (many rules over a few services) and
+//! backends (one service) — the same operations run against a
+//! configuration of size n and of size 2n, the best of three runs of each
+//! (the sizes interleaved, so drift in the machine's load hits both), and
+//! the time at 2n must stay within 3× of the time at n. A linear step
+//! gives ≈ 2, a quadratic one ≈ 4. Nothing is subtracted (process start of
+//! the `sluice` client included); n is chosen so that every operation at n
+//! takes tens to hundreds of milliseconds in a debug build, well above the
+//! constant part. The operations: start (spawn → `GET /ready` 200), `sluice
+//! status` and `sluice status --json` round trips (AP-5, the control
+//! socket), a full `/metrics` scrape with every per-backend series on
+//! (`[metrics] backend_series_limit` above the backend count), a `sluice
+//! reload` of the file with one backend's weight changed (AP-2/AP-5) and
+//! `sluice check-config` of the file.
+//!
+//! The second test holds memory flat across reloads: 100 reloads of a
+//! 20,000-backend configuration alternating between two files that differ
+//! in one backend's weight; the resident set after reload 100 stays within
+//! 10 % (and at most 32 MiB) of the one after reload 10 — the live snapshot
+//! plus bounded caches, nothing kept per reload.
+//!
+//! Every number is printed (`--nocapture`) so that a failure can be read.
+//! The tests in this file run one at a time (a lock), so that they do not
+//! time each other.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// One test at a time in this file: they measure time and memory.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs of each size; the best (minimum) of them is compared.
+const ROUNDS: usize = 3;
+/// The largest allowed ratio of the time at 2n to the time at n.
+const MAX_RATIO: f64 = 3.0;
+/// The operations measured, in the order of [`Times`].
+const OPS: [&str; 6] = [
+    "start (spawn -> /ready 200)",
+    "sluice status",
+    "sluice status --json",
+    "GET /metrics (full)",
+    "sluice reload (one weight changed)",
+    "sluice check-config",
+];
+type Times = [Duration; 6];
+
+/// Backend number `k` (10.1.0.0 + k, on the port's 10.0.0.0/8).
+fn backend(k: usize, weight: u16) -> String {
+    let a = std::net::Ipv4Addr::from(0x0a01_0000u32 + k as u32);
+    if weight == 1 {
+        format!("  {{ address = \"{a}\", mac = \"02:00:00:00:00:02\" }},\n")
+    } else {
+        format!("  {{ address = \"{a}\", mac = \"02:00:00:00:00:02\", weight = {weight} }},\n")
+    }
+}
+
+/// VIP number `k` (172.16.0.0 + k).
+fn vip(k: usize) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::from(0xac10_0000u32 + k as u32)
+}
+
+/// The head of every configuration: the `net_null` port, `/metrics` on
+/// loopback `metrics` with every per-backend series of `backends` on.
+fn head(metrics: u16, backends: usize) -> String {
+    null_dataplane(metrics) + &format!("\nbackend_series_limit = {}\n", backends + 10)
+}
+
+/// `per`-backend services `s{first}…s{first+count-1}` (backends numbered
+/// from `first × per`), Maglev table `table`; backend 0 of service 0 gets
+/// `weight0`.
+fn services(count: usize, per: usize, table: u32, weight0: u16) -> String {
+    let mut t = String::new();
+    for i in 0..count {
+        t += &format!(
+            "[[backend_service]]\nname = \"s{i}\"\nmaglev_table_size = {table}\nbackend = [\n"
+        );
+        for j in 0..per {
+            let k = i * per + j;
+            t += &backend(k, if k == 0 { weight0 } else { 1 });
+        }
+        t += "]\n";
+    }
+    t
+}
+
+fn rule(name: &str, vip: impl std::fmt::Display, ports: &str, service: usize) -> String {
+    format!(
+        "[[forwarding_rule]]\nname = \"{name}\"\nvip = \"{vip}\"\nports = \"{ports}\"\n\
+         backend_service = \"s{service}\"\n"
+    )
+}
+
+/// A dimension of the configuration: how a file of size `n` looks.
+#[derive(Clone, Copy, Debug)]
+enum Dimension {
+    /// n services of 5 backends, each behind its own rule and VIP.
+    Services,
+    /// 4 services of 5 backends behind n rules: half of them distinct
+    /// ports on 4 VIPs, half on VIPs of their own.
+    Rules,
+    /// One service of n backends.
+    Backends,
+}
+
+impl Dimension {
+    /// The configuration of size `n` (`weight0`: backend 0's weight), and
+    /// its backend count.
+    fn config(self, n: usize, metrics: u16, weight0: u16) -> (String, usize) {
+        match self {
+            Dimension::Services => {
+                let mut t = head(metrics, n * 5) + &services(n, 5, 251, weight0);
+                for i in 0..n {
+                    t += &rule(&format!("r{i}"), vip(i), "80", i);
+                }
+                (t, n * 5)
+            }
+            Dimension::Rules => {
+                let mut t = head(metrics, 20) + &services(4, 5, 251, weight0);
+                for k in 0..n {
+                    t += &if k % 2 == 0 {
+                        let p = 1024 + k / 8;
+                        rule(&format!("r{k}"), vip(k / 2 % 4), &p.to_string(), k % 4)
+                    } else {
+                        rule(&format!("r{k}"), vip(1000 + k), "443", k % 4)
+                    };
+                }
+                (t, 20)
+            }
+            Dimension::Backends => {
+                let t = head(metrics, n)
+                    + &services(1, n, 65537, weight0)
+                    + &rule("r0", vip(0), "80", 0);
+                (t, n)
+            }
+        }
+    }
+}
+
+/// Whether an HTTP answer's status line says 200.
+fn ok_200(answer: &str) -> bool {
+    answer
+        .lines()
+        .next()
+        .is_some_and(|l| l.split(' ').nth(1) == Some("200"))
+}
+
+fn timed<T>(f: impl FnOnce() -> T) -> (Duration, T) {
+    let t0 = Instant::now();
+    let r = f();
+    (t0.elapsed(), r)
+}
+
+/// `sluice ARGS` (exit status, stdout, stderr).
+fn sluice(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(sluice_bin()).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Starts `sluice run` on `cfg` and waits for `GET /ready` 200 on
+/// `metrics`: the run and how long that took from the spawn.
+fn start(cfg: &Path, sock: &Path, metrics: u16) -> (RunningSluice, Duration) {
+    let _ = std::fs::remove_file(sock);
+    let t0 = Instant::now();
+    let mut run = RunningSluice::start(cfg, sock, 900);
+    loop {
+        if ok_200(&http_get(metrics, "/ready")) {
+            return (run, t0.elapsed());
+        }
+        if let Some(status) = run.exited() {
+            panic!("sluice run on {cfg:?} exited: {status}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(300),
+            "sluice run on {cfg:?} not ready within 300 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One round at size `n`: every operation of [`OPS`] once.
+fn round(dir: &Path, dim: Dimension, n: usize, r: usize) -> Times {
+    let metrics = free_port();
+    let cfg = dir.join(format!("{dim:?}-{n}.toml"));
+    let (text, backends) = dim.config(n, metrics, 1);
+    std::fs::write(&cfg, &text).unwrap();
+    let cfg_s = cfg.to_str().unwrap();
+
+    let (check, (ok, _, err)) = timed(|| sluice(&["check-config", cfg_s]));
+    assert!(ok, "check-config {cfg_s}: {err}");
+
+    let sock = dir.join(format!("ctl-{n}.sock"));
+    let (run, started) = start(&cfg, &sock, metrics);
+    let sock_s = sock.to_str().unwrap();
+    let last = std::net::Ipv4Addr::from(0x0a01_0000u32 + backends as u32 - 1).to_string();
+
+    let (status, (ok, out, err)) = timed(|| sluice(&["status", "--control-socket", sock_s]));
+    assert!(ok, "status at {dim:?} {n}: {err}");
+    assert!(out.contains(&format!("backend {last} ")), "{dim:?} {n}");
+
+    let (json, (ok, out, err)) =
+        timed(|| sluice(&["status", "--json", "--control-socket", sock_s]));
+    assert!(ok, "status --json at {dim:?} {n}: {err}");
+    assert!(out.contains(&format!("\"{last}\"")), "{dim:?} {n}");
+
+    let (scrape_t, body) = timed(|| scrape(metrics));
+    assert!(ok_200(&body), "{dim:?} {n}: {body:.200}");
+    assert!(
+        body.contains(&format!("backend=\"{last}\"")),
+        "{dim:?} {n}: the last backend's series missing from /metrics"
+    );
+
+    // Backend 0's weight 1 -> 3 (the file of the next round starts at 1
+    // again: every reload changes exactly one weight).
+    std::fs::write(&cfg, dim.config(n, metrics, 3).0).unwrap();
+    let (reload, (ok, out, err)) = timed(|| sluice(&["reload", "--control-socket", sock_s]));
+    assert!(ok, "reload at {dim:?} {n}: {out}{err}");
+    drop(run);
+
+    let t = [started, status, json, scrape_t, reload, check];
+    eprintln!(
+        "{dim:?} n={n} round {r}: {}",
+        t.iter()
+            .map(|d| format!("{:.0}ms", d.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    t
+}
+
+/// Rounds at n and 2n, interleaved; asserts every ratio of the best times
+/// is within [`MAX_RATIO`].
+fn within_ratio(dim: Dimension, n: usize) {
+    let _serial = serial();
+    let dir = tempdir(&format!("control-scale-{dim:?}"));
+    let mut best = [[Duration::MAX; 6]; 2];
+    for r in 0..ROUNDS {
+        for (i, size) in [n, 2 * n].into_iter().enumerate() {
+            let t = round(&dir, dim, size, r);
+            for (b, t) in best[i].iter_mut().zip(t) {
+                *b = (*b).min(t);
+            }
+        }
+    }
+    let mut failed = Vec::new();
+    eprintln!("{dim:?}: best of {ROUNDS}, n = {n} vs 2n = {}", 2 * n);
+    for (k, op) in OPS.iter().enumerate() {
+        let (a, b) = (best[0][k], best[1][k]);
+        let ratio = b.as_secs_f64() / a.as_secs_f64();
+        eprintln!(
+            "  {op:<36} {:>9.1} ms {:>9.1} ms  x{ratio:.2}",
+            a.as_secs_f64() * 1e3,
+            b.as_secs_f64() * 1e3
+        );
+        if ratio > MAX_RATIO {
+            failed.push(format!("{op}: {a:?} at {n}, {b:?} at {} (x{ratio:.2})", 2 * n));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{dim:?}: super-linear (2n within {MAX_RATIO}x of n):\n{}",
+        failed.join("\n")
+    );
+}
+
+/// Services, each with its own forwarding rule and VIP, 5 backends each
+/// (AP-5 status/metrics, AP-2 reload): 2,000 vs 4,000 services.
+#[test]
+fn services_scale_linearly() {
+    within_ratio(Dimension::Services, 2_000);
+}
+
+/// Forwarding rules over 4 services, on 4 shared VIPs (distinct ports)
+/// and on VIPs of their own: 2,000 vs 4,000 rules.
+#[test]
+fn rules_scale_linearly() {
+    within_ratio(Dimension::Rules, 2_000);
+}
+
+/// Backends of one service: 10,000 vs 20,000.
+#[test]
+fn backends_scale_linearly() {
+    within_ratio(Dimension::Backends, 10_000);
+}
+
+/// Memory is flat across reloads (AP-2): 100 reloads of one service of
+/// 20,000 backends, alternating between two files that differ in one
+/// backend's weight. VmRSS after reload 100 is within 10 % — and within
+/// 32 MiB — of VmRSS after reload 10: what a reload retires (the old
+/// snapshot, its tables, ids, caches) is freed, the caches are bounded.
+#[test]
+fn memory_is_flat_across_reloads() {
+    let _serial = serial();
+    let dir = tempdir("control-scale-memory");
+    let metrics = free_port();
+    let n = 20_000;
+    let cfg = dir.join("sluice.toml");
+    let files: Vec<String> = [1, 3]
+        .into_iter()
+        .map(|w| Dimension::Backends.config(n, metrics, w).0)
+        .collect();
+    std::fs::write(&cfg, &files[0]).unwrap();
+    let sock = dir.join("ctl.sock");
+    let (run, _) = start(&cfg, &sock, metrics);
+    let sock_s = sock.to_str().unwrap();
+    let pid = run.pid();
+    let mut rss = Vec::new();
+    let t0 = Instant::now();
+    for i in 1..=100 {
+        std::fs::write(&cfg, &files[i % 2]).unwrap();
+        let (ok, out, err) = sluice(&["reload", "--control-socket", sock_s]);
+        assert!(ok, "reload {i}: {out}{err}");
+        // Readers of the published state too: status, JSON, /metrics.
+        if i % 10 == 0 {
+            assert!(sluice(&["status", "--control-socket", sock_s]).0);
+            assert!(sluice(&["status", "--json", "--control-socket", sock_s]).0);
+            assert!(ok_200(&scrape(metrics)));
+            let kib = vm_rss_kib(pid);
+            eprintln!(
+                "reload {i}: VmRSS {:.1} MiB ({:.0} s)",
+                kib as f64 / 1024.0,
+                t0.elapsed().as_secs_f64()
+            );
+            rss.push((i, kib));
+        }
+    }
+    let at10 = rss[0].1 as f64;
+    let at100 = rss.last().unwrap().1 as f64;
+    let growth = at100 - at10;
+    eprintln!(
+        "VmRSS reload 10 -> 100: {:.1} -> {:.1} MiB ({:+.1} MiB, {:+.1} %)",
+        at10 / 1024.0,
+        at100 / 1024.0,
+        growth / 1024.0,
+        growth / at10 * 100.0
+    );
+    assert!(at10 > 0.0, "VmRSS of {pid} not readable");
+    assert!(
+        growth <= at10 * 0.10 && growth <= 32.0 * 1024.0,
+        "VmRSS grew {:.1} MiB over 90 reloads: {rss:?}",
+        growth / 1024.0
+    );
+}
