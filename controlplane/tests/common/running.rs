@@ -33,6 +33,24 @@ impl RunningSluice {
         }
     }
 
+    /// [`RunningSluice::start`] with the run's standard error written to
+    /// `log` (for a test to show when the run fails).
+    pub fn start_logged(cfg: &Path, sock: &Path, seconds: u32, log: &Path) -> Self {
+        let child = Command::new(sluice_bin())
+            .args(["run", "--duration", &seconds.to_string(), "--config"])
+            .arg(cfg)
+            .arg("--control-socket")
+            .arg(sock)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("create the run's log"))
+            .spawn()
+            .expect("spawn sluice run");
+        Self {
+            child,
+            sock: sock.to_path_buf(),
+        }
+    }
+
     /// The process id of the run (for `/proc/PID/…`).
     pub fn pid(&self) -> u32 {
         self.child.id()
