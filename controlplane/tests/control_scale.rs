@@ -212,6 +212,7 @@ impl Cost {
 /// CPU time of the children this process has reaped (the `sluice`
 /// clients run by [`sluice`]).
 fn children_cpu() -> Duration {
+    // SAFETY: rusage is plain integers, for which all zeroes is valid.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage writes the struct it is given.
     assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) }, 0);
@@ -224,6 +225,7 @@ fn children_cpu() -> Duration {
 /// plane does.
 fn server_cpu(pid: u32) -> Duration {
     let mut clock: libc::clockid_t = 0;
+    // SAFETY: timespec is plain integers, for which all zeroes is valid.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: both calls write only the values they are given.
     let total = unsafe {
