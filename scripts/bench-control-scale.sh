@@ -95,13 +95,14 @@ for i in range(services):
     for j in range(per):
         k = 256 + i * per + j
         w = f', weight = {weight}' if i == 0 and j == 0 else ''
-        o.append(f'  {{ address = "10.{(k >> 16) & 255}.{(k >> 8) & 255}.{k & 255}", mac = "02:00:00:00:00:01"{w} }},\n')
+        o.append(f'{{address="10.{(k >> 16) & 255}.{(k >> 8) & 255}.{k & 255}",mac="02:00:00:00:00:01"{w}}},\n')
     o.append(']\n')
 for i in range(services):
     v = 0xC6120000 + i if services > 1 else 0xCB007100 + 10  # 198.18/15, or 203.0.113.10
     vip = f"{(v >> 24) & 255}.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}"
     for r in range(rules):
-        o.append(f'[[forwarding_rule]]\nname = "r{i}-{r}"\nvip = "{vip}"\nprotocol = "TCP"\nports = "{80 + r}"\nbackend_service = "s{i}"\n')
+        # Compact: 100,000 rules stay under the 16 MiB a configuration may be.
+        o.append(f'[[forwarding_rule]]\nname="r{i}-{r}"\nvip="{vip}"\nprotocol="TCP"\nports="{80 + r}"\nbackend_service="s{i}"\n')
 open(path, "w").write("".join(o))
 EOF
 }
@@ -129,7 +130,7 @@ for row in $ROWS; do
   gen "$row" "$DIR/a.toml" 1
   gen "$row" "$DIR/b.toml" 2
   cp "$DIR/a.toml" "$DIR/sluice.toml"
-  vip=$(awk '/^vip = / {gsub(/"/, "", $3); print $3; exit}' "$DIR/sluice.toml")
+  vip=$(awk -F'"' '/^vip ?=/ {print $2; exit}' "$DIR/sluice.toml")
   python3 -c "
 import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
