@@ -312,7 +312,7 @@ mod tests {
             w.rule_packets.add(3);
         }
         let state = ForwardingState {
-            rules: RuleTable::new(vec![ForwardingRule {
+            rules: std::sync::Arc::new(RuleTable::new(vec![ForwardingRule {
                 name: "web-http".into(),
                 vip: "203.0.113.10".parse().unwrap(),
                 protocol: sluice_core::rules::RuleProtocol::Tcp,
@@ -322,7 +322,7 @@ mod tests {
                 },
                 service: ServiceId(0),
                 counter: 3,
-            }]),
+            }])),
             generation: 42,
             services: vec![ServiceState {
                 name: "web".into(),

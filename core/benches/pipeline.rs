@@ -80,7 +80,7 @@ fn state(
         .collect();
     let mut st = ForwardingState {
         generation: 1,
-        rules: RuleTable::new(rules),
+        rules: std::sync::Arc::new(RuleTable::new(rules)),
         services: vec![ServiceState {
             name: "web".into(),
             encapsulation,

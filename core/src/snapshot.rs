@@ -31,7 +31,9 @@ use crate::zones::ZoneMap;
 pub struct ForwardingState {
     /// Increments with every publish; exported as a metric.
     pub generation: u64,
-    pub rules: RuleTable,
+    /// Shared between snapshots: a publish that keeps the rules (a health
+    /// flip, a neighbour change) copies a reference, not 100,000 rules.
+    pub rules: Arc<RuleTable>,
     /// Indexed by [`ServiceId`].
     pub services: Vec<ServiceState>,
     /// Indexed by [`BackendId::index`]; `None` for indexes not in use.

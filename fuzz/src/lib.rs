@@ -73,7 +73,7 @@ pub fn state(mtu: u16) -> ForwardingState {
     };
     let mut state = ForwardingState {
         generation: 1,
-        rules: RuleTable::new(rules),
+        rules: std::sync::Arc::new(RuleTable::new(rules)),
         services,
         backends: vec![
             backend(0, IpAddr::V4(Ipv4Addr::new(192, 168, 0, 1))),

@@ -319,7 +319,7 @@ pub fn build_forwarding_state_with(
 
     let mut state = ForwardingState {
         generation,
-        rules: RuleTable::new(rules),
+        rules: std::sync::Arc::new(RuleTable::new(rules)),
         services,
         backends: backend_table,
         ports,

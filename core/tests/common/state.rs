@@ -126,7 +126,7 @@ pub fn state() -> ForwardingState {
     };
     ForwardingState {
         generation: 1,
-        rules,
+        rules: rules.into(),
         services: vec![
             service("tcp80", Encapsulation::L2, SessionAffinity::None, table01()),
             service(
