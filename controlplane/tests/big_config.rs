@@ -42,6 +42,10 @@ vip = "203.0.113.10"
 protocol = "UDP"
 ports = "53"
 backend_service = "big"
+
+# Per-backend series for all 70,000 (above the default limit of 10,000).
+[metrics]
+backend_series_limit = 100000
 "#,
         dataplane = pcap_dataplane(dir, &PORT_MAC, "10.0.0.1/8", ""),
     )
