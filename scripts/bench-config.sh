@@ -7,7 +7,8 @@
 #   RULE_PORT, DST (the VIP, or for drop an address nothing owns) and
 #   COUNTED (the metric the packets are counted by: transmitted on the
 #   backends port, or for drop received on the clients port).
-# bench_flows WORK: builds the release binaries (only pktgen when
+# bench_flows WORK: builds the release binaries (into CARGO_TARGET_DIR,
+#   default target; only pktgen when
 #   SLUICE_BIN names the sluice to measure: an A/B of prebuilt binaries
 #   does not rebuild the tree's own), writes FLOWS 64-byte
 #   flows to DST into WORK/flows.pcap, and sets RX_DEV (net_pcap replaying
@@ -21,6 +22,14 @@
 #   a rule for RULE_PROTO/RULE_PORT. Reads MBUFS, MEM, BURST, ENCAP;
 #   NOHUGE (--no-huge or empty), CT_CAPACITY and METRICS_LISTEN may be
 #   empty (the defaults, no [metrics] section).
+#   A large rule table (issue 30; both default to the single rule above,
+#   the configuration unchanged): EXTRA_VIPS=N more VIPs, every one with
+#   RULES_PER_VIP=K rules (RULE_PROTO, ports 8000 … 8000+K-1, all to
+#   "web"), and the measured VIP K-1 rules of its own (RULE_PROTO, ports
+#   8001 … 8000+K-1) listed before its measured one, so that its rule is
+#   the last of K it is scanned among. Half the extra VIPs (rounded up)
+#   from 100.64.0.1 up, the rest from 203.0.114.1 up: the measured VIP
+#   203.0.113.10 sits in the middle of the sorted VIPs.
 
 bench_traffic() {
   case "$TRAFFIC" in
@@ -44,12 +53,13 @@ bench_flows() {
   else
     cargo build --release --locked -q -p controlplane -p sluice-benches --bins
   fi
-  target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
+  local pktgen=${CARGO_TARGET_DIR:-target}/release/pktgen
+  $pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
   RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
   if [ "${WORKERS:-1}" = 2 ]; then
     # One RX queue per worker, each with the flows that worker owns (as
     # RSS on the address pair would spread them): nothing is steered.
-    target/release/pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG \
+    $pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG \
       --queues=2 2>/dev/null
     RX_DEV="net_pcap0,rx_pcap=$work/flows-0.pcap,rx_pcap=$work/flows-1.pcap,infinite_rx=1"
   fi
@@ -93,14 +103,31 @@ backend = [
   { address = "198.18.0.11", mac = "02:00:00:00:00:11" },
   { address = "198.18.0.12", mac = "02:00:00:00:00:12" },
 ]
-
-[[forwarding_rule]]
-name = "web-vip"
-vip = "203.0.113.10"
-protocol = "$RULE_PROTO"
-ports = "$RULE_PORT"
-backend_service = "web"
 TOML
+  bench_rules "$1"
+}
+
+# The forwarding rules of bench_config, appended to FILE: the measured
+# rule, and EXTRA_VIPS × RULES_PER_VIP more (see bench_config).
+bench_rules() {
+  local extra=${EXTRA_VIPS:-0} per=${RULES_PER_VIP:-1}
+  awk -v n="$extra" -v k="$per" -v proto="$RULE_PROTO" -v port="$RULE_PORT" '
+    function rule(name, vip, ports) {
+      printf "\n[[forwarding_rule]]\nname = \"%s\"\nvip = \"%s\"\nprotocol = \"%s\"\nports = \"%s\"\nbackend_service = \"web\"\n", name, vip, proto, ports
+    }
+    function ip(a) {
+      return sprintf("%d.%d.%d.%d", int(a / 16777216) % 256, int(a / 65536) % 256, int(a / 256) % 256, a % 256)
+    }
+    BEGIN {
+      for (j = 1; j < k; j++) rule("web-vip-" j, "203.0.113.10", 8000 + j)
+      rule("web-vip", "203.0.113.10", port)
+      low = n - int(n / 2)
+      for (i = 0; i < n; i++) {
+        # 100.64.0.1 …, then 203.0.114.1 …
+        a = (i < low) ? 1681915905 + i : 3405804033 + (i - low)
+        for (j = 0; j < k; j++) rule("x" i "-" j, ip(a), 8000 + j)
+      }
+    }' >> "$1"
 }
 
 # The C peer (benches/c-peer/lb_peer.c) built into target/release/lb_peer
