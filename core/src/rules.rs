@@ -1,5 +1,6 @@
 //! Forwarding rules: (VIP, protocol, port range) → service (FR-1…FR-3).
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::ids::ServiceId;
@@ -68,15 +69,209 @@ pub enum RuleMiss {
 
 /// All forwarding rules, grouped by VIP for lookup.
 ///
-/// VIPs are few (tens to hundreds) and looked up for every packet, so they
-/// live in two sorted arrays of plain integers — IPv4 as `u32`, IPv6 as
-/// `u128` — searched by binary search: a handful of integer compares, no
-/// hashing, trivially immutable. Each VIP's rules (usually one to three)
-/// are scanned in config order.
+/// VIPs live in two sorted arrays of plain integers — IPv4 as `u32`, IPv6
+/// as `u128` — searched by binary search. With more than
+/// [`SMALL_VIPS`] IPv4 VIPs, the worker's fast path
+/// ([`RuleTable::lookup_v4_ports`]) finds its VIP through an open-addressed
+/// hash index instead (a multiply, a shift and usually one probe; issue 30:
+/// 10,000 VIPs cost a 14-step search on every packet). A VIP's rules are
+/// scanned in config order; with more than [`SMALL_RULES`] of them, the
+/// fast path searches TCP's or UDP's port segments (the ports resolved to
+/// their first rule in config order when the table is built) instead.
 #[derive(Clone, Debug, Default)]
 pub struct RuleTable {
-    v4: Vec<(u32, Box<[ForwardingRule]>)>,
+    v4: Vec<(u32, VipRules)>,
     v6: Vec<(u128, Box<[ForwardingRule]>)>,
+    /// `v4`'s VIPs hashed (empty with at most `SMALL_VIPS` of them).
+    v4_index: VipIndex,
+}
+
+/// Up to this many IPv4 VIPs, the fast path binary-searches `v4` (one VIP:
+/// one compare); above, it uses the hash index.
+pub const SMALL_VIPS: usize = 8;
+
+/// Up to this many rules on a VIP, the fast path scans them; above, it
+/// binary-searches the VIP's port segments of the packet's protocol.
+pub const SMALL_RULES: usize = 4;
+
+/// One IPv4 VIP's rules in config order, and for more than `SMALL_RULES`
+/// of them each of TCP's and UDP's destination ports resolved to the rule
+/// that takes it.
+#[derive(Clone, Debug, Default)]
+struct VipRules {
+    rules: Box<[ForwardingRule]>,
+    tcp: Box<[Segment]>,
+    udp: Box<[Segment]>,
+}
+
+/// Ports `first..=last` go to `rules[rule]`; a lane's segments are sorted
+/// and disjoint, and a port in none of them has no rule.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Segment {
+    first: u16,
+    last: u16,
+    rule: u32,
+}
+
+/// An open-addressed (linear probing) hash of the IPv4 VIPs: a power-of-two
+/// number of slots, at most half of them taken, so every probe sequence
+/// ends at an empty slot.
+#[derive(Clone, Debug, Default)]
+struct VipIndex {
+    /// (VIP, its position in `v4` + 1); 0: an empty slot.
+    slots: Box<[(u32, u32)]>,
+    /// 32 − log2(slots): the multiplicative hash's top bits are the slot.
+    shift: u32,
+}
+
+/// Fibonacci hashing's multiplier (2^32 / φ, odd).
+const VIP_HASH: u32 = 0x9E37_79B9;
+
+impl VipIndex {
+    fn new(vips: impl ExactSizeIterator<Item = u32>) -> Self {
+        let n = vips.len();
+        if n <= SMALL_VIPS {
+            return Self::default();
+        }
+        let bits = (2 * n).next_power_of_two().trailing_zeros().max(1);
+        let mut slots = vec![(0u32, 0u32); 1 << bits].into_boxed_slice();
+        let mask = slots.len() - 1;
+        for (pos, vip) in vips.enumerate() {
+            let mut i = Self::home(vip, 32 - bits);
+            while slots[i].1 != 0 {
+                i = (i + 1) & mask;
+            }
+            slots[i] = (vip, pos as u32 + 1);
+        }
+        Self {
+            slots,
+            shift: 32 - bits,
+        }
+    }
+
+    #[inline(always)]
+    fn home(vip: u32, shift: u32) -> usize {
+        (vip.wrapping_mul(VIP_HASH) >> shift) as usize
+    }
+
+    /// `vip`'s position in `v4`.
+    #[inline(always)]
+    fn find(&self, vip: u32) -> Option<usize> {
+        let mask = self.slots.len().wrapping_sub(1);
+        let mut i = Self::home(vip, self.shift);
+        loop {
+            let &(key, pos) = self.slots.get(i)?;
+            if pos == 0 {
+                return None;
+            }
+            if key == vip {
+                return Some(pos as usize - 1);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+}
+
+impl VipRules {
+    fn new(rules: Vec<ForwardingRule>) -> Self {
+        let (tcp, udp) = if rules.len() > SMALL_RULES {
+            (segments(&rules, TCP), segments(&rules, UDP))
+        } else {
+            Default::default()
+        };
+        Self {
+            rules: rules.into_boxed_slice(),
+            tcp,
+            udp,
+        }
+    }
+
+    /// The rule for a packet with ports (the fast path's search).
+    #[inline(always)]
+    fn find_with_port(&self, ip_proto: u8, dst_port: u16) -> Result<&ForwardingRule, RuleMiss> {
+        if self.rules.len() <= SMALL_RULES {
+            return find_rule(&self.rules, ip_proto, Some(dst_port));
+        }
+        let lane = match ip_proto {
+            TCP => &self.tcp,
+            UDP => &self.udp,
+            _ => return find_rule(&self.rules, ip_proto, Some(dst_port)),
+        };
+        // The last segment starting at or before the port, if any, is at
+        // `base` (as `rules_of_v4`'s search).
+        let mut base = 0;
+        let mut size = lane.len();
+        while size > 1 {
+            let half = size / 2;
+            if lane.get(base + half).is_some_and(|s| s.first <= dst_port) {
+                base += half;
+            }
+            size -= half;
+        }
+        lane.get(base)
+            .filter(|s| s.first <= dst_port && dst_port <= s.last)
+            .and_then(|s| self.rules.get(s.rule as usize))
+            .ok_or(RuleMiss::NoRule)
+    }
+}
+
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+
+/// Whether a rule of `protocol` takes IP protocol `ip_proto`.
+#[inline(always)]
+fn protocol_matches(protocol: RuleProtocol, ip_proto: u8) -> bool {
+    match protocol {
+        RuleProtocol::Tcp => ip_proto == TCP,
+        RuleProtocol::Udp => ip_proto == UDP,
+        RuleProtocol::L3Default => true,
+    }
+}
+
+/// The ports of IP protocol `ip_proto` as sorted disjoint segments, each
+/// to the first rule in config order (among `rules`) that takes it: a
+/// sweep over the ranges' ends with the rules covering the current port in
+/// an ordered set (O(n log n)).
+fn segments(rules: &[ForwardingRule], ip_proto: u8) -> Box<[Segment]> {
+    use std::collections::BTreeSet;
+    // (port, rule, starts): a range's first port and the port after its last.
+    let mut events: Vec<(u32, usize, bool)> = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        if protocol_matches(r.protocol, ip_proto) && r.ports.first <= r.ports.last {
+            events.push((u32::from(r.ports.first), i, true));
+            events.push((u32::from(r.ports.last) + 1, i, false));
+        }
+    }
+    events.sort_unstable_by_key(|e| e.0);
+    let mut active = BTreeSet::new();
+    let mut out: Vec<Segment> = Vec::new();
+    let mut k = 0;
+    while k < events.len() {
+        let at = events[k].0;
+        while k < events.len() && events[k].0 == at {
+            let (_, rule, starts) = events[k];
+            if starts {
+                active.insert(rule);
+            } else {
+                active.remove(&rule);
+            }
+            k += 1;
+        }
+        let (Some(&rule), Some(&(next, _, _))) = (active.first(), events.get(k)) else {
+            continue;
+        };
+        // Ports at..next: every one below 65536, so they fit in u16.
+        let (first, last) = (at as u16, (next - 1) as u16);
+        match out.last_mut() {
+            Some(s) if s.rule == rule as u32 && u32::from(s.last) + 1 == at => s.last = last,
+            _ => out.push(Segment {
+                first,
+                last,
+                rule: rule as u32,
+            }),
+        }
+    }
+    out.into_boxed_slice()
 }
 
 impl RuleTable {
@@ -85,23 +280,25 @@ impl RuleTable {
     pub fn new(rules: Vec<ForwardingRule>) -> Self {
         let mut v4: Vec<(u32, Vec<ForwardingRule>)> = Vec::new();
         let mut v6: Vec<(u128, Vec<ForwardingRule>)> = Vec::new();
+        let mut at4 = HashMap::new();
+        let mut at6 = HashMap::new();
         for rule in rules {
             match rule.vip {
-                IpAddr::V4(a) => push_rule(&mut v4, u32::from(a), rule),
-                IpAddr::V6(a) => push_rule(&mut v6, u128::from(a), rule),
+                IpAddr::V4(a) => push_rule(&mut v4, &mut at4, u32::from(a), rule),
+                IpAddr::V6(a) => push_rule(&mut v6, &mut at6, u128::from(a), rule),
             }
         }
         v4.sort_by_key(|v| v.0);
         v6.sort_by_key(|v| v.0);
+        let v4: Vec<(u32, VipRules)> = v4.into_iter().map(|(k, r)| (k, VipRules::new(r))).collect();
+        let v4_index = VipIndex::new(v4.iter().map(|v| v.0));
         Self {
-            v4: v4
-                .into_iter()
-                .map(|(k, r)| (k, r.into_boxed_slice()))
-                .collect(),
+            v4,
             v6: v6
                 .into_iter()
                 .map(|(k, r)| (k, r.into_boxed_slice()))
                 .collect(),
+            v4_index,
         }
     }
 
@@ -110,7 +307,7 @@ impl RuleTable {
     }
 
     pub fn rules(&self) -> impl Iterator<Item = &ForwardingRule> {
-        let v4 = self.v4.iter().flat_map(|(_, r)| r.iter());
+        let v4 = self.v4.iter().flat_map(|(_, r)| r.rules.iter());
         let v6 = self.v6.iter().flat_map(|(_, r)| r.iter());
         v4.chain(v6)
     }
@@ -118,7 +315,7 @@ impl RuleTable {
     #[inline]
     fn rules_of(&self, addr: IpAddr) -> Option<&[ForwardingRule]> {
         match addr {
-            IpAddr::V4(a) => self.rules_of_v4(u32::from(a)),
+            IpAddr::V4(a) => self.rules_of_v4(u32::from(a)).map(|v| &*v.rules),
             IpAddr::V6(a) => {
                 let k = u128::from(a);
                 let i = self.v6.binary_search_by_key(&k, |v| v.0).ok()?;
@@ -136,15 +333,20 @@ impl RuleTable {
         ip_proto: u8,
         dst_port: u16,
     ) -> Result<&ForwardingRule, RuleMiss> {
-        let rules = self.rules_of_v4(dst).ok_or(RuleMiss::NotVip)?;
-        find_rule(rules, ip_proto, Some(dst_port))
+        let vip = self.rules_of_v4(dst).ok_or(RuleMiss::NotVip)?;
+        vip.find_with_port(ip_proto, dst_port)
     }
 
-    /// The rules of IPv4 VIP `dst`, by a binary search written out here:
-    /// `binary_search_by_key` stayed an out-of-line call on every packet.
-    /// With one VIP it is one compare.
+    /// The rules of IPv4 VIP `dst`: with few VIPs by a binary search
+    /// written out here (`binary_search_by_key` stayed an out-of-line call
+    /// on every packet; with one VIP it is one compare), with more by the
+    /// hash index.
     #[inline(always)]
-    fn rules_of_v4(&self, dst: u32) -> Option<&[ForwardingRule]> {
+    fn rules_of_v4(&self, dst: u32) -> Option<&VipRules> {
+        if self.v4.len() > SMALL_VIPS {
+            let pos = self.v4_index.find(dst)?;
+            return self.v4.get(pos).map(|v| &v.1);
+        }
         // The last VIP ≤ dst, if any, is at `base`.
         let mut base = 0;
         let mut size = self.v4.len();
@@ -155,7 +357,7 @@ impl RuleTable {
             }
             size -= half;
         }
-        self.v4.get(base).filter(|v| v.0 == dst).map(|v| &*v.1)
+        self.v4.get(base).filter(|v| v.0 == dst).map(|v| &v.1)
     }
 
     pub fn is_vip(&self, addr: IpAddr) -> bool {
@@ -187,22 +389,27 @@ fn find_rule(
     // A plain loop: `Iterator::find` stayed an out-of-line call on every
     // packet to a VIP.
     for r in rules {
-        let proto_ok = match r.protocol {
-            RuleProtocol::Tcp => ip_proto == 6,
-            RuleProtocol::Udp => ip_proto == 17,
-            RuleProtocol::L3Default => true,
-        };
-        if proto_ok && r.ports.matches(dst_port) {
+        if protocol_matches(r.protocol, ip_proto) && r.ports.matches(dst_port) {
             return Ok(r);
         }
     }
     Err(RuleMiss::NoRule)
 }
 
-fn push_rule<K: PartialEq>(list: &mut Vec<(K, Vec<ForwardingRule>)>, key: K, rule: ForwardingRule) {
-    match list.iter_mut().find(|(k, _)| *k == key) {
-        Some((_, rules)) => rules.push(rule),
-        None => list.push((key, vec![rule])),
+/// Appends `rule` to its VIP's list (`at`: a VIP's position in `list`), so
+/// that building the table is linear in the rules, not VIPs × rules.
+fn push_rule<K: Copy + Eq + std::hash::Hash>(
+    list: &mut Vec<(K, Vec<ForwardingRule>)>,
+    at: &mut HashMap<K, usize>,
+    key: K,
+    rule: ForwardingRule,
+) {
+    match at.get(&key) {
+        Some(&i) => list[i].1.push(rule),
+        None => {
+            at.insert(key, list.len());
+            list.push((key, vec![rule]));
+        }
     }
 }
 
