@@ -192,23 +192,29 @@ impl VipRules {
         if self.rules.len() <= SMALL_RULES {
             return find_rule(&self.rules, ip_proto, Some(dst_port));
         }
-        let lane = match ip_proto {
+        self.find_in_segments(ip_proto, dst_port)
+    }
+
+    /// `find_with_port` above `SMALL_RULES` rules: out of line, so that
+    /// the small case inlined into the worker stays as small as it was.
+    #[inline(never)]
+    fn find_in_segments(&self, ip_proto: u8, dst_port: u16) -> Result<&ForwardingRule, RuleMiss> {
+        let mut lane: &[Segment] = match ip_proto {
             TCP => &self.tcp,
             UDP => &self.udp,
             _ => return find_rule(&self.rules, ip_proto, Some(dst_port)),
         };
-        // The last segment starting at or before the port, if any, is at
-        // `base` (as `rules_of_v4`'s search).
-        let mut base = 0;
-        let mut size = lane.len();
-        while size > 1 {
-            let half = size / 2;
-            if lane.get(base + half).is_some_and(|s| s.first <= dst_port) {
-                base += half;
-            }
-            size -= half;
+        // Halve to the last segment starting at or before the port (the
+        // slices need no bounds checks).
+        while lane.len() > 1 {
+            let half = lane.len() / 2;
+            lane = if lane[half].first <= dst_port {
+                &lane[half..]
+            } else {
+                &lane[..half]
+            };
         }
-        lane.get(base)
+        lane.first()
             .filter(|s| s.first <= dst_port && dst_port <= s.last)
             .and_then(|s| self.rules.get(s.rule as usize))
             .ok_or(RuleMiss::NoRule)
@@ -344,8 +350,7 @@ impl RuleTable {
     #[inline(always)]
     fn rules_of_v4(&self, dst: u32) -> Option<&VipRules> {
         if self.v4.len() > SMALL_VIPS {
-            let pos = self.v4_index.find(dst)?;
-            return self.v4.get(pos).map(|v| &v.1);
+            return self.rules_of_v4_hashed(dst);
         }
         // The last VIP ≤ dst, if any, is at `base`.
         let mut base = 0;
@@ -358,6 +363,14 @@ impl RuleTable {
             size -= half;
         }
         self.v4.get(base).filter(|v| v.0 == dst).map(|v| &v.1)
+    }
+
+    /// `rules_of_v4` above `SMALL_VIPS` VIPs: out of line, so that the
+    /// small case inlined into the worker stays as small as it was.
+    #[inline(never)]
+    fn rules_of_v4_hashed(&self, dst: u32) -> Option<&VipRules> {
+        let pos = self.v4_index.find(dst)?;
+        self.v4.get(pos).map(|v| &v.1)
     }
 
     pub fn is_vip(&self, addr: IpAddr) -> bool {
