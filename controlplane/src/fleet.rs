@@ -164,22 +164,15 @@ struct TableDigest {
 }
 
 impl Fleet {
-    /// `svc`'s table digest, computed again only when its tables changed.
+    /// `svc`'s table digest, computed again only when its tables changed
+    /// (outside the cache's lock: a reader asking for another service's
+    /// digest meanwhile is not held up).
     pub fn table_digest(&self, snap: &ForwardingState, svc: &ServiceState) -> Digest {
-        let mut cache = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-        // A `Weak` keeps its allocation: a live table at the same address
-        // is the same table.
-        let same = |d: &TableDigest| {
-            d.tables.len() == svc.tables.len()
-                && d.tables
-                    .iter()
-                    .zip(&svc.tables)
-                    .all(|(w, t)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(t)))
-        };
-        if let Some(d) = cache.get(&svc.name).filter(|d| same(d)) {
-            return d.digest;
+        if let Some(d) = self.cached_table_digest(svc) {
+            return d;
         }
         let digest = table_digest(snap, svc);
+        let mut cache = self.tables.lock().unwrap_or_else(|p| p.into_inner());
         cache.insert(
             svc.name.clone(),
             TableDigest {
@@ -196,6 +189,21 @@ impl Fleet {
             cache.retain(|name, _| live.contains(name.as_str()));
         }
         digest
+    }
+
+    /// `svc`'s table digest if it is computed for its current tables
+    /// (the control thread computes them right after each publish).
+    pub fn cached_table_digest(&self, svc: &ServiceState) -> Option<Digest> {
+        let cache = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        // A `Weak` keeps its allocation: a live table at the same address
+        // is the same table.
+        let d = cache.get(&svc.name)?;
+        let same = d.tables.len() == svc.tables.len()
+            && d.tables
+                .iter()
+                .zip(&svc.tables)
+                .all(|(w, t)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(t)));
+        same.then_some(d.digest)
     }
 
     /// The configuration digest of `cfg`, computed once per configuration.
@@ -219,13 +227,14 @@ pub fn write_status(out: &mut String, snap: &ForwardingState, view: &View) {
     if let Some(cfg) = &view.config {
         let _ = writeln!(out, "config digest {}", fleet.config_digest(cfg));
     }
+    // Digests of tables published a moment ago may still be computing on
+    // the control thread: a status never waits for them.
     for svc in &snap.services {
-        let _ = writeln!(
-            out,
-            "service {} table digest {}",
-            svc.name,
-            fleet.table_digest(snap, svc)
-        );
+        match fleet.cached_table_digest(svc) {
+            Some(d) => writeln!(out, "service {} table digest {d}", svc.name),
+            None => writeln!(out, "service {} table digest pending", svc.name),
+        }
+        .unwrap_or(());
     }
     for v in fleet.announce.vips().into_iter().flatten() {
         if v.announced {
@@ -384,6 +393,8 @@ backend_service = "web"
                 announced: false,
                 reason: "stopping".into(),
             }]);
+        // What the control thread does after a publish.
+        view.fleet.table_digest(&snap, &snap.services[0]);
         let shared = crate::control::Shared {
             view: std::sync::Mutex::new(view.clone()),
         };
