@@ -22,7 +22,7 @@
 #   a rule for RULE_PROTO/RULE_PORT. Reads MBUFS, MEM, BURST, ENCAP;
 #   NOHUGE (--no-huge or empty), CT_CAPACITY and METRICS_LISTEN may be
 #   empty (the defaults, no [metrics] section).
-#   A large rule table (issue 30; both default to the single rule above,
+#   A large rule table (both default to the single rule above,
 #   the configuration unchanged): EXTRA_VIPS=N more VIPs, every one with
 #   RULES_PER_VIP=K rules (RULE_PROTO, ports 8000 … 8000+K-1, all to
 #   "web"), and the measured VIP K-1 rules of its own (RULE_PROTO, ports

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 30's control-plane matrix through the real binary (`net_null`
+# The control-plane matrix at a provider's scale through the real binary (`net_null`
 # port, `--no-huge`, one worker): a provider's scale, each row one
 # configuration, each figure a wall-clock time on this machine (timing
 # never fails anything; docs/performance.md records the results).

@@ -364,7 +364,7 @@ fn line_of(text: &str, needle: &str) -> usize {
     text.lines().position(|l| l.contains(needle)).unwrap() + 1
 }
 
-/// AP-6: the edge cases of issue 30 are each accepted and parsed by
+/// AP-6: these edge cases are each accepted and parsed by
 /// BIRD, or refused by check-config with their line, field and fix.
 #[test]
 fn ap_6_documented_edge_cases_parse_or_are_refused() {

@@ -1,4 +1,4 @@
-//! Configuration validation at a provider's scale (issue 30), through the
+//! Configuration validation at a provider's scale, through the
 //! real binary: `sluice check-config FILE` as an operator runs it, and as
 //! a reload validates a file.
 //!

@@ -1,5 +1,5 @@
-//! The control plane stays linear in the size of the configuration (issue
-//! 30), through the real `sluice` binary (`net_null`, `--no-huge`, the
+//! The control plane stays linear in the size of the configuration
+//! through the real `sluice` binary (`net_null`, `--no-huge`, the
 //! debug build the test harness makes).
 //!
 //! The intent is to catch a step that turns quadratic, by ratio and not by
@@ -30,7 +30,7 @@
 //! The rules at 20,000 vs 40,000 are `#[ignore]`d for their run time
 //! (minutes in a debug build): `cargo test --test control_scale --
 //! --ignored` runs them. With a quadratic FR-2 overlap check and a service
-//! lookup by name per rule (the code before issue 30), they failed at
+//! lookup by name per rule (the code before the rewrite), they failed at
 //! ×3.2–3.6.
 //!
 //! The last test holds memory flat across reloads: 100 reloads

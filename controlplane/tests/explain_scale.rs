@@ -1,5 +1,5 @@
 //! A live `sluice explain` of one flow costs about the same whatever the
-//! number of the service's backends (issue 30: 12.7–15.8 s at 100,000
+//! number of the service's backends (12.7–15.8 s at 100,000
 //! backends, when each request copied the snapshot and counted every
 //! backend's slots in a table as large as the service needs). Through the
 //! real binary: one service of n and of 2n backends, its Maglev table

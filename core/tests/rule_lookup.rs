@@ -1,4 +1,4 @@
-//! Issue 30: the rule table's fast path (`lookup_v4_ports`: the VIP hash
+//! The rule table's fast path (`lookup_v4_ports`: the VIP hash
 //! index above `SMALL_VIPS` VIPs, the port segments above `SMALL_RULES`
 //! rules on a VIP) returns the rule the plain search does: the first rule
 //! in config order with the packet's VIP, protocol and port.
