@@ -26,6 +26,8 @@
 //! O(backends).
 
 use std::collections::{HashMap, HashSet, VecDeque};
+
+use ahash::AHashMap;
 use std::net::IpAddr;
 
 use sluice_core::ids::BackendId;
@@ -57,8 +59,9 @@ struct Index {
 /// Stable backend ids, keyed by (service name, backend address).
 #[derive(Debug, Default)]
 pub struct BackendIds {
-    /// Per service name, per address (looked up by `&str`, no allocation).
-    configured: HashMap<String, HashMap<IpAddr, BackendId>>,
+    /// Per service name, per address (looked up by `&str`, no allocation;
+    /// a process-local map, so the fast keyed hasher).
+    configured: AHashMap<String, AHashMap<IpAddr, BackendId>>,
     indexes: Vec<Index>,
     free: VecDeque<u32>,
     /// In order of `since` (builds only move forward).
@@ -117,7 +120,7 @@ impl BackendIds {
 
     /// Number of configured backends with an id.
     pub fn len(&self) -> usize {
-        self.configured.values().map(HashMap::len).sum()
+        self.configured.values().map(|m| m.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -134,30 +137,48 @@ impl BackendIds {
         self.indexes.len() - self.free.len()
     }
 
-    /// How many backends of `cfg` have no id yet.
+    /// How many backends of `cfg` have no id yet (a service lists each
+    /// address once: validation refuses duplicates).
     pub fn missing(&self, cfg: &Config) -> usize {
         cfg.backend_services
             .iter()
-            .flat_map(|s| s.backends.iter().map(move |b| (s.name.as_str(), b.address)))
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .filter(|&(s, a)| self.get(s, a).is_none())
-            .count()
+            .map(|s| match self.configured.get(s.name.as_str()) {
+                Some(known) => s
+                    .backends
+                    .iter()
+                    .filter(|b| !known.contains_key(&b.address))
+                    .count(),
+                None => s.backends.len(),
+            })
+            .sum()
     }
 
     /// Forgets the configured backends not in `cfg` (their ids live on in
     /// the draining set, CT-10, until swept), so a backend that is removed
-    /// and later re-added gets a new id.
+    /// and later re-added gets a new id. A service whose every known
+    /// address is still listed (every service a reload did not touch) is
+    /// kept after one lookup per backend.
     pub fn retain_config(&mut self, cfg: &Config) {
-        let keep: HashSet<(&str, IpAddr)> = cfg
+        let services: HashMap<&str, &crate::config::BackendServiceConfig> = cfg
             .backend_services
             .iter()
-            .flat_map(|s| s.backends.iter().map(move |b| (s.name.as_str(), b.address)))
+            .map(|s| (s.name.as_str(), s))
             .collect();
-        for (svc, addrs) in self.configured.iter_mut() {
-            addrs.retain(|addr, _| keep.contains(&(svc.as_str(), *addr)));
-        }
-        self.configured.retain(|_, addrs| !addrs.is_empty());
+        self.configured.retain(|name, known| {
+            let Some(svc) = services.get(name.as_str()) else {
+                return false;
+            };
+            let listed = svc
+                .backends
+                .iter()
+                .filter(|b| known.contains_key(&b.address))
+                .count();
+            if listed < known.len() {
+                let keep: HashSet<IpAddr> = svc.backends.iter().map(|b| b.address).collect();
+                known.retain(|addr, _| keep.contains(addr));
+            }
+            !known.is_empty()
+        });
     }
 
     /// Records that the snapshot being built at `generation` names `id`.

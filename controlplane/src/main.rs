@@ -71,7 +71,8 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let cfg = match controlplane::config::load_file(&config) {
+            let mut config_loader = controlplane::config::Loader::new();
+            let cfg = match config_loader.load_file(&config) {
                 Ok(cfg) => cfg,
                 Err(diags) => {
                     controlplane::error!(
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
                 metrics_dump,
                 metrics_server: !no_metrics_server,
                 config_path: Some(config),
+                config_loader,
                 control_socket,
                 control_socket_group,
                 file_prefix,

@@ -15,10 +15,12 @@ mod frames;
 mod health_check;
 mod idle;
 mod interfaces;
+mod loader;
 pub(crate) mod model;
 mod overlap;
 mod raw;
 mod rules;
+mod segments;
 mod service;
 mod validate;
 mod values;
@@ -26,6 +28,7 @@ mod values;
 use std::path::Path;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Shown, KEPT};
+pub use loader::Loader;
 pub use model::*;
 pub(crate) use values::mac_text;
 
@@ -119,7 +122,7 @@ fn read_config(path: &Path) -> Result<String, (String, String)> {
 /// the file path).
 pub fn load_str(text: &str, origin: &str) -> Result<Config, Diagnostics> {
     match toml::from_str::<raw::RawConfig>(text) {
-        Ok(raw) => validate::validate(raw, text, origin),
+        Ok(raw) => validate::validate(&raw, text, origin),
         Err(e) => {
             let mut d = Diagnostics::new(origin);
             d.push(diagnostics::SourceMap::new(text).toml_error_diagnostic(&e));

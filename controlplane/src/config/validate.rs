@@ -17,7 +17,7 @@ use super::values::{self, Problem};
 
 pub(crate) const MAX_PORTS: usize = sluice_core::stats::MAX_PORTS;
 
-pub(crate) fn validate(raw: RawConfig, text: &str, origin: &str) -> Result<Config, Diagnostics> {
+pub(crate) fn validate(raw: &RawConfig, text: &str, origin: &str) -> Result<Config, Diagnostics> {
     let mut cx = Ctx {
         map: SourceMap::new(text),
         diags: Diagnostics::new(origin),

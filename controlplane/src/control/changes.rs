@@ -1,35 +1,54 @@
 //! What a reload changed, in one line for the log: services, backends,
 //! rules and health checks added, removed or changed, by name.
 
-use std::collections::BTreeMap;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Display;
+use std::hash::Hash;
+use std::net::IpAddr;
 
-use crate::config::{BackendConfig, Config};
+use crate::config::{BackendConfig, BackendServiceConfig, Config};
 
 /// `services +api -old ~web; backends +web/10.0.0.3 -web/10.0.0.1; ...`,
 /// or `no change` when the two configurations are the same. Items are
-/// compared as values, one map lookup each: a reload of 10,000 services
-/// formats none of them.
+/// compared as values, one map lookup each, and only what differs is
+/// formatted; backends are compared only within services that differ, so
+/// a reload that changes one of 10,000 services looks at that service's
+/// backends alone.
 pub fn describe(old: &Config, new: &Config) -> String {
-    let mut parts = Vec::new();
-    part(
-        &mut parts,
-        "services",
-        &named(&old.backend_services, |s| s.name.clone()),
-        &named(&new.backend_services, |s| s.name.clone()),
+    let services = Diff::of(
+        old.backend_services.iter().map(|s| (s.name.as_str(), s)),
+        new.backend_services.iter().map(|s| (s.name.as_str(), s)),
     );
-    part(&mut parts, "backends", &backends(old), &backends(new));
-    part(
-        &mut parts,
-        "rules",
-        &named(&old.forwarding_rules, |r| r.name.clone()),
-        &named(&new.forwarding_rules, |r| r.name.clone()),
+    let mut backends = Diff::default();
+    backends
+        .added
+        .extend(services.added.iter().flat_map(|(_, s)| service_backends(s)));
+    backends.removed.extend(
+        services
+            .removed
+            .iter()
+            .flat_map(|(_, s)| service_backends(s)),
     );
-    part(
-        &mut parts,
-        "health checks",
-        &named(&old.health_checks, |h| h.name.clone()),
-        &named(&new.health_checks, |h| h.name.clone()),
+    for (_, o, n) in &services.changed {
+        backends.merge(Diff::of(service_backends(o), service_backends(n)));
+    }
+    let rules = Diff::of(
+        old.forwarding_rules.iter().map(|r| (r.name.as_str(), r)),
+        new.forwarding_rules.iter().map(|r| (r.name.as_str(), r)),
     );
+    let checks = Diff::of(
+        old.health_checks.iter().map(|h| (h.name.as_str(), h)),
+        new.health_checks.iter().map(|h| (h.name.as_str(), h)),
+    );
+    let parts: Vec<String> = [
+        services.line("services"),
+        backends.line("backends"),
+        rules.line("rules"),
+        checks.line("health checks"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     if parts.is_empty() {
         "no change".into()
     } else {
@@ -37,47 +56,77 @@ pub fn describe(old: &Config, new: &Config) -> String {
     }
 }
 
-/// Every backend by `service/address`.
-fn backends(c: &Config) -> BTreeMap<String, &BackendConfig> {
-    c.backend_services
+/// A service's backends keyed `service/address`.
+fn service_backends(
+    s: &BackendServiceConfig,
+) -> impl Iterator<Item = (BackendKey<'_>, &BackendConfig)> {
+    s.backends
         .iter()
-        .flat_map(|s| {
-            s.backends
-                .iter()
-                .map(move |b| (format!("{}/{}", s.name, b.address), b))
-        })
-        .collect()
+        .map(move |b| (BackendKey(&s.name, b.address), b))
 }
 
-fn named<T>(items: &[T], name: impl Fn(&T) -> String) -> BTreeMap<String, &T> {
-    items.iter().map(|i| (name(i), i)).collect()
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct BackendKey<'a>(&'a str, IpAddr);
+
+impl Display for BackendKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.0, self.1)
+    }
 }
 
-/// `what +added -removed ~changed`, nothing when equal.
-fn part<T: PartialEq>(
-    out: &mut Vec<String>,
-    what: &str,
-    old: &BTreeMap<String, &T>,
-    new: &BTreeMap<String, &T>,
-) {
-    let mut items = Vec::new();
-    items.extend(
-        new.keys()
-            .filter(|k| !old.contains_key(*k))
-            .map(|k| format!("+{k}")),
-    );
-    items.extend(
-        old.keys()
-            .filter(|k| !new.contains_key(*k))
-            .map(|k| format!("-{k}")),
-    );
-    items.extend(
-        new.iter()
-            .filter(|(k, v)| old.get(*k).is_some_and(|o| o != *v))
-            .map(|(k, _)| format!("~{k}")),
-    );
-    if !items.is_empty() {
-        out.push(format!("{what} {}", items.join(" ")));
+/// Items only in the new configuration, only in the old, and in both with
+/// another value, each with its key.
+struct Diff<K, T> {
+    added: Vec<(K, T)>,
+    removed: Vec<(K, T)>,
+    changed: Vec<(K, T, T)>,
+}
+
+impl<K, T> Default for Diff<K, T> {
+    fn default() -> Self {
+        Self {
+            added: Vec::new(),
+            removed: Vec::new(),
+            changed: Vec::new(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + Hash + Display, T: Copy + PartialEq> Diff<K, T> {
+    fn of(old: impl Iterator<Item = (K, T)>, new: impl Iterator<Item = (K, T)>) -> Self {
+        let old: HashMap<K, T> = old.collect();
+        let mut seen = HashSet::with_capacity(old.len());
+        let mut d = Self::default();
+        for (k, v) in new {
+            seen.insert(k);
+            match old.get(&k) {
+                None => d.added.push((k, v)),
+                Some(&o) if o != v => d.changed.push((k, o, v)),
+                Some(_) => {}
+            }
+        }
+        d.removed
+            .extend(old.into_iter().filter(|(k, _)| !seen.contains(k)));
+        d
+    }
+
+    fn merge(&mut self, other: Self) {
+        self.added.extend(other.added);
+        self.removed.extend(other.removed);
+        self.changed.extend(other.changed);
+    }
+
+    /// `what +added -removed ~changed` (each sorted), None when equal.
+    fn line(&self, what: &str) -> Option<String> {
+        let sorted = |sign: char, keys: &mut dyn Iterator<Item = K>| {
+            let mut texts: Vec<String> = keys.map(|k| format!("{sign}{k}")).collect();
+            texts.sort_unstable();
+            texts
+        };
+        let mut items = sorted('+', &mut self.added.iter().map(|(k, _)| *k));
+        items.extend(sorted('-', &mut self.removed.iter().map(|(k, _)| *k)));
+        items.extend(sorted('~', &mut self.changed.iter().map(|(k, ..)| *k)));
+        (!items.is_empty()).then(|| format!("{what} {}", items.join(" ")))
     }
 }
 

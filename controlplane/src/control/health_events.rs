@@ -159,7 +159,7 @@ impl Controller {
         v.health = Arc::new(health);
         v.last_build_seconds = published.duration_since(started).as_secs_f64();
         drop(v);
-        self.warm_digests();
+        self.digests_due = true;
         Some(published)
     }
 }

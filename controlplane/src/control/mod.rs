@@ -81,6 +81,11 @@ pub struct Controller {
     probe_services: HashMap<ProbeKey, Vec<(usize, usize)>>,
     /// Each worker's mailbox, for `sluice explain`'s conntrack lookups.
     mailboxes: Arc<Vec<std::sync::mpsc::Sender<dataplane::worker::mailbox::ConntrackQuery>>>,
+    /// Reads the file on reload, keeping its parsed tables between loads.
+    loader: crate::config::Loader,
+    /// A snapshot or configuration was published whose digests are not
+    /// computed yet ([`Controller::warm_digests`]).
+    digests_due: bool,
 }
 
 /// How often probe counters are copied for the metrics between rebuilds.
@@ -130,10 +135,18 @@ impl Controller {
             shared: Arc::default(),
             stats: Vec::new(),
             mailboxes: Arc::default(),
+            loader: crate::config::Loader::new(),
+            digests_due: false,
             conntrack_near_full: Vec::new(),
         };
         c.rebuild();
         Ok(c)
+    }
+
+    /// Reloads read the file with `loader` (the one that read it at start,
+    /// whose parsed tables the first reload reuses).
+    pub fn keep_loader(&mut self, loader: crate::config::Loader) {
+        self.loader = loader;
     }
 
     /// Counts per backend in `stats` (the workers' blocks) from now on.
@@ -193,11 +206,17 @@ impl Controller {
         self.retire();
     }
 
-    /// Computes the digests of what was just published that `sluice
+    /// Computes the digests of what was last published that `sluice
     /// status` and `/metrics` show (AP-6), here rather than in the first
     /// reader: a status right after a start or reload of 10,000 services
     /// stays a render. Tables kept from the last snapshot hit the cache.
-    fn warm_digests(&self) {
+    /// The control loop calls it once a reload has been answered, so the
+    /// reply does not wait for it; nothing to do when nothing was
+    /// published since.
+    pub fn warm_digests(&mut self) {
+        if !std::mem::take(&mut self.digests_due) {
+            return;
+        }
         let view = self.shared.view();
         let snap = self.cell.load();
         if let Some(cfg) = &view.config {

@@ -48,7 +48,7 @@ impl Controller {
         v.config = Some(Arc::clone(&self.cfg));
         v.last_build_seconds = started.elapsed().as_secs_f64();
         drop(v);
-        self.warm_digests();
+        self.digests_due = true;
         published
     }
 }

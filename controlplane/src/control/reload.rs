@@ -77,10 +77,13 @@ impl Controller {
 
     fn reload_file(&mut self) -> Result<String, ReloadError> {
         let path = self.path.clone().ok_or(ReloadError::NoPath)?;
-        let cfg = config::load_file(&path).map_err(|diagnostics| ReloadError::Invalid {
-            path: path.clone(),
-            diagnostics,
-        })?;
+        let cfg = self
+            .loader
+            .load_file(&path)
+            .map_err(|diagnostics| ReloadError::Invalid {
+                path: path.clone(),
+                diagnostics,
+            })?;
         let changes = super::changes::describe(&self.cfg, &cfg);
         self.apply(cfg)?;
         Ok(format!(

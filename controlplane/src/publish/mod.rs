@@ -94,8 +94,9 @@ fn egress_of(
 pub struct PolicyMemory {
     /// Per service name: last non-empty active pool and its epoch (CT-11).
     pools: HashMap<String, (Pool, u32)>,
-    /// Backends of the last build, to notice removals (CT-10).
-    live: HashMap<BackendId, (String, BackendState)>,
+    /// Per service of the last build (config order): its name and its
+    /// backends' states in config order, to notice removals (CT-10).
+    live: Vec<(String, Vec<BackendState>)>,
     /// Removed backends still draining: service name and state with deadline.
     draining: HashMap<BackendId, (String, BackendState)>,
     /// Each service's tables of the last build, shared while unchanged.
@@ -209,7 +210,7 @@ pub fn build_forwarding_state_with(
     let mut services = Vec::with_capacity(cfg.backend_services.len());
     let mut reports = Vec::with_capacity(cfg.backend_services.len());
     let mut backends: Vec<(BackendId, BackendState)> = Vec::new();
-    let mut live = HashMap::new();
+    let mut live = Vec::with_capacity(cfg.backend_services.len());
     update_draining(cfg, memory, inputs.now);
     let mut draining: HashMap<String, Vec<(BackendId, BackendState)>> = HashMap::new();
     for (id, (name, b)) in &memory.draining {
@@ -228,6 +229,7 @@ pub fn build_forwarding_state_with(
         let mut members = Vec::with_capacity(svc.backends.len());
         let views = backend_views(cfg, svc, inputs);
         let mut member_views = Vec::with_capacity(svc.backends.len());
+        let mut live_states = Vec::with_capacity(svc.backends.len());
         for (b, view) in svc.backends.iter().zip(&views) {
             let Some(id) = ids.get_or_assign(&svc.name, b.address) else {
                 // Unreachable: the config's backend limit and the reload
@@ -253,13 +255,14 @@ pub fn build_forwarding_state_with(
                 draining_until: None,
                 egress,
             };
-            live.insert(id, (svc.name.clone(), state.clone()));
+            live_states.push(state.clone());
             backends.push((id, state));
         }
         let started = Instant::now();
         let (mut state, mut report) = service_state(cfg, svc, &members, &member_views, memory);
         report.build_seconds = started.elapsed().as_secs_f64();
         memory.views.push(views);
+        live.push((svc.name.clone(), live_states));
         // CT-10: removed backends keep their entries working until their
         // deadline; they stay listed (never in a table) until then.
         for (id, mut b) in draining.remove(svc.name.as_str()).unwrap_or_default() {
@@ -388,7 +391,13 @@ pub fn rebuild_services(
         if let Some(Some(st)) = state.backends.get_mut(id.index()) {
             st.healthy = view.healthy;
             st.weight = view.weight;
-            if let Some((_, live)) = memory.live.get_mut(&id) {
+            let live = memory.live.get_mut(c.service).and_then(|(_, states)| {
+                match states.get(c.position) {
+                    Some(s) if s.id == id => states.get_mut(c.position),
+                    _ => states.iter_mut().find(|s| s.id == id),
+                }
+            });
+            if let Some(live) = live {
                 live.clone_from(st);
             }
         }
@@ -427,22 +436,27 @@ fn update_draining(cfg: &Config, memory: &mut PolicyMemory, now: Millis) {
         .iter()
         .map(|s| (s.name.as_str(), s))
         .collect();
-    let configured: HashSet<(&str, IpAddr)> = cfg
-        .backend_services
-        .iter()
-        .flat_map(|s| s.backends.iter().map(move |b| (s.name.as_str(), b.address)))
-        .collect();
-    for (id, (name, mut b)) in std::mem::take(&mut memory.live) {
-        if configured.contains(&(name.as_str(), b.address)) {
-            continue;
-        }
+    for (name, states) in std::mem::take(&mut memory.live) {
         let Some(svc) = services.get(name.as_str()) else {
             continue; // the whole service left: nothing can look it up
         };
+        // The common case, a service the reload did not touch: the same
+        // addresses in the same order.
+        let unchanged = states.len() == svc.backends.len()
+            && states
+                .iter()
+                .zip(&svc.backends)
+                .all(|(s, b)| s.address == b.address);
         let timeout = millis(svc.connection_draining_timeout);
-        if timeout > 0 {
-            b.draining_until = Some(Millis(now.0.saturating_add(timeout)));
-            memory.draining.insert(id, (name, b));
+        if unchanged || timeout == 0 {
+            continue;
+        }
+        let listed: HashSet<IpAddr> = svc.backends.iter().map(|b| b.address).collect();
+        for mut b in states {
+            if !listed.contains(&b.address) {
+                b.draining_until = Some(Millis(now.0.saturating_add(timeout)));
+                memory.draining.insert(b.id, (name.clone(), b));
+            }
         }
     }
     memory.draining.retain(|_, (name, b)| {

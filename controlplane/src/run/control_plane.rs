@@ -32,7 +32,11 @@ pub struct ControlPlane {
     pub requests: Option<ControlSocket>,
 }
 
-pub fn start(cfg: &Config, opts: &RunOptions, runtime: &Runtime) -> Result<ControlPlane, RunError> {
+pub fn start(
+    cfg: &Config,
+    opts: &mut RunOptions,
+    runtime: &Runtime,
+) -> Result<ControlPlane, RunError> {
     let workers = usize::from(cfg.dataplane.workers);
     let port_macs: Vec<[u8; 6]> = runtime.ports().iter().map(Port::mac).collect();
     // One clock for the control thread and the workers: draining deadlines
@@ -45,6 +49,7 @@ pub fn start(cfg: &Config, opts: &RunOptions, runtime: &Runtime) -> Result<Contr
         Box::new(move || Millis(clock.now_ms())),
     )
     .map_err(RunError::ControlThreads)?;
+    controller.keep_loader(std::mem::take(&mut opts.config_loader));
     if runtime.has_taps() {
         let names = cfg.dataplane.ports.iter().map(|p| p.tap.clone()).collect();
         let resolver = NeighbourResolver::spawn(names).map_err(RunError::ControlThreads)?;

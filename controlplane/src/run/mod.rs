@@ -56,7 +56,7 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
         }
     }
     admin.beat();
-    let mut control = control_plane::start(&cfg, &opts, &runtime)?;
+    let mut control = control_plane::start(&cfg, &mut opts, &runtime)?;
     #[cfg(feature = "test-hooks")]
     let pause_after_rx = runtime.hooks().and_then(|h| h.pause_after_rx());
     let (workers, mailboxes) = workers::build(

@@ -10,6 +10,9 @@ pub struct RunOptions {
     pub metrics_server: bool,
     /// The file `cfg` came from: SIGHUP and `sluice reload` re-read it.
     pub config_path: Option<PathBuf>,
+    /// The loader that read it, holding its parsed tables, so that a
+    /// reload parses only the tables that changed.
+    pub config_loader: controlplane::config::Loader,
     /// Unix socket for `sluice reload` / `sluice status` (None: none).
     pub control_socket: Option<PathBuf>,
     /// Who may use it besides root and sluice's own user (AP-5).

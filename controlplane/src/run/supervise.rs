@@ -92,6 +92,8 @@ pub fn supervise(
         for r in ctl.requests.into_iter().flat_map(ControlSocket::reloads) {
             answer(r, ctl.controller, ctl.service);
         }
+        // After the replies: a reload is answered once it is published.
+        ctl.controller.warm_digests();
         if until.duration.is_some_and(|d| started.elapsed() >= d) {
             return;
         }
