@@ -4,6 +4,7 @@
 //! range, durations, ratios, names, unique names).
 
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::ops::Range;
 use std::time::Duration;
 
@@ -23,7 +24,10 @@ pub(crate) struct Ctx<'a> {
 const NAMES_LISTED: usize = 10;
 
 impl Ctx<'_> {
-    pub fn err(&mut self, span: Range<usize>, path: &str, problem: Problem) {
+    /// Records an error at `span`. `path` is any text (often
+    /// `format_args!`): formatted only if the error is kept, so a valid
+    /// file of 100,000 backends formats no field path.
+    pub fn err(&mut self, span: Range<usize>, path: impl Display, problem: Problem) {
         self.report(span, || (path.to_string(), problem));
     }
 
@@ -54,7 +58,7 @@ impl Ctx<'_> {
     pub fn parse<T>(
         &mut self,
         v: &Spanned<String>,
-        path: &str,
+        path: impl Display,
         f: impl FnOnce(&str) -> Result<T, Problem>,
     ) -> Option<T> {
         match f(v.get_ref()) {
@@ -71,7 +75,7 @@ impl Ctx<'_> {
         v: &Option<Spanned<i64>>,
         default: T,
         (lo, hi): (i64, i64),
-        path: &str,
+        path: impl Display,
         what: &str,
     ) -> T {
         match v {
@@ -90,14 +94,14 @@ impl Ctx<'_> {
         &mut self,
         v: &Option<Spanned<String>>,
         default: Duration,
-        path: &str,
+        path: impl Display,
     ) -> Duration {
         v.as_ref()
             .and_then(|v| self.parse(v, path, values::duration))
             .unwrap_or(default)
     }
 
-    pub fn ratio(&mut self, v: &Option<Spanned<Number>>, path: &str) -> f64 {
+    pub fn ratio(&mut self, v: &Option<Spanned<Number>>, path: impl Display) -> f64 {
         let Some(v) = v else { return 0.0 };
         let r = v.get_ref().as_f64();
         if !(0.0..=1.0).contains(&r) {

@@ -36,7 +36,7 @@ fn health_check(cx: &mut Ctx<'_>, h: &RawHealthCheck) -> HealthCheckConfig {
     cx.name(&h.name, "health_check");
     let at = format!("health_check {:?}", h.name.get_ref());
     let ty = cx
-        .parse(&h.kind, &format!("{at}.type"), |s| {
+        .parse(&h.kind, format_args!("{at}.type"), |s| {
             values::choice(
                 s,
                 &[("TCP", Type::Tcp), ("HTTP", Type::Http), ("UDP", Type::Udp)],
@@ -52,14 +52,20 @@ fn health_check(cx: &mut Ctx<'_>, h: &RawHealthCheck) -> HealthCheckConfig {
     if ty == Type::Udp && h.port.is_none() {
         cx.err(
             h.kind.span(),
-            &format!("{at}.port"),
+            format_args!("{at}.port"),
             (
                 "a UDP health check needs a port".into(),
                 "set port to the UDP port the backends answer on, e.g. port = 53".into(),
             ),
         );
     }
-    let port = cx.int(&h.port, 80u16, (1, 65535), &format!("{at}.port"), "port");
+    let port = cx.int(
+        &h.port,
+        80u16,
+        (1, 65535),
+        format_args!("{at}.port"),
+        "port",
+    );
     if ty != Type::Http {
         only_for(cx, &at, "HTTP", http_fields(h));
     }
@@ -76,21 +82,21 @@ fn health_check(cx: &mut Ctx<'_>, h: &RawHealthCheck) -> HealthCheckConfig {
         &h.healthy_threshold,
         2u32,
         (1, 10),
-        &format!("{at}.healthy_threshold"),
+        format_args!("{at}.healthy_threshold"),
         "threshold",
     );
     let unhealthy_threshold = cx.int(
         &h.unhealthy_threshold,
         3u32,
         (1, 10),
-        &format!("{at}.unhealthy_threshold"),
+        format_args!("{at}.unhealthy_threshold"),
         "threshold",
     );
     let initially_healthy = h
         .initial_state
         .as_ref()
         .and_then(|v| {
-            cx.parse(v, &format!("{at}.initial_state"), |t| {
+            cx.parse(v, format_args!("{at}.initial_state"), |t| {
                 values::choice(t, &[("HEALTHY", true), ("UNHEALTHY", false)])
             })
         })
@@ -143,7 +149,7 @@ fn only_for(
     for (field, span) in fields {
         cx.err(
             span,
-            &format!("{at}.{field}"),
+            format_args!("{at}.{field}"),
             (
                 format!("{field} applies only to {owner} health checks"),
                 format!("remove {field}, or set type = \"{owner}\""),
@@ -157,7 +163,7 @@ fn http_kind(cx: &mut Ctx<'_>, h: &RawHealthCheck, at: &str) -> ProbeKind {
         Some(p) if !p.get_ref().starts_with('/') => {
             cx.err(
                 p.span(),
-                &format!("{at}.request_path"),
+                format_args!("{at}.request_path"),
                 (
                     format!("request_path {:?} does not start with '/'", p.get_ref()),
                     format!("write an absolute path, e.g. \"/{}\"", p.get_ref()),
@@ -174,7 +180,7 @@ fn http_kind(cx: &mut Ctx<'_>, h: &RawHealthCheck, at: &str) -> ProbeKind {
             if codes.get_ref().is_empty() {
                 cx.err(
                     codes.span(),
-                    &format!("{at}.response_codes"),
+                    format_args!("{at}.response_codes"),
                     (
                         "empty list".into(),
                         "list at least one status code, e.g. [200]".into(),
@@ -204,7 +210,7 @@ fn udp_kind(cx: &mut Ctx<'_>, h: &RawHealthCheck, at: &str) -> ProbeKind {
     if h.request.is_none() && h.request_hex.is_none() {
         cx.err(
             h.kind.span(),
-            &format!("{at}.request"),
+            format_args!("{at}.request"),
             (
                 "a UDP health check needs request or request_hex: the datagram it sends".into(),
                 "add request = \"ping\" (text, sent as UTF-8) or request_hex = \"0a0b\" (bytes)"
@@ -232,7 +238,7 @@ fn payload(
     if let (Some(_), Some(h)) = (text, hex) {
         cx.err(
             h.span(),
-            &format!("{at}.{hex_field}"),
+            format_args!("{at}.{hex_field}"),
             (
                 format!("{field} and {hex_field} are both set"),
                 format!("keep one: {field} for text, {hex_field} for bytes"),
@@ -244,7 +250,7 @@ fn payload(
         (None, Some(h)) => (
             hex_field.as_str(),
             h,
-            cx.parse(h, &format!("{at}.{hex_field}"), |s| {
+            cx.parse(h, format_args!("{at}.{hex_field}"), |s| {
                 hex_bytes(s, &hex_field)
             }),
         ),
@@ -270,7 +276,7 @@ fn payload(
     };
     match problem {
         Some(p) => {
-            cx.err(value.span(), &format!("{at}.{name}"), p);
+            cx.err(value.span(), format_args!("{at}.{name}"), p);
             None
         }
         None => Some(bytes),
@@ -305,9 +311,13 @@ fn timing(cx: &mut Ctx<'_>, h: &RawHealthCheck, at: &str) -> (Duration, Duration
     let check_interval = cx.duration(
         &h.check_interval,
         Duration::from_secs(5),
-        &format!("{at}.check_interval"),
+        format_args!("{at}.check_interval"),
     );
-    let timeout = cx.duration(&h.timeout, Duration::from_secs(5), &format!("{at}.timeout"));
+    let timeout = cx.duration(
+        &h.timeout,
+        Duration::from_secs(5),
+        format_args!("{at}.timeout"),
+    );
     for (v, d, field) in [
         (&h.check_interval, check_interval, "check_interval"),
         (&h.timeout, timeout, "timeout"),
@@ -315,7 +325,7 @@ fn timing(cx: &mut Ctx<'_>, h: &RawHealthCheck, at: &str) -> (Duration, Duration
         if let Some(v) = v.as_ref().filter(|_| d.is_zero()) {
             cx.err(
                 v.span(),
-                &format!("{at}.{field}"),
+                format_args!("{at}.{field}"),
                 (
                     format!("{field} must be positive"),
                     "use at least \"1s\"".into(),
@@ -331,7 +341,7 @@ fn timing(cx: &mut Ctx<'_>, h: &RawHealthCheck, at: &str) -> (Duration, Duration
             .map_or(h.name.span(), |v| v.span());
         cx.err(
             span,
-            &format!("{at}.timeout"),
+            format_args!("{at}.timeout"),
             (
                 format!("timeout ({timeout:?}) is longer than check_interval ({check_interval:?})"),
                 "make timeout less than or equal to check_interval (HC-3)".into(),

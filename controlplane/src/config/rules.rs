@@ -28,7 +28,7 @@ pub(crate) fn rules_section(
         if service.is_none() {
             cx.err(
                 r.backend_service.span(),
-                &format!("{at}.backend_service"),
+                format_args!("{at}.backend_service"),
                 (
                     format!("no backend_service named {svc_name:?}"),
                     if services.is_empty() {
@@ -93,7 +93,7 @@ fn protocol(cx: &mut Ctx<'_>, r: &RawRule, at: &str) -> RuleProtocol {
     r.protocol
         .as_ref()
         .and_then(|p| {
-            cx.parse(p, &format!("{at}.protocol"), |s| {
+            cx.parse(p, format_args!("{at}.protocol"), |s| {
                 values::choice(
                     s,
                     &[

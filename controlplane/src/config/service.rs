@@ -82,7 +82,7 @@ fn service(
         .session_affinity
         .as_ref()
         .and_then(|v| {
-            cx.parse(v, &format!("{at}.session_affinity"), |t| {
+            cx.parse(v, format_args!("{at}.session_affinity"), |t| {
                 values::choice(
                     t,
                     &[
@@ -101,7 +101,7 @@ fn service(
             let defined = names.raw_hcs.iter().map(|r| r.name.get_ref().as_str());
             cx.err(
                 h.span(),
-                &format!("{at}.health_check"),
+                format_args!("{at}.health_check"),
                 (
                     format!("no health_check named {:?}", h.get_ref()),
                     if names.raw_hcs.is_empty() {
@@ -118,7 +118,7 @@ fn service(
     let connection_draining_timeout = cx.duration(
         &s.connection_draining_timeout,
         Duration::ZERO,
-        &format!("{at}.connection_draining_timeout"),
+        format_args!("{at}.connection_draining_timeout"),
     );
     let connection_tracking = tracking(cx, s.connection_tracking.as_ref(), &at);
     let zonal_affinity = zonal(cx, s.zonal_affinity.as_ref(), &at);
@@ -127,7 +127,7 @@ fn service(
         Some(f) => Some(FailoverPolicyConfig {
             failover_ratio: cx.ratio(
                 &f.failover_ratio,
-                &format!("{at}.failover_policy.failover_ratio"),
+                format_args!("{at}.failover_policy.failover_ratio"),
             ),
             drop_traffic_if_unhealthy: f.drop_traffic_if_unhealthy.unwrap_or(false),
             connection_drain_on_failover: f.connection_drain_on_failover.unwrap_or(true),
@@ -227,7 +227,7 @@ fn tracking(cx: &mut Ctx<'_>, t: Option<&RawTracking>, at: &str) -> ConnectionTr
     let at = format!("{at}.connection_tracking");
     if let Some(v) = &t.tracking_mode {
         out.tracking_mode = cx
-            .parse(v, &format!("{at}.tracking_mode"), |s| {
+            .parse(v, format_args!("{at}.tracking_mode"), |s| {
                 values::choice(
                     s,
                     &[
@@ -271,7 +271,7 @@ fn tracking(cx: &mut Ctx<'_>, t: Option<&RawTracking>, at: &str) -> ConnectionTr
     out.idle_timeout = cx.duration(
         &t.idle_timeout,
         out.idle_timeout,
-        &format!("{at}.idle_timeout"),
+        format_args!("{at}.idle_timeout"),
     );
     if let Some(v) = t
         .idle_timeout
@@ -280,7 +280,7 @@ fn tracking(cx: &mut Ctx<'_>, t: Option<&RawTracking>, at: &str) -> ConnectionTr
     {
         cx.err(
             v.span(),
-            &format!("{at}.idle_timeout"),
+            format_args!("{at}.idle_timeout"),
             (
                 "idle_timeout must be positive (CT-5)".into(),
                 "use e.g. \"60s\" (the default)".into(),
@@ -340,7 +340,7 @@ fn zonal(cx: &mut Ctx<'_>, z: Option<&RawZonal>, at: &str) -> ZonalAffinityConfi
     let Some(z) = z else { return out };
     if let Some(v) = &z.spillover {
         out.spillover = cx
-            .parse(v, &format!("{at}.zonal_affinity.spillover"), |s| {
+            .parse(v, format_args!("{at}.zonal_affinity.spillover"), |s| {
                 values::choice(
                     s,
                     &[
@@ -360,7 +360,7 @@ fn zonal(cx: &mut Ctx<'_>, z: Option<&RawZonal>, at: &str) -> ZonalAffinityConfi
     }
     out.spillover_ratio = cx.ratio(
         &z.spillover_ratio,
-        &format!("{at}.zonal_affinity.spillover_ratio"),
+        format_args!("{at}.zonal_affinity.spillover_ratio"),
     );
     out
 }
@@ -377,12 +377,12 @@ fn backends(
     let mut out = Vec::new();
     for (i, b) in s.backend.iter().enumerate() {
         let b = b.get_ref();
-        let bat = format!("{at} backend[{i}]");
-        let address = cx.parse(&b.address, &format!("{bat}.address"), values::ip);
+        let bat = BackendAt(at, i);
+        let address = cx.parse(&b.address, format_args!("{bat}.address"), values::ip);
         let mac = b
             .mac
             .as_ref()
-            .and_then(|m| cx.parse(m, &format!("{bat}.mac"), values::mac));
+            .and_then(|m| cx.parse(m, format_args!("{bat}.mac"), values::mac));
         let zone = b.zone.as_ref().and_then(|z| {
             let found = names.zone_index.get(z.get_ref().as_str()).copied();
             if found.is_none() {
@@ -406,7 +406,7 @@ fn backends(
             &b.weight,
             1u16,
             (0, 1000),
-            &format!("{bat}.weight"),
+            format_args!("{bat}.weight"),
             "weight",
         );
         let Some(address) = address else { continue };
@@ -452,6 +452,16 @@ fn backends(
         });
     }
     out
+}
+
+/// The field path of a service's backend `i`, formatted only for an error.
+#[derive(Clone, Copy)]
+struct BackendAt<'a>(&'a str, usize);
+
+impl std::fmt::Display for BackendAt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} backend[{}]", self.0, self.1)
+    }
 }
 
 /// Backends a configuration may have, over all services: each holds a
