@@ -177,6 +177,12 @@ const LINES: &[&str] = &[
     "[ zone ]",
     "# [[backend_service]]",
     "backend_service = []",
+    "[[backend_service.backend]]",
+    "\"\"\"",
+    "x = { a = 1,\n b = [2,\n[3]] }",
+    "[[zone]]\nname = \"z\"",
+    "\r",
+    "[[backend_service]]\nname = \"s0\"",
 ];
 
 fn edit() -> impl Strategy<Value = Edit> {

@@ -14,6 +14,26 @@ use super::diagnostics::{Diagnostic, Diagnostics, SourceMap};
 use super::raw::Number;
 use super::values::{self, Problem};
 
+/// An item's field path, `kind "name"`, formatted only for an error.
+#[derive(Clone, Copy)]
+pub(crate) struct Named<'a>(pub &'static str, pub &'a str);
+
+impl Display for Named<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:?}", self.0, self.1)
+    }
+}
+
+/// `item.field`, formatted only for an error.
+#[derive(Clone, Copy)]
+pub(crate) struct Field<D>(pub D, pub &'static str);
+
+impl<D: Display> Display for Field<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
 pub(crate) struct Ctx<'a> {
     pub map: SourceMap<'a>,
     pub diags: Diagnostics,

@@ -202,14 +202,19 @@ const CHAR_BLOCK: usize = 1024;
 /// large file.
 pub(crate) struct SourceMap<'a> {
     text: &'a str,
+    /// Built at the first error: a valid file of 10 MB needs none.
+    index: std::cell::OnceCell<LineIndex>,
+}
+
+struct LineIndex {
     /// Byte offset of each line's first byte.
     line_starts: Vec<usize>,
     /// Characters before each multiple of [`CHAR_BLOCK`].
     chars_before_block: Vec<usize>,
 }
 
-impl<'a> SourceMap<'a> {
-    pub(crate) fn new(text: &'a str) -> Self {
+impl LineIndex {
+    fn new(text: &str) -> Self {
         let line_starts = std::iter::once(0)
             .chain(text.match_indices('\n').map(|(i, _)| i + 1))
             .collect();
@@ -223,16 +228,29 @@ impl<'a> SourceMap<'a> {
             }))
             .collect();
         Self {
-            text,
             line_starts,
             chars_before_block,
         }
     }
+}
+
+impl<'a> SourceMap<'a> {
+    pub(crate) fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            index: std::cell::OnceCell::new(),
+        }
+    }
+
+    fn index(&self) -> &LineIndex {
+        self.index.get_or_init(|| LineIndex::new(self.text))
+    }
 
     pub(crate) fn line_col(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
-        let line = self.line_starts.partition_point(|&s| s <= offset);
-        let line_start = self.line_starts[line - 1];
+        let starts = &self.index().line_starts;
+        let line = starts.partition_point(|&s| s <= offset);
+        let line_start = starts[line - 1];
         let column = self.chars_before(offset) - self.chars_before(line_start) + 1;
         (line, column)
     }
@@ -240,7 +258,7 @@ impl<'a> SourceMap<'a> {
     /// Characters that start before byte `offset`.
     fn chars_before(&self, offset: usize) -> usize {
         let block = offset / CHAR_BLOCK;
-        self.chars_before_block[block]
+        self.index().chars_before_block[block]
             + char_starts(&self.text.as_bytes()[block * CHAR_BLOCK..offset])
     }
 

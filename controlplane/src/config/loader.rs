@@ -13,8 +13,9 @@
 //! `check-config`'s. The cache holds the raw tables of the last load only:
 //! its size follows the file's.
 
-use std::collections::HashMap;
 use std::path::Path;
+
+use ahash::AHashMap;
 
 use serde::Deserialize;
 
@@ -22,11 +23,12 @@ use super::raw::{RawConfig, RawRule, RawService};
 use super::segments::{self, Item};
 use super::{Config, Diagnostics};
 
-/// The parsed tables of the last load, by their text.
+/// The parsed tables of the last load, by their text (a process-local
+/// map: the fast keyed hasher).
 #[derive(Debug, Default)]
 pub struct Loader {
-    services: HashMap<Box<str>, RawService>,
-    rules: HashMap<Box<str>, RawRule>,
+    services: AHashMap<Box<str>, RawService>,
+    rules: AHashMap<Box<str>, RawRule>,
     /// Tables the last load parsed (not found in the cache); None when it
     /// parsed the whole file.
     parsed: Option<usize>,
@@ -87,6 +89,8 @@ impl Loader {
         }
         let mut old_services = std::mem::take(&mut self.services);
         let mut old_rules = std::mem::take(&mut self.rules);
+        // Each table's text, kept (moved from the old cache when found
+        // there) to key the new cache.
         let mut service_texts = Vec::new();
         let mut rule_texts = Vec::new();
         let mut parsed = 0;
@@ -94,41 +98,36 @@ impl Loader {
             let piece = &text[range.clone()];
             match item {
                 Item::Service => {
-                    let s = match old_services.remove(piece) {
-                        Some(s) => s,
+                    let (key, s) = match old_services.remove_entry(piece) {
+                        Some(hit) => hit,
                         None => {
                             parsed += 1;
-                            one(toml::from_str::<ServicePiece>(piece).ok()?.backend_service)?
+                            let s =
+                                one(toml::from_str::<ServicePiece>(piece).ok()?.backend_service)?;
+                            (Box::from(piece), s)
                         }
                     };
                     raw.backend_service.push(s);
-                    service_texts.push(piece);
+                    service_texts.push(key);
                 }
                 Item::Rule => {
-                    let r = match old_rules.remove(piece) {
-                        Some(r) => r,
+                    let (key, r) = match old_rules.remove_entry(piece) {
+                        Some(hit) => hit,
                         None => {
                             parsed += 1;
-                            one(toml::from_str::<RulePiece>(piece).ok()?.forwarding_rule)?
+                            let r = one(toml::from_str::<RulePiece>(piece).ok()?.forwarding_rule)?;
+                            (Box::from(piece), r)
                         }
                     };
                     raw.forwarding_rule.push(r);
-                    rule_texts.push(piece);
+                    rule_texts.push(key);
                 }
             }
         }
         let cfg = super::validate::validate(&raw, text, origin).ok();
         self.parsed = Some(parsed);
-        self.services = service_texts
-            .into_iter()
-            .map(Box::from)
-            .zip(raw.backend_service)
-            .collect();
-        self.rules = rule_texts
-            .into_iter()
-            .map(Box::from)
-            .zip(raw.forwarding_rule)
-            .collect();
+        self.services = service_texts.into_iter().zip(raw.backend_service).collect();
+        self.rules = rule_texts.into_iter().zip(raw.forwarding_rule).collect();
         cfg
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use super::context::{name_index, names_listed, Ctx};
+use super::context::{name_index, names_listed, Ctx, Field, Named};
 use super::model::*;
 use super::overlap::{overlaps, Interval};
 use super::raw::*;
@@ -19,10 +19,10 @@ pub(crate) fn rules_section(
     let service_index = name_index(services.iter().map(|s| &s.name));
     let mut out: Vec<(ForwardingRuleConfig, &RawRule)> = Vec::new();
     for r in rules {
-        let at = format!("forwarding_rule {:?}", r.name.get_ref());
-        let vip = vip(cx, r, &at, ports);
-        let protocol = protocol(cx, r, &at);
-        let range = port_range(cx, r, &at, protocol);
+        let at = Named("forwarding_rule", r.name.get_ref());
+        let vip = vip(cx, r, at, ports);
+        let protocol = protocol(cx, r, at);
+        let range = port_range(cx, r, at, protocol);
         let svc_name = r.backend_service.get_ref();
         let service = service_index.get(svc_name.as_str()).copied();
         if service.is_none() {
@@ -60,14 +60,14 @@ pub(crate) fn rules_section(
 
 /// The rule's VIP: an address clients route to the appliance, not one of
 /// its own.
-fn vip(cx: &mut Ctx<'_>, r: &RawRule, at: &str, ports: &[PortConfig]) -> Option<IpAddr> {
+fn vip(cx: &mut Ctx<'_>, r: &RawRule, at: Named<'_>, ports: &[PortConfig]) -> Option<IpAddr> {
     cx.name(&r.name, "forwarding_rule");
-    let path = format!("{at}.vip");
-    let v = cx.parse(&r.vip, &path, values::ip)?;
+    let path = Field(at, "vip");
+    let v = cx.parse(&r.vip, path, values::ip)?;
     if let Some(what) = super::addresses::special_purpose(v) {
         cx.err(
             r.vip.span(),
-            &path,
+            path,
             (
                 format!("VIP {v} is {what}"),
                 "a VIP must be a unicast address clients route to the appliance: use \
@@ -79,7 +79,7 @@ fn vip(cx: &mut Ctx<'_>, r: &RawRule, at: &str, ports: &[PortConfig]) -> Option<
     if let Some(p) = ports.iter().find(|p| p.address_for(v) == Some(v)) {
         cx.err(
             r.vip.span(),
-            &path,
+            path,
             (
                 format!("VIP {v} is the address of port {:?}", p.name),
                 "use a VIP distinct from the appliance's own port addresses".into(),
@@ -89,7 +89,7 @@ fn vip(cx: &mut Ctx<'_>, r: &RawRule, at: &str, ports: &[PortConfig]) -> Option<
     Some(v)
 }
 
-fn protocol(cx: &mut Ctx<'_>, r: &RawRule, at: &str) -> RuleProtocol {
+fn protocol(cx: &mut Ctx<'_>, r: &RawRule, at: Named<'_>) -> RuleProtocol {
     r.protocol
         .as_ref()
         .and_then(|p| {
@@ -111,10 +111,10 @@ fn protocol(cx: &mut Ctx<'_>, r: &RawRule, at: &str) -> RuleProtocol {
 fn port_range(
     cx: &mut Ctx<'_>,
     r: &RawRule,
-    at: &str,
+    at: Named<'_>,
     protocol: RuleProtocol,
 ) -> Option<PortRange> {
-    let ports_path = format!("{at}.ports");
+    let ports_path = Field(at, "ports");
     let range = match &r.ports {
         None => Some(PortRange::ALL),
         Some(p) => {
@@ -125,7 +125,7 @@ fn port_range(
             match values::port_range(&text) {
                 Ok(r) => Some(r),
                 Err(e) => {
-                    cx.err(p.span(), &ports_path, e);
+                    cx.err(p.span(), ports_path, e);
                     None
                 }
             }
@@ -135,7 +135,7 @@ fn port_range(
         let span = r.ports.as_ref().map_or(r.name.span(), |p| p.span());
         cx.err(
             span,
-            &ports_path,
+            ports_path,
             (
                 "an L3_DEFAULT rule must cover all ports".into(),
                 "set ports = \"ALL\" (or omit ports), or use protocol TCP/UDP for a port range"

@@ -7,7 +7,8 @@
 //! far enough to know where table headers are (a `[` that starts a line
 //! outside any string or value). Whatever it is not sure of — a quoted
 //! header, an unterminated string, a sub-table away from its item, a
-//! bracket that does not close — makes it give up, and the caller parses
+//! bracket that does not close, a key before the first table — makes it
+//! give up, and the caller parses
 //! the whole file instead. Pieces are parsed with the same TOML parser as
 //! the whole file, and `tests/config_incremental.rs` checks that both
 //! ways give the same configuration.
@@ -97,14 +98,14 @@ pub(crate) fn split(text: &str) -> Option<Layout> {
 
 /// A table header: where its line starts, its name without spaces, and
 /// whether it is an array-of-tables header.
-struct Header {
+struct Header<'a> {
     start: usize,
-    name: String,
+    name: std::borrow::Cow<'a, str>,
     array: bool,
 }
 
 /// Every table header of `text`, or None when unsure.
-fn headers(text: &str) -> Option<Vec<Header>> {
+fn headers(text: &str) -> Option<Vec<Header<'_>>> {
     let b = text.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -128,6 +129,10 @@ fn headers(text: &str) -> Option<Vec<Header>> {
         let at_line_start = std::mem::replace(&mut line_start, false);
         match c {
             b'#' => i = line_end(b, i),
+            // A key before the first table is a top-level key: it might
+            // be `backend_service = [...]`, which only the whole file can
+            // order against the tables.
+            _ if out.is_empty() && c != b'[' => return None,
             b'[' if depth == 0 && at_line_start => {
                 let (header, next) = header(text, i)?;
                 out.push(header);
@@ -157,7 +162,7 @@ fn line_end(b: &[u8], i: usize) -> usize {
 
 /// The header starting at `i` (a `[` at the start of a line), and where
 /// scanning goes on (its line's end). None for a quoted or odd header.
-fn header(text: &str, i: usize) -> Option<(Header, usize)> {
+fn header(text: &str, i: usize) -> Option<(Header<'_>, usize)> {
     let b = text.as_bytes();
     let end = line_end(b, i);
     let line = &text[i..end];
@@ -170,7 +175,11 @@ fn header(text: &str, i: usize) -> Option<(Header, usize)> {
     if !(after.is_empty() || after.starts_with('#')) {
         return None;
     }
-    let name: String = inner.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let name: std::borrow::Cow<'_, str> = if inner.bytes().any(|c| c.is_ascii_whitespace()) {
+        inner.chars().filter(|c| !c.is_ascii_whitespace()).collect()
+    } else {
+        inner.into()
+    };
     let plain = name
         .bytes()
         .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-' || c == b'.');
@@ -272,6 +281,8 @@ mod tests {
             "a = [1, 2\n",
             "a = ]\n",
             "[[forwarding_rule]] x\n",
+            "backend_service = []\n[[backend_service]]\n",
+            "x = 1\n[metrics]\n",
         ] {
             assert_eq!(split(text), None, "{text:?}");
         }

@@ -94,9 +94,24 @@ impl<K, T> Default for Diff<K, T> {
 
 impl<K: Copy + Eq + Hash + Display, T: Copy + PartialEq> Diff<K, T> {
     fn of(old: impl Iterator<Item = (K, T)>, new: impl Iterator<Item = (K, T)>) -> Self {
+        let mut d = Self::default();
+        // Items in the same order on both sides (a reload that changed a
+        // few values) are compared in step, without hashing; the maps
+        // take what is left from the first key that differs.
+        let mut old = old.peekable();
+        let mut new = new.peekable();
+        while let (Some((ko, vo)), Some((kn, vn))) = (old.peek(), new.peek()) {
+            if ko != kn {
+                break;
+            }
+            if vo != vn {
+                d.changed.push((*kn, *vo, *vn));
+            }
+            old.next();
+            new.next();
+        }
         let old: HashMap<K, T> = old.collect();
         let mut seen = HashSet::with_capacity(old.len());
-        let mut d = Self::default();
         for (k, v) in new {
             seen.insert(k);
             match old.get(&k) {
@@ -171,5 +186,20 @@ backend_service = "web"
             describe(&a, &b),
             "services ~web; backends +web/192.0.2.11 -web/192.0.2.10; rules +vip2"
         );
+    }
+
+    #[test]
+    fn order_alone_is_no_change_and_a_change_after_a_reorder_is_named() {
+        let b = r#"{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }"#;
+        let rule = |n: &str, v: &str| {
+            format!(
+                "[[forwarding_rule]]\nname = \"{n}\"\nvip = \"{v}\"\nbackend_service = \"web\"\n"
+            )
+        };
+        let ab = cfg(b, &(rule("a", "203.0.113.1") + &rule("b", "203.0.113.2")));
+        let ba = cfg(b, &(rule("b", "203.0.113.2") + &rule("a", "203.0.113.1")));
+        let ba2 = cfg(b, &(rule("b", "203.0.113.2") + &rule("a", "203.0.113.3")));
+        assert_eq!(describe(&ab, &ba), "no change");
+        assert_eq!(describe(&ab, &ba2), "rules ~a");
     }
 }
