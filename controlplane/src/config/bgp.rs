@@ -80,7 +80,7 @@ pub(crate) fn bgp_section(
             if let Some(span) = span {
                 cx.err(
                     span,
-                    &format!("bgp.{field}"),
+                    format!("bgp.{field}"),
                     (
                         format!("{field} is set but BFD is off"),
                         "add `bfd = true` to run BFD on every session, or remove the field".into(),
@@ -263,7 +263,7 @@ fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPee
     cx.name(&p.name, "bgp.peer");
     let at = format!("bgp.peer {:?}", p.name.get_ref());
     let peer_asn = asn(cx, &p.asn, &format!("{at}.asn"));
-    let address = cx.parse(&p.address, &format!("{at}.address"), values::ip)?;
+    let address = cx.parse(&p.address, format!("{at}.address"), values::ip)?;
     // The session runs from the appliance's kernel side: through the TAP
     // of the port whose subnet holds the peer.
     let Some(port) = ports
@@ -282,7 +282,7 @@ fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPee
         };
         cx.err(
             p.address.span(),
-            &format!("{at}.address"),
+            format!("{at}.address"),
             (
                 format!("peer {address} is on no subnet of a port with a tap"),
                 hint,
@@ -293,7 +293,7 @@ fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPee
     if port.address_for(address) == Some(address) {
         cx.err(
             p.address.span(),
-            &format!("{at}.address"),
+            format!("{at}.address"),
             (
                 format!(
                     "peer {address} is the appliance's own address on port {:?}",
@@ -326,7 +326,7 @@ fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPee
             Some(message) => {
                 cx.err(
                     pw.span(),
-                    &format!("{at}.password"),
+                    format!("{at}.password"),
                     (
                         message,
                         "use 1-80 bytes of printable characters other than `\"` and `\\` \
@@ -352,7 +352,7 @@ fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPee
             };
             cx.err(
                 p.address.span(),
-                &format!("{at}.address"),
+                format!("{at}.address"),
                 (
                     message,
                     "give the router's address on a port's subnet, and the port an address \
@@ -386,7 +386,7 @@ fn protocol_names(cx: &mut Ctx<'_>, peers: &[S<RawPeer>]) {
                 let (line, _) = cx.map.line_col(first.span().start);
                 cx.err(
                     name.span(),
-                    &format!("bgp.peer {:?}.name", name.get_ref()),
+                    format!("bgp.peer {:?}.name", name.get_ref()),
                     (
                         format!(
                             "peers {:?} (line {line}) and {:?} would both be BIRD protocol \
@@ -428,13 +428,13 @@ fn vips(
     for (i, v) in raw.iter().enumerate() {
         let v = v.get_ref();
         let at = format!("bgp.vip[{i}]");
-        let Some(vip) = cx.parse(&v.vip, &format!("{at}.vip"), values::ip) else {
+        let Some(vip) = cx.parse(&v.vip, format!("{at}.vip"), values::ip) else {
             continue;
         };
         if !rules.iter().any(|r| r.vip == vip) {
             cx.err(
                 v.vip.span(),
-                &format!("{at}.vip"),
+                format!("{at}.vip"),
                 (
                     format!("{vip} is the VIP of no forwarding rule"),
                     "give the `vip` of a [[forwarding_rule]], or remove this [[bgp.vip]]".into(),
@@ -445,7 +445,7 @@ fn vips(
             let (line, _) = cx.map.line_col(*first);
             cx.err(
                 v.vip.span(),
-                &format!("{at}.vip"),
+                format!("{at}.vip"),
                 (
                     format!("VIP {vip} has attributes already (line {line})"),
                     "merge its communities and med into one [[bgp.vip]]".into(),
@@ -456,13 +456,13 @@ fn vips(
             .communities
             .iter()
             .enumerate()
-            .filter_map(|(k, c)| cx.parse(c, &format!("{at}.communities[{k}]"), community))
+            .filter_map(|(k, c)| cx.parse(c, format!("{at}.communities[{k}]"), community))
             .collect();
         let med = v.med.as_ref().and_then(|m| {
             match values::int_in::<u32>(*m.get_ref(), 0, i64::from(u32::MAX), "med") {
                 Ok(x) => Some(x),
                 Err(p) => {
-                    cx.err(m.span(), &format!("{at}.med"), p);
+                    cx.err(m.span(), format!("{at}.med"), p);
                     None
                 }
             }

@@ -150,7 +150,7 @@ impl Ctx<'_> {
         if !ok {
             self.err(
                 v.span(),
-                &format!("{kind} {s:?}.name"),
+                format!("{kind} {s:?}.name"),
                 (
                     format!("invalid name {s:?}"),
                     "names are 1-63 characters: lowercase letters, digits and hyphens, \

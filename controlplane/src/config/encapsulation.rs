@@ -14,7 +14,7 @@ pub(crate) fn encapsulation(cx: &mut Ctx<'_>, s: &RawService, at: &str) -> Encap
         Encapsulation::ALL.iter().map(|e| (e.name(), *e)).collect();
     let chosen = match &s.encapsulation {
         None => Some(Encapsulation::L2),
-        Some(v) => cx.parse(v, &format!("{at}.encapsulation"), |t| {
+        Some(v) => cx.parse(v, format!("{at}.encapsulation"), |t| {
             values::choice(t, &choices)
         }),
     };
@@ -34,7 +34,7 @@ pub(crate) fn encapsulation(cx: &mut Ctx<'_>, s: &RawService, at: &str) -> Encap
             .map_or("", |e| e.name());
         cx.err(
             v.span(),
-            &format!("{at}.{name}"),
+            format!("{at}.{name}"),
             (
                 format!("{name} applies only to encapsulation = \"{owner}\""),
                 format!("remove {name}, or set encapsulation = \"{owner}\""),
@@ -50,7 +50,7 @@ pub(crate) fn encapsulation(cx: &mut Ctx<'_>, s: &RawService, at: &str) -> Encap
             &value.cloned(),
             key.default,
             (i64::from(key.min), i64::from(key.max)),
-            &format!("{at}.{}", key.name),
+            format!("{at}.{}", key.name),
             key.name,
         )
     })

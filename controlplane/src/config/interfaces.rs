@@ -48,7 +48,7 @@ pub(crate) fn tap_name(cx: &mut Ctx<'_>, t: &Spanned<String>, at: &str) -> Optio
     };
     match problem {
         Some(p) => {
-            cx.err(t.span(), &format!("{at}.tap"), p);
+            cx.err(t.span(), format!("{at}.tap"), p);
             None
         }
         None => Some(name.clone()),
@@ -71,7 +71,7 @@ pub(crate) fn unique_taps<'a>(
             );
             cx.err(
                 t.span(),
-                &format!("dataplane.port {port:?}.tap"),
+                format!("dataplane.port {port:?}.tap"),
                 (msg, "give each port's TAP its own name".into()),
             );
         } else {

@@ -31,7 +31,7 @@ pub(crate) fn services_section(
     if let Some(first_extra) = services.get(ServiceId::MAX_SERVICES) {
         cx.err(
             first_extra.name.span(),
-            &format!("backend_service {:?}", first_extra.name.get_ref()),
+            format!("backend_service {:?}", first_extra.name.get_ref()),
             (
                 format!(
                     "{} backend services configured; at most {} are supported (the data \
@@ -389,7 +389,7 @@ fn backends(
                 let defined = names.zones.iter().map(|r| r.name.get_ref().as_str());
                 cx.err(
                     z.span(),
-                    &format!("{bat}.zone"),
+                    format!("{bat}.zone"),
                     (
                         format!("no zone named {:?}", z.get_ref()),
                         if names.zones.is_empty() {
@@ -432,7 +432,7 @@ fn backends(
             };
             cx.err(
                 b.address.span(),
-                &format!("{bat}.address"),
+                format!("{bat}.address"),
                 (
                     format!("no dataplane port has an {fam} address to use as the tunnel source for {address}"),
                     format!("set `{field}` on a [[dataplane.port]], or use encapsulation = \"l2\""),
@@ -480,7 +480,7 @@ fn backend_limit(cx: &mut Ctx<'_>, services: &[RawService], limit: usize) {
                 let total: usize = services.iter().map(|s| s.backend.len()).sum();
                 cx.err(
                     b.span(),
-                    &format!("backend_service {:?} backend[{i}]", s.name.get_ref()),
+                    format!("backend_service {:?} backend[{i}]", s.name.get_ref()),
                     (
                         format!(
                             "{total} backends in all; at most {limit} are supported (each \

@@ -200,7 +200,7 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
     if p.device.get_ref().trim().is_empty() {
         cx.err(
             p.device.span(),
-            &format!("{at}.device"),
+            format!("{at}.device"),
             (
                 "empty device".into(),
                 "give a DPDK vdev string (\"net_pcap0,iface=eth0\") or a PCI address \
@@ -212,11 +212,11 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
     let mac = p
         .mac
         .as_ref()
-        .and_then(|m| cx.parse(m, &format!("{at}.mac"), values::mac));
+        .and_then(|m| cx.parse(m, format!("{at}.mac"), values::mac));
     let mut ipv4 = None;
     let mut ipv6 = None;
     if let Some(a) = &p.address {
-        match cx.parse(a, &format!("{at}.address"), |s| values::cidr(s, true)) {
+        match cx.parse(a, format!("{at}.address"), |s| values::cidr(s, true)) {
             Some(c) if c.addr.is_ipv4() => ipv4 = Some(c),
             Some(c) => ipv6 = Some(c),
             None => {}
@@ -246,20 +246,14 @@ fn port(cx: &mut Ctx<'_>, p: &Spanned<RawPort>) -> PortConfig {
         }
     }
     let min_mtu = if ipv6.is_some() { 1280 } else { 576 };
-    let mtu = cx.int(
-        &p.mtu,
-        1500u16,
-        (min_mtu, 9216),
-        &format!("{at}.mtu"),
-        "mtu",
-    );
+    let mtu = cx.int(&p.mtu, 1500u16, (min_mtu, 9216), format!("{at}.mtu"), "mtu");
     let vlan = p
         .vlan
         .as_ref()
         .and_then(|v| match values::vlan_id(*v.get_ref()) {
             Ok(id) => Some(id),
             Err(problem) => {
-                cx.err(v.span(), &format!("{at}.vlan"), problem);
+                cx.err(v.span(), format!("{at}.vlan"), problem);
                 None
             }
         });
