@@ -61,6 +61,13 @@ struct Hasher {
     buf: Vec<u8>,
 }
 
+impl std::fmt::Write for Hasher {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.write(s.as_bytes());
+        Ok(())
+    }
+}
+
 impl Hasher {
     const CHUNK: usize = 64 * 1024;
 
@@ -107,11 +114,13 @@ pub fn config_digest(cfg: &Config) -> Digest {
             stable_hash_bytes(SEEDS[1], &k.0),
         ]
     });
-    let text = format!(
+    // Formatted straight into the hasher: the digest is of the same text,
+    // without holding megabytes of it.
+    let _ = write!(
+        h,
         "{:?}\n{:?}\n{:?}\n{:?}\nflow key {key:?}\n",
         cfg.zones, cfg.health_checks, cfg.backend_services, cfg.forwarding_rules
     );
-    h.write(text.as_bytes());
     h.finish()
 }
 

@@ -3,7 +3,7 @@
 //! collected so far, and the checks shared by every section (numbers in
 //! range, durations, ratios, names, unique names).
 
-use std::collections::HashMap;
+use ahash::AHashMap;
 use std::fmt::Display;
 use std::ops::Range;
 use std::time::Duration;
@@ -163,7 +163,7 @@ impl Ctx<'_> {
 
     /// Records duplicate names within one kind of section.
     pub fn unique<'n>(&mut self, names: impl Iterator<Item = &'n Spanned<String>>, kind: &str) {
-        let mut seen: HashMap<&str, usize> = HashMap::new();
+        let mut seen: AHashMap<&str, usize> = AHashMap::with_capacity(names.size_hint().0);
         for n in names {
             let name = n.get_ref();
             let Some(&first) = seen.get(name.as_str()) else {
@@ -199,8 +199,8 @@ pub(crate) fn names_listed<'n>(names: impl ExactSizeIterator<Item = &'n str>) ->
 /// repeated name (repeats are errors of their own, [`Ctx::unique`]).
 pub(crate) fn name_index<'n>(
     names: impl Iterator<Item = &'n Spanned<String>>,
-) -> HashMap<&'n str, usize> {
-    let mut index = HashMap::new();
+) -> AHashMap<&'n str, usize> {
+    let mut index = AHashMap::with_capacity(names.size_hint().0);
     for (i, n) in names.enumerate() {
         index.entry(n.get_ref().as_str()).or_insert(i);
     }

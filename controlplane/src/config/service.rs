@@ -62,9 +62,9 @@ pub(crate) fn services_section(
 /// for every reference.
 struct Names<'a> {
     zones: &'a [RawZone],
-    zone_index: HashMap<&'a str, usize>,
+    zone_index: ahash::AHashMap<&'a str, usize>,
     raw_hcs: &'a [RawHealthCheck],
-    hc_index: HashMap<&'a str, usize>,
+    hc_index: ahash::AHashMap<&'a str, usize>,
 }
 
 fn service(

@@ -76,6 +76,7 @@ impl Controller {
     }
 
     fn reload_file(&mut self) -> Result<String, ReloadError> {
+        let started = std::time::Instant::now();
         let path = self.path.clone().ok_or(ReloadError::NoPath)?;
         let cfg = self
             .loader
@@ -87,9 +88,10 @@ impl Controller {
         let changes = super::changes::describe(&self.cfg, &cfg);
         self.apply(cfg)?;
         Ok(format!(
-            "reloaded {} (generation {}): {changes}\n",
+            "reloaded {} (generation {}, {} ms): {changes}\n",
             path.display(),
-            self.generation
+            self.generation,
+            started.elapsed().as_millis()
         ))
     }
 

@@ -13,6 +13,8 @@
 //! patches the last snapshot for the services it touches.
 
 use std::collections::{HashMap, HashSet};
+
+use ahash::AHashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -93,7 +95,7 @@ fn egress_of(
 #[derive(Debug, Default)]
 pub struct PolicyMemory {
     /// Per service name: last non-empty active pool and its epoch (CT-11).
-    pools: HashMap<String, (Pool, u32)>,
+    pools: AHashMap<String, (Pool, u32)>,
     /// Per service of the last build (config order): its name and its
     /// backends' states in config order, to notice removals (CT-10).
     live: Vec<(String, Vec<BackendState>)>,
@@ -106,7 +108,7 @@ pub struct PolicyMemory {
     views: Vec<Vec<BackendView>>,
     /// Each rule name's per-rule counter slot, kept for the process's life
     /// so that a rule's packet count only rises across reloads.
-    rule_slots: HashMap<String, u16>,
+    rule_slots: AHashMap<String, u16>,
 }
 
 impl PolicyMemory {

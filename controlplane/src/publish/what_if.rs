@@ -6,7 +6,7 @@
 //! epoch) and the Maglev tables come out as they would after those
 //! probes failed. Nothing is published: the caller owns the copy.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::IpAddr;
 
 use sluice_core::snapshot::ForwardingState;
@@ -74,7 +74,7 @@ fn memory_of(state: &ForwardingState, reports: &[ServiceReport], cfg: &Config) -
                 .collect()
         })
         .collect();
-    let pools: HashMap<_, _> = reports
+    let pools: ahash::AHashMap<_, _> = reports
         .iter()
         .filter_map(|r| Some((r.name.clone(), (r.active_pool?, r.pool_epoch))))
         .collect();
