@@ -262,3 +262,30 @@ fn udp_probe_echo_mismatch_closed_and_silent_backends() {
     );
     drop((closed, quiet));
 }
+
+/// The prober thread runs at nice 10, so a health flip's publish, a
+/// reload or a status render on the same core goes first.
+#[test]
+fn prober_thread_runs_at_background_priority() {
+    let checker = HealthChecker::spawn().unwrap();
+    let mut nices = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while nices.is_empty() && Instant::now() < deadline {
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim() != "sluice-health" {
+                continue;
+            }
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // Field 19 (nice), counted after the parenthesised name (field 2).
+            let after = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+            if let Some(n) = after.split_whitespace().nth(16) {
+                nices.push(n.parse::<i32>().unwrap());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(checker);
+    assert!(!nices.is_empty(), "no sluice-health thread found");
+    assert!(nices.iter().all(|&n| n == 10), "nice values {nices:?}");
+}

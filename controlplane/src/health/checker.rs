@@ -86,7 +86,10 @@ impl HealthChecker {
         };
         let thread = std::thread::Builder::new()
             .name("sluice-health".into())
-            .spawn(move || shell.run(&cmd_rx))?;
+            .spawn(move || {
+                background_priority();
+                shell.run(&cmd_rx)
+            })?;
         Ok(Self {
             commands,
             waker,
@@ -102,6 +105,23 @@ impl HealthChecker {
         let _ = self.waker.wake();
     }
 }
+
+/// Probing is background work: with 100,000 probes it takes a good part
+/// of the control plane's core, and a health flip's publish, a reload or
+/// a `sluice status` must not queue behind it. Nice 10 for this thread
+/// only: when the core is free the prober runs as before; when the
+/// control thread or a status render needs it, they go first for the
+/// few milliseconds they take. (Lowering a thread's priority needs no
+/// privilege; a failure leaves it where it was.)
+fn background_priority() {
+    let tid = rustix::thread::gettid();
+    if let Err(e) = rustix::process::setpriority_process(Some(tid), BACKGROUND_NICE) {
+        crate::warn!("sluice: health checker keeps its priority: {e}");
+    }
+}
+
+/// The prober thread's nice value.
+const BACKGROUND_NICE: i32 = 10;
 
 impl Drop for HealthChecker {
     fn drop(&mut self) {
