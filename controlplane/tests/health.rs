@@ -263,7 +263,7 @@ fn udp_probe_echo_mismatch_closed_and_silent_backends() {
     drop((closed, quiet));
 }
 
-/// The prober thread runs at nice 10, so a health flip's publish, a
+/// The prober thread runs at nice 5, so a health flip's publish, a
 /// reload or a status render on the same core goes first.
 #[test]
 fn prober_thread_runs_at_background_priority() {
@@ -287,5 +287,5 @@ fn prober_thread_runs_at_background_priority() {
     }
     drop(checker);
     assert!(!nices.is_empty(), "no sluice-health thread found");
-    assert!(nices.iter().all(|&n| n == 10), "nice values {nices:?}");
+    assert!(nices.iter().all(|&n| n == 5), "nice values {nices:?}");
 }
