@@ -78,12 +78,20 @@ pub enum RuleMiss {
 /// scanned in config order; with more than [`SMALL_RULES`] of them, the
 /// fast path searches TCP's or UDP's port segments (the ports resolved to
 /// their first rule in config order when the table is built) instead.
+/// Above [`SMALL_VIPS`], every TCP or UDP port that a rule of its own
+/// takes on a VIP (a one-port segment: most rules, `ports = "443"`) is
+/// also in one more hash keyed by VIP, protocol and port together, which
+/// the fast path probes first: one probe for a packet to any of 100,000
+/// such rules; ranges and misses go on through the VIP's index.
 #[derive(Clone, Debug, Default)]
 pub struct RuleTable {
     v4: Vec<(u32, VipRules)>,
     v6: Vec<(u128, Box<[ForwardingRule]>)>,
     /// `v4`'s VIPs hashed (empty with at most `SMALL_VIPS` of them).
     v4_index: VipIndex,
+    /// `v4`'s one-port segments hashed (empty with at most `SMALL_VIPS`
+    /// VIPs).
+    v4_ports: PortIndex,
 }
 
 /// Up to this many IPv4 VIPs, the fast path binary-searches `v4` (one VIP:
@@ -166,6 +174,90 @@ impl VipIndex {
             }
             if key == vip {
                 return Some(pos as usize - 1);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+}
+
+/// An open-addressed (linear probing) hash of (VIP, TCP or UDP, port) →
+/// the rule that takes that port alone; at most half the slots taken.
+#[derive(Clone, Debug, Default)]
+struct PortIndex {
+    slots: Box<[PortSlot]>,
+    /// 64 − log2(slots).
+    shift: u32,
+    /// Each indexed port's rule, as a VIP's rules of one: the worker's
+    /// search then takes it as it takes any VIP's rules (a copy of the
+    /// rule per port, ~100 bytes).
+    rules: Box<[VipRules]>,
+}
+
+#[derive(Copy, Clone, Debug, Default)]
+struct PortSlot {
+    /// [`port_key`]; 0: an empty slot.
+    key: u64,
+    /// The port's rule in `PortIndex::rules`.
+    rule: u32,
+}
+
+/// VIP, protocol lane and port in one nonzero integer.
+#[inline(always)]
+fn port_key(vip: u32, udp: bool, port: u16) -> u64 {
+    ((u64::from(vip) << 17) | (u64::from(port) << 1) | u64::from(udp)) + 1
+}
+
+/// Fibonacci hashing's 64-bit multiplier (2^64 / φ, odd).
+const PORT_HASH: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl PortIndex {
+    /// `entries`: each key (distinct) with its rule.
+    fn new(entries: Vec<(u64, ForwardingRule)>) -> Self {
+        if entries.is_empty() {
+            return Self::default();
+        }
+        let bits = (2 * entries.len())
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(1);
+        let mut slots = vec![PortSlot::default(); 1 << bits].into_boxed_slice();
+        let mask = slots.len() - 1;
+        let mut rules = Vec::with_capacity(entries.len());
+        for (key, rule) in entries {
+            let mut i = Self::home(key, 64 - bits);
+            while slots[i].key != 0 {
+                i = (i + 1) & mask;
+            }
+            slots[i] = PortSlot {
+                key,
+                rule: rules.len() as u32,
+            };
+            rules.push(VipRules::new(vec![rule]));
+        }
+        Self {
+            slots,
+            shift: 64 - bits,
+            rules: rules.into_boxed_slice(),
+        }
+    }
+
+    #[inline(always)]
+    fn home(key: u64, shift: u32) -> usize {
+        (key.wrapping_mul(PORT_HASH) >> shift) as usize
+    }
+
+    /// The position in `rules` of `key`'s rule.
+    #[inline(always)]
+    fn find(&self, key: u64) -> Option<usize> {
+        let mask = self.slots.len().wrapping_sub(1);
+        let mut i = Self::home(key, self.shift);
+        loop {
+            let s = self.slots.get(i)?;
+            if s.key == key {
+                return Some(s.rule as usize);
+            }
+            if s.key == 0 {
+                return None;
             }
             i = (i + 1) & mask;
         }
@@ -298,7 +390,13 @@ impl RuleTable {
         v6.sort_by_key(|v| v.0);
         let v4: Vec<(u32, VipRules)> = v4.into_iter().map(|(k, r)| (k, VipRules::new(r))).collect();
         let v4_index = VipIndex::new(v4.iter().map(|v| v.0));
+        let v4_ports = if v4.len() > SMALL_VIPS {
+            PortIndex::new(one_port_segments(&v4))
+        } else {
+            PortIndex::default()
+        };
         Self {
+            v4_ports,
             v4,
             v6: v6
                 .into_iter()
@@ -321,7 +419,8 @@ impl RuleTable {
     #[inline]
     fn rules_of(&self, addr: IpAddr) -> Option<&[ForwardingRule]> {
         match addr {
-            IpAddr::V4(a) => self.rules_of_v4(u32::from(a)).map(|v| &*v.rules),
+            // IP protocol 0: no rule taken by port alone (TCP and UDP only).
+            IpAddr::V4(a) => self.rules_of_v4(u32::from(a), 0, 0).map(|v| &*v.rules),
             IpAddr::V6(a) => {
                 let k = u128::from(a);
                 let i = self.v6.binary_search_by_key(&k, |v| v.0).ok()?;
@@ -339,7 +438,9 @@ impl RuleTable {
         ip_proto: u8,
         dst_port: u16,
     ) -> Result<&ForwardingRule, RuleMiss> {
-        let vip = self.rules_of_v4(dst).ok_or(RuleMiss::NotVip)?;
+        let vip = self
+            .rules_of_v4(dst, ip_proto, dst_port)
+            .ok_or(RuleMiss::NotVip)?;
         vip.find_with_port(ip_proto, dst_port)
     }
 
@@ -348,9 +449,9 @@ impl RuleTable {
     /// on every packet; with one VIP it is one compare), with more by the
     /// hash index.
     #[inline(always)]
-    fn rules_of_v4(&self, dst: u32) -> Option<&VipRules> {
+    fn rules_of_v4(&self, dst: u32, ip_proto: u8, port: u16) -> Option<&VipRules> {
         if self.v4.len() > SMALL_VIPS {
-            return self.rules_of_v4_hashed(dst);
+            return self.rules_of_v4_hashed(dst, ip_proto, port);
         }
         // The last VIP ≤ dst, if any, is at `base`.
         let mut base = 0;
@@ -365,10 +466,19 @@ impl RuleTable {
         self.v4.get(base).filter(|v| v.0 == dst).map(|v| &v.1)
     }
 
-    /// `rules_of_v4` above `SMALL_VIPS` VIPs: out of line, so that the
-    /// small case inlined into the worker stays as small as it was.
+    /// `rules_of_v4` above `SMALL_VIPS` VIPs: for a TCP or UDP `port`
+    /// that a rule takes alone on a VIP of more than `SMALL_RULES` rules,
+    /// that rule (as a VIP's rules of one), else the VIP's rules. Out of
+    /// line, so that the small case inlined into the worker stays as small
+    /// as it was.
     #[inline(never)]
-    fn rules_of_v4_hashed(&self, dst: u32) -> Option<&VipRules> {
+    fn rules_of_v4_hashed(&self, dst: u32, ip_proto: u8, port: u16) -> Option<&VipRules> {
+        if !self.v4_ports.slots.is_empty() && (ip_proto == TCP || ip_proto == UDP) {
+            let hit = self.v4_ports.find(port_key(dst, ip_proto == UDP, port));
+            if let Some(one) = hit.and_then(|i| self.v4_ports.rules.get(i)) {
+                return Some(one);
+            }
+        }
         let pos = self.v4_index.find(dst)?;
         self.v4.get(pos).map(|v| &v.1)
     }
@@ -407,6 +517,25 @@ fn find_rule(
         }
     }
     Err(RuleMiss::NoRule)
+}
+
+/// The TCP and UDP ports that a segment of one port covers on a VIP of
+/// more than `SMALL_RULES` rules, each with the rule that takes it (first
+/// in config order, as the segments resolve it).
+fn one_port_segments(v4: &[(u32, VipRules)]) -> Vec<(u64, ForwardingRule)> {
+    let mut out = Vec::new();
+    // A VIP of a few rules finds them by a short scan, as fast as a
+    // probe here: only the lanes of larger VIPs (built above
+    // `SMALL_RULES` rules) are indexed.
+    for (vip, rules) in v4.iter().filter(|v| v.1.rules.len() > SMALL_RULES) {
+        for (proto, lane) in [(TCP, &rules.tcp), (UDP, &rules.udp)] {
+            out.extend(lane.iter().filter(|s| s.first == s.last).filter_map(|s| {
+                let rule = rules.rules.get(s.rule as usize)?.clone();
+                Some((port_key(*vip, proto == UDP, s.first), rule))
+            }));
+        }
+    }
+    out
 }
 
 /// Appends `rule` to its VIP's list (`at`: a VIP's position in `list`), so
