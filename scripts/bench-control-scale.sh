@@ -18,7 +18,9 @@
 # up, first snapshot published: forwarding); `sluice status` text and
 # JSON (best of 3, and the worst one while a reload runs); a /metrics
 # scrape (best of 3) and its size; live `explain` of one flow; a reload
-# with one change (a backend's weight); the health flip: probe port
+# with one change (a backend's weight), while `sluice status` runs in a
+# loop and then alone (the client's time, and the time sluice's reply
+# gives); the health flip: probe port
 # closed -> status shows it unhealthy (detection 2 x 200 ms included) and
 # the control thread's build + publish of it (sluice_table_build_seconds);
 # RSS after start and after RELOADS reloads (default 20); SIGTERM to exit.
@@ -164,8 +166,13 @@ while True:
     [ "$d" -gt "$during" ] && during=$d
   done
   wait $RL; reload=$(( $(ms) - t ))
+  # The same change back, with nothing else running: the client's time
+  # and the time the reply says the reload took.
+  cp "$DIR/a.toml" "$DIR/sluice.toml"
+  t=$(ms); "$BIN" reload --control-socket "$SOCK" >"$DIR/reload"; alone=$(( $(ms) - t ))
+  inside=$(grep -o ', [0-9]* ms)' "$DIR/reload" | tr -dc 0-9)
   # More reloads, alternating the two files, for memory.
-  for i in $(seq 2 "$RELOADS"); do
+  for i in $(seq 3 "$RELOADS"); do
     if (( i % 2 )); then cp "$DIR/b.toml" "$DIR/sluice.toml"; else cp "$DIR/a.toml" "$DIR/sluice.toml"; fi
     "$BIN" reload --control-socket "$SOCK" >/dev/null
   done
@@ -177,5 +184,5 @@ while True:
   build=$(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk '/^sluice_table_build_seconds /{printf "%.1f", $2 * 1000}')
   t=$(ms); kill -TERM $SLUICE; wait $SLUICE || true; SLUICE=""
   term=$(( $(ms) - t ))
-  echo "$row: start->ready ${start} ms; first status ${first} ms; status ${st} ms (during a reload <= ${during} ms); status --json ${sj} ms; scrape ${sc} ms ($size bytes); explain ${ex} ms; reload with one change ${reload} ms; health flip seen ${flip} ms (build+publish ${build} ms); RSS ${rss0} -> ${rss1} MiB after $RELOADS reloads; SIGTERM ${term} ms"
+  echo "$row: start->ready ${start} ms; first status ${first} ms; status ${st} ms (during a reload <= ${during} ms); status --json ${sj} ms; scrape ${sc} ms ($size bytes); explain ${ex} ms; reload with one change ${reload} ms while status runs, ${alone} ms alone (${inside} ms in sluice); health flip seen ${flip} ms (build+publish ${build} ms); RSS ${rss0} -> ${rss1} MiB after $RELOADS reloads; SIGTERM ${term} ms"
 done

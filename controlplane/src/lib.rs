@@ -8,6 +8,7 @@ pub mod admin_request;
 pub mod admin_state;
 pub mod announce;
 pub mod backend_ids;
+pub mod background;
 pub mod config;
 pub mod control;
 pub mod control_socket;

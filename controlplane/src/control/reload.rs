@@ -78,13 +78,12 @@ impl Controller {
     fn reload_file(&mut self) -> Result<String, ReloadError> {
         let started = std::time::Instant::now();
         let path = self.path.clone().ok_or(ReloadError::NoPath)?;
-        let cfg = self
-            .loader
-            .load_file(&path)
-            .map_err(|diagnostics| ReloadError::Invalid {
+        let cfg = load_in_background(&mut self.loader, &path).map_err(|diagnostics| {
+            ReloadError::Invalid {
                 path: path.clone(),
                 diagnostics,
-            })?;
+            }
+        })?;
         let changes = super::changes::describe(&self.cfg, &cfg);
         self.apply(cfg)?;
         Ok(format!(
@@ -128,6 +127,32 @@ impl Controller {
         self.rebuild();
         Ok(())
     }
+}
+
+/// Reads and validates the file on a thread of its own at background
+/// priority (`crate::background`), while the control thread waits: the
+/// parse of a large file is most of a reload, and a `sluice status`
+/// render on the same core then goes first. On this thread if no thread
+/// can start.
+fn load_in_background(loader: &mut config::Loader, path: &Path) -> Result<Config, Diagnostics> {
+    std::thread::scope(|s| {
+        let job = std::thread::Builder::new()
+            .name("sluice-load".into())
+            .spawn_scoped(s, || {
+                crate::background::lower_this_thread("the configuration loader");
+                loader.load_file(path)
+            });
+        match job {
+            Ok(job) => job
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+            Err(e) => {
+                crate::warn!("sluice: reload parses on the control thread: {e}");
+                // Without the loader's tables: the whole file, parsed here.
+                config::load_file(path)
+            }
+        }
+    })
 }
 
 /// Errors of a refused file kept for `sluice status` (and its JSON), and

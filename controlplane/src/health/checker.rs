@@ -87,7 +87,9 @@ impl HealthChecker {
         let thread = std::thread::Builder::new()
             .name("sluice-health".into())
             .spawn(move || {
-                background_priority();
+                // Probing is background work (`background`): a flip's
+                // publish or a status render goes first.
+                crate::background::lower_this_thread("the health checker");
                 shell.run(&cmd_rx)
             })?;
         Ok(Self {
@@ -105,25 +107,6 @@ impl HealthChecker {
         let _ = self.waker.wake();
     }
 }
-
-/// Probing is background work: with 100,000 probes it takes a good part
-/// of the control plane's core, and a health flip's publish, a reload or
-/// a `sluice status` must not queue behind it. A lower priority for this
-/// thread only: when the core is free the prober runs as before; when the
-/// control thread or a status render needs it, they get three quarters of
-/// it while they run. Nice 5, not more: the prober must still keep its
-/// own checks on time while someone polls `sluice status` in a loop
-/// (measured in `docs/performance.md`). Lowering a thread's priority
-/// needs no privilege; a failure leaves it where it was.
-fn background_priority() {
-    let tid = rustix::thread::gettid();
-    if let Err(e) = rustix::process::setpriority_process(Some(tid), BACKGROUND_NICE) {
-        crate::warn!("sluice: health checker keeps its priority: {e}");
-    }
-}
-
-/// The prober thread's nice value (CFS weight 335 against 1024).
-const BACKGROUND_NICE: i32 = 5;
 
 impl Drop for HealthChecker {
     fn drop(&mut self) {
