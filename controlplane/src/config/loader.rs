@@ -98,27 +98,16 @@ impl Loader {
             let piece = &text[range.clone()];
             match item {
                 Item::Service => {
-                    let (key, s) = match old_services.remove_entry(piece) {
-                        Some(hit) => hit,
-                        None => {
-                            parsed += 1;
-                            let s =
-                                one(toml::from_str::<ServicePiece>(piece).ok()?.backend_service)?;
-                            (Box::from(piece), s)
-                        }
-                    };
+                    let (key, s) = cached_or_parsed(&mut old_services, piece, &mut parsed, |p| {
+                        one(toml::from_str::<ServicePiece>(p).ok()?.backend_service)
+                    })?;
                     raw.backend_service.push(s);
                     service_texts.push(key);
                 }
                 Item::Rule => {
-                    let (key, r) = match old_rules.remove_entry(piece) {
-                        Some(hit) => hit,
-                        None => {
-                            parsed += 1;
-                            let r = one(toml::from_str::<RulePiece>(piece).ok()?.forwarding_rule)?;
-                            (Box::from(piece), r)
-                        }
-                    };
+                    let (key, r) = cached_or_parsed(&mut old_rules, piece, &mut parsed, |p| {
+                        one(toml::from_str::<RulePiece>(p).ok()?.forwarding_rule)
+                    })?;
                     raw.forwarding_rule.push(r);
                     rule_texts.push(key);
                 }
@@ -132,6 +121,22 @@ impl Loader {
     }
 }
 
+/// `piece`'s table from the last load's cache (with its key), else parsed
+/// (counted in `parsed`); None if it does not parse.
+fn cached_or_parsed<T>(
+    cache: &mut AHashMap<Box<str>, T>,
+    piece: &str,
+    parsed: &mut usize,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Option<(Box<str>, T)> {
+    if let Some(hit) = cache.remove_entry(piece) {
+        return Some(hit);
+    }
+    *parsed += 1;
+    Some((Box::from(piece), parse(piece)?))
+}
+
+/// The only item of `items`.
 fn one<T>(items: Vec<T>) -> Option<T> {
     let mut items = items.into_iter();
     let first = items.next()?;
