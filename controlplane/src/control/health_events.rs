@@ -164,10 +164,15 @@ impl Controller {
     }
 }
 
+/// The backends (service index, position) each probe checks; a
+/// process-local map (the fast keyed hasher: rebuilt on every reload, one
+/// entry per probe).
+pub type ProbeServices = ahash::AHashMap<ProbeKey, Vec<(usize, usize)>>;
+
 /// The backends (service index, position) each health probe of `cfg`
 /// checks.
-pub fn probe_services(cfg: &Config) -> HashMap<ProbeKey, Vec<(usize, usize)>> {
-    let mut out: HashMap<ProbeKey, Vec<(usize, usize)>> = HashMap::new();
+pub fn probe_services(cfg: &Config) -> ProbeServices {
+    let mut out = ProbeServices::default();
     for (si, s) in cfg.backend_services.iter().enumerate() {
         let Some(hc) = s.health_check.map(|i| &cfg.health_checks[i]) else {
             continue;
@@ -185,7 +190,7 @@ pub fn probe_services(cfg: &Config) -> HashMap<ProbeKey, Vec<(usize, usize)>> {
 /// one per (service, position) in `probe_services` that a probe checks,
 /// with the probe's state in `status` (a probe without one is skipped).
 pub fn health_changes(
-    probe_services: &HashMap<ProbeKey, Vec<(usize, usize)>>,
+    probe_services: &ProbeServices,
     status: &HashMap<ProbeKey, ProbeStatus>,
     keys: &[ProbeKey],
 ) -> Vec<HealthChange> {

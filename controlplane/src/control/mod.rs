@@ -28,7 +28,7 @@ use sluice_core::stats::WorkerStats;
 use sluice_core::time::Millis;
 
 use crate::config::Config;
-use crate::health::{self, HealthChecker, ProbeKey};
+use crate::health::{self, HealthChecker};
 use crate::neighbours::NeighbourResolver;
 use crate::publish::{BackendIds, PolicyMemory};
 
@@ -45,7 +45,7 @@ mod shared;
 mod status;
 mod status_json;
 
-pub use health_events::{health_changes, probe_services};
+pub use health_events::{health_changes, probe_services, ProbeServices};
 pub use readers::Readers;
 pub use reload::{fixed_at_start_changes, ReloadError};
 pub use shared::{Shared, View};
@@ -78,7 +78,7 @@ pub struct Controller {
     id_hold_ms: u64,
     /// The backends each probe of the running configuration checks, as
     /// (service index, position in its `backend` list).
-    probe_services: HashMap<ProbeKey, Vec<(usize, usize)>>,
+    probe_services: health_events::ProbeServices,
     /// Each worker's mailbox, for `sluice explain`'s conntrack lookups.
     mailboxes: Arc<Vec<std::sync::mpsc::Sender<dataplane::worker::mailbox::ConntrackQuery>>>,
     /// Reads the file on reload, keeping its parsed tables between loads.

@@ -57,7 +57,7 @@ pub fn probe_keys(cfg: &crate::config::Config) -> Vec<ProbeKey> {
         .filter_map(|s| Some((s, &cfg.health_checks[s.health_check?])))
         .flat_map(|(s, hc)| s.backends.iter().map(|b| probe_key(hc, b.address)))
         .collect();
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = ahash::AHashSet::with_capacity(keys.len());
     keys.retain(|k| seen.insert(k.clone()));
     keys
 }
