@@ -22,13 +22,12 @@
 //!   hence what SIGTERM may wait for (it is checked between steps, every
 //!   10 ms).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use controlplane::config::load_str;
 use controlplane::control::{health_changes, probe_services, render_status, View};
-use controlplane::health::{probe_key, ProbeKey, ProbeStatus};
+use controlplane::health::{probe_key, ProbeKey};
 use controlplane::publish::{
     build_forwarding_state_with, rebuild_services, BackendIds, BuildInputs, PolicyMemory,
     ServiceReport,
@@ -71,7 +70,7 @@ impl Watch {
 
 struct Plane {
     reports: Vec<ServiceReport>,
-    probe_services: HashMap<ProbeKey, Vec<(usize, usize)>>,
+    probe_services: controlplane::control::ProbeServices,
     ids: BackendIds,
     memory: PolicyMemory,
     cell: SnapshotCell,
@@ -85,7 +84,7 @@ impl Plane {
     fn publish(
         &mut self,
         cfg: &controlplane::config::Config,
-        health: &HashMap<ProbeKey, ProbeStatus>,
+        health: &controlplane::health::ProbeStatuses,
     ) {
         let health = health.clone();
         let inputs = BuildInputs::with_health(&health);
@@ -109,7 +108,7 @@ impl Plane {
     fn publish_health(
         &mut self,
         cfg: &controlplane::config::Config,
-        health: &HashMap<ProbeKey, ProbeStatus>,
+        health: &controlplane::health::ProbeStatuses,
         keys: &[ProbeKey],
     ) {
         let changes = health_changes(&self.probe_services, health, keys);

@@ -2,10 +2,8 @@
 //! configurations and probe results, so that a benchmark measures the very
 //! configuration a test checks.
 
-use std::collections::HashMap;
-
 use crate::config::Config;
-use crate::health::{probe_key, HealthState, InitialState, ProbeKey, ProbeStatus};
+use crate::health::{probe_key, HealthState, InitialState, ProbeStatus, ProbeStatuses};
 
 /// `services` services of `per` backends each, TCP-checked, with static
 /// MACs and Maglev tables of `table` slots, on one `net_null` port;
@@ -48,7 +46,7 @@ pub fn probe_status(healthy: bool) -> ProbeStatus {
 
 /// Every probe of `cfg` (each backend under its service's health check)
 /// after one probe that found it healthy.
-pub fn all_healthy(cfg: &Config) -> HashMap<ProbeKey, ProbeStatus> {
+pub fn all_healthy(cfg: &Config) -> ProbeStatuses {
     cfg.backend_services
         .iter()
         .filter_map(|s| Some((&cfg.health_checks[s.health_check?], s)))

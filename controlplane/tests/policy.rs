@@ -2,10 +2,8 @@
 //! (ZA-*), pool epochs (CT-11, FO-1), draining of removed backends (CT-10),
 //! EL-4 drop, and stable ids across reloads.
 
-use std::collections::HashMap;
-
 use controlplane::config::{load_str, Config};
-use controlplane::health::{probe_key, ProbeKey, ProbeStatus};
+use controlplane::health::{probe_key, ProbeStatuses};
 use controlplane::publish::{build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory};
 use controlplane::synthetic::probe_status;
 use sluice_core::snapshot::ForwardingState;
@@ -35,7 +33,7 @@ port = 80
     load_str(&text, "t.toml").unwrap_or_else(|d| panic!("{d}"))
 }
 
-fn health(c: &Config, unhealthy: &[&str]) -> HashMap<ProbeKey, ProbeStatus> {
+fn health(c: &Config, unhealthy: &[&str]) -> ProbeStatuses {
     let hc = &c.health_checks[0];
     c.backend_services
         .iter()

@@ -31,7 +31,7 @@ use sluice_core::maglev_table::MaglevTable;
 use sluice_core::snapshot::ForwardingState;
 
 use crate::config::Config;
-use crate::health::{probe_key, ProbeKey, ProbeStatus};
+use crate::health::{probe_key, ProbeStatus, ProbeStatuses};
 
 /// Why a VIP is or is not announced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -102,12 +102,7 @@ impl TableMembers {
 
     /// Whether service `si` of `cfg` has settled (see the module doc);
     /// remembered once true. A service without a health check has.
-    fn settled(
-        &mut self,
-        cfg: &Config,
-        si: usize,
-        health: Option<&HashMap<ProbeKey, ProbeStatus>>,
-    ) -> bool {
+    fn settled(&mut self, cfg: &Config, si: usize, health: Option<&ProbeStatuses>) -> bool {
         let svc = &cfg.backend_services[si];
         if self.settled.contains(&svc.name) {
             return true;
@@ -148,7 +143,7 @@ fn has_verdict(st: &ProbeStatus, unhealthy_threshold: u32) -> bool {
 pub fn decide(
     cfg: &Config,
     snap: &ForwardingState,
-    health: Option<&HashMap<ProbeKey, ProbeStatus>>,
+    health: Option<&ProbeStatuses>,
     members: &mut TableMembers,
 ) -> Vec<(IpAddr, Verdict)> {
     members.retain(cfg);
@@ -208,10 +203,9 @@ fn service_servable(snap: &ForwardingState, service: &str, members: &mut TableMe
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
 
     use super::*;
-    use crate::health::{probe_key, InitialState, ProbeKey, ProbeStatus};
+    use crate::health::{probe_key, InitialState, ProbeStatus};
     use crate::publish::{build_forwarding_state_with, BackendIds, BuildInputs, PolicyMemory};
 
     const CFG: &str = r#"
@@ -283,7 +277,7 @@ asn = 65000
     /// Health per backend address (missing: healthy).
     fn verdicts(cfg: &Config, down: &[&str]) -> Vec<(String, Verdict)> {
         let hc = &cfg.health_checks[0];
-        let health: HashMap<ProbeKey, ProbeStatus> = cfg
+        let health: ProbeStatuses = cfg
             .backend_services
             .iter()
             .flat_map(|s| &s.backends)
@@ -394,7 +388,7 @@ asn = 65000
     fn ap_6_a_restarted_appliance_waits_for_settled_health() {
         let c = cfg(CFG);
         let hc = &c.health_checks[0];
-        let mut health: HashMap<ProbeKey, ProbeStatus> = HashMap::new();
+        let mut health = ProbeStatuses::default();
         // .11 failed its first probe, then passed one: undecided. .12
         // failed twice of the three it takes: undecided.
         for (addr, probes, healthy, failures) in [

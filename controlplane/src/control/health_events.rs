@@ -1,12 +1,11 @@
 //! Health events: a probe's result changed. Only the services the probe
 //! checks are rebuilt, on a copy of the last snapshot.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::health::{self, ProbeKey, ProbeStatus};
+use crate::health::{self, ProbeKey, ProbeStatuses};
 use crate::publish::{rebuild_services, HealthChange};
 
 use super::Controller;
@@ -53,7 +52,7 @@ impl Controller {
     }
 
     /// A copy of every probe's state (None without health checks).
-    pub(super) fn probe_status(&self) -> Option<HashMap<ProbeKey, ProbeStatus>> {
+    pub(super) fn probe_status(&self) -> Option<ProbeStatuses> {
         self.checker
             .as_ref()
             .map(|c| c.status.lock().unwrap_or_else(|p| p.into_inner()).clone())
@@ -191,7 +190,7 @@ pub fn probe_services(cfg: &Config) -> ProbeServices {
 /// with the probe's state in `status` (a probe without one is skipped).
 pub fn health_changes(
     probe_services: &ProbeServices,
-    status: &HashMap<ProbeKey, ProbeStatus>,
+    status: &ProbeStatuses,
     keys: &[ProbeKey],
 ) -> Vec<HealthChange> {
     let mut changes = Vec::new();

@@ -1,11 +1,10 @@
 //! What the control thread shares with the metrics and control-socket
 //! threads.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
-use crate::health::{ProbeKey, ProbeStatus};
+use crate::health::ProbeStatuses;
 use crate::publish::ServiceReport;
 
 use super::publish_latency::PublishLatency;
@@ -21,7 +20,7 @@ pub struct Shared {
 #[derive(Clone, Debug, Default)]
 pub struct View {
     pub reports: Arc<Vec<ServiceReport>>,
-    pub health: Arc<HashMap<ProbeKey, ProbeStatus>>,
+    pub health: Arc<ProbeStatuses>,
     pub config: Option<Arc<Config>>,
     pub reloads_ok: u64,
     pub reloads_failed: u64,

@@ -136,7 +136,7 @@ impl<'a> Explainer<'a> {
     /// Ports have their configured MACs (or none: an offline explanation
     /// has no NIC to ask).
     pub fn offline(cfg: &'a Config, unhealthy: &[IpAddr]) -> Result<Self, NotABackend> {
-        let health: HashMap<_, _> = probe_keys(cfg)
+        let health: crate::health::ProbeStatuses = probe_keys(cfg)
             .into_iter()
             .map(|k| {
                 let mut s = ProbeStatus::new(k.initial);

@@ -155,8 +155,6 @@ mod tests {
     //! AP-5: a scrape cut into parts of any size is the scrape rendered in
     //! one go, and a family without rows is left out.
 
-    use std::collections::HashMap;
-
     use sluice_core::snapshot::SnapshotCell;
 
     use super::*;
@@ -225,7 +223,7 @@ backend_service = "dns"
             crate::config::load_str(&config(limit), "t.toml").unwrap_or_else(|d| panic!("{d}")),
         );
         let hc = &cfg.health_checks[0];
-        let mut health = HashMap::new();
+        let mut health = crate::health::ProbeStatuses::default();
         for (k, b) in cfg.backend_services[0].backends.iter().enumerate() {
             let mut st = ProbeStatus::new(InitialState::Healthy);
             st.probes = 10 + k as u64;

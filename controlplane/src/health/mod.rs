@@ -27,7 +27,7 @@ use std::net::{IpAddr, SocketAddr};
 pub use checker::HealthChecker;
 pub use failure::FailureReason;
 pub use kind::ProbeKind;
-pub use scheduler::{Event, ProbeKey, ProbeStatus, StatusMap};
+pub use scheduler::{Event, ProbeKey, ProbeStatus, ProbeStatuses, StatusMap};
 pub use state::{HealthState, InitialState, ProbeResult, Thresholds, WeightReport};
 
 use crate::config::HealthCheckConfig;

@@ -31,7 +31,7 @@ use sluice_core::time::Millis;
 use sluice_core::zones::{Zone, ZoneMap};
 
 use crate::config::{BackendServiceConfig, Config, LocalityLbPolicy, Pool, Spillover};
-use crate::health::{probe_key, ProbeKey, ProbeStatus};
+use crate::health::{probe_key, ProbeStatuses};
 use crate::policy::{client_variants, eligible, BackendView, PolicyParams};
 use crate::table_cache::{TableCache, TableInputs};
 
@@ -44,7 +44,7 @@ mod what_if;
 #[derive(Debug, Default)]
 pub struct BuildInputs<'a> {
     /// Probe states (None: no health checking; every backend healthy).
-    pub health: Option<&'a HashMap<ProbeKey, ProbeStatus>>,
+    pub health: Option<&'a ProbeStatuses>,
     /// The dataplane clock now (draining deadlines, CT-10).
     pub now: Millis,
     /// Egress learned from the kernel per backend address (None: no
@@ -55,7 +55,7 @@ pub struct BuildInputs<'a> {
 impl<'a> BuildInputs<'a> {
     /// Inputs of a build that knows the probe states `health` and nothing
     /// else (clock at 0, no neighbours learned).
-    pub fn with_health(health: &'a HashMap<ProbeKey, ProbeStatus>) -> Self {
+    pub fn with_health(health: &'a ProbeStatuses) -> Self {
         Self {
             health: Some(health),
             ..Self::default()

@@ -127,7 +127,7 @@ fn a_health_event_rebuilds_only_the_touched_service() {
     let mut health = all_healthy(&c);
     let mut ids = BackendIds::new();
     let mut memory = PolicyMemory::default();
-    let mut build = |health: &HashMap<ProbeKey, ProbeStatus>, generation| {
+    let mut build = |health: &ProbeStatuses, generation| {
         let inputs = BuildInputs::with_health(health);
         build_forwarding_state_with(&c, &[], &mut ids, &mut memory, &inputs, generation).0
     };
@@ -270,7 +270,7 @@ fn failover_pool_used_when_there_is_no_primary() {
 fn rules_keep_their_counter_slots_across_reloads() {
     let mut ids = BackendIds::new();
     let mut memory = PolicyMemory::default();
-    let health = HashMap::new();
+    let health = crate::health::ProbeStatuses::default();
     let inputs = BuildInputs::with_health(&health);
     let mut slots = |text: &str, generation| {
         let st = build_forwarding_state_with(
