@@ -140,6 +140,9 @@ impl Controller {
             conntrack_near_full: Vec::new(),
         };
         c.rebuild();
+        // The first snapshot's digests before anything can ask: the start
+        // is not ready until they are (a reload's come after its reply).
+        c.warm_digests();
         Ok(c)
     }
 
