@@ -303,6 +303,24 @@ fn start(cfg: &Path, sock: &Path, metrics: u16) -> (RunningSluice, Cost) {
     }
 }
 
+/// Waits (up to 3 s) until `pid`'s control plane has used no CPU for
+/// 100 ms, so that what the start still does after `/ready` (the first
+/// steps of the control loop, threads starting) is not counted as the
+/// first operation's: under a loaded CI machine it landed in `sluice
+/// status`'s CPU at one size and not the other.
+fn settle(pid: u32) {
+    let t0 = Instant::now();
+    let mut last = server_cpu(pid);
+    while t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = server_cpu(pid);
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
 /// The last lines of a run's log, for a failure message.
 fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -323,6 +341,7 @@ fn round(dir: &Path, dim: Dimension, n: usize, r: usize) -> Times {
 
     let sock = dir.join(format!("ctl-{n}.sock"));
     let (run, started) = start(&cfg, &sock, metrics);
+    settle(run.pid());
     let sock_s = sock.to_str().unwrap();
     let pid = Some(run.pid());
     let last = std::net::Ipv4Addr::from(0x0a01_0000u32 + backends as u32 - 1).to_string();
