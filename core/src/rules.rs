@@ -73,8 +73,8 @@ pub enum RuleMiss {
 /// as `u128` — searched by binary search. With more than
 /// [`SMALL_VIPS`] IPv4 VIPs, the worker's fast path
 /// ([`RuleTable::lookup_v4_ports`]) finds its VIP through an open-addressed
-/// hash index instead (a multiply, a shift and usually one probe; issue 30:
-/// 10,000 VIPs cost a 14-step search on every packet). A VIP's rules are
+/// hash index instead (a multiply, a shift and usually one probe, where
+/// a search over 10,000 VIPs takes 14 steps on every packet). A VIP's rules are
 /// scanned in config order; with more than [`SMALL_RULES`] of them, the
 /// fast path searches TCP's or UDP's port segments (the ports resolved to
 /// their first rule in config order when the table is built) instead.
