@@ -130,6 +130,22 @@ fn health_weights_and_reload_through_the_binary() {
         m.contains("sluice_service_eligible_backends{service=\"web\",zone=\"-\"} 1"),
         "{m}"
     );
+    // AP-2: a reload that leaves the probes as they were (another table
+    // size) publishes with every probe's state as it was: b unhealthy
+    // with its reported weight, a holding the whole table.
+    std::fs::write(
+        &cfg_path,
+        config(&dir, port, metrics, both).replace("65537", "65521"),
+    )
+    .unwrap();
+    let (ok, text) = run.cli(&["reload"]);
+    assert!(ok, "{text}");
+    let s = run.cli(&["status"]).1;
+    assert!(
+        backend_line(&s, "127.0.0.2").contains("unhealthy weight 4")
+            && backend_share(&s, "127.0.0.1") == 100.0,
+        "{s}"
+    );
     b.status.store(200, Ordering::Relaxed);
     run.wait_status("b back", Duration::from_secs(3), |s| {
         backend_line(s, "127.0.0.2").contains(" healthy")
@@ -164,7 +180,7 @@ fn health_weights_and_reload_through_the_binary() {
         backend_id(&after, "127.0.0.1"),
         "stable backend id"
     );
-    assert!(after.contains("reloads ok 1 failed 1"), "{after}");
+    assert!(after.contains("reloads ok 2 failed 1"), "{after}");
     let m = scrape(metrics);
     assert!(
         m.contains("sluice_config_reloads_total{result=\"failure\"} 1"),

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use crate::config::Config;
 use crate::neighbours::NeighbourResolver;
 
+use super::rebuild::ProbeStates;
 use super::Controller;
 
 impl Controller {
@@ -14,7 +15,7 @@ impl Controller {
     pub fn attach_neighbours(&mut self, resolver: NeighbourResolver) {
         resolver.set_targets(neighbour_targets(&self.cfg));
         self.neighbours = Some(resolver);
-        self.rebuild();
+        self.rebuild(ProbeStates::Copy);
     }
 
     /// Whether the resolver's table changed since the last step.

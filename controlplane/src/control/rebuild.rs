@@ -9,18 +9,38 @@ use crate::publish::{build_forwarding_state_with, BuildInputs};
 
 use super::Controller;
 
+/// Where a rebuild takes the probe states from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ProbeStates {
+    /// A fresh copy of the checker's (the probes changed, or events were
+    /// taken that no publish has applied).
+    Copy,
+    /// The copy the last publish used (`View::health`).
+    Published,
+}
+
 impl Controller {
     /// Builds and publishes a snapshot of the running configuration;
-    /// returns when it was published.
-    pub(super) fn rebuild(&mut self) -> Instant {
+    /// returns when it was published. `probes`: whether the probe states
+    /// are copied from the checker first, or the copy the last publish
+    /// used serves (it holds every health event taken so far, the ones
+    /// still queued are published by the next tick): a reload that leaves
+    /// the probes as they were does not copy 100,000 of them.
+    pub(super) fn rebuild(&mut self, probes: ProbeStates) -> Instant {
         let started = Instant::now();
-        let health = self.probe_status();
+        let health = match probes {
+            ProbeStates::Copy => self.probe_status().map(Arc::new),
+            ProbeStates::Published => self
+                .checker
+                .as_ref()
+                .map(|_| Arc::clone(&self.shared.view().health)),
+        };
         let neighbours = self
             .neighbours
             .as_ref()
             .map(|n| n.table.lock().unwrap_or_else(|p| p.into_inner()).clone());
         let inputs = BuildInputs {
-            health: health.as_ref(),
+            health: health.as_deref(),
             now: (self.clock)(),
             neighbours: neighbours.as_ref(),
         };
@@ -44,7 +64,7 @@ impl Controller {
         super::log_pool_changes(&prev_reports, &reports);
         let mut v = self.shared.lock();
         v.reports = Arc::new(reports);
-        v.health = Arc::new(health);
+        v.health = health;
         v.config = Some(Arc::clone(&self.cfg));
         v.last_build_seconds = started.elapsed().as_secs_f64();
         drop(v);

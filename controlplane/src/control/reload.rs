@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::config::{self, Config, Diagnostics};
 use crate::health::{self, HealthChecker};
 
+use super::rebuild::ProbeStates;
 use super::{probe_services, retire, Controller};
 
 /// Why a reload was refused. In every case the running configuration
@@ -110,23 +111,55 @@ impl Controller {
                 held: self.ids.held(),
             });
         }
-        let keys = health::probe_keys(&cfg);
-        match &self.checker {
-            Some(c) => c.set_targets(keys),
-            None if !keys.is_empty() => {
-                let c = HealthChecker::spawn().map_err(ReloadError::HealthChecker)?;
-                c.set_targets(keys);
-                self.checker = Some(c);
+        // The probes follow the file only if they changed: with 100,000
+        // backends checked, the key list, the checker's diff of it, the
+        // probe-to-backend map and a copy of every probe's state are most
+        // of a one-weight reload.
+        let probes = if same_probes(&self.cfg, &cfg) {
+            ProbeStates::Published
+        } else {
+            let keys = health::probe_keys(&cfg);
+            match &self.checker {
+                Some(c) => c.set_targets(keys),
+                None if !keys.is_empty() => {
+                    let c = HealthChecker::spawn().map_err(ReloadError::HealthChecker)?;
+                    c.set_targets(keys);
+                    self.checker = Some(c);
+                }
+                None => {}
             }
-            None => {}
-        }
+            self.probe_services = probe_services(&cfg);
+            ProbeStates::Copy
+        };
         self.resolve_neighbours_of(&cfg);
         self.id_hold_ms = retire::id_hold_ms(&cfg, self.id_hold_ms);
-        self.probe_services = probe_services(&cfg);
         self.cfg = Arc::new(cfg);
-        self.rebuild();
+        self.rebuild(probes);
         Ok(())
     }
+}
+
+/// Whether `old` and `new` need the same probes checking the same
+/// backends at the same places: the same health checks, and per service
+/// (in order) the same check and the same backend addresses in the same
+/// order — what [`health::probe_keys`] and [`probe_services`] are made
+/// of. One pass over the backends, no key built.
+fn same_probes(old: &Config, new: &Config) -> bool {
+    old.health_checks == new.health_checks
+        && old.backend_services.len() == new.backend_services.len()
+        && old
+            .backend_services
+            .iter()
+            .zip(&new.backend_services)
+            .all(|(a, b)| {
+                a.health_check == b.health_check
+                    && (a.health_check.is_none()
+                        || a.backends.len() == b.backends.len()
+                            && a.backends
+                                .iter()
+                                .zip(&b.backends)
+                                .all(|(x, y)| x.address == y.address))
+            })
 }
 
 /// Reads and validates the file on a thread of its own at background
@@ -393,5 +426,50 @@ tap = "sl-up"
                 "dataplane.port \"uplink\".tap",
             ]
         );
+    }
+
+    /// The probe targets of a reload are rebuilt only when what they are
+    /// made of changed (HC-1 probes per checked backend): a weight, a
+    /// rule or an unchecked service's backends leave them; a checked
+    /// address, its order, a check's parameter or a service's check do not.
+    #[test]
+    fn same_probes_only_when_checked_addresses_and_checks_agree() {
+        let file = |web: &str, dns: &str, interval: &str| {
+            format!(
+                "{BASE}
+[[health_check]]
+name = \"tcp\"
+type = \"TCP\"
+port = 80
+check_interval = \"{interval}\"
+[[backend_service]]
+name = \"web\"
+health_check = \"tcp\"
+backend = [ {web} ]
+[[backend_service]]
+name = \"dns\"
+backend = [ {dns} ]
+"
+            )
+        };
+        let a = "{ address = \"192.0.2.10\", mac = \"02:00:00:00:00:10\" }";
+        let a3 = "{ address = \"192.0.2.10\", mac = \"02:00:00:00:00:10\", weight = 3 }";
+        let b = "{ address = \"192.0.2.11\", mac = \"02:00:00:00:00:11\" }";
+        let c = "{ address = \"192.0.2.12\", mac = \"02:00:00:00:00:12\" }";
+        let load = |t: String| config::load_str(&t, "test.toml").unwrap_or_else(|d| panic!("{d}"));
+        let old = load(file(&format!("{a}, {b}"), c, "5s"));
+        let same = |t: String| same_probes(&old, &load(t));
+        assert!(same(file(&format!("{a}, {b}"), c, "5s")));
+        assert!(same(file(&format!("{a3}, {b}"), c, "5s")), "a weight");
+        assert!(
+            same(file(&format!("{a}, {b}"), &format!("{c}, {b}"), "5s")),
+            "unchecked"
+        );
+        assert!(!same(file(&format!("{b}, {a}"), c, "5s")), "order");
+        assert!(!same(file(&format!("{a}, {c}"), c, "5s")), "an address");
+        assert!(!same(file(a, c, "5s")), "a backend fewer");
+        assert!(!same(file(&format!("{a}, {b}"), c, "6s")), "the check");
+        let unchecked = file(&format!("{a}, {b}"), c, "5s").replace("health_check = \"tcp\"\n", "");
+        assert!(!same(unchecked), "the service's check");
     }
 }

@@ -2,7 +2,7 @@
 //! snapshot and the shared view, rendered on whichever thread asks, so a
 //! status request over a big configuration never holds up a publish.
 
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
