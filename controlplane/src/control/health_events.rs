@@ -124,10 +124,10 @@ impl Controller {
     /// the events' backends, then eligibility and table per touched
     /// service.
     pub(super) fn publish_health(&mut self, keys: &[ProbeKey]) -> Option<Instant> {
-        let checker = self.checker.as_ref()?;
+        let status_map = Arc::clone(&self.checker.as_ref()?.status);
         let started = Instant::now();
         let changes = {
-            let status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
+            let status = status_map.lock().unwrap_or_else(|p| p.into_inner());
             health_changes(&self.probe_services, &status, keys)
         };
         if changes.is_empty() {
@@ -148,18 +148,34 @@ impl Controller {
         self.retired.push(self.cell.publish(state));
         let published = Instant::now();
         self.retire();
-        // After the publish: the metrics' copy of the probe states, which
-        // must agree with the snapshot (`sluice_backend_healthy`).
-        self.view_refreshed = Instant::now();
-        let health = self.probe_status().unwrap_or_default();
         super::log_pool_changes(&prev_reports, &reports);
         let mut v = self.shared.lock();
+        // After the publish: the readers' copy of the probe states, which
+        // must agree with the snapshot (`sluice_backend_healthy`), takes
+        // the published probes' states. In place: it is copied whole only
+        // if a reader still holds it, not on every flip of 100,000 probes.
+        copy_statuses(&status_map, keys, Arc::make_mut(&mut v.health));
         v.reports = Arc::new(reports);
-        v.health = Arc::new(health);
         v.last_build_seconds = published.duration_since(started).as_secs_f64();
         drop(v);
         self.digests_due = true;
         Some(published)
+    }
+}
+
+/// `keys`' statuses from the checker's `status` into `copy` (a probe the
+/// checker no longer has leaves it).
+fn copy_statuses(status: &health::StatusMap, keys: &[ProbeKey], copy: &mut ProbeStatuses) {
+    let status = status.lock().unwrap_or_else(|p| p.into_inner());
+    for key in keys {
+        match status.get(key) {
+            Some(s) => {
+                copy.insert(key.clone(), s.clone());
+            }
+            None => {
+                copy.remove(key);
+            }
+        }
     }
 }
 

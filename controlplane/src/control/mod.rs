@@ -201,7 +201,8 @@ impl Controller {
             if let Some(published) = self.publish_health(&health) {
                 self.flips_published(&flips, published);
             }
-        } else if self.view_refreshed.elapsed() >= VIEW_REFRESH {
+        }
+        if self.view_refreshed.elapsed() >= VIEW_REFRESH {
             self.refresh_probe_counters();
         }
         // Two relaxed loads per worker.
