@@ -155,8 +155,12 @@ fn run_with_log(tap: &str, filter: Option<&str>) -> (String, String) {
     let dir = tempdir(tap);
     let cfg = dir.join("sluice.toml");
     std::fs::write(&cfg, TAP_CONFIG.replace("sl-logtest", tap)).unwrap();
-    let mut run = Command::new(sluice_bin());
-    run.args(["run", "--duration", "1", "--no-control-socket"])
+    // In a network namespace of its own: the TAP takes the port's address
+    // (192.0.2.1/24), which may be an address of this host's own network.
+    let mut run = Command::new("unshare");
+    run.args(["-n"])
+        .arg(sluice_bin())
+        .args(["run", "--duration", "1", "--no-control-socket"])
         .args(["--no-metrics-server", "--config"])
         .arg(&cfg)
         .env_remove("RUST_LOG")
