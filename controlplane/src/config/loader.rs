@@ -4,7 +4,7 @@
 //! services with ten backends each are ~7 MB of TOML, whose parse alone
 //! took most of a reload that changed one weight. A [`Loader`] keeps each
 //! `[[backend_service]]` and `[[forwarding_rule]]` table of the last load
-//! parsed, keyed by its exact text ([`super::segments`]); a load parses the
+//! parsed, with its exact text ([`super::segments`]); a load parses the
 //! tables it has not seen and "the rest" (dataplane, metrics, zones,
 //! health checks, BGP: small), then validates the whole configuration as
 //! `load_str` does. Any doubt — the file does not cut cleanly, a piece does
@@ -23,12 +23,11 @@ use super::raw::{RawConfig, RawRule, RawService};
 use super::segments::{self, Item};
 use super::{Config, Diagnostics};
 
-/// The parsed tables of the last load, by their text (a process-local
-/// map: the fast keyed hasher).
+/// The parsed tables of the last load, with their text, in file order.
 #[derive(Debug, Default)]
 pub struct Loader {
-    services: AHashMap<Box<str>, RawService>,
-    rules: AHashMap<Box<str>, RawRule>,
+    services: Vec<Parsed<RawService>>,
+    rules: Vec<Parsed<RawRule>>,
     /// Tables the last load parsed (not found in the cache); None when it
     /// parsed the whole file.
     parsed: Option<usize>,
@@ -87,32 +86,24 @@ impl Loader {
             // whole file says in which order.
             return None;
         }
-        let mut old_services = std::mem::take(&mut self.services);
-        let mut old_rules = std::mem::take(&mut self.rules);
-        // Each table's text, kept (moved from the old cache when found
-        // there) to key the new cache.
-        let mut service_texts = Vec::new();
-        let mut rule_texts = Vec::new();
-        let mut parsed = 0;
+        let mut services = Matcher::new(std::mem::take(&mut self.services));
+        let mut rules = Matcher::new(std::mem::take(&mut self.rules));
         for (item, range) in &layout.items {
             let piece = &text[range.clone()];
             match item {
-                Item::Service => {
-                    let (key, s) = cached_or_parsed(&mut old_services, piece, &mut parsed, |p| {
-                        one(toml::from_str::<ServicePiece>(p).ok()?.backend_service)
-                    })?;
-                    raw.backend_service.push(s);
-                    service_texts.push(key);
-                }
-                Item::Rule => {
-                    let (key, r) = cached_or_parsed(&mut old_rules, piece, &mut parsed, |p| {
-                        one(toml::from_str::<RulePiece>(p).ok()?.forwarding_rule)
-                    })?;
-                    raw.forwarding_rule.push(r);
-                    rule_texts.push(key);
-                }
+                Item::Service => services.next(piece),
+                Item::Rule => rules.next(piece),
             }
         }
+        let mut parsed = 0;
+        let (service_texts, services) = services.finish(&mut parsed, |p| {
+            one(toml::from_str::<ServicePiece>(p).ok()?.backend_service)
+        })?;
+        let (rule_texts, rules) = rules.finish(&mut parsed, |p| {
+            one(toml::from_str::<RulePiece>(p).ok()?.forwarding_rule)
+        })?;
+        raw.backend_service = services;
+        raw.forwarding_rule = rules;
         let cfg = super::validate::validate(&raw, text, origin).ok();
         self.parsed = Some(parsed);
         self.services = service_texts.into_iter().zip(raw.backend_service).collect();
@@ -121,19 +112,86 @@ impl Loader {
     }
 }
 
-/// `piece`'s table from the last load's cache (with its key), else parsed
-/// (counted in `parsed`); None if it does not parse.
-fn cached_or_parsed<T>(
-    cache: &mut AHashMap<Box<str>, T>,
-    piece: &str,
-    parsed: &mut usize,
-    parse: impl FnOnce(&str) -> Option<T>,
-) -> Option<(Box<str>, T)> {
-    if let Some(hit) = cache.remove_entry(piece) {
-        return Some(hit);
+/// A table's text and what it parsed to.
+type Parsed<T> = (Box<str>, T);
+
+/// Finds each table of a load among the last load's tables of its kind,
+/// by exact text. Tables mostly come back in the same order, so each is
+/// compared first with the next old table in order (and the one after
+/// it: the old one was changed or removed), which costs a comparison of
+/// equal texts and no hashing; the few left over are looked up by text
+/// among the old tables nothing took, and parsed when not found.
+struct Matcher<'t, T> {
+    old: Vec<Option<Parsed<T>>>,
+    /// The next old table in order.
+    cursor: usize,
+    /// This load's tables in order: the text, and the old table found for
+    /// it (None: not found in order).
+    new: Vec<(&'t str, Option<Parsed<T>>)>,
+}
+
+impl<'t, T> Matcher<'t, T> {
+    fn new(old: Vec<Parsed<T>>) -> Self {
+        Self {
+            old: old.into_iter().map(Some).collect(),
+            cursor: 0,
+            new: Vec::new(),
+        }
     }
-    *parsed += 1;
-    Some((Box::from(piece), parse(piece)?))
+
+    /// The next table of this load, `piece`.
+    fn next(&mut self, piece: &'t str) {
+        let found = (self.cursor..self.old.len().min(self.cursor + 2)).find(|&i| {
+            self.old[i]
+                .as_ref()
+                .is_some_and(|(text, _)| &**text == piece)
+        });
+        let hit = found.and_then(|i| {
+            self.cursor = i + 1;
+            self.old[i].take()
+        });
+        self.new.push((piece, hit));
+    }
+
+    /// Every table of this load, in order, with its text: from the old
+    /// tables, else parsed by `parse` (counted in `parsed`); None if one
+    /// does not parse.
+    fn finish(
+        mut self,
+        parsed: &mut usize,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<(Vec<Box<str>>, Vec<T>)> {
+        // The tables not found in order, by text (a table changed, added
+        // or moved: usually few), are looked for among the old tables
+        // nothing took.
+        let mut missing: AHashMap<&str, Vec<usize>> = AHashMap::new();
+        for (i, (piece, hit)) in self.new.iter().enumerate() {
+            if hit.is_none() {
+                missing.entry(*piece).or_default().push(i);
+            }
+        }
+        if !missing.is_empty() {
+            for (text, item) in self.old.into_iter().flatten() {
+                if let Some(i) = missing.get_mut(&*text).and_then(Vec::pop) {
+                    self.new[i].1 = Some((text, item));
+                }
+            }
+        }
+        let mut texts = Vec::with_capacity(self.new.len());
+        let mut items = Vec::with_capacity(self.new.len());
+        for (piece, hit) in self.new {
+            let (text, item) = match hit {
+                Some(hit) => hit,
+                None => {
+                    *parsed += 1;
+                    (Box::from(piece), parse(piece)?)
+                }
+            };
+            texts.push(text);
+            items.push(item);
+        }
+        Some((texts, items))
+    }
 }
 
 /// The only item of `items`.
