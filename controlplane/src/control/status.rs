@@ -255,6 +255,79 @@ mod tests {
         assert!((shares - 100.0).abs() < 0.5, "shares add up: {shares}");
     }
 
+    /// HC-1: a backend's line names why its latest probe failed, found by
+    /// address and check: two checks of equal parameters share probes
+    /// (the second service's backend finds the first check's), a check
+    /// on another port does not, and a probe that passed names nothing.
+    #[test]
+    fn a_backend_line_names_its_latest_probe_failure() {
+        let text = r#"
+[dataplane]
+eal_args = ["--no-huge"]
+[[dataplane.port]]
+name = "p0"
+device = "net_null0"
+address = "192.0.2.1/24"
+[[health_check]]
+name = "a"
+type = "TCP"
+port = 80
+[[health_check]]
+name = "b"
+type = "TCP"
+port = 80
+[[health_check]]
+name = "c"
+type = "TCP"
+port = 81
+[[backend_service]]
+name = "one"
+health_check = "a"
+backend = [{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }, { address = "192.0.2.11", mac = "02:00:00:00:00:0b" }]
+[[backend_service]]
+name = "two"
+health_check = "b"
+backend = [{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }]
+[[backend_service]]
+name = "three"
+health_check = "c"
+backend = [{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }]
+"#;
+        let c = config::load_str(text, "t").unwrap_or_else(|d| panic!("{d}"));
+        let mut ids = crate::publish::BackendIds::new();
+        let snap = crate::publish::build_forwarding_state(&c, &[], &mut ids, 1);
+        let mut health = health::ProbeStatuses::default();
+        let status = |failure| {
+            let mut s = health::ProbeStatus::new(health::InitialState::Healthy);
+            s.last_failure = failure;
+            s
+        };
+        let addr = |a: [u8; 4]| IpAddr::from(a);
+        let (a, c3) = (&c.health_checks[0], &c.health_checks[2]);
+        health.insert(
+            health::probe_key(a, addr([192, 0, 2, 10])),
+            status(Some(FailureReason::Timeout)),
+        );
+        health.insert(health::probe_key(a, addr([192, 0, 2, 11])), status(None));
+        health.insert(
+            health::probe_key(c3, addr([192, 0, 2, 10])),
+            status(Some(FailureReason::Refused)),
+        );
+        let view = View {
+            reports: Arc::new(vec![ServiceReport::default(); 3]),
+            config: Some(Arc::new(c)),
+            health: Arc::new(health),
+            ..View::default()
+        };
+        let out = render_status(&snap, &view);
+        let lines: Vec<&str> = out.lines().filter(|l| l.contains(" backend ")).collect();
+        assert_eq!(lines.len(), 4, "{out}");
+        assert!(lines[0].ends_with(" last-failure timeout"), "{out}");
+        assert!(!lines[1].contains("last-failure"), "{out}");
+        assert!(lines[2].ends_with(" last-failure timeout"), "{out}");
+        assert!(lines[3].ends_with(" last-failure refused"), "{out}");
+    }
+
     #[test]
     fn a_mac_is_written_as_the_formatter_writes_it() {
         for m in [
