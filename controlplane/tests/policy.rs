@@ -66,6 +66,7 @@ impl Builder {
             health: Some(&h),
             now: Millis(now),
             neighbours: None,
+            rules: None,
         };
         build_forwarding_state_with(
             c,

@@ -139,7 +139,7 @@ impl Controller {
             digests_due: false,
             conntrack_near_full: Vec::new(),
         };
-        c.rebuild(rebuild::ProbeStates::Copy);
+        c.rebuild(rebuild::ProbeStates::Copy, rebuild::Rules::Build);
         // The first snapshot's digests before anything can ask: the start
         // is not ready until they are (a reload's come after its reply).
         c.warm_digests();
@@ -195,7 +195,7 @@ impl Controller {
             .next_deadline()
             .is_some_and(|d| d <= (self.clock)());
         if neighbours || deadline {
-            let published = self.rebuild(rebuild::ProbeStates::Copy);
+            let published = self.rebuild(rebuild::ProbeStates::Copy, rebuild::Rules::Published);
             self.flips_published(&flips, published);
         } else if !health.is_empty() {
             if let Some(published) = self.publish_health(&health) {

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use crate::config::Config;
 use crate::neighbours::NeighbourResolver;
 
-use super::rebuild::ProbeStates;
+use super::rebuild::{ProbeStates, Rules};
 use super::Controller;
 
 impl Controller {
@@ -15,7 +15,7 @@ impl Controller {
     pub fn attach_neighbours(&mut self, resolver: NeighbourResolver) {
         resolver.set_targets(neighbour_targets(&self.cfg));
         self.neighbours = Some(resolver);
-        self.rebuild(ProbeStates::Copy);
+        self.rebuild(ProbeStates::Copy, Rules::Published);
     }
 
     /// Whether the resolver's table changed since the last step.

@@ -9,6 +9,15 @@ use crate::publish::{build_forwarding_state_with, BuildInputs};
 
 use super::Controller;
 
+/// Where a rebuild takes the rule table from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Rules {
+    /// The published snapshot's: the forwarding rules did not change.
+    Published,
+    /// Built from the configuration.
+    Build,
+}
+
 /// Where a rebuild takes the probe states from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ProbeStates {
@@ -26,7 +35,9 @@ impl Controller {
     /// used serves (it holds every health event taken so far, the ones
     /// still queued are published by the next tick): a reload that leaves
     /// the probes as they were does not copy 100,000 of them.
-    pub(super) fn rebuild(&mut self, probes: ProbeStates) -> Instant {
+    /// `rules`: whether the configuration's forwarding rules are the
+    /// published snapshot's (its rule table is kept) or not.
+    pub(super) fn rebuild(&mut self, probes: ProbeStates, rules: Rules) -> Instant {
         let started = Instant::now();
         let health = match probes {
             ProbeStates::Copy => self.probe_status().map(Arc::new),
@@ -43,6 +54,7 @@ impl Controller {
             health: health.as_deref(),
             now: (self.clock)(),
             neighbours: neighbours.as_ref(),
+            rules: (rules == Rules::Published).then(|| Arc::clone(&self.cell.load().rules)),
         };
         self.generation += 1;
         let (state, reports) = build_forwarding_state_with(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::config::{self, Config, Diagnostics};
 use crate::health::{self, HealthChecker};
 
-use super::rebuild::ProbeStates;
+use super::rebuild::{ProbeStates, Rules};
 use super::{probe_services, retire, Controller};
 
 /// Why a reload was refused. In every case the running configuration
@@ -131,10 +131,18 @@ impl Controller {
             self.probe_services = probe_services(&cfg);
             ProbeStates::Copy
         };
+        // The same rules in the same order (each names its service by
+        // position, so a service moved makes them differ): the published
+        // rule table is kept.
+        let rules = if self.cfg.forwarding_rules == cfg.forwarding_rules {
+            Rules::Published
+        } else {
+            Rules::Build
+        };
         self.resolve_neighbours_of(&cfg);
         self.id_hold_ms = retire::id_hold_ms(&cfg, self.id_hold_ms);
         self.cfg = Arc::new(cfg);
-        self.rebuild(probes);
+        self.rebuild(probes, rules);
         Ok(())
     }
 }
@@ -471,5 +479,65 @@ backend = [ {dns} ]
         assert!(!same(file(&format!("{a}, {b}"), c, "6s")), "the check");
         let unchecked = file(&format!("{a}, {b}"), c, "5s").replace("health_check = \"tcp\"\n", "");
         assert!(!same(unchecked), "the service's check");
+    }
+
+    /// A reload whose forwarding rules are the same (FR-1) keeps the
+    /// published rule table; one that changes a rule, or moves the
+    /// service a rule names, builds it again with the change.
+    #[test]
+    fn the_rule_table_is_kept_while_the_rules_are_the_same() {
+        let dir = std::env::temp_dir().join(format!("sluice-reload-rules-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sluice.toml");
+        let file = |weight: u16, port: u16, swapped: bool| {
+            let a = format!(
+                "[[backend_service]]\nname = \"a\"\nbackend = [{{ address = \"192.0.2.10\", \
+                 mac = \"02:00:00:00:00:0a\", weight = {weight} }}]\n"
+            );
+            let b = "[[backend_service]]\nname = \"b\"\nbackend = [{ address = \"192.0.2.11\", \
+                     mac = \"02:00:00:00:00:0b\" }]\n";
+            let services = if swapped {
+                format!("{b}{a}")
+            } else {
+                format!("{a}{b}")
+            };
+            format!(
+                "{BASE}{services}[[forwarding_rule]]\nname = \"r\"\nvip = \"203.0.113.10\"\n\
+                 protocol = \"TCP\"\nports = \"{port}\"\nbackend_service = \"a\"\n"
+            )
+        };
+        std::fs::write(&path, file(1, 80, false)).unwrap();
+        let cfg = config::load_file(&path).unwrap();
+        let clock = Box::new(|| sluice_core::time::Millis(0));
+        let mut c = Controller::new(cfg, Some(path.clone()), vec![], clock).unwrap();
+        fn c_rules(c: &Controller) -> Arc<sluice_core::rules::RuleTable> {
+            Arc::clone(&c.snapshots().load().rules)
+        }
+        let first = c_rules(&c);
+
+        std::fs::write(&path, file(2, 80, false)).unwrap();
+        c.reload().unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &c_rules(&c)),
+            "a weight: the table is kept"
+        );
+
+        std::fs::write(&path, file(2, 8080, false)).unwrap();
+        c.reload().unwrap();
+        let changed = c_rules(&c);
+        assert!(!Arc::ptr_eq(&first, &changed), "a port: built again");
+        let ports: Vec<u16> = changed.rules().map(|r| r.ports.first).collect();
+        assert_eq!(ports, [8080]);
+
+        std::fs::write(&path, file(2, 8080, true)).unwrap();
+        c.reload().unwrap();
+        let moved = c_rules(&c);
+        assert!(
+            !Arc::ptr_eq(&changed, &moved),
+            "the service moved: built again"
+        );
+        let service: Vec<u16> = moved.rules().map(|r| r.service.0).collect();
+        assert_eq!(service, [1], "the rule names service a at its new place");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

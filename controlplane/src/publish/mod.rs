@@ -50,6 +50,11 @@ pub struct BuildInputs<'a> {
     /// Egress learned from the kernel per backend address (None: no
     /// exception path, so only static `mac =` backends are reachable).
     pub neighbours: Option<&'a HashMap<IpAddr, Egress>>,
+    /// The rule table of a configuration whose forwarding rules are the
+    /// same as this one's (equal, in the same order): kept instead of
+    /// built again from 100,000 rules. Rule counter slots are per name
+    /// and never move, so the kept table is the one a build would make.
+    pub rules: Option<Arc<RuleTable>>,
 }
 
 impl<'a> BuildInputs<'a> {
@@ -292,20 +297,10 @@ pub fn build_forwarding_state_with(
         }
     }
 
-    let rules = cfg
-        .forwarding_rules
-        .iter()
-        .filter_map(|r| {
-            Some(ForwardingRule {
-                name: r.name.clone(),
-                vip: r.vip,
-                protocol: r.protocol,
-                ports: r.ports,
-                service: ServiceId::from_index(r.backend_service)?,
-                counter: memory.rule_slot(&r.name),
-            })
-        })
-        .collect();
+    let rules = match &inputs.rules {
+        Some(kept) => Arc::clone(kept),
+        None => Arc::new(rule_table(cfg, memory)),
+    };
 
     let zones = ZoneMap {
         zones: cfg
@@ -324,7 +319,7 @@ pub fn build_forwarding_state_with(
 
     let mut state = ForwardingState {
         generation,
-        rules: std::sync::Arc::new(RuleTable::new(rules)),
+        rules,
         services,
         backends: backend_table,
         ports,
@@ -464,6 +459,26 @@ fn update_draining(cfg: &Config, memory: &mut PolicyMemory, now: Millis) {
     memory.draining.retain(|_, (name, b)| {
         services.contains_key(name.as_str()) && b.draining_until.is_some_and(|d| d > now)
     });
+}
+
+/// The rule table of `cfg`'s forwarding rules (FR-1/FR-2), each with its
+/// counter slot.
+fn rule_table(cfg: &Config, memory: &mut PolicyMemory) -> RuleTable {
+    let rules = cfg
+        .forwarding_rules
+        .iter()
+        .filter_map(|r| {
+            Some(ForwardingRule {
+                name: r.name.clone(),
+                vip: r.vip,
+                protocol: r.protocol,
+                ports: r.ports,
+                service: ServiceId::from_index(r.backend_service)?,
+                counter: memory.rule_slot(&r.name),
+            })
+        })
+        .collect();
+    RuleTable::new(rules)
 }
 
 /// Current health and effective weight of each backend of `svc`.
