@@ -40,7 +40,12 @@ impl Controller {
     pub(super) fn rebuild(&mut self, probes: ProbeStates, rules: Rules) -> Instant {
         let started = Instant::now();
         let health = match probes {
-            ProbeStates::Copy => self.probe_status().map(Arc::new),
+            ProbeStates::Copy => {
+                // A whole copy, counters included: the tick's periodic
+                // refresh need not copy them again.
+                self.view_refreshed = started;
+                self.probe_status().map(Arc::new)
+            }
             ProbeStates::Published => self
                 .checker
                 .as_ref()
