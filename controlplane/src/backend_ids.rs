@@ -162,7 +162,7 @@ impl BackendIds {
         let services: HashMap<&str, &crate::config::BackendServiceConfig> = cfg
             .backend_services
             .iter()
-            .map(|s| (s.name.as_str(), s))
+            .map(|s| (s.name.as_str(), &**s))
             .collect();
         self.configured.retain(|name, known| {
             let Some(svc) = services.get(name.as_str()) else {

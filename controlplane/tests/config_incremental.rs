@@ -65,6 +65,11 @@ struct File {
     services: Vec<Service>,
     /// `[metrics]` after this many services (rules come after them all).
     metrics_at: usize,
+    /// Rules after the one per service: (the name of rule `.0` when
+    /// Some, else its own; the VIP of rule `.1` when Some, else its own)
+    /// — a name used twice or an FR-2 overlap beside rules the loader
+    /// keeps.
+    extra_rules: Vec<(Option<usize>, Option<usize>)>,
 }
 
 const REST: &str = r#"# a comment with [[backend_service]] in it
@@ -129,6 +134,18 @@ fn render(f: &File) -> String {
             s.name
         );
     }
+    let n = f.services.len();
+    for (k, (name_of, vip_of)) in f.extra_rules.iter().enumerate() {
+        let name = name_of.map_or(format!("x{k}"), |i| format!("r{}", i % n));
+        let vip = vip_of.map_or(format!("198.51.100.{}", k + 1), |i| {
+            format!("203.0.113.{}", i % n + 1)
+        });
+        let _ = writeln!(
+            t,
+            "[[forwarding_rule]]\nname = \"{name}\"\nvip = \"{vip}\"\nbackend_service = \"s{}\"",
+            f.services[0].name
+        );
+    }
     t
 }
 
@@ -162,6 +179,8 @@ enum Edit {
     MoveMetrics(usize),
     /// A line inserted before line `.0` of the rendered text.
     Line(usize, &'static str),
+    ExtraRule(Option<usize>, Option<usize>),
+    RemoveExtraRule(usize),
 }
 
 const LINES: &[&str] = &[
@@ -194,6 +213,8 @@ fn edit() -> impl Strategy<Value = Edit> {
         1 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Edit::Swap(a, b)),
         1 => any::<usize>().prop_map(Edit::MoveMetrics),
         2 => (any::<usize>(), prop::sample::select(LINES)).prop_map(|(at, l)| Edit::Line(at, l)),
+        1 => (any::<Option<usize>>(), any::<Option<usize>>()).prop_map(|(n, v)| Edit::ExtraRule(n, v)),
+        1 => any::<usize>().prop_map(Edit::RemoveExtraRule),
     ]
 }
 
@@ -215,6 +236,11 @@ fn apply(file: &mut File, e: &Edit) -> String {
         }
         Edit::Swap(a, b) if n > 0 => file.services.swap(a % n, b % n),
         Edit::MoveMetrics(at) => file.metrics_at = at % (n + 1),
+        Edit::ExtraRule(name_of, vip_of) => file.extra_rules.push((*name_of, *vip_of)),
+        Edit::RemoveExtraRule(i) if !file.extra_rules.is_empty() => {
+            let k = i % file.extra_rules.len();
+            file.extra_rules.remove(k);
+        }
         _ => {}
     }
     let text = render(file);
@@ -236,9 +262,9 @@ proptest! {
     fn ap_5_pieces_and_whole_agree_over_edits(
         services in prop::collection::vec(service(), 1..6),
         metrics_at in 0usize..6,
-        edits in prop::collection::vec(edit(), 1..8),
+        edits in prop::collection::vec(edit(), 1..12),
     ) {
-        let mut file = File { services, metrics_at };
+        let mut file = File { services, metrics_at, extra_rules: Vec::new() };
         let mut loader = Loader::new();
         assert_same(&mut loader, &render(&file));
         for e in &edits {
@@ -264,21 +290,91 @@ fn ap_5_one_change_parses_one_table() {
     let mut file = File {
         services,
         metrics_at: 7,
+        extra_rules: Vec::new(),
     };
     let mut loader = Loader::new();
     assert_same(&mut loader, &render(&file));
     assert_eq!(loader.last_parsed(), Some(60), "30 services and 30 rules");
+    assert_eq!(loader.last_kept(), 0, "nothing validated before");
     let text = apply(&mut file, &Edit::Weight(12, 3));
     assert_same(&mut loader, &text);
     assert_eq!(loader.last_parsed(), Some(1));
+    assert_eq!(loader.last_kept(), 59, "every table but the changed one");
     // Tables that moved are found by their text: two services swapped
     // parse only the two rules that name them (rules are numbered by
     // position).
     let text = apply(&mut file, &Edit::Swap(3, 20));
     assert_same(&mut loader, &text);
     assert_eq!(loader.last_parsed(), Some(2), "two services swapped");
+    assert_eq!(
+        loader.last_kept(),
+        58,
+        "the two moved services are kept, the two rules naming them are not"
+    );
     // A file the scanner is unsure of is parsed whole, and still agrees.
     let text = apply(&mut file, &Edit::Line(40, "[\"backend_service\"]"));
     assert_same(&mut loader, &text);
     assert_eq!(loader.last_parsed(), None);
+}
+
+/// A validated item is kept only while what its validation reads stays
+/// the same: a rule whose service moved names the new position, and a
+/// health check inserted before the one services use (which shifts its
+/// position) validates every service again.
+#[test]
+fn ap_5_kept_items_follow_what_they_refer_to() {
+    let two = |first: &str, second: &str| {
+        format!(
+            "{REST}[[backend_service]]\nname = \"{first}\"\nhealth_check = \"hc\"\nbackend = [{{ address = \"10.1.0.1\", mac = \"02:00:00:00:00:02\" }}]\n\
+             [[backend_service]]\nname = \"{second}\"\nbackend = [{{ address = \"10.1.0.2\", mac = \"02:00:00:00:00:02\" }}]\n\
+             [[forwarding_rule]]\nname = \"ra\"\nvip = \"203.0.113.1\"\nbackend_service = \"a\"\n\
+             [[forwarding_rule]]\nname = \"rb\"\nvip = \"203.0.113.2\"\nbackend_service = \"b\"\n"
+        )
+    };
+    let mut loader = Loader::new();
+    assert_same(&mut loader, &two("a", "b"));
+    assert_same(&mut loader, &two("a", "b"));
+    assert_eq!(
+        loader.last_kept(),
+        4,
+        "the same file again keeps every item"
+    );
+    let services_swapped = {
+        let t = two("a", "b");
+        let at = |h: &str| t.find(&format!("\n{h}")).unwrap() + 1;
+        let first = at("[[backend_service]]\nname = \"a\"");
+        let second = at("[[backend_service]]\nname = \"b\"");
+        let rules = at("[[forwarding_rule]]");
+        format!(
+            "{}{}{}{}",
+            &t[..first],
+            &t[second..rules],
+            &t[first..second],
+            &t[rules..]
+        )
+    };
+    assert_same(&mut loader, &services_swapped);
+    assert_eq!(loader.last_parsed(), Some(0), "every table found by text");
+    assert_eq!(
+        loader.last_kept(),
+        2,
+        "both services kept; both rules validated again (their services moved)"
+    );
+    let cfg = loader.load_str(&services_swapped, "t.toml").unwrap();
+    assert_eq!(
+        cfg.backend_services[cfg.forwarding_rules[0].backend_service].name,
+        "a"
+    );
+    // A health check before "hc": the service naming "hc" now names the
+    // second check.
+    let inserted = services_swapped.replace(
+        "[[health_check]]\nname = \"hc\"",
+        "[[health_check]]\nname = \"other\"\ntype = \"TCP\"\nport = 81\n[[health_check]]\nname = \"hc\"",
+    );
+    assert_ne!(inserted, services_swapped);
+    assert_same(&mut loader, &inserted);
+    assert_eq!(loader.last_kept(), 0, "the rest changed: nothing kept");
+    let cfg = loader.load_str(&inserted, "t.toml").unwrap();
+    let a = cfg.service("a").unwrap();
+    assert_eq!(cfg.health_checks[a.health_check.unwrap()].name, "hc");
 }

@@ -5,6 +5,7 @@
 //! exports.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -32,7 +33,7 @@ pub(crate) fn bgp_section(
     cx: &mut Ctx<'_>,
     raw: Option<&S<RawBgp>>,
     ports: &[PortConfig],
-    rules: &[ForwardingRuleConfig],
+    rules: &[Arc<ForwardingRuleConfig>],
 ) -> Option<BgpConfig> {
     let raw = raw?;
     let b = raw.get_ref();
@@ -422,7 +423,7 @@ fn shown_char(c: char) -> String {
 fn vips(
     cx: &mut Ctx<'_>,
     raw: &[S<RawVip>],
-    rules: &[ForwardingRuleConfig],
+    rules: &[Arc<ForwardingRuleConfig>],
 ) -> Vec<VipAnnouncement> {
     let mut out: Vec<(VipAnnouncement, usize)> = Vec::new();
     for (i, v) in raw.iter().enumerate() {

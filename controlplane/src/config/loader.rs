@@ -14,37 +14,63 @@
 //! its size follows the file's.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use ahash::AHashMap;
 
 use serde::Deserialize;
 
+use super::model::{BackendServiceConfig, ForwardingRuleConfig};
 use super::raw::{RawConfig, RawRule, RawService};
 use super::segments::{self, Item};
+use super::validate::{validate_keeping, Kept};
 use super::{Config, Diagnostics};
 
 /// The parsed tables of the last load, with their text, in file order.
 #[derive(Debug, Default)]
 pub struct Loader {
-    services: Vec<Parsed<RawService>>,
-    rules: Vec<Parsed<RawRule>>,
+    services: Vec<Parsed<Table<RawService, BackendServiceConfig>>>,
+    rules: Vec<Parsed<Table<RawRule, ForwardingRuleConfig>>>,
+    /// Everything outside the service and rule tables, as the last load
+    /// read it: while it stays the same, so does what validating a table
+    /// reads besides the table itself.
+    rest: String,
     /// Tables the last load parsed (not found in the cache); None when it
     /// parsed the whole file.
     parsed: Option<usize>,
+    /// Tables the last load took validated from the load before.
+    kept: usize,
+}
+
+/// A table as parsed, and the item it validated to when its load was
+/// accepted.
+#[derive(Debug)]
+struct Table<R, M> {
+    /// Boxed: a load moves every table between lists a few times.
+    raw: Box<R>,
+    valid: Option<Arc<M>>,
+}
+
+impl<R, M> Table<R, M> {
+    fn parsed(raw: Box<R>) -> Self {
+        Self { raw, valid: None }
+    }
 }
 
 /// One `[[backend_service]]` table parsed on its own.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ServicePiece {
-    backend_service: Vec<RawService>,
+    #[allow(clippy::vec_box)]
+    backend_service: Vec<Box<RawService>>,
 }
 
 /// One `[[forwarding_rule]]` table parsed on its own.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RulePiece {
-    forwarding_rule: Vec<RawRule>,
+    #[allow(clippy::vec_box)]
+    forwarding_rule: Vec<Box<RawRule>>,
 }
 
 impl Loader {
@@ -78,9 +104,17 @@ impl Loader {
         self.parsed
     }
 
+    /// How many tables the last load took validated from the load before
+    /// it instead of validating them again.
+    pub fn last_kept(&self) -> usize {
+        self.kept
+    }
+
     fn load_pieces(&mut self, text: &str, origin: &str) -> Option<Config> {
+        self.kept = 0;
         let layout = segments::split(text)?;
-        let mut raw: RawConfig = toml::from_str(&layout.rest_text(text)).ok()?;
+        let rest = layout.rest_text(text);
+        let mut raw: RawConfig = toml::from_str(&rest).ok()?;
         if !raw.backend_service.is_empty() || !raw.forwarding_rule.is_empty() {
             // Items written another way (`backend_service = [...]`): the
             // whole file says in which order.
@@ -97,17 +131,40 @@ impl Loader {
         }
         let mut parsed = 0;
         let (service_texts, services) = services.finish(&mut parsed, |p| {
-            one(toml::from_str::<ServicePiece>(p).ok()?.backend_service)
+            one(toml::from_str::<ServicePiece>(p).ok()?.backend_service).map(Table::parsed)
         })?;
         let (rule_texts, rules) = rules.finish(&mut parsed, |p| {
-            one(toml::from_str::<RulePiece>(p).ok()?.forwarding_rule)
+            one(toml::from_str::<RulePiece>(p).ok()?.forwarding_rule).map(Table::parsed)
         })?;
+        // Validated items are offered only while everything else reads the
+        // same; a changed zone, health check or port validates them all.
+        let same_rest = rest == self.rest;
+        let (services, kept_services) = split_tables(services, same_rest);
+        let (rules, kept_rules) = split_tables(rules, same_rest);
         raw.backend_service = services;
         raw.forwarding_rule = rules;
-        let cfg = super::validate::validate(&raw, text, origin).ok();
+        let kept = Kept {
+            services: kept_services,
+            rules: kept_rules,
+        };
+        let cfg = validate_keeping(&raw, text, origin, &kept).ok();
+        if let Some(c) = &cfg {
+            self.kept = taken(&kept.services, &c.backend_services)
+                + taken(&kept.rules, &c.forwarding_rules);
+        }
         self.parsed = Some(parsed);
-        self.services = service_texts.into_iter().zip(raw.backend_service).collect();
-        self.rules = rule_texts.into_iter().zip(raw.forwarding_rule).collect();
+        self.rest = rest;
+        // What this load validated to is what the next one may keep (only
+        // from an accepted load: a refused one validated nothing).
+        let (valid_services, valid_rules) = match &cfg {
+            Some(c) => (
+                c.backend_services.iter().cloned().map(Some).collect(),
+                c.forwarding_rules.iter().cloned().map(Some).collect(),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        self.services = join_tables(service_texts, raw.backend_service, valid_services);
+        self.rules = join_tables(rule_texts, raw.forwarding_rule, valid_rules);
         cfg
     }
 }
@@ -192,6 +249,47 @@ impl<'t, T> Matcher<'t, T> {
         }
         Some((texts, items))
     }
+}
+
+/// The raw tables to validate, and the validated items offered for them
+/// (none unless `offer`).
+fn split_tables<R, M>(tables: Vec<Table<R, M>>, offer: bool) -> (Vec<Box<R>>, Vec<Option<Arc<M>>>) {
+    let mut raw = Vec::with_capacity(tables.len());
+    let mut valid = Vec::with_capacity(if offer { tables.len() } else { 0 });
+    for t in tables {
+        raw.push(t.raw);
+        if offer {
+            valid.push(t.valid);
+        }
+    }
+    (raw, valid)
+}
+
+/// How many of the `offered` items validation took as they were.
+fn taken<M>(offered: &[Option<Arc<M>>], items: &[Arc<M>]) -> usize {
+    offered
+        .iter()
+        .zip(items)
+        .filter(|(o, i)| o.as_ref().is_some_and(|o| Arc::ptr_eq(o, i)))
+        .count()
+}
+
+/// The cache of one kind of table: each text with its raw table and the
+/// item it validated to (`valid` is empty, or one per table).
+fn join_tables<R, M>(
+    texts: Vec<Box<str>>,
+    raw: Vec<Box<R>>,
+    valid: Vec<Option<Arc<M>>>,
+) -> Vec<Parsed<Table<R, M>>> {
+    let mut valid = valid.into_iter();
+    texts
+        .into_iter()
+        .zip(raw)
+        .map(|(text, raw)| {
+            let valid = valid.next().flatten();
+            (text, Table { raw, valid })
+        })
+        .collect()
 }
 
 /// The only item of `items`.

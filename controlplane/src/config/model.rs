@@ -3,6 +3,7 @@
 //! types; nothing here can be invalid.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use sluice_core::affinity::SessionAffinity;
@@ -96,15 +97,21 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub zones: Vec<ZoneConfig>,
     pub health_checks: Vec<HealthCheckConfig>,
-    pub backend_services: Vec<BackendServiceConfig>,
-    pub forwarding_rules: Vec<ForwardingRuleConfig>,
+    /// Shared: a reload that leaves a table's text as it was keeps its
+    /// item (`super::Loader`), so what is derived from an item can be
+    /// kept by identity (`Arc::ptr_eq`) across reloads.
+    pub backend_services: Vec<Arc<BackendServiceConfig>>,
+    pub forwarding_rules: Vec<Arc<ForwardingRuleConfig>>,
     /// `[bgp]`: VIP announcement through BIRD (None: not announced).
     pub bgp: Option<BgpConfig>,
 }
 
 impl Config {
     pub fn service(&self, name: &str) -> Option<&BackendServiceConfig> {
-        self.backend_services.iter().find(|s| s.name == name)
+        self.backend_services
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| &**s)
     }
 
     pub fn health_check(&self, name: &str) -> Option<&HealthCheckConfig> {

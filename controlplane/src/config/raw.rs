@@ -19,9 +19,12 @@ pub(crate) struct RawConfig {
     #[serde(default)]
     pub health_check: Vec<RawHealthCheck>,
     #[serde(default)]
-    pub backend_service: Vec<RawService>,
+    // Boxed: the reload's loader moves tables between lists.
+    #[allow(clippy::vec_box)]
+    pub backend_service: Vec<Box<RawService>>,
     #[serde(default)]
-    pub forwarding_rule: Vec<RawRule>,
+    #[allow(clippy::vec_box)]
+    pub forwarding_rule: Vec<Box<RawRule>>,
 }
 
 #[derive(Deserialize, Debug)]

@@ -1,7 +1,8 @@
 //! Validation of `[[forwarding_rule]]` tables, including FR-2 overlaps.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use super::context::{name_index, names_listed, Ctx, Field, Named};
 use super::model::*;
@@ -11,51 +12,120 @@ use super::values;
 
 pub(crate) fn rules_section(
     cx: &mut Ctx<'_>,
-    rules: &[RawRule],
-    services: &[RawService],
+    rules: &[Box<RawRule>],
+    services: &[Box<RawService>],
     ports: &[PortConfig],
-) -> Vec<ForwardingRuleConfig> {
-    cx.unique(rules.iter().map(|r| &r.name), "forwarding_rule");
-    let service_index = name_index(services.iter().map(|s| &s.name));
-    let mut out: Vec<(ForwardingRuleConfig, &RawRule)> = Vec::new();
-    for r in rules {
-        let at = Named("forwarding_rule", r.name.get_ref());
-        let vip = vip(cx, r, at, ports);
-        let protocol = protocol(cx, r, at);
-        let range = port_range(cx, r, at, protocol);
-        let svc_name = r.backend_service.get_ref();
-        let service = service_index.get(svc_name.as_str()).copied();
-        if service.is_none() {
-            cx.err(
-                r.backend_service.span(),
-                format_args!("{at}.backend_service"),
-                (
-                    format!("no backend_service named {svc_name:?}"),
-                    if services.is_empty() {
-                        "define it in a [[backend_service]] table".into()
-                    } else {
-                        format!(
-                            "use one of {} or define it",
-                            names_listed(services.iter().map(|s| s.name.get_ref().as_str()))
-                        )
-                    },
-                ),
-            );
-        }
-        let (Some(vip), Some(ports)) = (vip, range) else {
-            continue;
-        };
-        let rule = ForwardingRuleConfig {
-            name: r.name.get_ref().clone(),
-            vip,
-            protocol,
-            ports,
-            backend_service: service.unwrap_or(0),
-        };
-        out.push((rule, r));
+    kept: &[Option<Arc<ForwardingRuleConfig>>],
+) -> Vec<Arc<ForwardingRuleConfig>> {
+    // Nothing offered: every check in full, names first (the order of
+    // `check-config`'s errors at one place).
+    if kept.is_empty() {
+        cx.unique(rules.iter().map(|r| &r.name), "forwarding_rule");
     }
-    check_overlaps(cx, &out);
+    // Built on the first rule validated here: a reload that changed one
+    // rule of 100,000 looks its service up by position instead.
+    let mut service_index = None;
+    let mut out: Vec<(Arc<ForwardingRuleConfig>, &RawRule)> = Vec::with_capacity(rules.len());
+    // Whether each rule of `out` was validated here (not kept).
+    let mut fresh: Vec<bool> = Vec::with_capacity(rules.len());
+    for (i, r) in rules.iter().enumerate() {
+        if let Some(Some(k)) = kept.get(i) {
+            // Kept only if its service is still where it points: the name
+            // at that position is the rule's (a name used twice is refused
+            // by the services' checks anyway).
+            let same_service = services
+                .get(k.backend_service)
+                .is_some_and(|s| s.name.get_ref() == r.backend_service.get_ref());
+            if same_service {
+                out.push((Arc::clone(k), r));
+                fresh.push(false);
+                continue;
+            }
+        }
+        let service_index =
+            service_index.get_or_insert_with(|| name_index(services.iter().map(|s| &s.name)));
+        if let Some(rule) = rule(cx, r, services, service_index, ports) {
+            out.push((Arc::new(rule), r));
+            fresh.push(true);
+        }
+    }
+    let some_kept = fresh.contains(&false);
+    let new_names = || {
+        out.iter()
+            .zip(&fresh)
+            .filter(|(_, f)| **f)
+            .map(|((_, r), _)| r)
+    };
+    // Kept rules come from one accepted configuration: their names were
+    // unique and they did not overlap, so only rules validated here can
+    // repeat a name or overlap (checked in full when one might).
+    if !kept.is_empty() && (!some_kept || names_may_repeat(rules, new_names())) {
+        cx.unique(rules.iter().map(|r| &r.name), "forwarding_rule");
+    }
+    check_overlaps(cx, &out, &fresh);
     out.into_iter().map(|(r, _)| r).collect()
+}
+
+/// One rule validated; None when it cannot be built (reported).
+fn rule(
+    cx: &mut Ctx<'_>,
+    r: &RawRule,
+    services: &[Box<RawService>],
+    service_index: &ahash::AHashMap<&str, usize>,
+    ports: &[PortConfig],
+) -> Option<ForwardingRuleConfig> {
+    let at = Named("forwarding_rule", r.name.get_ref());
+    let vip = vip(cx, r, at, ports);
+    let protocol = protocol(cx, r, at);
+    let range = port_range(cx, r, at, protocol);
+    let svc_name = r.backend_service.get_ref();
+    let service = service_index.get(svc_name.as_str()).copied();
+    if service.is_none() {
+        cx.err(
+            r.backend_service.span(),
+            format_args!("{at}.backend_service"),
+            (
+                format!("no backend_service named {svc_name:?}"),
+                if services.is_empty() {
+                    "define it in a [[backend_service]] table".into()
+                } else {
+                    format!(
+                        "use one of {} or define it",
+                        names_listed(services.iter().map(|s| s.name.get_ref().as_str()))
+                    )
+                },
+            ),
+        );
+    }
+    Some(ForwardingRuleConfig {
+        name: r.name.get_ref().clone(),
+        vip: vip?,
+        protocol,
+        ports: range?,
+        backend_service: service.unwrap_or(0),
+    })
+}
+
+/// Whether a name of `new` (rules validated anew) is another rule's too.
+fn names_may_repeat<'r>(
+    rules: &[Box<RawRule>],
+    new: impl Iterator<Item = &'r &'r RawRule>,
+) -> bool {
+    let mut names: ahash::AHashMap<&str, usize> = ahash::AHashMap::new();
+    for r in new {
+        *names.entry(r.name.get_ref().as_str()).or_default() += 1;
+    }
+    if names.values().any(|&n| n > 1) {
+        return true;
+    }
+    // Each new name must occur once in the whole list: its own.
+    let mut found = 0;
+    for r in rules {
+        if names.contains_key(r.name.get_ref().as_str()) {
+            found += 1;
+        }
+    }
+    found != names.len()
 }
 
 /// The rule's VIP: an address clients route to the appliance, not one of
@@ -149,13 +219,37 @@ fn port_range(
 /// FR-2: one (VIP, protocol, port) belongs to at most one rule. Each rule
 /// that claims what an earlier one does is reported once, naming the
 /// earliest such rule and how many more it overlaps.
-fn check_overlaps(cx: &mut Ctx<'_>, rules: &[(ForwardingRuleConfig, &RawRule)]) {
-    let configs: Vec<&ForwardingRuleConfig> = rules.iter().map(|(r, _)| r).collect();
-    for (i, found) in overlapping_rules(&configs).into_iter().enumerate() {
+fn check_overlaps(
+    cx: &mut Ctx<'_>,
+    rules: &[(Arc<ForwardingRuleConfig>, &RawRule)],
+    fresh: &[bool],
+) {
+    // Kept rules did not overlap one another: when some were kept, only
+    // the VIPs of rules validated here can hold an overlap, and rules of
+    // other VIPs are left out (overlaps are per VIP, so what is found is
+    // what the whole list would give).
+    let positions: Vec<usize> = if fresh.contains(&false) {
+        let vips: HashSet<IpAddr> = rules
+            .iter()
+            .zip(fresh)
+            .filter(|(_, f)| **f)
+            .map(|((r, _), _)| r.vip)
+            .collect();
+        if vips.is_empty() {
+            return;
+        }
+        (0..rules.len())
+            .filter(|&i| vips.contains(&rules[i].0.vip))
+            .collect()
+    } else {
+        (0..rules.len()).collect()
+    };
+    let configs: Vec<&ForwardingRuleConfig> = positions.iter().map(|&i| &*rules[i].0).collect();
+    for (j, found) in overlapping_rules(&configs).into_iter().enumerate() {
         let Some(RuleOverlap { earliest, others }) = found else {
             continue;
         };
-        let ((rule, raw), (other, other_raw)) = (&rules[i], &rules[earliest]);
+        let ((rule, raw), (other, other_raw)) = (&rules[positions[j]], &rules[positions[earliest]]);
         let line = cx.line_of(other_raw.name.span().start);
         let span = raw.ports.as_ref().map_or(raw.vip.span(), |p| p.span());
         cx.report(span, || {

@@ -104,6 +104,19 @@ struct Header<'a> {
     array: bool,
 }
 
+/// The bytes the header scanner looks at; a run of any others is skipped
+/// whole (most of a file: keys, addresses, names).
+const SPECIAL: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut k = 0;
+    let bytes = b"\n \t\r#[]{}\"'";
+    while k < bytes.len() {
+        t[bytes[k] as usize] = true;
+        k += 1;
+    }
+    t
+};
+
 /// Every table header of `text`, or None when unsure.
 fn headers(text: &str) -> Option<Vec<Header<'_>>> {
     let b = text.as_bytes();
@@ -127,6 +140,20 @@ fn headers(text: &str) -> Option<Vec<Header<'_>>> {
             _ => {}
         }
         let at_line_start = std::mem::replace(&mut line_start, false);
+        if !SPECIAL[usize::from(c)] {
+            // A key or a bare value: nothing here opens or closes.
+            if out.is_empty() {
+                // A key before the first table is a top-level key: it
+                // might be `backend_service = [...]`, which only the
+                // whole file can order against the tables.
+                return None;
+            }
+            i += 1;
+            while i < b.len() && !SPECIAL[usize::from(b[i])] {
+                i += 1;
+            }
+            continue;
+        }
         match c {
             b'#' => i = line_end(b, i),
             // A key before the first table is a top-level key: it might
@@ -169,7 +196,11 @@ fn header(text: &str, i: usize) -> Option<(Header<'_>, usize)> {
     let array = line.starts_with("[[");
     let open = if array { 2 } else { 1 };
     let close = if array { "]]" } else { "]" };
-    let inner_end = line.find(close)?;
+    // A `]` can only end the name: a quoted name is refused below.
+    let inner_end = line.bytes().position(|c| c == b']')?;
+    if !line[inner_end..].starts_with(close) {
+        return None;
+    }
     let inner = line.get(open..inner_end)?;
     let after = line[inner_end + close.len()..].trim_start();
     if !(after.is_empty() || after.starts_with('#')) {

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use toml::Spanned;
@@ -21,12 +22,13 @@ const DEFAULT_TABLE: u32 = 65_537;
 
 pub(crate) fn services_section(
     cx: &mut Ctx<'_>,
-    services: &[RawService],
+    services: &[Box<RawService>],
     zones: &[RawZone],
     raw_hcs: &[RawHealthCheck],
     hcs: &[HealthCheckConfig],
     ports: &[PortConfig],
-) -> Vec<BackendServiceConfig> {
+    kept: &[Option<Arc<BackendServiceConfig>>],
+) -> Vec<Arc<BackendServiceConfig>> {
     cx.unique(services.iter().map(|s| &s.name), "backend_service");
     if let Some(first_extra) = services.get(ServiceId::MAX_SERVICES) {
         cx.err(
@@ -54,7 +56,11 @@ pub(crate) fn services_section(
     };
     services
         .iter()
-        .map(|s| service(cx, s, &names, hcs, ports))
+        .enumerate()
+        .map(|(i, s)| match kept.get(i) {
+            Some(Some(kept)) => Arc::clone(kept),
+            _ => Arc::new(service(cx, s, &names, hcs, ports)),
+        })
         .collect()
 }
 
@@ -471,7 +477,7 @@ impl std::fmt::Display for BackendAt<'_> {
 pub(crate) const MAX_BACKENDS: usize = sluice_core::ids::BackendId::INDEXES / 2;
 
 /// Refuses more than `limit` backends in all, at the first one too many.
-fn backend_limit(cx: &mut Ctx<'_>, services: &[RawService], limit: usize) {
+fn backend_limit(cx: &mut Ctx<'_>, services: &[Box<RawService>], limit: usize) {
     let mut total = 0usize;
     for s in services {
         for (i, b) in s.backend.iter().enumerate() {

@@ -5,6 +5,7 @@
 //! returned when there is none.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use toml::Spanned;
 
@@ -18,6 +19,31 @@ use super::values::{self, Problem};
 pub(crate) const MAX_PORTS: usize = sluice_core::stats::MAX_PORTS;
 
 pub(crate) fn validate(raw: &RawConfig, text: &str, origin: &str) -> Result<Config, Diagnostics> {
+    validate_keeping(raw, text, origin, &Kept::default())
+}
+
+/// Validated items a validation may take as they are instead of
+/// validating their tables again, by position in `raw`'s lists (None:
+/// validate it). [`super::Loader`] offers an item of its last load when
+/// the table's text is the same and so is everything outside the
+/// services and rules (zones, health checks, ports: what an item's
+/// validation reads besides its own table); a rule is taken only if its
+/// service is still at the position it names. Checks across items
+/// (unique names, limits, FR-2 overlaps) run over every item whatever
+/// was kept.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    pub services: Vec<Option<Arc<BackendServiceConfig>>>,
+    pub rules: Vec<Option<Arc<ForwardingRuleConfig>>>,
+}
+
+/// [`validate`], taking the items `kept` offers.
+pub(crate) fn validate_keeping(
+    raw: &RawConfig,
+    text: &str,
+    origin: &str,
+    kept: &Kept,
+) -> Result<Config, Diagnostics> {
     let mut cx = Ctx {
         map: SourceMap::new(text),
         diags: Diagnostics::new(origin),
@@ -34,12 +60,14 @@ pub(crate) fn validate(raw: &RawConfig, text: &str, origin: &str) -> Result<Conf
         &raw.health_check,
         &health_checks,
         &dataplane.ports,
+        &kept.services,
     );
     let forwarding_rules = super::rules::rules_section(
         &mut cx,
         &raw.forwarding_rule,
         &raw.backend_service,
         &dataplane.ports,
+        &kept.rules,
     );
     let bgp = super::bgp::bgp_section(
         &mut cx,

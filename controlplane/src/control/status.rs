@@ -33,7 +33,7 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
             .config
             .iter()
             .flat_map(|c| &c.backend_services)
-            .map(|s| (s.name.as_str(), s))
+            .map(|s| (s.name.as_str(), &**s))
             .collect(),
         owned: vec![0u32; snap.backends.len()],
         work,

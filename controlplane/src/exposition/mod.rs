@@ -479,7 +479,7 @@ backend_service = "dns"
         // health family, the others are there.
         let mut full = sources(None);
         let mut cfg = (*full.control.as_ref().unwrap().view().config.unwrap()).clone();
-        cfg.backend_services[0].health_check = None;
+        std::sync::Arc::make_mut(&mut cfg.backend_services[0]).health_check = None;
         let view = View {
             config: Some(Arc::new(cfg)),
             ..full.control.as_ref().unwrap().view()

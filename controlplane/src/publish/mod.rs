@@ -431,7 +431,7 @@ fn update_draining(cfg: &Config, memory: &mut PolicyMemory, now: Millis) {
     let services: HashMap<&str, &BackendServiceConfig> = cfg
         .backend_services
         .iter()
-        .map(|s| (s.name.as_str(), s))
+        .map(|s| (s.name.as_str(), &**s))
         .collect();
     for (name, states) in std::mem::take(&mut memory.live) {
         let Some(svc) = services.get(name.as_str()) else {
