@@ -7,8 +7,9 @@
 //!   and the flow hash key (its hash, never the key). It leaves out what is
 //!   each appliance's own: `[dataplane]` ports, addresses and sizes,
 //!   `[metrics]`, `[bgp]` (router id, peers). Its encoding is the
-//!   validated model's `Debug` text, so it compares appliances running the
-//!   same sluice version.
+//!   validated model's `Debug` text (each service and rule hashed on its
+//!   own, so a reload hashes again only the items it changed), so it
+//!   compares appliances running the same sluice version.
 //! - A service's *table digest* covers its Maglev tables slot by slot, each
 //!   slot as the owning backend's address (ids are per process: they
 //!   depend on the order backends came and went), each zone variant named.
@@ -40,6 +41,8 @@ pub struct Fleet {
     pub announce: crate::announce::status::Status,
     tables: Mutex<HashMap<String, TableDigest>>,
     config: Mutex<Option<(Weak<Config>, Digest)>>,
+    /// Only the thread computing a configuration digest holds it.
+    config_items: Mutex<ItemDigests>,
 }
 
 /// 128 bits, shown as 32 hex digits.
@@ -107,7 +110,15 @@ impl Hasher {
 
 /// The digest of the fleet-wide part of `cfg` (see the module doc).
 pub fn config_digest(cfg: &Config) -> Digest {
-    let mut h = Hasher::new("sluice fleet configuration 1");
+    config_digest_with(cfg, &mut ItemDigests::default())
+}
+
+/// [`config_digest`], taking the digests of services and rules that are
+/// the same items (`Arc`) as those `cache` holds and leaving in it this
+/// configuration's: a reload that keeps 100,000 rules formats only the
+/// items it changed.
+fn config_digest_with(cfg: &Config, cache: &mut ItemDigests) -> Digest {
+    let mut h = Hasher::new("sluice fleet configuration 2");
     let key = cfg.dataplane.flow_hash_key.as_ref().map(|k| {
         [
             stable_hash_bytes(SEEDS[0], &k.0),
@@ -115,13 +126,80 @@ pub fn config_digest(cfg: &Config) -> Digest {
         ]
     });
     // Formatted straight into the hasher: the digest is of the same text,
-    // without holding megabytes of it.
+    // without holding it.
     let _ = write!(
         h,
-        "{:?}\n{:?}\n{:?}\n{:?}\nflow key {key:?}\n",
-        cfg.zones, cfg.health_checks, cfg.backend_services, cfg.forwarding_rules
+        "{:?}\n{:?}\nflow key {key:?}\n{} services {} rules\n",
+        cfg.zones,
+        cfg.health_checks,
+        cfg.backend_services.len(),
+        cfg.forwarding_rules.len()
     );
+    for d in cache.services.digests(&cfg.backend_services) {
+        h.write(&digest_bytes(d));
+    }
+    for d in cache.rules.digests(&cfg.forwarding_rules) {
+        h.write(&digest_bytes(d));
+    }
     h.finish()
+}
+
+fn digest_bytes(d: Digest) -> [u8; 16] {
+    let mut b = [0; 16];
+    b[..8].copy_from_slice(&d.0[0].to_le_bytes());
+    b[8..].copy_from_slice(&d.0[1].to_le_bytes());
+    b
+}
+
+/// The digests of the last configuration's services and rules, each
+/// with its item.
+#[derive(Debug, Default)]
+struct ItemDigests {
+    services: Items<crate::config::BackendServiceConfig>,
+    rules: Items<crate::config::ForwardingRuleConfig>,
+}
+
+/// Items and their digests, in configuration order.
+#[derive(Debug)]
+struct Items<T> {
+    /// A `Weak` keeps its allocation: a live item at the same address is
+    /// the same item.
+    last: Vec<(Weak<T>, Digest)>,
+}
+
+impl<T> Default for Items<T> {
+    fn default() -> Self {
+        Self { last: Vec::new() }
+    }
+}
+
+impl<T: std::fmt::Debug> Items<T> {
+    /// Each item's digest, in order; the cache then holds `items`'. Items
+    /// mostly keep their positions: each is looked for at its own first,
+    /// then (one map, built on the first miss) anywhere.
+    fn digests(&mut self, items: &[Arc<T>]) -> Vec<Digest> {
+        let last = std::mem::take(&mut self.last);
+        let mut by_address: Option<HashMap<*const T, Digest>> = None;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            let here = Arc::as_ptr(item);
+            let found = match last.get(i) {
+                Some((w, d)) if std::ptr::eq(w.as_ptr(), here) => Some(*d),
+                _ => by_address
+                    .get_or_insert_with(|| last.iter().map(|(w, d)| (w.as_ptr(), *d)).collect())
+                    .get(&here)
+                    .copied(),
+            };
+            let d = found.unwrap_or_else(|| {
+                let mut h = Hasher::new("sluice fleet item 1");
+                let _ = write!(h, "{item:?}");
+                h.finish()
+            });
+            self.last.push((Arc::downgrade(item), d));
+            out.push(d);
+        }
+        out
+    }
 }
 
 /// The digest of `svc`'s tables in `snap` (see the module doc).
@@ -213,7 +291,8 @@ impl Fleet {
                 return *d;
             }
         }
-        let d = config_digest(cfg);
+        let mut items = self.config_items.lock().unwrap_or_else(|p| p.into_inner());
+        let d = config_digest_with(cfg, &mut items);
         *cache = Some((Arc::downgrade(cfg), d));
         d
     }
@@ -298,6 +377,43 @@ backend_service = "web"
 
     fn cfg(text: &str) -> Config {
         crate::config::load_str(text, "t.toml").unwrap_or_else(|d| panic!("{d}"))
+    }
+
+    /// AP-6: the digest of items kept from an earlier configuration is
+    /// the digest a fresh computation gives, through a changed item, items
+    /// that moved, one removed and one added; and a changed item changes it.
+    #[test]
+    fn ap_6_config_digest_of_kept_items_is_the_fresh_one() {
+        let two = CFG.to_string()
+            + "[[backend_service]]\nname = \"api\"\nbackend = [{ address = \"192.0.2.20\", mac = \"02:00:00:00:00:20\" }]\n\
+               [[forwarding_rule]]\nname = \"api\"\nvip = \"203.0.113.11\"\nbackend_service = \"api\"\n";
+        let fleet = Fleet::default();
+        let a = Arc::new(cfg(&two));
+        let da = fleet.config_digest(&a);
+        assert_eq!(da, config_digest(&a));
+        // One service changed, the other items shared with `a`.
+        let mut b = (*a).clone();
+        Arc::make_mut(&mut b.backend_services[1]).backends[0].weight = 3;
+        let b = Arc::new(b);
+        let db = fleet.config_digest(&b);
+        assert_ne!(db, da, "a changed item changes the digest");
+        assert_eq!(db, config_digest(&b));
+        // The services swapped (each kept, at the other's position).
+        let mut c = (*b).clone();
+        c.backend_services.swap(0, 1);
+        let c = Arc::new(c);
+        assert_eq!(fleet.config_digest(&c), config_digest(&c));
+        assert_ne!(config_digest(&c), db);
+        // A rule removed, then one added.
+        let mut d = (*c).clone();
+        d.forwarding_rules.remove(0);
+        let d = Arc::new(d);
+        assert_eq!(fleet.config_digest(&d), config_digest(&d));
+        let mut e = (*d).clone();
+        e.forwarding_rules.push(Arc::clone(&a.forwarding_rules[0]));
+        let e = Arc::new(e);
+        assert_eq!(fleet.config_digest(&e), config_digest(&e));
+        assert_ne!(config_digest(&e), config_digest(&d));
     }
 
     /// MG-2, AP-6: two appliances whose backend ids differ (another
