@@ -165,20 +165,45 @@ impl BackendIds {
             .map(|s| (s.name.as_str(), &**s))
             .collect();
         self.configured.retain(|name, known| {
-            let Some(svc) = services.get(name.as_str()) else {
-                return false;
-            };
-            let listed = svc
-                .backends
-                .iter()
-                .filter(|b| known.contains_key(&b.address))
-                .count();
-            if listed < known.len() {
-                let keep: HashSet<IpAddr> = svc.backends.iter().map(|b| b.address).collect();
-                known.retain(|addr, _| keep.contains(addr));
-            }
-            !known.is_empty()
+            services
+                .get(name.as_str())
+                .is_some_and(|svc| retain_listed(known, svc))
         });
+    }
+
+    /// [`Self::retain_config`] for one service that stays configured.
+    pub fn retain_service(&mut self, svc: &crate::config::BackendServiceConfig) {
+        if let Some(known) = self.configured.get_mut(svc.name.as_str()) {
+            if !retain_listed(known, svc) {
+                self.configured.remove(svc.name.as_str());
+            }
+        }
+    }
+
+    /// Records that the snapshot being built at `generation` names `id`,
+    /// which a build of only some services keeps from the last one:
+    /// marked only if it is new (an id the last build marked stays in use
+    /// until a full build sweeps, so a build of a few services touches
+    /// only theirs).
+    pub fn keep(&mut self, id: BackendId, generation: u64) {
+        let in_use = self
+            .indexes
+            .get(id.index())
+            .is_some_and(|slot| matches!(slot.state, State::InUse { .. }));
+        if !in_use {
+            self.mark(id, generation);
+        }
+    }
+
+    /// `id` is in no snapshot from `generation` on (a build of only some
+    /// services: what a sweep would find unmarked).
+    pub fn leave(&mut self, id: BackendId, generation: u64) {
+        if let Some(slot) = self.indexes.get_mut(id.index()) {
+            if matches!(slot.state, State::InUse { .. }) {
+                slot.state = State::Leaving { since: generation };
+                self.leaving.push_back((generation, id.index() as u32));
+            }
+        }
     }
 
     /// Records that the snapshot being built at `generation` names `id`.
@@ -245,6 +270,25 @@ impl BackendIds {
             self.free.push_back(index);
         }
     }
+}
+
+/// Forgets the addresses of `known` that `svc` no longer lists; whether
+/// any is left. A service whose every known address is still listed
+/// (every service a reload did not touch) costs one lookup per backend.
+fn retain_listed(
+    known: &mut AHashMap<IpAddr, BackendId>,
+    svc: &crate::config::BackendServiceConfig,
+) -> bool {
+    let listed = svc
+        .backends
+        .iter()
+        .filter(|b| known.contains_key(&b.address))
+        .count();
+    if listed < known.len() {
+        let keep: HashSet<IpAddr> = svc.backends.iter().map(|b| b.address).collect();
+        known.retain(|addr, _| keep.contains(addr));
+    }
+    !known.is_empty()
 }
 
 #[cfg(test)]

@@ -119,7 +119,7 @@ impl Config {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DataplaneConfig {
     /// Passed to `rte_eal_init` after the program name, verbatim.
     pub eal_args: Vec<String>,
@@ -155,7 +155,7 @@ impl std::fmt::Debug for FlowHashKey {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PortConfig {
     pub name: String,
     /// A DPDK vdev string (`net_pcap0,rx_pcap=…`) or a PCI address.
@@ -208,7 +208,7 @@ pub struct MetricsConfig {
     pub backend_series_limit: usize,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ZoneConfig {
     pub name: String,
     pub client_subnets: Vec<Cidr>,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::publish::{build_forwarding_state_with, BuildInputs};
+use crate::publish::{build_forwarding_state_with, rebuild_changed_services, BuildInputs};
 
 use super::Controller;
 
@@ -38,6 +38,19 @@ impl Controller {
     /// `rules`: whether the configuration's forwarding rules are the
     /// published snapshot's (its rule table is kept) or not.
     pub(super) fn rebuild(&mut self, probes: ProbeStates, rules: Rules) -> Instant {
+        self.rebuild_services_of(probes, rules, None)
+    }
+
+    /// [`Self::rebuild`] after a reload that changed only the services
+    /// `changed` (`publish::changed_in_place`), when known: those are built
+    /// again on the published snapshot, unless the build's memory says a
+    /// full build is due.
+    pub(super) fn rebuild_services_of(
+        &mut self,
+        probes: ProbeStates,
+        rules: Rules,
+        changed: Option<Vec<usize>>,
+    ) -> Instant {
         let started = Instant::now();
         let health = match probes {
             ProbeStates::Copy => {
@@ -62,14 +75,28 @@ impl Controller {
             rules: (rules == Rules::Published).then(|| Arc::clone(&self.cell.load().rules)),
         };
         self.generation += 1;
-        let (state, reports) = build_forwarding_state_with(
-            &self.cfg,
-            &self.port_macs,
-            &mut self.ids,
-            &mut self.memory,
-            &inputs,
-            self.generation,
-        );
+        let patched = changed.and_then(|changed| {
+            rebuild_changed_services(
+                &self.cell.load(),
+                &self.shared.view().reports,
+                &self.cfg,
+                &changed,
+                &mut self.ids,
+                &mut self.memory,
+                &inputs,
+                self.generation,
+            )
+        });
+        let (state, reports) = patched.unwrap_or_else(|| {
+            build_forwarding_state_with(
+                &self.cfg,
+                &self.port_macs,
+                &mut self.ids,
+                &mut self.memory,
+                &inputs,
+                self.generation,
+            )
+        });
         for s in &self.stats {
             s.backend_packets.cover(state.backends.len());
         }

@@ -139,10 +139,16 @@ impl Controller {
         } else {
             Rules::Build
         };
+        // With the probes as they were, a reload that changed some services
+        // in place builds only those.
+        let changed = match probes {
+            ProbeStates::Published => crate::publish::changed_in_place(&self.cfg, &cfg),
+            ProbeStates::Copy => None,
+        };
         self.resolve_neighbours_of(&cfg);
         self.id_hold_ms = retire::id_hold_ms(&cfg, self.id_hold_ms);
         self.cfg = Arc::new(cfg);
-        self.rebuild(probes, rules);
+        self.rebuild_services_of(probes, rules, changed);
         Ok(())
     }
 }

@@ -36,8 +36,10 @@ use crate::policy::{client_variants, eligible, BackendView, PolicyParams};
 use crate::table_cache::{TableCache, TableInputs};
 
 pub use crate::backend_ids::BackendIds;
+pub use changed::{changed_in_place, rebuild_changed_services};
 pub use what_if::assume_unhealthy;
 
+mod changed;
 mod what_if;
 
 /// What the health checks currently say, and what a build must remember.
@@ -233,43 +235,15 @@ pub fn build_forwarding_state_with(
         let Some(service_id) = ServiceId::from_index(si) else {
             break;
         };
-        let mut members = Vec::with_capacity(svc.backends.len());
-        let views = backend_views(cfg, svc, inputs);
-        let mut member_views = Vec::with_capacity(svc.backends.len());
-        let mut live_states = Vec::with_capacity(svc.backends.len());
-        for (b, view) in svc.backends.iter().zip(&views) {
-            let Some(id) = ids.get_or_assign(&svc.name, b.address) else {
-                // Unreachable: the config's backend limit and the reload
-                // check (`Controller::apply`) keep enough ids free.
-                crate::error!(
-                    "sluice: no backend id left for {} of service {:?}; it gets no traffic",
-                    b.address,
-                    svc.name
-                );
-                continue;
-            };
+        let m = members(cfg, svc, service_id, inputs, ids, |ids, id| {
             ids.mark(id, generation);
-            members.push(id);
-            member_views.push((b, *view));
-            let egress = egress_of(cfg, b, inputs.neighbours);
-            let state = BackendState {
-                id,
-                service: service_id,
-                address: b.address,
-                healthy: view.healthy,
-                weight: view.weight,
-                pool: b.pool,
-                draining_until: None,
-                egress,
-            };
-            live_states.push(state.clone());
-            backends.push((id, state));
-        }
+        });
+        backends.extend(m.states.iter().map(|b| (b.id, b.clone())));
         let started = Instant::now();
-        let (mut state, mut report) = service_state(cfg, svc, &members, &member_views, memory);
+        let (mut state, mut report) = service_state(cfg, svc, &m.ids, &m.views, memory);
         report.build_seconds = started.elapsed().as_secs_f64();
-        memory.views.push(views);
-        live.push((svc.name.clone(), live_states));
+        memory.views.push(m.all_views);
+        live.push((svc.name.clone(), m.states));
         // CT-10: removed backends keep their entries working until their
         // deadline; they stay listed (never in a table) until then.
         for (id, mut b) in draining.remove(svc.name.as_str()).unwrap_or_default() {
@@ -335,6 +309,64 @@ pub fn build_forwarding_state_with(
     };
     state.outer_headers = state.build_outer_headers();
     (state, reports)
+}
+
+/// A service's configured backends as a build sees them.
+struct Members<'c> {
+    /// Those with an id, in configuration order.
+    ids: Vec<BackendId>,
+    /// Their configuration and view.
+    views: Vec<(&'c crate::config::BackendConfig, BackendView)>,
+    /// Their states.
+    states: Vec<BackendState>,
+    /// Every configured backend's view (what health changes patch).
+    all_views: Vec<BackendView>,
+}
+
+/// `svc`'s backends with their ids (assigned to new ones; `mark` records
+/// each in the build), views and states.
+fn members<'c>(
+    cfg: &Config,
+    svc: &'c BackendServiceConfig,
+    service_id: ServiceId,
+    inputs: &BuildInputs<'_>,
+    ids: &mut BackendIds,
+    mut mark: impl FnMut(&mut BackendIds, BackendId),
+) -> Members<'c> {
+    let all_views = backend_views(cfg, svc, inputs);
+    let mut m = Members {
+        ids: Vec::with_capacity(svc.backends.len()),
+        views: Vec::with_capacity(svc.backends.len()),
+        states: Vec::with_capacity(svc.backends.len()),
+        all_views: Vec::new(),
+    };
+    for (b, view) in svc.backends.iter().zip(&all_views) {
+        let Some(id) = ids.get_or_assign(&svc.name, b.address) else {
+            // Unreachable: the config's backend limit and the reload
+            // check (`Controller::apply`) keep enough ids free.
+            crate::error!(
+                "sluice: no backend id left for {} of service {:?}; it gets no traffic",
+                b.address,
+                svc.name
+            );
+            continue;
+        };
+        mark(ids, id);
+        m.ids.push(id);
+        m.views.push((b, *view));
+        m.states.push(BackendState {
+            id,
+            service: service_id,
+            address: b.address,
+            healthy: view.healthy,
+            weight: view.weight,
+            pool: b.pool,
+            draining_until: None,
+            egress: egress_of(cfg, b, inputs.neighbours),
+        });
+    }
+    m.all_views = all_views;
+    m
 }
 
 /// One backend's new probe verdict: service index, position in the
@@ -437,28 +469,40 @@ fn update_draining(cfg: &Config, memory: &mut PolicyMemory, now: Millis) {
         let Some(svc) = services.get(name.as_str()) else {
             continue; // the whole service left: nothing can look it up
         };
-        // The common case, a service the reload did not touch: the same
-        // addresses in the same order.
-        let unchanged = states.len() == svc.backends.len()
-            && states
-                .iter()
-                .zip(&svc.backends)
-                .all(|(s, b)| s.address == b.address);
-        let timeout = millis(svc.connection_draining_timeout);
-        if unchanged || timeout == 0 {
-            continue;
-        }
-        let listed: HashSet<IpAddr> = svc.backends.iter().map(|b| b.address).collect();
-        for mut b in states {
-            if !listed.contains(&b.address) {
-                b.draining_until = Some(Millis(now.0.saturating_add(timeout)));
-                memory.draining.insert(b.id, (name.clone(), b));
-            }
-        }
+        drain_removed(&name, states, svc, now, &mut memory.draining);
     }
     memory.draining.retain(|_, (name, b)| {
         services.contains_key(name.as_str()) && b.draining_until.is_some_and(|d| d > now)
     });
+}
+
+/// Moves the backends of `states` (service `name`'s at the last build)
+/// that `svc` no longer lists into `draining` (CT-10), when it drains.
+fn drain_removed(
+    name: &str,
+    states: Vec<BackendState>,
+    svc: &BackendServiceConfig,
+    now: Millis,
+    draining: &mut HashMap<BackendId, (String, BackendState)>,
+) {
+    // The common case, a service the reload did not touch: the same
+    // addresses in the same order.
+    let unchanged = states.len() == svc.backends.len()
+        && states
+            .iter()
+            .zip(&svc.backends)
+            .all(|(s, b)| s.address == b.address);
+    let timeout = millis(svc.connection_draining_timeout);
+    if unchanged || timeout == 0 {
+        return;
+    }
+    let listed: HashSet<IpAddr> = svc.backends.iter().map(|b| b.address).collect();
+    for mut b in states {
+        if !listed.contains(&b.address) {
+            b.draining_until = Some(Millis(now.0.saturating_add(timeout)));
+            draining.insert(b.id, (name.to_string(), b));
+        }
+    }
 }
 
 /// The rule table of `cfg`'s forwarding rules (FR-1/FR-2), each with its
