@@ -130,10 +130,17 @@ impl Loader {
             }
         }
         let mut parsed = 0;
-        let (service_texts, services) = services.finish(&mut parsed, |p| {
+        let (service_texts, services) = services.finish(&mut parsed, |p, earlier| {
+            // A changed version of the old table in its place: only its
+            // changed backend lines are parsed, when that is all it is.
+            if let Some(raw) =
+                earlier.and_then(|(text, old)| super::backend_lines::patch(&text, old.raw, p))
+            {
+                return Some(Table::parsed(raw));
+            }
             one(toml::from_str::<ServicePiece>(p).ok()?.backend_service).map(Table::parsed)
         })?;
-        let (rule_texts, rules) = rules.finish(&mut parsed, |p| {
+        let (rule_texts, rules) = rules.finish(&mut parsed, |p, _| {
             one(toml::from_str::<RulePiece>(p).ok()?.forwarding_rule).map(Table::parsed)
         })?;
         // Validated items are offered only while everything else reads the
@@ -182,9 +189,18 @@ struct Matcher<'t, T> {
     old: Vec<Option<Parsed<T>>>,
     /// The next old table in order.
     cursor: usize,
-    /// This load's tables in order: the text, and the old table found for
-    /// it (None: not found in order).
-    new: Vec<(&'t str, Option<Parsed<T>>)>,
+    /// This load's tables in order.
+    new: Vec<Entry<'t, T>>,
+}
+
+/// A table of this load as matched so far.
+struct Entry<'t, T> {
+    piece: &'t str,
+    /// The old table found for it (None: not found in order).
+    hit: Option<Parsed<T>>,
+    /// When none was, the old table in its place (the one it may be a
+    /// changed version of).
+    earlier: Option<usize>,
 }
 
 impl<'t, T> Matcher<'t, T> {
@@ -207,41 +223,60 @@ impl<'t, T> Matcher<'t, T> {
             self.cursor = i + 1;
             self.old[i].take()
         });
-        self.new.push((piece, hit));
+        // Not found in order: the old table in its place may be its
+        // earlier version (this one changed), or it is new or moved here.
+        let earlier = (hit.is_none() && self.cursor < self.old.len()).then_some(self.cursor);
+        self.new.push(Entry {
+            piece,
+            hit,
+            earlier,
+        });
     }
 
     /// Every table of this load, in order, with its text: from the old
-    /// tables, else parsed by `parse` (counted in `parsed`); None if one
-    /// does not parse.
+    /// tables, else made by `parse` from its text and the old table in its
+    /// place if no other took it (counted in `parsed`); None if one does
+    /// not parse.
     fn finish(
         mut self,
         parsed: &mut usize,
-        parse: impl Fn(&str) -> Option<T>,
+        parse: impl Fn(&str, Option<Parsed<T>>) -> Option<T>,
     ) -> Option<(Vec<Box<str>>, Vec<T>)> {
         // The tables not found in order, by text (a table changed, added
         // or moved: usually few), are looked for among the old tables
         // nothing took.
         let mut missing: AHashMap<&str, Vec<usize>> = AHashMap::new();
-        for (i, (piece, hit)) in self.new.iter().enumerate() {
-            if hit.is_none() {
-                missing.entry(*piece).or_default().push(i);
+        for (i, e) in self.new.iter().enumerate() {
+            if e.hit.is_none() {
+                missing.entry(e.piece).or_default().push(i);
             }
         }
         if !missing.is_empty() {
-            for (text, item) in self.old.into_iter().flatten() {
-                if let Some(i) = missing.get_mut(&*text).and_then(Vec::pop) {
-                    self.new[i].1 = Some((text, item));
-                }
+            for old in &mut self.old {
+                let Some(i) = old
+                    .as_ref()
+                    .and_then(|(text, _)| missing.get_mut(&**text))
+                    .and_then(Vec::pop)
+                else {
+                    continue;
+                };
+                self.new[i].hit = old.take();
             }
         }
         let mut texts = Vec::with_capacity(self.new.len());
         let mut items = Vec::with_capacity(self.new.len());
-        for (piece, hit) in self.new {
+        for Entry {
+            piece,
+            hit,
+            earlier,
+        } in self.new
+        {
             let (text, item) = match hit {
                 Some(hit) => hit,
                 None => {
                     *parsed += 1;
-                    (Box::from(piece), parse(piece)?)
+                    let earlier = earlier.and_then(|i| self.old[i].take());
+                    (Box::from(piece), parse(piece, earlier)?)
                 }
             };
             texts.push(text);

@@ -7,6 +7,7 @@
 //! field path and a hint. See `docs/configuration.md` for every field.
 
 mod addresses;
+mod backend_lines;
 mod bgp;
 mod context;
 mod diagnostics;
