@@ -173,7 +173,7 @@ fn copy_statuses(status: &health::StatusMap, keys: &[ProbeKey], copy: &mut Probe
                 copy.insert(key.clone(), s.clone());
             }
             None => {
-                copy.remove(key);
+                copy.swap_remove(key);
             }
         }
     }

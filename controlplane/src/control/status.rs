@@ -137,13 +137,23 @@ impl Renderer<'_> {
             labels.zones.get(&b.address).copied().unwrap_or("-")
         };
         let out = &mut self.out;
+        // Addresses and integers written without the formatter (one line
+        // per backend: most of a status of 100,000).
+        out.push_str("  backend ");
+        push_address(out, b.address);
+        out.push_str(" id ");
+        push_decimal(out, u64::from(id.0));
+        out.push(' ');
+        out.push_str(state);
+        out.push_str(" weight ");
+        push_decimal(out, u64::from(b.weight));
+        out.push_str(" zone ");
+        out.push_str(zone);
+        out.push_str(" pool ");
+        out.push_str(pool_name(b.pool));
         let _ = write!(
             out,
-            "  backend {} id {} {state} weight {} zone {zone} pool {} share {:.2}% next-hop ",
-            b.address,
-            id.0,
-            b.weight,
-            pool_name(b.pool),
+            " share {:.2}% next-hop ",
             100.0 * f64::from(owned) / slots as f64
         );
         match b.egress.next_hop_mac {
@@ -158,6 +168,40 @@ impl Renderer<'_> {
             let _ = write!(out, " last-failure {}", reason.name());
         }
         out.push('\n');
+    }
+}
+
+/// `n` in decimal, as `Display` writes it.
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+}
+
+/// An address as `Display` writes it (IPv4 without the formatter).
+fn push_address(out: &mut String, a: IpAddr) {
+    match a {
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push('.');
+                }
+                push_decimal(out, u64::from(o));
+            }
+        }
+        IpAddr::V6(v6) => {
+            let _ = write!(out, "{v6}");
+        }
     }
 }
 
@@ -326,6 +370,27 @@ backend = [{ address = "192.0.2.10", mac = "02:00:00:00:00:0a" }]
         assert!(!lines[1].contains("last-failure"), "{out}");
         assert!(lines[2].ends_with(" last-failure timeout"), "{out}");
         assert!(lines[3].ends_with(" last-failure refused"), "{out}");
+    }
+
+    #[test]
+    fn addresses_and_integers_are_written_as_the_formatter_writes_them() {
+        for n in [0u64, 7, 10, 255, 4_294_967_295, u64::MAX] {
+            let mut out = String::new();
+            push_decimal(&mut out, n);
+            assert_eq!(out, n.to_string());
+        }
+        for a in [
+            "0.0.0.0",
+            "10.0.1.255",
+            "255.255.255.255",
+            "2001:db8::1",
+            "::ffff:10.0.0.1",
+        ] {
+            let a: IpAddr = a.parse().unwrap();
+            let mut out = String::new();
+            push_address(&mut out, a);
+            assert_eq!(out, a.to_string());
+        }
     }
 
     #[test]
