@@ -31,6 +31,14 @@ pub(super) fn patch(
     mut old: Box<RawService>,
     new_text: &str,
 ) -> Option<Box<RawService>> {
+    // A line inside a multi-line string is not a backend line, whatever
+    // it looks like.
+    if [old_text, new_text]
+        .iter()
+        .any(|t| t.contains("\"\"\"") || t.contains("'''"))
+    {
+        return None;
+    }
     let mut old_lines = old_text.split_inclusive('\n');
     let mut new_lines = new_text.split_inclusive('\n');
     // Backend lines in order: the k-th is backend k.
@@ -156,6 +164,10 @@ mod tests {
         ] {
             assert!(patch(OLD, parse(OLD), &new).is_none(), "{new}");
         }
+        // A line of a multi-line string that looks like a backend line.
+        let quoted = "[[backend_service]]\nname = \"s\"\nencapsulation = \"\"\"\n{ address = \"10.0.0.9\" }\n\"\"\"\nbackend = [{ address = \"10.0.0.1\" }]\n";
+        let new = quoted.replace("0.0.9", "0.0.8");
+        assert!(patch(quoted, parse(quoted), &new).is_none());
         // A table whose backends are not one per line.
         let packed = "[[backend_service]]\nname = \"s\"\nbackend = [{ address = \"10.0.0.1\" }, { address = \"10.0.0.2\" }]\n";
         let new = packed.replace("0.2\"", "0.2\", weight = 2");
