@@ -193,7 +193,7 @@ while True:
   # and the time the reply says the reload took.
   cp "$DIR/a.toml" "$DIR/sluice.toml"
   t=$(ms); "$BIN" reload --control-socket "$SOCK" >"$DIR/reload"; alone=$(( $(ms) - t ))
-  inside=$(grep -o ', [0-9]* ms)' "$DIR/reload" | tr -dc 0-9)
+  inside=$(grep -o ', [0-9]* ms,' "$DIR/reload" | tr -dc 0-9)
   # More reloads, alternating the two files, for memory.
   for i in $(seq 3 "$RELOADS"); do
     if (( i % 2 )); then cp "$DIR/b.toml" "$DIR/sluice.toml"; else cp "$DIR/a.toml" "$DIR/sluice.toml"; fi

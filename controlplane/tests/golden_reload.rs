@@ -110,12 +110,33 @@ vip = "203.0.113.10"
 protocol = "TCP"
 ports = "80"
 backend_service = "web"
-{https}"#,
+{https}{bystanders}"#,
         dir = dir.display(),
         port_mac = mac_str(&PORT_MAC),
         drain = svc.connection_draining_timeout,
         backends = backends.join(", "),
+        bystanders = bystanders(),
     )
+}
+
+/// Services the reloads leave as they are (with rules on VIPs the capture
+/// never uses): a reload of "web" alone then builds only "web" on the
+/// published snapshot, and the replay checks that build.
+const BYSTANDERS: usize = 4;
+
+fn bystanders() -> String {
+    (0..BYSTANDERS)
+        .map(|i| {
+            format!(
+                "\n[[backend_service]]\nname = \"bystander{i}\"\nencapsulation = \"l2\"\n\
+                 backend = [{{ address = \"192.0.2.{}\", mac = \"02:00:00:00:01:{i:02x}\" }}]\n\
+                 [[forwarding_rule]]\nname = \"bystander{i}\"\nvip = \"203.0.113.{}\"\n\
+                 backend_service = \"bystander{i}\"\n",
+                200 + i,
+                100 + i
+            )
+        })
+        .collect()
 }
 
 /// What a packet of the capture is.
@@ -229,6 +250,12 @@ fn run(name: &str, input: &Input, start: &Svc, reload: Option<(&Svc, &str)>) -> 
                 stderr.contains("TEST HOOK: reloading"),
                 "hook fired: {stderr}"
             );
+            // AP-5: a reload that changed "web" alone (no rule and no
+            // health check changed: none is configured) built only it.
+            if extra.is_empty() {
+                let built = format!("1 of {} services built", BYSTANDERS + 1);
+                assert!(stderr.contains(&built), "{built}: {stderr}");
+            }
             (stderr, metrics)
         }
     };

@@ -75,8 +75,9 @@ impl Controller {
             rules: (rules == Rules::Published).then(|| Arc::clone(&self.cell.load().rules)),
         };
         self.generation += 1;
+        self.services_built = self.cfg.backend_services.len();
         let patched = changed.and_then(|changed| {
-            rebuild_changed_services(
+            let built = rebuild_changed_services(
                 &self.cell.load(),
                 &self.shared.view().reports,
                 &self.cfg,
@@ -85,7 +86,11 @@ impl Controller {
                 &mut self.memory,
                 &inputs,
                 self.generation,
-            )
+            );
+            if built.is_some() {
+                self.services_built = changed.len();
+            }
+            built
         });
         let (state, reports) = patched.unwrap_or_else(|| {
             build_forwarding_state_with(

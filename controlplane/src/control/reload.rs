@@ -88,10 +88,12 @@ impl Controller {
         let changes = super::changes::describe(&self.cfg, &cfg);
         self.apply(cfg)?;
         Ok(format!(
-            "reloaded {} (generation {}, {} ms): {changes}\n",
+            "reloaded {} (generation {}, {} ms, {} of {} services built): {changes}\n",
             path.display(),
             self.generation,
-            started.elapsed().as_millis()
+            started.elapsed().as_millis(),
+            self.services_built,
+            self.cfg.backend_services.len()
         ))
     }
 
