@@ -86,9 +86,6 @@ pub struct Controller {
     /// A snapshot or configuration was published whose digests are not
     /// computed yet ([`Controller::warm_digests`]).
     digests_due: bool,
-    /// How many services the last rebuild built (the others were the
-    /// published snapshot's), for the reload's reply.
-    services_built: usize,
 }
 
 /// How often probe counters are copied for the metrics between rebuilds.
@@ -140,7 +137,6 @@ impl Controller {
             mailboxes: Arc::default(),
             loader: crate::config::Loader::new(),
             digests_due: false,
-            services_built: 0,
             conntrack_near_full: Vec::new(),
         };
         c.rebuild(rebuild::ProbeStates::Copy, rebuild::Rules::Build);

@@ -38,7 +38,7 @@ impl Controller {
     /// `rules`: whether the configuration's forwarding rules are the
     /// published snapshot's (its rule table is kept) or not.
     pub(super) fn rebuild(&mut self, probes: ProbeStates, rules: Rules) -> Instant {
-        self.rebuild_services_of(probes, rules, None)
+        self.rebuild_services_of(probes, rules, None).published
     }
 
     /// [`Self::rebuild`] after a reload that changed only the services
@@ -50,7 +50,7 @@ impl Controller {
         probes: ProbeStates,
         rules: Rules,
         changed: Option<Vec<usize>>,
-    ) -> Instant {
+    ) -> Rebuilt {
         let started = Instant::now();
         let health = match probes {
             ProbeStates::Copy => {
@@ -75,7 +75,7 @@ impl Controller {
             rules: (rules == Rules::Published).then(|| Arc::clone(&self.cell.load().rules)),
         };
         self.generation += 1;
-        self.services_built = self.cfg.backend_services.len();
+        let mut services_built = self.cfg.backend_services.len();
         let patched = changed.and_then(|changed| {
             let built = rebuild_changed_services(
                 &self.cell.load(),
@@ -88,7 +88,7 @@ impl Controller {
                 self.generation,
             );
             if built.is_some() {
-                self.services_built = changed.len();
+                services_built = changed.len();
             }
             built
         });
@@ -118,6 +118,19 @@ impl Controller {
         v.last_build_seconds = started.elapsed().as_secs_f64();
         drop(v);
         self.digests_due = true;
-        published
+        Rebuilt {
+            published,
+            services_built,
+        }
     }
+}
+
+/// What a rebuild did.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rebuilt {
+    /// When its snapshot was published.
+    pub published: Instant,
+    /// How many services it built (the others are the published
+    /// snapshot's).
+    pub services_built: usize,
 }

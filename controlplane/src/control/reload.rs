@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::config::{self, Config, Diagnostics};
 use crate::health::{self, HealthChecker};
 
-use super::rebuild::{ProbeStates, Rules};
+use super::rebuild::{ProbeStates, Rebuilt, Rules};
 use super::{probe_services, retire, Controller};
 
 /// Why a reload was refused. In every case the running configuration
@@ -86,13 +86,13 @@ impl Controller {
             }
         })?;
         let changes = super::changes::describe(&self.cfg, &cfg);
-        self.apply(cfg)?;
+        let built = self.apply(cfg)?;
         Ok(format!(
             "reloaded {} (generation {}, {} ms, {} of {} services built): {changes}\n",
             path.display(),
             self.generation,
             started.elapsed().as_millis(),
-            self.services_built,
+            built.services_built,
             self.cfg.backend_services.len()
         ))
     }
@@ -100,7 +100,7 @@ impl Controller {
     /// Swaps in a validated configuration. What a running process cannot
     /// change ([`fixed_at_start_changes`]) must stay the same. Everything
     /// that may refuse is checked before anything changes.
-    fn apply(&mut self, cfg: Config) -> Result<(), ReloadError> {
+    fn apply(&mut self, cfg: Config) -> Result<Rebuilt, ReloadError> {
         let fields = fixed_at_start_changes(&self.cfg.dataplane, &cfg.dataplane);
         if !fields.is_empty() {
             return Err(ReloadError::FixedAtStart { fields });
@@ -150,8 +150,7 @@ impl Controller {
         self.resolve_neighbours_of(&cfg);
         self.id_hold_ms = retire::id_hold_ms(&cfg, self.id_hold_ms);
         self.cfg = Arc::new(cfg);
-        self.rebuild_services_of(probes, rules, changed);
-        Ok(())
+        Ok(self.rebuild_services_of(probes, rules, changed))
     }
 }
 
