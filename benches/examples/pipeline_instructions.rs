@@ -54,9 +54,18 @@ fn main() {
             *s = pipeline::classify(sluice_core::PacketBuf::data(p), &state);
         }
         for ((p, s), k) in pkts.iter_mut().zip(stages.iter_mut()).zip(keys.iter_mut()) {
-            if let Stage::Balance(b) = s {
-                pipeline::prefetch_conntrack(sluice_core::PacketBuf::data(p), b, &state, &ctx, k);
-            }
+            let mut t = Default::default();
+            *k = match s {
+                Stage::Balance(b) => pipeline::prefetch_conntrack(
+                    sluice_core::PacketBuf::data(p),
+                    b,
+                    &state,
+                    &ctx,
+                    &mut t,
+                )
+                .then_some(t),
+                Stage::Done(_) => None,
+            };
         }
         for ((p, s), k) in pkts.iter_mut().zip(stages.iter()).zip(keys.iter()) {
             let v = match s {

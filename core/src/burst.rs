@@ -5,11 +5,11 @@
 //! DPDK mbufs and queues each [`Outcome`]; tests and the `burst` fuzz
 //! target drive it over `VecPacket`s.
 
-use crate::conntrack::Tracked;
+use crate::conntrack::{TrackKey, Tracked};
 use crate::drop_reason::DropReason;
 use crate::icmp_error;
 use crate::packet::{PacketBuf, VecPacket};
-use crate::pipeline::{self, Balance, PipelineCtx, Stage, Verdict};
+use crate::pipeline::{self, Keyed, LanePacket, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
 use crate::stats::RuleCounters;
 use crate::steering;
@@ -65,23 +65,29 @@ const FALLBACK_AHEAD: usize = 8;
 const NO_STEER: u16 = u16::MAX;
 
 /// One burst's state between the stages, reused burst after burst (no
-/// allocation on the packet path): one record per packet, so that each
-/// pass reaches everything about packet `i` through one index.
+/// allocation on the packet path): per packet a slot, which is all that
+/// a packet of the established lane has, and a `Stage` that only the
+/// others' slots point to (stage 1 writes it only for them).
 #[derive(Debug)]
 pub struct BurstStages {
     slots: [Slot; MAX_BURST],
+    stages: [Stage; MAX_BURST],
     /// Packets in the prepared burst.
     len: usize,
     steered: bool,
 }
 
-/// What the passes of one burst know about one of its packets.
+/// What the passes of one burst know about one of its packets: one cache
+/// line.
 #[derive(Copy, Clone, Debug)]
 struct Slot {
-    stage: Stage,
-    /// Its tracking key and shard hash (stage 1; read only for
-    /// a tracked packet).
-    tracked: Option<Tracked>,
+    /// Its tracking key and shard hash (read only when `keyed` says a key
+    /// was written).
+    tracked: Tracked,
+    /// Where its IP packet is, for [`Keyed::Lane`].
+    lane: LanePacket,
+    /// Which records stage 1 wrote.
+    keyed: Keyed,
     /// Whether its lookup needs more than its home entry (stage 2's
     /// lookahead).
     needs_fallback: bool,
@@ -89,10 +95,24 @@ struct Slot {
     steer_to: u16,
 }
 
+const _: () = assert!(std::mem::size_of::<Slot>() <= 64);
+
 impl Slot {
     const EMPTY: Slot = Slot {
-        stage: Stage::UNSTAGED,
-        tracked: None,
+        tracked: Tracked {
+            key: TrackKey {
+                src: [0; 2],
+                dst: [0; 2],
+                meta: 0,
+            },
+            hash: 0,
+        },
+        lane: LanePacket {
+            l3_offset: 0,
+            dont_fragment: false,
+            ip_len: 0,
+        },
+        keyed: Keyed::Staged,
         needs_fallback: false,
         steer_to: NO_STEER,
     };
@@ -102,6 +122,7 @@ impl Default for BurstStages {
     fn default() -> Self {
         Self {
             slots: [Slot::EMPTY; MAX_BURST],
+            stages: [Stage::UNSTAGED; MAX_BURST],
             len: 0,
             steered: false,
         }
@@ -136,14 +157,19 @@ impl BurstStages {
         // (Prefetching packet and headroom lines too measured slower on
         // net_pcap, whose copies leave them hot; revisit on real NICs.)
         let mut n = 0;
-        for (m, slot) in packets.clone().zip(self.slots.iter_mut()) {
+        for ((m, slot), stage) in packets
+            .clone()
+            .zip(self.slots.iter_mut())
+            .zip(self.stages.iter_mut())
+        {
             // Set by the lookahead only for a key away from home.
             slot.needs_fallback = false;
-            let stage = &mut slot.stage;
-            if !m.is_contiguous() {
+            slot.keyed = if !m.is_contiguous() {
                 *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
+                Keyed::Staged
             } else if vlan.is_some_and(|vid| !vlan::accepts(m.data(), vid)) {
                 *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
+                Keyed::Staged
             } else {
                 pipeline::classify_keyed_into(
                     m.data(),
@@ -152,15 +178,20 @@ impl BurstStages {
                     rules,
                     ctx,
                     &mut slot.tracked,
-                );
-            }
+                    &mut slot.lane,
+                )
+            };
             n += 1;
         }
         self.len = n;
         self.steered = steer.is_some();
         if let Some(s) = steer {
-            for (m, slot) in packets.clone().zip(self.slots.iter_mut()) {
-                slot.steer_to = steer_target(m.data(), &slot.stage, state, s);
+            for ((m, slot), stage) in packets
+                .clone()
+                .zip(self.slots.iter_mut())
+                .zip(self.stages.iter())
+            {
+                slot.steer_to = steer_target(m.data(), slot, stage, state, s);
             }
         }
         for j in 0..HOME_CHECK_AHEAD {
@@ -185,19 +216,19 @@ impl BurstStages {
     ) -> Outcome {
         self.check_home(state, ctx, i + HOME_CHECK_AHEAD);
         self.fetch_fallback(ctx, i + FALLBACK_AHEAD);
-        let Some(slot) = self.slots.get(i) else {
+        let (Some(slot), Some(stage)) = (self.slots.get(i), self.stages.get(i)) else {
             return Outcome::Verdict(Verdict::Drop(DropReason::Internal));
         };
         if slot.steer_to != NO_STEER {
             return Outcome::Steer(usize::from(slot.steer_to));
         }
-        Outcome::Verdict(match &slot.stage {
-            Stage::Done(v) => *v,
-            // Stage 1 wrote a key for this stage only if it is tracked.
-            Stage::Balance(b) => match &slot.tracked {
-                Some(t) => pipeline::deliver_tracked(pkt, b, t, state, ctx),
-                None => pipeline::deliver_keyed(pkt, b, None, state, ctx),
-            },
+        Outcome::Verdict(match (slot.keyed, stage) {
+            (Keyed::Lane, _) => pipeline::deliver_lane(pkt, &slot.lane, &slot.tracked, state, ctx),
+            (_, Stage::Done(v)) => *v,
+            (Keyed::StagedTracked, Stage::Balance(b)) => {
+                pipeline::deliver_tracked(pkt, b, &slot.tracked, state, ctx)
+            }
+            (Keyed::Staged, Stage::Balance(b)) => pipeline::deliver_keyed(pkt, b, None, state, ctx),
         })
     }
 
@@ -218,10 +249,17 @@ impl BurstStages {
 /// tracked packet belongs to the owner of its address pair; an ICMP error
 /// (HA-4) to the owner of the flow it quotes; untracked packets stay.
 #[inline]
-fn steer_target(frame: &[u8], stage: &Stage, state: &ForwardingState, s: SteerFor) -> u16 {
-    let owner = match stage {
-        Stage::Balance(b) if b.tracked => Some(steering::owner(frame, &b.layout, s.workers)),
-        Stage::Balance(b) if b.icmp_error => icmp_error::flow_addresses(frame, state)
+fn steer_target(
+    frame: &[u8],
+    slot: &Slot,
+    stage: &Stage,
+    state: &ForwardingState,
+    s: SteerFor,
+) -> u16 {
+    let owner = match (slot.keyed, stage) {
+        (Keyed::Lane, _) => Some(steering::owner(frame, &slot.lane.layout(), s.workers)),
+        (_, Stage::Balance(b)) if b.tracked => Some(steering::owner(frame, &b.layout, s.workers)),
+        (_, Stage::Balance(b)) if b.icmp_error => icmp_error::flow_addresses(frame, state)
             .map(|(src, dst)| steering::owner_of(src, dst, s.workers)),
         _ => None,
     };
@@ -232,32 +270,25 @@ fn steer_target(frame: &[u8], stage: &Stage, state: &ForwardingState, s: SteerFo
 }
 
 impl BurstStages {
-    /// Packet `j`'s stage and key, if it is among the burst's packets and
-    /// tracked.
-    #[inline(always)]
-    fn at(&self, j: usize) -> Option<(&Balance, &Tracked)> {
-        // The stage first: a key is fresh only beside a stage to balance
-        // (stage 1 writes one for a tracked packet, None for any other).
-        match self.slots.get(j) {
-            Some(Slot {
-                stage: Stage::Balance(b),
-                tracked: Some(t),
-                ..
-            }) if j < self.len => Some((b, t)),
-            _ => None,
-        }
-    }
-
     /// Lookahead step 1 for packet `j`: is its home entry its key's?
     #[inline(always)]
     fn check_home(&mut self, state: &ForwardingState, ctx: &PipelineCtx, j: usize) {
-        let away = self
-            .at(j)
-            .is_some_and(|(b, t)| pipeline::conntrack_lookahead(b, t, state, ctx));
-        if away {
-            if let Some(slot) = self.slots.get_mut(j) {
-                slot.needs_fallback = true;
+        if j >= self.len {
+            return;
+        }
+        let (Some(slot), Some(stage)) = (self.slots.get_mut(j), self.stages.get(j)) else {
+            return;
+        };
+        let away = match (slot.keyed, stage) {
+            // Never a SYN; a hit reads no table.
+            (Keyed::Lane, _) => ctx.conntrack.check_home(slot.tracked.hash, false),
+            (Keyed::StagedTracked, Stage::Balance(b)) => {
+                pipeline::conntrack_lookahead(b, &slot.tracked, state, ctx)
             }
+            _ => false,
+        };
+        if away {
+            slot.needs_fallback = true;
         }
     }
 
@@ -265,15 +296,11 @@ impl BurstStages {
     /// when step 1 found it away from home.
     #[inline(always)]
     fn fetch_fallback(&self, ctx: &PipelineCtx, j: usize) {
-        if let Some(Slot {
-            needs_fallback: true,
-            tracked: Some(t),
-            ..
-        }) = self.slots.get(j)
-        {
-            if j < self.len {
-                pipeline::conntrack_lookahead_fallback(t, ctx);
-            }
+        if j >= self.len {
+            return;
+        }
+        if let Some(slot) = self.slots.get(j).filter(|s| s.needs_fallback) {
+            pipeline::conntrack_lookahead_fallback(&slot.tracked, ctx);
         }
     }
 }

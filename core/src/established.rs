@@ -19,10 +19,13 @@
 //! absent, which it then does.
 
 use crate::conntrack::{policy, Shard, Tracked};
+use crate::fast_path;
 use crate::packet::PacketBuf;
+use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
-use crate::stage::{Balance, Verdict};
+use crate::stage::{Balance, LanePacket, Verdict};
 use crate::time::Millis;
+use crate::wire::L3Layout;
 
 /// The packet forwarded on its recorded backend, or None (untouched: the
 /// general stage 2 decides).
@@ -39,9 +42,47 @@ pub fn forward<P: PacketBuf>(
     if policy::is_syn(&b.meta) {
         return None;
     }
+    forward_keyed(pkt, &b.layout, t, state, shard, now, |_, _| b.hash)
+}
+
+/// [`forward`] for a packet the IPv4 fast path left for the lane: never a
+/// SYN (stage 1 sent those to the general path), and without its flow
+/// hash, which is computed from the frame only for a UDP tunnel's source
+/// port.
+#[inline(always)]
+pub fn forward_lane<P: PacketBuf>(
+    pkt: &mut P,
+    lane: &LanePacket,
+    t: &Tracked,
+    state: &ForwardingState,
+    shard: &mut Shard,
+    now: Millis,
+) -> Option<Verdict> {
+    let l3 = usize::from(lane.l3_offset);
+    forward_keyed(
+        pkt,
+        &lane.layout(),
+        t,
+        state,
+        shard,
+        now,
+        |frame, service| fast_path::flow_hash(frame, l3, state, service),
+    )
+}
+
+#[inline(always)]
+fn forward_keyed<P: PacketBuf>(
+    pkt: &mut P,
+    layout: &L3Layout,
+    t: &Tracked,
+    state: &ForwardingState,
+    shard: &mut Shard,
+    now: Millis,
+    flow_hash: impl FnOnce(&[u8], &ServiceState) -> u64,
+) -> Option<Verdict> {
     let slot = shard.lookup(&t.key, t.hash, now)?;
     let (id, epoch) = shard.entry(slot).map(|e| (e.backend, e.pool_epoch))?;
-    let service = state.service(b.service)?;
+    let service = state.service(t.key.service())?;
     let backend = state.backend(id)?;
     let keep = backend.healthy
         && epoch == service.pool_epoch
@@ -50,7 +91,12 @@ pub fn forward<P: PacketBuf>(
         return None;
     }
     let header = state.outer_headers.get(id)?;
-    if !header.apply(pkt, &b.layout, b.hash) {
+    let hash = if header.takes_flow_hash() {
+        flow_hash(pkt.data(), service)
+    } else {
+        0
+    };
+    if !header.apply(pkt, layout, hash) {
         return None;
     }
     shard.counters.hits += 1;

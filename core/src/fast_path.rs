@@ -14,8 +14,9 @@
 
 use crate::conntrack::{policy, Addrs, PacketMeta, Shard, TrackKey, Tracked};
 use crate::flow::ipv4_ports_hash;
+use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
-use crate::stage::{Balance, Stage};
+use crate::stage::{Balance, Keyed, LanePacket, Stage};
 use crate::stats::RuleCounters;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::wire::ipv4::{self, Ipv4Packet, VERSION_IHL_NO_OPTIONS};
@@ -54,14 +55,17 @@ pub fn classify_ipv4_into(
     out: &mut Stage,
     rules: Option<&RuleCounters>,
 ) -> Option<()> {
-    classify(frame, state, out, rules, None)
+    classify(frame, state, out, rules, None).map(|_| ())
 }
 
 /// [`classify_ipv4_into`] that, for a tracked packet, also writes its
 /// tracking key (CT-3) and `shard`'s hash of it into `tracked` and
 /// requests the key's home entry, while the addresses are still in
-/// registers (untouched for an untracked packet, and when None is
-/// returned).
+/// registers. A tracked packet that is not a SYN leaves only `lane` and
+/// the key ([`Keyed::Lane`]: no flow hash, `out` untouched); a SYN gets
+/// its `Stage` too ([`Keyed::StagedTracked`]); any other packet its
+/// `Stage` alone. None, with nothing written or counted, when the
+/// general path must decide.
 #[inline(always)]
 pub fn classify_ipv4_keyed(
     frame: &[u8],
@@ -69,9 +73,43 @@ pub fn classify_ipv4_keyed(
     out: &mut Stage,
     rules: Option<&RuleCounters>,
     shard: &Shard,
-    tracked: &mut Option<Tracked>,
-) -> Option<()> {
-    classify(frame, state, out, rules, Some((shard, tracked)))
+    tracked: &mut Tracked,
+    lane: &mut LanePacket,
+) -> Option<Keyed> {
+    classify(frame, state, out, rules, Some((shard, tracked, lane)))
+}
+
+/// The flow hash of a frame this path accepts (the same as its `Balance`
+/// would carry): for a packet the established lane forwards through a UDP
+/// tunnel, whose source port is taken from it. The frame is one the fast
+/// path keyed, unchanged; 0 if it is not (it cannot be).
+#[inline]
+pub fn flow_hash(
+    frame: &[u8],
+    l3_offset: usize,
+    state: &ForwardingState,
+    service: &ServiceState,
+) -> u64 {
+    let Some(ip_udp) = frame
+        .get(l3_offset..)
+        .and_then(|r| r.first_chunk::<IP_UDP_LEN>())
+    else {
+        return 0;
+    };
+    let ip = Ipv4Packet::new_unchecked(ip_udp);
+    let l4 = UdpDatagram::new_unchecked(field::<IPV4_LEN, { udp::HEADER_LEN }, IP_UDP_LEN>(ip_udp));
+    let ports = Ports {
+        src: l4.src_port(),
+        dst: l4.dst_port(),
+    };
+    ipv4_ports_hash(
+        state.flow_seed,
+        u32::from(ip.src_addr()),
+        u32::from(ip.dst_addr()),
+        ip.protocol(),
+        ports,
+        service.affinity,
+    )
 }
 
 #[inline(always)]
@@ -80,8 +118,8 @@ fn classify(
     state: &ForwardingState,
     out: &mut Stage,
     rules: Option<&RuleCounters>,
-    keyed: Option<(&Shard, &mut Option<Tracked>)>,
-) -> Option<()> {
+    keyed: Option<(&Shard, &mut Tracked, &mut LanePacket)>,
+) -> Option<Keyed> {
     let eth: &[u8; ETH_LEN] = frame.first_chunk()?;
     let l3 = match get_u16::<{ ethernet::offset::ETHERTYPE }, ETH_LEN>(eth) {
         ETHERTYPE_IPV4 => ETH_LEN,
@@ -137,14 +175,13 @@ fn classify(
         Err(miss) => {
             let own = || crate::stage::is_own_address(state, dst.to_be_bytes().into());
             *out = Stage::Done(crate::stage::rule_miss(miss, own));
-            return Some(());
+            return Some(Keyed::Staged);
         }
     };
     let service = state.service(rule.service)?;
     if let Some(rules) = rules {
         rules.add(rule.counter);
     }
-    let hash = ipv4_ports_hash(state.flow_seed, src, dst, proto, ports, service.affinity);
     let tracked = policy::trackable(proto, service.affinity);
     let meta = PacketMeta {
         proto,
@@ -152,26 +189,43 @@ fn classify(
         fragmented: false,
         ports: Some(ports),
     };
+    let dont_fragment = frag & FLAG_DF != 0;
+    let mut keyed_as = Keyed::Staged;
+    if tracked {
+        if let Some((shard, t, lane)) = keyed {
+            let addrs = Addrs {
+                src: [0, u64::from(src)],
+                dst: [0, u64::from(dst)],
+                v6: false,
+            };
+            let kind = policy::key_kind(service.tracking.mode, service.affinity, &meta);
+            *t = Tracked::new(TrackKey::new(kind, &addrs, &meta, rule.service), shard);
+            // CT-1: a SYN most likely opens a key the shard does not hold
+            // yet, and takes the general stage 2; any other packet the
+            // established lane first, which needs no flow hash.
+            let syn = policy::is_syn(&meta);
+            shard.prefetch_home(t.hash, syn);
+            if !syn {
+                *lane = LanePacket {
+                    l3_offset: l3 as u8,
+                    dont_fragment,
+                    ip_len: total as u16,
+                };
+                return Some(Keyed::Lane);
+            }
+            keyed_as = Keyed::StagedTracked;
+        }
+    }
+    let hash = ipv4_ports_hash(state.flow_seed, src, dst, proto, ports, service.affinity);
     if !tracked {
         crate::stage::prefetch_table(service, hash);
-    } else if let Some((shard, out)) = keyed {
-        let addrs = Addrs {
-            src: [0, u64::from(src)],
-            dst: [0, u64::from(dst)],
-            v6: false,
-        };
-        let kind = policy::key_kind(service.tracking.mode, service.affinity, &meta);
-        let t = Tracked::new(TrackKey::new(kind, &addrs, &meta, rule.service), shard);
-        // CT-1: a SYN most likely opens a key the shard does not hold yet.
-        shard.prefetch_home(t.hash, policy::is_syn(&meta));
-        *out = Some(t);
     }
     *out = Stage::Balance(Balance {
         layout: L3Layout {
             ethertype: ETHERTYPE_IPV4,
             l3_offset: l3,
             ip_len: total,
-            dont_fragment: frag & FLAG_DF != 0,
+            dont_fragment,
         },
         service: rule.service,
         hash,
@@ -179,5 +233,5 @@ fn classify(
         tracked,
         icmp_error: false,
     });
-    Some(())
+    Some(keyed_as)
 }

@@ -132,6 +132,13 @@ impl OuterHeader {
         Some(out)
     }
 
+    /// Whether [`OuterHeader::apply`] reads its flow hash (a UDP tunnel's
+    /// source port): the established lane computes it only then.
+    #[inline(always)]
+    pub fn takes_flow_hash(&self) -> bool {
+        self.patch == Patch::Ipv4Udp
+    }
+
     /// Rewrites `pkt` (whose IP packet is at `ip`, of the flow `flow_hash`)
     /// for the backend. False, with the packet untouched, when this header
     /// does not apply (inner IPv6, over the MTU, no headroom): the general

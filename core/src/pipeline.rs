@@ -22,7 +22,7 @@ use crate::packet::PacketBuf;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::stage::{is_own_address, rule_miss};
-pub use crate::stage::{prefetch_table, Balance, Stage, Verdict};
+pub use crate::stage::{prefetch_table, Balance, Keyed, LanePacket, Stage, Verdict};
 use crate::stats::RuleCounters;
 use crate::time::Millis;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
@@ -118,8 +118,9 @@ pub fn classify_into(
 /// [`classify_into`] that also leaves a tracked packet's key and shard
 /// hash in `tracked`, its home entry requested (the IPv4 fast path builds
 /// the key from the addresses it has just read, the general path through
-/// [`prefetch_conntrack`]); `tracked` is None for any other packet, and
-/// for a tracked one whose key could not be built.
+/// [`prefetch_conntrack`]), and says which records it wrote: a tracked
+/// non-SYN packet of the fast path leaves `lane` instead of its `Stage`
+/// ([`Keyed::Lane`], for [`deliver_lane`]).
 #[inline(always)]
 pub fn classify_keyed_into(
     frame: &[u8],
@@ -127,16 +128,26 @@ pub fn classify_keyed_into(
     out: &mut Stage,
     rules: Option<&RuleCounters>,
     ctx: &PipelineCtx,
-    tracked: &mut Option<Tracked>,
-) {
-    *tracked = None;
-    if crate::fast_path::classify_ipv4_keyed(frame, state, out, rules, &ctx.conntrack, tracked)
-        .is_none()
-    {
-        *out = classify_counted(frame, state, rules);
-        if let Stage::Balance(b) = out {
-            prefetch_conntrack(frame, b, state, ctx, tracked);
+    tracked: &mut Tracked,
+    lane: &mut LanePacket,
+) -> Keyed {
+    if let Some(keyed) = crate::fast_path::classify_ipv4_keyed(
+        frame,
+        state,
+        out,
+        rules,
+        &ctx.conntrack,
+        tracked,
+        lane,
+    ) {
+        return keyed;
+    }
+    *out = classify_counted(frame, state, rules);
+    match out {
+        Stage::Balance(b) if prefetch_conntrack(frame, b, state, ctx, tracked) => {
+            Keyed::StagedTracked
         }
+        _ => Keyed::Staged,
     }
 }
 
@@ -230,7 +241,8 @@ fn classify_inner(
 /// shard is far larger than the caches, so each tracked packet's key is
 /// built and hashed and its home entry requested before any packet of the
 /// burst is delivered, and the misses overlap instead of queueing up one
-/// packet at a time. Writes the key and hash into `out` (None: not tracked); stage 2
+/// packet at a time. Writes the key and hash into `out` and says whether it did (not when
+/// untracked); stage 2
 /// takes them back through [`deliver_keyed`] and looks further ahead with
 /// [`conntrack_lookahead`].
 #[inline]
@@ -239,27 +251,27 @@ pub fn prefetch_conntrack(
     b: &Balance,
     state: &ForwardingState,
     ctx: &PipelineCtx,
-    out: &mut Option<Tracked>,
-) {
-    *out = None;
+    out: &mut Tracked,
+) -> bool {
     // CT-2/CT-4: untracked packets (UDP under NONE, ICMP, …) skip this
     // before touching the snapshot or the frame.
     if !b.tracked {
-        return;
+        return false;
     }
     let Some(service) = state.service(b.service) else {
-        return;
+        return false;
     };
     let Some(addrs) = Addrs::from_frame(frame, &b.layout) else {
-        return;
+        return false;
     };
     let Some(key) = conntrack::tracking_key(&b.meta, &addrs, b.service, service) else {
-        return;
+        return false;
     };
-    let t = out.insert(Tracked::new(key, &ctx.conntrack));
+    *out = Tracked::new(key, &ctx.conntrack);
     // CT-1: a SYN most likely opens a key the shard does not hold yet.
     ctx.conntrack
-        .prefetch_home(t.hash, conntrack::policy::is_syn(&b.meta));
+        .prefetch_home(out.hash, conntrack::policy::is_syn(&b.meta));
+    true
 }
 
 /// Stage 2's lookahead, a few packets before `b` is delivered, step 1
@@ -321,6 +333,44 @@ pub fn deliver_tracked<P: PacketBuf>(
     match established::forward(pkt, b, t, state, &mut ctx.conntrack, ctx.now) {
         Some(v) => v,
         None => deliver_tracked_general(pkt, b, t, state, ctx),
+    }
+}
+
+/// Stage 2 for a packet the IPv4 fast path left for the established lane
+/// ([`Keyed::Lane`]): forwarded there, or else decided by the general
+/// stage 2.
+#[inline(always)]
+pub fn deliver_lane<P: PacketBuf>(
+    pkt: &mut P,
+    lane: &LanePacket,
+    t: &Tracked,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Verdict {
+    match established::forward_lane(pkt, lane, t, state, &mut ctx.conntrack, ctx.now) {
+        Some(v) => v,
+        None => deliver_lane_general(pkt, t, state, ctx),
+    }
+}
+
+/// The general stage 2 for a packet the established lane declined: its
+/// frame is unchanged, so the fast path classifies it as stage 1 did
+/// (without counting it under its rule again), and its `Balance` — flow
+/// hash included, which the lane did without — goes where a SYN's goes.
+#[inline(never)]
+fn deliver_lane_general<P: PacketBuf>(
+    pkt: &mut P,
+    t: &Tracked,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Verdict {
+    let mut stage = Stage::UNSTAGED;
+    if crate::fast_path::classify_ipv4_into(pkt.data(), state, &mut stage, None).is_none() {
+        return Verdict::Drop(DropReason::Internal);
+    }
+    match stage {
+        Stage::Balance(b) => deliver_keyed(pkt, &b, Some(t), state, ctx),
+        Stage::Done(v) => v,
     }
 }
 

@@ -74,6 +74,46 @@ pub struct Balance {
     pub icmp_error: bool,
 }
 
+/// Where the IP packet of a tracked, non-SYN IPv4 packet is, as the fast
+/// path leaves it for the established lane (`established`): its tracking
+/// key and shard hash travel beside it, and nothing else does — no flow
+/// hash (a hit never consults a table) and no [`Balance`]. A packet the
+/// lane declines is classified again from its unchanged frame.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct LanePacket {
+    /// The IPv4 header's offset in the frame: 14, or 18 behind a tag.
+    pub l3_offset: u8,
+    pub dont_fragment: bool,
+    /// IPv4 total length.
+    pub ip_len: u16,
+}
+
+impl LanePacket {
+    /// The packet's layout as the encapsulation reads it.
+    #[inline(always)]
+    pub fn layout(&self) -> L3Layout {
+        L3Layout {
+            ethertype: crate::wire::ethernet::ETHERTYPE_IPV4,
+            l3_offset: usize::from(self.l3_offset),
+            ip_len: usize::from(self.ip_len),
+            dont_fragment: self.dont_fragment,
+        }
+    }
+}
+
+/// What stage 1 left for one packet of a burst: which of its records
+/// stage 2 reads.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Keyed {
+    /// Its [`Stage`] only: decided already, or untracked.
+    #[default]
+    Staged,
+    /// Its [`Stage`] (a [`Balance`]) and its tracking key.
+    StagedTracked,
+    /// A [`LanePacket`] and its tracking key; no `Stage` was written.
+    Lane,
+}
+
 /// Starts loading the Maglev slot stage 2 will read for `hash`: at once
 /// for an untracked packet; for a tracked one only when the conntrack
 /// lookahead finds that it will need the table (a new key, or one away

@@ -154,6 +154,12 @@ impl TrackKey {
         .src_ip()
     }
 
+    /// The service the key was built for.
+    #[inline(always)]
+    pub fn service(&self) -> ServiceId {
+        ServiceId((self.meta >> 48) as u16)
+    }
+
     pub fn new(kind: TupleKind, a: &Addrs, m: &PacketMeta, service: ServiceId) -> Self {
         let (kind_bits, proto, ports) = match (kind, m.ports) {
             (TupleKind::Two, _) => (0u64, 0u64, 0u64),
