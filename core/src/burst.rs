@@ -276,16 +276,19 @@ impl BurstStages {
         if j >= self.len {
             return;
         }
-        let (Some(slot), Some(stage)) = (self.slots.get_mut(j), self.stages.get(j)) else {
+        let Some(slot) = self.slots.get_mut(j) else {
             return;
         };
-        let away = match (slot.keyed, stage) {
+        let away = match slot.keyed {
             // Never a SYN; a hit reads no table.
-            (Keyed::Lane, _) => ctx.conntrack.check_home(slot.tracked.hash, false),
-            (Keyed::StagedTracked, Stage::Balance(b)) => {
-                pipeline::conntrack_lookahead(b, &slot.tracked, state, ctx)
-            }
-            _ => false,
+            Keyed::Lane => ctx.conntrack.check_home_of_known(slot.tracked.hash),
+            Keyed::StagedTracked => match self.stages.get(j) {
+                Some(Stage::Balance(b)) => {
+                    pipeline::conntrack_lookahead(b, &slot.tracked, state, ctx)
+                }
+                _ => false,
+            },
+            Keyed::Staged => false,
         };
         if away {
             slot.needs_fallback = true;

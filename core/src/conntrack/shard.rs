@@ -363,6 +363,13 @@ impl Shard {
             self.prefetch_matches(h);
             return false;
         }
+        self.check_home_of_known(h)
+    }
+
+    /// [`Shard::check_home`] for a key that is not likely new (not a SYN):
+    /// the established lane's lookahead.
+    #[inline(always)]
+    pub fn check_home_of_known(&self, h: u64) -> bool {
         let (sig, b1) = self.sig_and_bucket(h);
         let at_home = self
             .entries
