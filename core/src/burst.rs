@@ -216,19 +216,28 @@ impl BurstStages {
     ) -> Outcome {
         self.check_home(state, ctx, i + HOME_CHECK_AHEAD);
         self.fetch_fallback(ctx, i + FALLBACK_AHEAD);
-        let (Some(slot), Some(stage)) = (self.slots.get(i), self.stages.get(i)) else {
+        let Some(slot) = self.slots.get(i) else {
             return Outcome::Verdict(Verdict::Drop(DropReason::Internal));
         };
         if slot.steer_to != NO_STEER {
             return Outcome::Steer(usize::from(slot.steer_to));
         }
-        Outcome::Verdict(match (slot.keyed, stage) {
-            (Keyed::Lane, _) => pipeline::deliver_lane(pkt, &slot.lane, &slot.tracked, state, ctx),
-            (_, Stage::Done(v)) => *v,
-            (Keyed::StagedTracked, Stage::Balance(b)) => {
+        if slot.keyed == Keyed::Lane {
+            return Outcome::Verdict(pipeline::deliver_lane(
+                pkt,
+                &slot.lane,
+                &slot.tracked,
+                state,
+                ctx,
+            ));
+        }
+        Outcome::Verdict(match self.stages.get(i) {
+            Some(Stage::Balance(b)) if slot.keyed == Keyed::StagedTracked => {
                 pipeline::deliver_tracked(pkt, b, &slot.tracked, state, ctx)
             }
-            (Keyed::Staged, Stage::Balance(b)) => pipeline::deliver_keyed(pkt, b, None, state, ctx),
+            Some(Stage::Balance(b)) => pipeline::deliver_keyed(pkt, b, None, state, ctx),
+            Some(Stage::Done(v)) => *v,
+            None => Verdict::Drop(DropReason::Internal),
         })
     }
 
