@@ -5,7 +5,7 @@
 //! DPDK mbufs and queues each [`Outcome`]; tests and the `burst` fuzz
 //! target drive it over `VecPacket`s.
 
-use crate::conntrack::{TrackKey, Tracked};
+use crate::conntrack::{Home, TrackKey, Tracked};
 use crate::drop_reason::DropReason;
 use crate::icmp_error;
 use crate::packet::{PacketBuf, VecPacket};
@@ -111,6 +111,7 @@ impl Slot {
             l3_offset: 0,
             dont_fragment: false,
             ip_len: 0,
+            home: Home::ZERO,
         },
         keyed: Keyed::Staged,
         needs_fallback: false,
@@ -290,7 +291,9 @@ impl BurstStages {
         };
         let away = match slot.keyed {
             // Never a SYN; a hit reads no table.
-            Keyed::Lane => ctx.conntrack.check_home_of_known(slot.tracked.hash),
+            Keyed::Lane => ctx
+                .conntrack
+                .check_home_at(slot.lane.home, slot.tracked.hash),
             Keyed::StagedTracked => match self.stages.get(j) {
                 Some(Stage::Balance(b)) => {
                     pipeline::conntrack_lookahead(b, &slot.tracked, state, ctx)

@@ -42,7 +42,8 @@ pub fn forward<P: PacketBuf>(
     if policy::is_syn(&b.meta) {
         return None;
     }
-    forward_keyed(pkt, &b.layout, t, state, shard, now, |_, _| b.hash)
+    let slot = shard.lookup(&t.key, t.hash, now)?;
+    forward_found(pkt, &b.layout, t, slot, state, shard, now, |_, _| b.hash)
 }
 
 /// [`forward`] for a packet the IPv4 fast path left for the lane: never a
@@ -59,10 +60,12 @@ pub fn forward_lane<P: PacketBuf>(
     now: Millis,
 ) -> Option<Verdict> {
     let l3 = usize::from(lane.l3_offset);
-    forward_keyed(
+    let slot = shard.lookup_at(&t.key, t.hash, lane.home, now)?;
+    forward_found(
         pkt,
         &lane.layout(),
         t,
+        slot,
         state,
         shard,
         now,
@@ -70,17 +73,19 @@ pub fn forward_lane<P: PacketBuf>(
     )
 }
 
+/// The lane once the lookup found the key's live entry in `slot`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn forward_keyed<P: PacketBuf>(
+fn forward_found<P: PacketBuf>(
     pkt: &mut P,
     layout: &L3Layout,
     t: &Tracked,
+    slot: usize,
     state: &ForwardingState,
     shard: &mut Shard,
     now: Millis,
     flow_hash: impl FnOnce(&[u8], &ServiceState) -> u64,
 ) -> Option<Verdict> {
-    let slot = shard.lookup(&t.key, t.hash, now)?;
     let (id, epoch) = shard.entry(slot).map(|e| (e.backend, e.pool_epoch))?;
     let service = state.service(t.key.service())?;
     let backend = state.backend(id)?;

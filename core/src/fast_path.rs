@@ -203,16 +203,18 @@ fn classify(
             // CT-1: a SYN most likely opens a key the shard does not hold
             // yet, and takes the general stage 2; any other packet the
             // established lane first, which needs no flow hash.
-            let syn = policy::is_syn(&meta);
-            shard.prefetch_home(t.hash, syn);
-            if !syn {
+            if !policy::is_syn(&meta) {
+                let home = shard.home_of(t.hash);
+                shard.prefetch_home_at(home);
                 *lane = LanePacket {
                     l3_offset: l3 as u8,
                     dont_fragment,
                     ip_len: total as u16,
+                    home,
                 };
                 return Some(Keyed::Lane);
             }
+            shard.prefetch_home(t.hash, true);
             keyed_as = Keyed::StagedTracked;
         }
     }

@@ -8,7 +8,7 @@
 
 use std::net::IpAddr;
 
-use crate::conntrack::PacketMeta;
+use crate::conntrack::{Home, PacketMeta};
 use crate::drop_reason::DropReason;
 use crate::ids::{BackendId, ServiceId};
 use crate::rules::RuleMiss;
@@ -86,6 +86,8 @@ pub struct LanePacket {
     pub dont_fragment: bool,
     /// IPv4 total length.
     pub ip_len: u16,
+    /// Where its key's lookup starts (derived once, in stage 1).
+    pub home: Home,
 }
 
 impl LanePacket {

@@ -13,7 +13,7 @@ pub mod session;
 pub mod shard;
 
 pub use session::{select, tracking_key};
-pub use shard::{Counters, Entry, Full, Shard};
+pub use shard::{Counters, Entry, Full, Home, Shard};
 
 use crate::flow::TupleKind;
 use crate::ids::ServiceId;

@@ -167,6 +167,21 @@ pub struct Counters {
     pub reselected_unhealthy: u64,
 }
 
+/// Where a key's lookup starts, derived once from its hash
+/// ([`Shard::home_of`]): its home slot and its signature. Only a hint —
+/// every use compares the key — so a slot index past `u32::MAX` (never,
+/// at any configurable capacity) would only send the lookup the long way.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Home {
+    slot: u32,
+    sig: u32,
+}
+
+impl Home {
+    /// Slot 0 with no signature: matches no entry.
+    pub const ZERO: Home = Home { slot: 0, sig: 0 };
+}
+
 /// No free, expired or half-open slot among the key's candidates.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Full;
@@ -373,6 +388,55 @@ impl Shard {
             return false;
         }
         self.check_home_of_known(h)
+    }
+
+    /// The home slot and signature of hash `h`.
+    #[inline(always)]
+    pub fn home_of(&self, h: u64) -> Home {
+        let (sig, b1) = self.sig_and_bucket(h);
+        Home {
+            slot: Self::home(b1, sig) as u32,
+            sig,
+        }
+    }
+
+    /// [`Shard::prefetch_home`] of a key that is not likely new, from its
+    /// [`Home`].
+    #[inline(always)]
+    pub fn prefetch_home_at(&self, home: Home) {
+        if let Some(e) = self.entries.get(home.slot as usize) {
+            sluice_platform::prefetch_read(e);
+        }
+    }
+
+    /// [`Shard::check_home_of_known`] from the key's [`Home`] (`h`: its
+    /// hash, for the signature line when it is away).
+    #[inline(always)]
+    pub fn check_home_at(&self, home: Home, h: u64) -> bool {
+        let at_home = self
+            .entries
+            .get(home.slot as usize)
+            .is_some_and(|e| e.sig & !HALF_OPEN == home.sig);
+        if !at_home {
+            if let Some(s) = self.sigs.get((h as usize) & self.mask) {
+                sluice_platform::prefetch_read(s);
+            }
+        }
+        !at_home
+    }
+
+    /// [`Shard::lookup`] from the key's [`Home`] as well as its hash.
+    #[inline(always)]
+    pub fn lookup_at(&mut self, key: &TrackKey, h: u64, home: Home, now: Millis) -> Option<usize> {
+        let slot = home.slot as usize;
+        let hit = self
+            .entries
+            .get(slot)
+            .is_some_and(|e| e.sig & !HALF_OPEN == home.sig && e.key == *key && !e.expired(now));
+        if hit {
+            return Some(slot);
+        }
+        self.lookup_away(key, h, now)
     }
 
     /// [`Shard::check_home`] for a key that is not likely new (not a SYN):
