@@ -1,0 +1,318 @@
+/* The ring harness's traffic source: a DPDK secondary process that feeds
+ * the RX rings of a net_ring device in the primary (dpdk-testpmd, the C
+ * peer or sluice) with the frames of one or more pcap files, so that the
+ * measured worker receives packets without a copy on its own core.
+ *
+ * `--vdev=net_ring0` (no arguments) makes the primary create 16 rings
+ * named ETH_RXTX<q>_net_ring0, each both the RX and the TX ring of queue
+ * q; the worker's RX burst is then a ring dequeue of mbufs the feeder
+ * already filled. The feeder, per burst and queue: takes BURST mbufs from
+ * the primary's packet pool (rte_mempool_get_bulk, through the feeder's
+ * own lcore cache), resets each as a PMD's RX does (data_off at the
+ * headroom, one segment, refcnt 1, port, no offload flags, no packet type,
+ * the lengths), copies the next frame of the queue's templates into it
+ * (round robin over every frame of the file, so that 100,000 or 1,000,000
+ * flows cycle as net_pcap's infinite_rx cycles them) and enqueues the
+ * burst. It only fills a burst when the ring has room for all of it, so
+ * the ring stays full (1024 entries) and every RX burst of a consumer
+ * slower than the feeder is a full one; mbufs that did not fit are freed.
+ *
+ * Usage (EAL arguments, then ours):
+ *   ring_feeder --proc-type=secondary --file-prefix=PRIMARY --lcores=7@0 \
+ *     --no-pci --log-level=error -- [--pool NAME] [--dev net_ring0] \
+ *     [--burst 32] [--port 0] [--wait SECONDS] PCAP [PCAP ...]
+ * PCAP number q feeds RX queue q (ETH_RXTX<q>_<dev>). The lcore id must
+ * be one the primary does not use: the mempool cache the feeder takes
+ * from is the one of its lcore id. --pool: the primary's pktmbuf pool
+ * (default: the only pktmbuf pool the primary has). --port: the port id
+ * written into each mbuf (the RX port's id in the primary, 0 when the
+ * net_ring device is its first). --wait: how long to wait for the rings
+ * to appear (the primary creates them when its EAL probes the device).
+ *
+ * Prints "feeder-pps: N" (packets enqueued in the last second, every
+ * queue) once a second until SIGINT or SIGTERM, or until the primary
+ * exits; then "feeder-total: N" and it detaches.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <rte_branch_prediction.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_memcpy.h>
+#include <rte_mempool.h>
+#include <rte_pause.h>
+#include <rte_ring.h>
+
+#define MAX_QUEUES 16
+#define MAX_BURST 64
+
+/* One queue's templates: every frame of its pcap file, each in a slot of
+ * `stride` bytes, and the ring it feeds. */
+struct queue {
+	const char *pcap;
+	uint8_t *frames;
+	uint16_t *lens;
+	uint32_t count;
+	uint32_t stride;
+	uint32_t next;
+	struct rte_ring *ring;
+	uint64_t enqueued;
+};
+
+static volatile bool stopping;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stopping = true;
+}
+
+static uint32_t rd32(const uint8_t *p, bool swap)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return swap ? __builtin_bswap32(v) : v;
+}
+
+/* Reads a classic pcap file (microsecond or nanosecond timestamps, either
+ * byte order) into q's templates. Frames longer than max_len are an
+ * error: they would not fit an mbuf of the pool. */
+static void load_pcap(struct queue *q, uint32_t max_len)
+{
+	FILE *f = fopen(q->pcap, "rb");
+	if (f == NULL)
+		rte_exit(EXIT_FAILURE, "%s: %s\n", q->pcap, strerror(errno));
+	if (fseek(f, 0, SEEK_END) != 0)
+		rte_exit(EXIT_FAILURE, "%s: cannot seek\n", q->pcap);
+	long size = ftell(f);
+	rewind(f);
+	if (size < 24)
+		rte_exit(EXIT_FAILURE, "%s: not a pcap file\n", q->pcap);
+	uint8_t *buf = malloc((size_t)size);
+	if (buf == NULL || fread(buf, 1, (size_t)size, f) != (size_t)size)
+		rte_exit(EXIT_FAILURE, "%s: cannot read\n", q->pcap);
+	fclose(f);
+
+	uint32_t magic;
+	memcpy(&magic, buf, 4);
+	bool swap;
+	if (magic == 0xa1b2c3d4u || magic == 0xa1b23c4du)
+		swap = false;
+	else if (magic == 0xd4c3b2a1u || magic == 0x4d3cb2a1u)
+		swap = true;
+	else
+		rte_exit(EXIT_FAILURE, "%s: not a pcap file (magic %08x)\n", q->pcap, magic);
+
+	/* First pass: how many frames, and the longest. */
+	uint32_t count = 0, longest = 0;
+	for (long off = 24; off + 16 <= size;) {
+		uint32_t len = rd32(buf + off + 8, swap);
+		if (off + 16 + (long)len > size)
+			break;
+		if (len > longest)
+			longest = len;
+		count++;
+		off += 16 + (long)len;
+	}
+	if (count == 0)
+		rte_exit(EXIT_FAILURE, "%s: no frames\n", q->pcap);
+	if (longest > max_len)
+		rte_exit(EXIT_FAILURE, "%s: a frame of %u bytes does not fit the pool's %u\n",
+			 q->pcap, longest, max_len);
+	q->stride = (longest + 63) & ~63u;
+	q->frames = aligned_alloc(64, (size_t)q->stride * count);
+	q->lens = malloc(sizeof(*q->lens) * count);
+	if (q->frames == NULL || q->lens == NULL)
+		rte_exit(EXIT_FAILURE, "%s: no memory for %u frames\n", q->pcap, count);
+	uint32_t i = 0;
+	for (long off = 24; i < count; i++) {
+		uint32_t len = rd32(buf + off + 8, swap);
+		memcpy(q->frames + (size_t)i * q->stride, buf + off + 16, len);
+		q->lens[i] = (uint16_t)len;
+		off += 16 + (long)len;
+	}
+	q->count = count;
+	free(buf);
+}
+
+struct pool_search {
+	struct rte_mempool *found;
+	unsigned int n;
+};
+
+/* A pktmbuf pool: its elements are mbufs and its private area is
+ * rte_pktmbuf_pool_private (what rte_pktmbuf_pool_create makes). */
+static void find_pktmbuf_pool(struct rte_mempool *mp, void *arg)
+{
+	struct pool_search *s = arg;
+	if (mp->elt_size >= sizeof(struct rte_mbuf) &&
+	    mp->private_data_size >= sizeof(struct rte_pktmbuf_pool_private)) {
+		fprintf(stderr, "ring_feeder: pktmbuf pool %s (%u mbufs)\n", mp->name, mp->size);
+		s->found = mp;
+		s->n++;
+	}
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* One burst into q's ring, when it has room for the whole burst: the
+ * packets enqueued. */
+static inline unsigned int feed(struct queue *q, struct rte_mempool *pool, unsigned int burst,
+				uint16_t port)
+{
+	struct rte_mbuf *m[MAX_BURST];
+	if (rte_ring_free_count(q->ring) < burst)
+		return 0;
+	if (unlikely(rte_mempool_get_bulk(pool, (void **)m, burst) != 0))
+		return 0;
+	for (unsigned int i = 0; i < burst; i++) {
+		struct rte_mbuf *b = m[i];
+		uint32_t f = q->next;
+		q->next = (f + 1 == q->count) ? 0 : f + 1;
+		uint16_t len = q->lens[f];
+		/* What a PMD's RX writes: the rearm fields, flags, type and
+		 * lengths. An mbuf in a pool is a raw one (rte_pktmbuf_free
+		 * leaves next NULL): next is read, and only written when it is
+		 * not, so the second cache line stays clean on both cores. */
+		b->data_off = RTE_PKTMBUF_HEADROOM;
+		rte_mbuf_refcnt_set(b, 1);
+		b->nb_segs = 1;
+		b->port = port;
+		b->ol_flags = 0;
+		b->packet_type = 0;
+		b->pkt_len = len;
+		b->data_len = len;
+		b->vlan_tci = 0;
+		b->vlan_tci_outer = 0;
+		b->hash.rss = 0;
+		if (unlikely(b->next != NULL))
+			b->next = NULL;
+		rte_memcpy(rte_pktmbuf_mtod(b, void *), q->frames + (size_t)f * q->stride, len);
+	}
+	unsigned int sent = rte_ring_enqueue_burst(q->ring, (void **)m, burst, NULL);
+	if (unlikely(sent < burst))
+		rte_pktmbuf_free_bulk(m + sent, burst - sent);
+	q->enqueued += sent;
+	return sent;
+}
+
+int main(int argc, char **argv)
+{
+	int eal = rte_eal_init(argc, argv);
+	if (eal < 0)
+		rte_exit(EXIT_FAILURE, "EAL: %s\n", rte_strerror(rte_errno));
+	argc -= eal;
+	argv += eal;
+	if (rte_eal_process_type() != RTE_PROC_SECONDARY)
+		rte_exit(EXIT_FAILURE, "run it with --proc-type=secondary and the primary's --file-prefix\n");
+
+	const char *pool_name = NULL, *dev = "net_ring0";
+	unsigned int burst = 32, wait_s = 10;
+	uint16_t port = 0;
+	struct queue queues[MAX_QUEUES];
+	unsigned int nq = 0;
+	memset(queues, 0, sizeof(queues));
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--pool") == 0 && i + 1 < argc)
+			pool_name = argv[++i];
+		else if (strcmp(argv[i], "--dev") == 0 && i + 1 < argc)
+			dev = argv[++i];
+		else if (strcmp(argv[i], "--burst") == 0 && i + 1 < argc)
+			burst = (unsigned int)strtoul(argv[++i], NULL, 10);
+		else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
+			port = (uint16_t)strtoul(argv[++i], NULL, 10);
+		else if (strcmp(argv[i], "--wait") == 0 && i + 1 < argc)
+			wait_s = (unsigned int)strtoul(argv[++i], NULL, 10);
+		else if (argv[i][0] == '-')
+			rte_exit(EXIT_FAILURE, "unknown option %s\n", argv[i]);
+		else if (nq == MAX_QUEUES)
+			rte_exit(EXIT_FAILURE, "at most %d pcap files (one per queue)\n", MAX_QUEUES);
+		else
+			queues[nq++].pcap = argv[i];
+	}
+	if (nq == 0)
+		rte_exit(EXIT_FAILURE, "no pcap file\n");
+	if (burst == 0 || burst > MAX_BURST)
+		rte_exit(EXIT_FAILURE, "--burst must be 1..%d\n", MAX_BURST);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+
+	struct rte_mempool *pool;
+	if (pool_name != NULL) {
+		pool = rte_mempool_lookup(pool_name);
+		if (pool == NULL)
+			rte_exit(EXIT_FAILURE, "no mempool %s in the primary\n", pool_name);
+	} else {
+		struct pool_search s = {NULL, 0};
+		rte_mempool_walk(find_pktmbuf_pool, &s);
+		if (s.n != 1)
+			rte_exit(EXIT_FAILURE, "%u pktmbuf pools in the primary: name one with --pool\n",
+				 s.n);
+		pool = s.found;
+	}
+	uint32_t room = rte_pktmbuf_data_room_size(pool);
+	uint32_t max_len = room > RTE_PKTMBUF_HEADROOM ? room - RTE_PKTMBUF_HEADROOM : 0;
+
+	for (unsigned int q = 0; q < nq; q++)
+		load_pcap(&queues[q], max_len);
+
+	/* The rings appear when the primary's EAL probes the device. */
+	double deadline = now_s() + wait_s;
+	for (unsigned int q = 0; q < nq; q++) {
+		char name[RTE_RING_NAMESIZE];
+		snprintf(name, sizeof(name), "ETH_RXTX%u_%s", q, dev);
+		while ((queues[q].ring = rte_ring_lookup(name)) == NULL) {
+			if (stopping || now_s() > deadline)
+				rte_exit(EXIT_FAILURE, "no ring %s in the primary\n", name);
+			usleep(10000);
+		}
+	}
+	fprintf(stderr, "ring_feeder: lcore %u, pool %s, %u queue(s), burst %u:", rte_lcore_id(),
+		pool->name, nq, burst);
+	for (unsigned int q = 0; q < nq; q++)
+		fprintf(stderr, " %s (%u frames)", queues[q].ring->name, queues[q].count);
+	fprintf(stderr, "\n");
+
+	uint64_t total = 0, last_total = 0;
+	double last = now_s();
+	unsigned int spins = 0;
+	while (!stopping) {
+		unsigned int fed = 0;
+		for (unsigned int q = 0; q < nq; q++)
+			fed += feed(&queues[q], pool, burst, port);
+		total += fed;
+		if (fed == 0)
+			rte_pause();
+		if (++spins < 4096)
+			continue;
+		spins = 0;
+		double t = now_s();
+		if (t - last >= 1.0) {
+			printf("feeder-pps: %.0f\n", (double)(total - last_total) / (t - last));
+			fflush(stdout);
+			last_total = total;
+			last = t;
+			if (!rte_eal_primary_proc_alive(NULL))
+				break;
+		}
+	}
+	printf("feeder-total: %lu\n", (unsigned long)total);
+	fflush(stdout);
+	rte_eal_cleanup();
+	return 0;
+}
