@@ -16,12 +16,29 @@
 #   WORKERS=2: the flows split by the worker owning each (flows-0.pcap,
 #   flows-1.pcap; pktgen --queues=2), one RX queue each on the same
 #   net_pcap port, so sluice steers nothing between its two workers.
+#   FEED_PCAPS: the pcap file of each RX queue, in queue order (what the
+#   ring harness's feeder replays).
+# HARNESS: how the packets reach the measured worker.
+#   pcap (default): RX_DEV is net_pcap with infinite_rx=1, whose RX copies
+#     every frame into a fresh mbuf on the worker's core (~191
+#     instructions per packet of driver cost, bench-instructions.sh).
+#   ring: RX_DEV is net_ring0 (no arguments: the primary creates 16 rings
+#     ETH_RXTX<q>_net_ring0 of 1024 entries, each the RX and the TX ring
+#     of queue q), filled by the feeder (benches/ring-feeder/ring_feeder.c,
+#     bench_feeder_start), a DPDK secondary process on another core that
+#     copies the same pcap frames into mbufs of the primary's pool: the
+#     worker's RX is a ring dequeue, its TX net_null's free, no copy on the
+#     worker's core. Secondary processes map the primary's memory: every
+#     run is on hugepages (bench_hugepages) with a --file-prefix the feeder
+#     is given (FILE_PREFIX for sluice's configuration).
 # bench_config FILE: writes the configuration: WORKERS workers (default
 #   1), the clients
 #   port on RX_DEV, the backends port on TX_DEV, ENCAP to three backends,
 #   a rule for RULE_PROTO/RULE_PORT. Reads MBUFS, MEM, BURST, ENCAP;
 #   NOHUGE (--no-huge or empty), CT_CAPACITY and METRICS_LISTEN may be
-#   empty (the defaults, no [metrics] section).
+#   empty (the defaults, no [metrics] section); FILE_PREFIX, when set,
+#   becomes the EAL's --file-prefix (the ring harness's feeder attaches to
+#   it; unset, sluice picks its own).
 #   A large rule table (both default to the single rule above,
 #   the configuration unchanged): EXTRA_VIPS=N more VIPs, every one with
 #   RULES_PER_VIP=K rules (RULE_PROTO, ports 8000 … 8000+K-1, all to
@@ -30,6 +47,11 @@
 #   the last of K it is scanned among. Half the extra VIPs (rounded up)
 #   from 100.64.0.1 up, the rest from 203.0.114.1 up: the measured VIP
 #   203.0.113.10 sits in the middle of the sorted VIPs.
+# bench_hugepages: reserves (MEM / 2 + 128) 2 MB hugepages if fewer are
+#   reserved, and mounts hugetlbfs on /dev/hugepages if it is not.
+# bench_feeder / bench_feeder_start PREFIX POOL LOG / bench_feeder_stop /
+#   bench_dpdk_clean PREFIX: the ring harness's feeder (see HARNESS and
+#   the functions' comments).
 
 bench_traffic() {
   case "$TRAFFIC" in
@@ -63,7 +85,17 @@ bench_flows() {
       --queues=2 2>/dev/null
     RX_DEV="net_pcap0,rx_pcap=$work/flows-0.pcap,rx_pcap=$work/flows-1.pcap,infinite_rx=1"
   fi
+  FEED_PCAPS="$work/flows.pcap"
+  [ "${WORKERS:-1}" = 2 ] && FEED_PCAPS="$work/flows-0.pcap $work/flows-1.pcap"
+  case "${HARNESS:-pcap}" in
+    pcap) ;;
+    ring) RX_DEV="net_ring0" ;;
+    *) echo "HARNESS must be pcap or ring" >&2; exit 2 ;;
+  esac
   TX_DEV="net_null0,no-rx=1"
+  # The same pool for both harnesses (net_pcap preloads the capture into
+  # it; the ring harness cycles its mbufs through the feeder), so that a
+  # program's pool is the same size on either.
   MBUFS=$(( (FLOWS + 65536) | 1 ))
   MEM=$(( MBUFS * 3 / 1000 + 512 ))   # MB: ~2.3 KB per mbuf plus EAL overhead
 }
@@ -71,6 +103,7 @@ bench_flows() {
 bench_config() {
   local huge="" conntrack="" metrics=""
   [ -n "${NOHUGE:-}" ] && huge='"--no-huge", '
+  [ -n "${FILE_PREFIX:-}" ] && huge="$huge\"--file-prefix=$FILE_PREFIX\", "
   [ -n "${CT_CAPACITY:-}" ] && conntrack="conntrack_capacity = $CT_CAPACITY"
   [ -n "${METRICS_LISTEN:-}" ] && metrics=$(printf '[metrics]\nlisten = "%s"' "$METRICS_LISTEN")
   cat > "$1" <<TOML
@@ -140,4 +173,83 @@ bench_peer() {
       $(pkg-config --libs libdpdk) >&2
   fi
   echo $peer
+}
+
+bench_hugepages() {
+  local pages=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+  local need=$(( MEM / 2 + 128 ))
+  [ "$(cat $pages)" -ge "$need" ] || echo "$need" > $pages
+  mkdir -p /dev/hugepages
+  mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
+  echo "hugepages: $(cat $pages) x 2 MB reserved"
+}
+
+# The ring harness's feeder (benches/ring-feeder/ring_feeder.c) built into
+# CARGO_TARGET_DIR (default target)/release/ring_feeder when missing or
+# older than its source; prints its path.
+bench_feeder() {
+  local feeder=${CARGO_TARGET_DIR:-target}/release/ring_feeder
+  if [ ! -x "$feeder" ] || [ benches/ring-feeder/ring_feeder.c -nt "$feeder" ]; then
+    mkdir -p "$(dirname "$feeder")"
+    # shellcheck disable=SC2046
+    cc -O3 -Wall -Wextra $(pkg-config --cflags libdpdk) benches/ring-feeder/ring_feeder.c \
+      -o "$feeder" $(pkg-config --libs libdpdk) >&2
+  fi
+  echo "$feeder"
+}
+
+# bench_feeder_start PREFIX POOL LOG: starts the feeder as a secondary
+# process of the primary running with --file-prefix=PREFIX (started just
+# before: this waits up to FEEDER_WAIT seconds, default 60, for its runtime
+# directory, then the feeder waits as long for the rings), feeding the RX
+# rings of RX_DEV's queues from FEED_PCAPS with mbufs of the pool named
+# POOL; its output (one "feeder-pps: N" a second) goes to LOG. Lcore 7,
+# which no primary here uses (the feeder takes mbufs through lcore 7's
+# mempool cache), on CPU FEEDER_CPU (default 0: the CPU of the primary's
+# main lcore, mostly idle, the worker being on CPU 1). When the rings are
+# full it spins; FEEDER_SLOW=1 (a primary under valgrind, which drains a
+# ring in milliseconds): it sleeps 100 us instead, under SCHED_FIFO
+# (chrt -f 1), so that other load on its CPU does not let the ring run
+# dry between its time slices. Sets FEEDER_PID.
+bench_feeder_start() {
+  local prefix=$1 pool=$2 log=$3 wait=${FEEDER_WAIT:-60} i
+  local feeder slow=()
+  feeder=$(bench_feeder)
+  [ "${FEEDER_SLOW:-0}" = 1 ] && slow=(chrt -f 1)
+  for ((i = 0; i < wait * 10; i++)); do
+    [ -S "/var/run/dpdk/$prefix/mp_socket" ] && break
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  "${slow[@]}" "$feeder" --proc-type=secondary --file-prefix="$prefix" --lcores="7@${FEEDER_CPU:-0}" \
+    --no-pci --log-level=error -- --pool "$pool" --burst "${BURST:-32}" --wait "$wait" \
+    --idle-sleep "$([ "${FEEDER_SLOW:-0}" = 1 ] && echo 100 || echo 0)" \
+    $FEED_PCAPS > "$log" 2>&1 &
+  FEEDER_PID=$!
+}
+
+# Stops the feeder bench_feeder_start started (SIGINT: it detaches and
+# exits), if it runs. Idempotent: an EXIT trap calls it too, so no feeder
+# outlives its run.
+bench_feeder_stop() {
+  if [ -n "${FEEDER_PID:-}" ]; then
+    kill -INT "$FEEDER_PID" 2>/dev/null || true
+    wait "$FEEDER_PID" 2>/dev/null || true
+    FEEDER_PID=""
+  fi
+}
+
+# The median of the feeder's per-second rates in LOG after the first
+# SKIP, in packets per second (0 when none).
+bench_feeder_pps() {
+  awk '/^feeder-pps:/ {print $2}' "$1" | tail -n +$(( $2 + 1 )) | sort -n \
+    | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}'
+}
+
+# Removes what a primary with --file-prefix=PREFIX leaves behind: its
+# runtime directory and its hugepage files (a pool that still had mbufs in
+# the rings at exit is not freed, nor its pages).
+bench_dpdk_clean() {
+  rm -rf "/var/run/dpdk/$1"
+  rm -f /dev/hugepages/"$1"map_*
 }

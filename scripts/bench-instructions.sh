@@ -49,6 +49,27 @@
 # (ld.so's __tls_get_addr, for the mempool cache) is in neither burst nor
 # driver figure, for either program: only in thread_total_per_packet.
 #
+# HARNESS=ring (scripts/bench-config.sh): the clients port is net_ring0,
+# its RX ring filled by the feeder (benches/ring-feeder/ring_feeder.c), a
+# DPDK secondary process started next to the valgrind'ed primary (sluice
+# or the peer) with the primary's --file-prefix, on hugepages; it runs
+# until the primary has exited, so the ring stays full to the end. The
+# feeder enqueues whole bursts of BURST into a ring the worker dequeues
+# BURST at a time, so every RX burst is full or empty, and with the ring
+# kept full (the feeder is far faster than a worker under valgrind) there
+# are no empty ones: the same checks as above hold (and are made).
+# driver_instructions_per_packet is then INCLUSIVE: on the worker thread,
+# the cost of every call into librte_net_ring (its RX burst function: the
+# ring dequeue, inlined into it) or librte_net_null (its TX burst
+# function) from outside those two objects, with everything they call:
+# rte_pktmbuf_free_bulk (librte_mbuf), the mempool cache and its flushes
+# to the pool's ring (rte_mempool_ops_*, librte_mempool_ring's enqueue),
+# ld.so's __tls_get_addr for the lcore id that picks the mempool cache.
+# Not in it: the ethdev dispatch in the caller (rte_eth_rx_burst and
+# rte_eth_tx_burst inlined there or in the binary's shim: a few loads and
+# an indirect call). The ring harness's budget for it is 40 per packet
+# (the script says whether it is within). The extra fields harness=ring
+# driver_self_per_packet=S give the drivers' self cost alone, as on pcap.
 # TRAFFIC=tcp (default) | syn | udp | drop, as in bench-throughput.sh; the
 # traffic, devices and configuration are scripts/bench-config.sh's.
 # SLUICE_BIN: the binary (default target/release/sluice, built here).
@@ -62,6 +83,7 @@ cd "$(dirname "$0")/.."
 . scripts/bench-config.sh
 
 FLOWS=${FLOWS:-20000}
+HARNESS=${HARNESS:-pcap}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-20}
 TRAFFIC=${TRAFFIC:-tcp}
 BURST=32
@@ -74,10 +96,23 @@ if [ "${PEER:-0}" = 1 ]; then
 fi
 command -v valgrind >/dev/null || { echo "bench-instructions.sh: valgrind missing" >&2; exit 1; }
 work=$(mktemp -d /tmp/sluice-instr.XXXXXX)
-if [ -n "${KEEP:-}" ]; then echo "work=$work" >&2; else trap 'rm -rf "$work"' EXIT; fi
+if [ -n "${KEEP:-}" ]; then echo "work=$work" >&2; trap bench_feeder_stop EXIT
+else trap 'bench_feeder_stop; rm -rf "$work"' EXIT; fi
 
 bench_flows "$work"
-NOHUGE=--no-huge ENCAP=gre CT_CAPACITY=131072 METRICS_LISTEN="" \
+# The drivers' objects: net_pcap's RX and net_null's TX, or net_ring's.
+DRIVERS="librte_net_(pcap|null)"
+NOHUGE=--no-huge
+if [ "$HARNESS" = ring ]; then
+  DRIVERS="librte_net_(ring|null)"
+  NOHUGE=""
+  bench_hugepages >/dev/null
+  bench_feeder >/dev/null
+  # valgrind starts EAL slowly: the feeder waits for it longer.
+  export FEEDER_WAIT=${FEEDER_WAIT:-300} FEEDER_SLOW=${FEEDER_SLOW:-1}
+  FILE_PREFIX=bench-instr-$$
+fi
+NOHUGE=$NOHUGE ENCAP=gre CT_CAPACITY=131072 METRICS_LISTEN="" FILE_PREFIX=${FILE_PREFIX:-} \
   bench_config "$work/bench.toml"
 
 # Callgrind's format: `fn=(id) name` opens a function's records (the name
@@ -95,16 +130,20 @@ NAMED='
     }'
 
 # Prints the burst calls, the burst path's self and callee cost, the
-# drivers' self cost and the total (every self cost) of one file.
+# drivers' self cost, the total (every self cost), the drivers'
+# inclusive cost (calls into DRIVERS' objects from outside them), the
+# calls of net_ring's RX function and their inclusive cost of one file.
 summarise() {
-  awk "$NAMED"'
-    /^fn=/ { fn = named("fn", substr($0, 4)); next }
+  awk -v drv="$DRIVERS" "$NAMED"'
+    /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
     /^cfn=/ { cfn = named("fn", substr($0, 5)); next }
-    /^ob=/ { ob = named("ob", substr($0, 4)); next }
-    /^cob=/ { named("ob", substr($0, 5)); next }
+    /^ob=/ { ob = named("ob", substr($0, 4)); cob = ""; next }
+    /^cob=/ { cob = named("ob", substr($0, 5)); next }
     /^calls=/ {
-      call = 1
-      if (cfn ~ /::handle_burst$/) { split($1, c, "="); bursts += c[2] }
+      call = 1; callee = (cob == "") ? ob : cob
+      split($1, c, "=")
+      if (cfn ~ /::handle_burst$/) bursts += c[2]
+      if (callee ~ /librte_net_ring/ && ob !~ drv) ringrx += c[2]
       next
     }
     /^[0-9+*-]/ {
@@ -114,28 +153,32 @@ summarise() {
         call = 0
         # A full TX lane sent from within the burst: the driver figure.
         if (in_burst && cfn !~ /rte_eth_tx_burst/) callees += cost
+        if (callee ~ drv && ob !~ drv) incl += cost
+        if (callee ~ /librte_net_ring/ && ob !~ drv) rxincl += cost
+        cob = ""
       } else {
         if (in_burst) self += cost
-        if (ob ~ /librte_net_(pcap|null)/) drivers += cost
+        if (ob ~ drv) drivers += cost
         total += cost
       }
     }
-    END { printf "%.0f %.0f %.0f %.0f %.0f\n", bursts, self, callees, drivers, total }' "$1"
+    END { printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", bursts, self, callees, drivers, total, incl, ringrx, rxincl }' "$1"
 }
 
-# The same for the peer: its worker's calls of the net_pcap RX and the
-# net_null TX burst functions (a call's object is `cob=`'s, else the
-# caller's), the worker's self cost and the inclusive cost of its calls
-# other than those, the drivers' self cost and the total of one file.
+# The same for the peer: its worker's calls of the net_pcap (or
+# net_ring) RX and the net_null TX burst functions (a call's object is
+# `cob=`'s, else the caller's), the worker's self cost and the inclusive
+# cost of its calls other than those, the drivers' self cost, the total,
+# the drivers' inclusive cost and net_ring RX's of one file.
 summarise_peer() {
-  awk "$NAMED"'
+  awk -v drv="$DRIVERS" "$NAMED"'
     /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
     /^cfn=/ { cfn = named("fn", substr($0, 5)); next }
     /^ob=/ { ob = named("ob", substr($0, 4)); cob = ""; next }
     /^cob=/ { cob = named("ob", substr($0, 5)); next }
     /^calls=/ {
       call = 1; split($1, c, "="); callee = (cob == "") ? ob : cob
-      if (fn == "worker" && callee ~ /librte_net_pcap/) rx += c[2]
+      if (fn == "worker" && callee ~ /librte_net_(pcap|ring)/) rx += c[2]
       if (fn == "worker" && callee ~ /librte_net_null/) tx += c[2]
       next
     }
@@ -143,16 +186,21 @@ summarise_peer() {
       cost = ($2 == "") ? 0 : $2
       if (call) {
         call = 0
-        if (fn == "worker" && callee !~ /librte_net_(pcap|null)/) callees += cost
+        if (fn == "worker" && callee !~ drv) callees += cost
+        if (callee ~ drv && ob !~ drv) incl += cost
+        if (callee ~ /librte_net_ring/ && ob !~ drv) rxincl += cost
         cob = ""
       } else {
         if (fn == "worker") self += cost
-        if (ob ~ /librte_net_(pcap|null)/) drivers += cost
+        if (ob ~ drv) drivers += cost
         total += cost
       }
     }
-    END { printf "%.0f %.0f %.0f %.0f %.0f %.0f\n", rx, tx, self, callees, drivers, total }' "$1"
+    END { printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", rx, tx, self, callees, drivers, total, incl, rxincl }' "$1"
 }
+
+# The peer's TX calls first (the ring harness's warm-up count).
+summarise_peer_sent() { summarise_peer "$1" | awk '{print $2}'; }
 
 # Intermediate dumps (cg.PID.N-THREAD) of the callgrind run $1 until
 # every flow was seen twice: `warm` is the packets so far, the first
@@ -171,38 +219,124 @@ warm_up() {
   done
 }
 
+# The ring harness's measured interval: after the warm-up, a dump every
+# 0.2 s for $2 seconds (or, $2 empty, until process $1 exits), so that the
+# fractions of a second in which its ring ran dry can be left out
+# (sum_full): on this VM the feeder, even under SCHED_FIFO, is off its CPU
+# for 0.3-6 ms about once a second, and a worker under callgrind drains
+# the ring's 992 packets in ~1.5 ms.
+dump_seconds() {
+  local i=0
+  while kill -0 "$1" 2>/dev/null && { [ -z "$2" ] || [ "$i" -lt $(( $2 * 5 )) ]; }; do
+    sleep 0.2
+    callgrind_control -d "$1" >/dev/null 2>&1 || true
+    i=$(( i + 1 ))
+  done
+}
+# The number of the last dump of callgrind run $1 so far (0: none).
+last_dump() {
+  local f n=0 k
+  for f in "$work"/cg."$1".*-*; do
+    [ -e "$f" ] || continue
+    k=${f##*/cg."$1".}; k=${k%%-*}
+    [ "$k" -gt "$n" ] && n=$k
+  done
+  echo "$n"
+}
+# The dumps of run $1's thread $3 after dump $2: the per-second ones, then
+# the one written at exit.
+dumps_after() {
+  local f k
+  for f in "$work"/cg."$1".*-"$3"; do
+    k=${f##*/cg."$1".}; k=${k%%-*}
+    [ "$k" -gt "$2" ] && echo "$k $f"
+  done | sort -n | awk '{print $2}'
+  echo "$work/cg.$1-$3"
+}
+# Sums the 8 figures summary function $1 prints for each dump (the rest
+# of the arguments) over the dumps where figure $2 equals figure $3 (an RX
+# call for every burst: the ring never ran dry) and is not 0; prints the
+# sums, the dumps summed and the dumps.
+sum_full() {
+  local fn=$1 a=$2 b=$3 f
+  shift 3
+  for f in "$@"; do "$fn" "$f"; done | awk -v a="$a" -v b="$b" '
+    { n++; if ($a == $b && $a > 0) { k++; for (i = 1; i <= 8; i++) s[i] += $i } }
+    END { for (i = 1; i <= 8; i++) printf "%.0f ", s[i]; printf "%d %d\n", k, n }'
+}
+
+# The result's driver figure and extra fields: the drivers' self cost
+# (pcap), or their inclusive cost (ring: see above).
+driver_figure() {
+  local n=$1 self=$2 incl=$3 rx=$4
+  if [ "$HARNESS" = ring ]; then
+    awk -v n="$n" -v s="$self" -v i="$incl" -v r="$rx" 'BEGIN {
+      printf "%.1f harness=ring driver_rx_per_packet=%.1f driver_tx_per_packet=%.1f driver_self_per_packet=%.1f\n", i / n, r / n, (i - r) / n, s / n
+      if (i / n > 40) printf "bench-instructions.sh: on the ring harness the drivers cost %.1f instructions per packet, over 40\n", i / n > "/dev/stderr" }'
+  else
+    awk -v n="$n" -v s="$self" 'BEGIN { printf "%.1f\n", s / n }'
+  fi
+}
+
 if [ "${PEER:-0}" = 1 ]; then
   peer=$(bench_peer)
   valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.%p" \
-    $peer --no-huge -m "$MEM" --no-pci --file-prefix=bench-instr-peer-$$ --lcores=0@0,1@1 \
+    $peer $NOHUGE -m "$MEM" --no-pci --file-prefix=bench-instr-peer-$$ --lcores=0@0,1@1 \
     --log-level=error --vdev="$RX_DEV" --vdev="$TX_DEV" -- --flows "$FLOWS" --burst "$BURST" \
     >"$work/peer.log" 2>&1 &
   vg=$!
-  warm_up "$vg" summarise_peer
+  [ "$HARNESS" = ring ] && bench_feeder_start bench-instr-peer-$$ peer_pool "$work/feeder.log"
+  if [ "$HARNESS" = ring ]; then warm_up "$vg" summarise_peer_sent; else warm_up "$vg" summarise_peer; fi
   [ "$warm" -ge $(( 2 * FLOWS )) ] || { cat "$work/peer.log"; echo "bench-instructions.sh: the peer stopped after $warm packets" >&2; exit 1; }
-  sleep "$SECONDS_PER_RUN"
+  if [ "$HARNESS" = ring ]; then
+    warm_dumps=$(last_dump "$vg")
+    dump_seconds "$vg" "$SECONDS_PER_RUN"
+  else
+    sleep "$SECONDS_PER_RUN"
+  fi
   kill -INT "$vg" || true
   wait "$vg" || { cat "$work/peer.log"; exit 1; }
+  # The ring harness: the feeder kept the ring full until the peer exited.
+  bench_feeder_stop
   rm -rf "/var/run/dpdk/bench-instr-peer-$$"
+  [ "$HARNESS" = ring ] && bench_dpdk_clean "bench-instr-peer-$$"
   # The worker thread: the file with the peer's `worker` in it.
-  worker=$(grep -lE '^c?fn=\([0-9]+\) worker$' "$work"/cg."$vg"-* | head -1)
-  read -r rx tx self callees drivers total < <(summarise_peer "$worker")
-  # Over the whole run (every dump of the worker thread): a TX burst for
-  # every RX one, so every RX burst was full.
-  all_rx=0; all_tx=0
-  for f in "$work"/cg."$vg".*-"${worker##*-}" "$worker"; do
-    read -r r t _ < <(summarise_peer "$f")
-    all_rx=$(( all_rx + r )); all_tx=$(( all_tx + t ))
-  done
-  [ "$all_rx" -eq "$all_tx" ] || {
-    echo "bench-instructions.sh: the peer's worker made $all_rx RX calls, $all_tx TX calls" >&2
-    exit 1
-  }
+  if [ "$HARNESS" = ring ]; then
+    worker=$(grep -lE '^c?fn=\([0-9]+\) worker$' "$work"/cg."$vg".*-* | head -1 | sed -E 's/\.[0-9]+(-[0-9]+)$/\1/')
+  else
+    worker=$(grep -lE '^c?fn=\([0-9]+\) worker$' "$work"/cg."$vg"-* | head -1)
+  fi
+  used=""
+  if [ "$HARNESS" = ring ]; then
+    # The ring harness: the worker polls the ring before the feeder has
+    # found the started port, so the run begins with empty RX calls, and
+    # on a loaded machine the feeder may be off its CPU for milliseconds,
+    # long enough for the worker to drain the ring. The warm-up counted
+    # TX calls (one per non-empty, hence full, RX burst); the figures are
+    # the sum of the measured seconds in which every RX call had its TX.
+    mapfile -t files < <(dumps_after "$vg" "$warm_dumps" "${worker##*-}")
+    read -r rx tx self callees drivers total incl rxincl k n < <(sum_full summarise_peer 1 2 "${files[@]}")
+    used=" dumps=$k/$n"
+  else
+    read -r rx tx self callees drivers total incl rxincl < <(summarise_peer "$worker")
+    # Over the whole run (every dump of the worker thread): a TX burst for
+    # every RX one, so every RX burst was full.
+    all_rx=0; all_tx=0
+    for f in "$work"/cg."$vg".*-"${worker##*-}" "$worker"; do
+      read -r r t _ < <(summarise_peer "$f")
+      all_rx=$(( all_rx + r )); all_tx=$(( all_tx + t ))
+    done
+    [ "$all_rx" -eq "$all_tx" ] || {
+      echo "bench-instructions.sh: the peer's worker made $all_rx RX calls, $all_tx TX calls" >&2
+      exit 1
+    }
+  fi
   packets=$(( rx * BURST ))
   [ "$packets" -gt 0 ] || { echo "bench-instructions.sh: no packets after the warm-up" >&2; exit 1; }
-  awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$drivers" -v t="$total" 'BEGIN {
-    printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%.1f packets=%d thread_total_per_packet=%.1f\n",
-      (s + c) / n, d / n, n, t / n }'
+  read -r driver driver_extra < <(driver_figure "$packets" "$drivers" "$incl" "$rxincl")
+  awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$driver" -v t="$total" -v x="${driver_extra:+ $driver_extra}$used" 'BEGIN {
+    printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%s packets=%d thread_total_per_packet=%.1f%s\n",
+      (s + c) / n, d, n, t / n, x }'
   exit 0
 fi
 
@@ -211,22 +345,61 @@ valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.
   --no-metrics-server --no-control-socket --duration "$SECONDS_PER_RUN" \
   --metrics-dump "$work/metrics.txt" >"$work/sluice.log" 2>&1 &
 vg=$!
+[ "$HARNESS" = ring ] && bench_feeder_start "$FILE_PREFIX" sluice_mbufs "$work/feeder.log"
 warm_up "$vg" summarise
+if [ "$HARNESS" = ring ]; then
+  warm_dumps=$(last_dump "$vg")
+  dump_seconds "$vg" ""
+fi
 wait "$vg" || { cat "$work/sluice.log"; exit 1; }
+# The ring harness: the feeder kept the ring full until sluice exited.
+if [ "$HARNESS" = ring ]; then
+  bench_feeder_stop
+  bench_dpdk_clean "$FILE_PREFIX"
+fi
 [ "$warm" -ge $(( 2 * FLOWS )) ] || {
   echo "bench-instructions.sh: only $warm packets before the end; raise SECONDS_PER_RUN" >&2
   exit 1
 }
 # The last dump's worker thread: the file with the burst path in it.
-worker=$(grep -l '::handle_burst' "$work"/cg."$vg"-* | head -1)
-read -r bursts self callees drivers total < <(summarise "$worker")
-packets=$(( bursts * BURST ))
+# The ring harness: the dumps a fifth of a second apart hold the measured
+# interval, the one at exit may hold nothing of the burst path; the
+# thread's final file by the name of one of them.
+if [ "$HARNESS" = ring ]; then
+  worker=$(grep -l '::handle_burst' "$work"/cg."$vg".*-* | head -1 | sed -E 's/\.[0-9]+(-[0-9]+)$/\1/')
+else
+  worker=$(grep -l '::handle_burst' "$work"/cg."$vg"-* | head -1)
+fi
 counted=$(awk -v m="$COUNTED" '$1 == m {print $2}' "$work/metrics.txt")
-[ "$counted" -eq $(( packets + warm )) ] || {
-  echo "bench-instructions.sh: $counted packets counted, $(( packets + warm )) in full bursts" >&2
-  exit 1
-}
+used=""
+if [ "$HARNESS" = ring ]; then
+  # As for the peer: the measured seconds in which every RX call of the
+  # ring had a burst (the start-up's empty ones are before the warm-up's
+  # end; a loaded machine may keep the feeder off its CPU long enough for
+  # the ring to run dry). Over the whole run, every burst was full.
+  mapfile -t files < <(dumps_after "$vg" "$warm_dumps" "${worker##*-}")
+  read -r bursts self callees drivers total incl _ rxincl k n < <(sum_full summarise 1 7 "${files[@]}")
+  used=" dumps=$k/$n"
+  packets=$(( bursts * BURST ))
+  all=0
+  for f in "$work"/cg."$vg".*-"${worker##*-}" "$worker"; do
+    read -r b _ < <(summarise "$f")
+    all=$(( all + b ))
+  done
+  [ "$counted" -eq $(( all * BURST )) ] || {
+    echo "bench-instructions.sh: $counted packets counted, $(( all * BURST )) in full bursts" >&2
+    exit 1
+  }
+else
+  read -r bursts self callees drivers total incl _ rxincl < <(summarise "$worker")
+  packets=$(( bursts * BURST ))
+  [ "$counted" -eq $(( packets + warm )) ] || {
+    echo "bench-instructions.sh: $counted packets counted, $(( packets + warm )) in full bursts" >&2
+    exit 1
+  }
+fi
 [ "$packets" -gt 0 ] || { echo "bench-instructions.sh: no packets after the warm-up; raise SECONDS_PER_RUN" >&2; exit 1; }
-awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$drivers" -v t="$total" 'BEGIN {
-  printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%.1f packets=%d burst_self_per_packet=%.1f thread_total_per_packet=%.1f\n",
-    (s + c) / n, d / n, n, s / n, t / n }'
+read -r driver driver_extra < <(driver_figure "$packets" "$drivers" "$incl" "$rxincl")
+awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$driver" -v t="$total" -v x="${driver_extra:+ $driver_extra}$used" 'BEGIN {
+  printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%s packets=%d burst_self_per_packet=%.1f thread_total_per_packet=%.1f%s\n",
+    (s + c) / n, d, n, s / n, t / n, x }'

@@ -33,11 +33,34 @@
 # TX queues: testpmd forwards them on two cores, sluice runs two workers.
 # The machine has two cores: testpmd's main lcore shares the first with a
 # forwarding one, sluice's control thread shares with its workers.
+# HARNESS=ring (scripts/bench-config.sh): the clients port is net_ring0
+# instead of net_pcap, its RX rings filled from the same pcap(s) by the
+# feeder (benches/ring-feeder/ring_feeder.c), a DPDK secondary process
+# started next to each program (testpmd, the peer, sluice: each the
+# primary, with its own --file-prefix) on CPU 0 with the programs' main
+# lcore or control thread; the worker's RX is then a ring dequeue, no copy
+# on its core. testpmd io, whose own work per packet is tiny, measures
+# the feeder's ceiling on this harness. On hugepages whatever HUGE says.
+# WORKERS=2 runs (two rings, flows-0.pcap and flows-1.pcap), but on a
+# two-CPU machine the feeder then shares CPU 0 with a worker: a check of
+# the mechanism, not a measurement (it says so).
+# testpmd's and the peer's rates on it are the feeder's (what it enqueued
+# each second, the ring kept full: what they received), sluice's its
+# counters as on the pcap harness (feeder_pps_sluice: the feeder's, which
+# agrees with them).
+# Each ring run also samples its busiest thread's CPU time (the polling
+# worker; /proc/PID/task) over the measured interval: *_cpu, the share of
+# the interval it was on a CPU (1.0 unless the machine is shared).
+# ROUNDS=N (default 1): testpmd, the peer and sluice N times in turn, so a
+# change in the machine's load touches all three; the last line gives the
+# medians of the rounds' figures (each ratio the median of the rounds'
+# ratios).
 # Each run lasts SECONDS; the rate is the transmit rate on the null port over
 # the steady-state part of the run. Timing never fails anything: the script
 # prints numbers, its last line is
 #   sluice_mpps=X testpmd_io_mpps=Y ratio=Z
-# and with PEER=1 also peer_mpps=P peer_ratio=P/Y sluice_vs_peer=X/P.
+# and with PEER=1 also peer_mpps=P peer_ratio=P/Y sluice_vs_peer=X/P;
+# HARNESS=ring adds harness=ring rounds=N and the median *_cpu figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-config.sh
@@ -61,8 +84,13 @@ case "$WORKERS" in
   *) echo "WORKERS must be 1 or 2" >&2; exit 2 ;;
 esac
 WARMUP=${WARMUP:-3}
+HARNESS=${HARNESS:-pcap}
+ROUNDS=${ROUNDS:-1}
 work=$(mktemp -d /tmp/sluice-bench.XXXXXX)
-cleanup() { [ -n "${KEEP:-}" ] && echo "work=$work" >&2 || rm -rf "$work"; }
+cleanup() {
+  bench_feeder_stop
+  [ -n "${KEEP:-}" ] && echo "work=$work" >&2 || rm -rf "$work"
+}
 trap cleanup EXIT
 
 bench_flows "$work"
@@ -70,28 +98,58 @@ bench_flows "$work"
 # HUGE=1: both programs on 2 MB hugepages (reserved and mounted here if
 # needed) instead of --no-huge. Large FLOWS need it: net_pcap preloads the
 # whole capture into mbufs, which 4 KB pages cannot back at 1M flows.
+# The ring harness always: its feeder maps the primary's memory.
+[ "$HARNESS" = ring ] && HUGE=1
 NOHUGE="--no-huge"
 if [ "${HUGE:-0}" = 1 ]; then
   NOHUGE=""
-  pages=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
-  need=$(( MEM / 2 + 128 ))
-  [ "$(cat $pages)" -ge "$need" ] || echo "$need" > $pages
-  mkdir -p /dev/hugepages
-  mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
-  echo "hugepages: $(cat $pages) x 2 MB reserved"
+  bench_hugepages
+fi
+if [ "$HARNESS" = ring ]; then
+  bench_feeder >/dev/null
+  [ "$WORKERS" = 2 ] && [ "$(nproc)" -lt 3 ] && \
+    echo "harness=ring workers=2 on $(nproc) CPUs: the feeder shares CPU ${FEEDER_CPU:-0} with a worker; the rates check the mechanism, they measure nothing"
 fi
 
-# --- reference: testpmd io forwarding, pcap → null --------------------------
+# The busiest thread of process $1 (a polling worker): "TID TICKS" of
+# user + system time, for cpu_share. Empty when the process is gone.
+busiest_ticks() {
+  cat /proc/"$1"/task/*/stat 2>/dev/null \
+    | awk '{tid = $1; sub(/^[^)]*\) /, ""); print tid, $12 + $13}'
+}
+# The share of the WALL seconds since snapshot $2 (busiest_ticks then)
+# that process $1's busiest thread was on a CPU.
+cpu_share() {
+  busiest_ticks "$1" | awk -v hz="$(getconf CLK_TCK)" -v wall="$3" -v before="$2" '
+    BEGIN { n = split(before, b, " "); for (i = 1; i < n; i += 2) t0[b[i]] = b[i + 1] }
+    { d = $2 - t0[$1]; if (d > m) m = d }
+    END { printf "%.3f", (wall > 0 ? m / hz / wall : 0) }'
+}
+# The process timeout(1) runs: its child.
+child_of() { pgrep -P "$1" | head -1; }
+
+# --- reference: testpmd io forwarding, pcap (or ring) → null ---------------
+run_testpmd() {
 timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) dpdk-testpmd $NOHUGE -m "$MEM" --no-pci \
   --file-prefix=bench-tp-$$ --lcores=$TP_LCORES --log-level=error \
   --vdev="$RX_DEV" --vdev="$TX_DEV" -- $TP_QUEUES \
   --forward-mode=io --burst="$BURST" --total-num-mbufs="$MBUFS" --no-mlockall --stats-period=1 -a \
   > "$work/testpmd.log" 2>&1 &
 tp=$!
-sleep $((SECONDS_PER_RUN + WARMUP))
+if [ "$HARNESS" = ring ]; then
+  bench_feeder_start bench-tp-$$ mb_pool_0 "$work/feeder-testpmd.log"
+  sleep "$WARMUP"
+  tpc=$(child_of $tp); ticks0=$(busiest_ticks "$tpc" | tr '\n' ' '); w0=$(date +%s.%N)
+  sleep "$SECONDS_PER_RUN"
+  testpmd_cpu=$(cpu_share "$tpc" "$ticks0" "$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')")
+  bench_feeder_stop
+else
+  sleep $((SECONDS_PER_RUN + WARMUP))
+fi
 kill -INT $tp 2>/dev/null || true
 wait $tp 2>/dev/null || true
 rm -rf /var/run/dpdk/bench-tp-$$
+[ "$HARNESS" = ring ] && bench_dpdk_clean bench-tp-$$
 # Port 1's Tx-pps samples, skipping the warm-up ones; the median. The
 # main lcore that prints them is starved when it shares a core with a
 # forwarding one (WORKERS=2, or a loaded machine) and prints only every
@@ -107,6 +165,13 @@ if [ "$(tx_pps | tail -n +$skip | wc -l)" = 0 ]; then
 fi
 testpmd_pps=$(tx_pps | tail -n +$skip | sort -n \
               | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
+# On the ring harness, the feeder's rate: it keeps the ring full, so what
+# it enqueues each second is what testpmd received (and forwarded), and it
+# prints every second where testpmd's main lcore, sharing CPU 0 with it,
+# does not.
+[ "$HARNESS" = ring ] && testpmd_pps=$(bench_feeder_pps "$work/feeder-testpmd.log" "$WARMUP")
+true
+}
 
 # --- the C peer: same devices, GRE to the same three backends -------------
 peer_pps=0
@@ -117,38 +182,99 @@ if [ "${PEER:-0}" = 1 ]; then
   esac
   [ "$WORKERS" = 1 ] || { echo "PEER=1 needs WORKERS=1 (the peer polls one queue)" >&2; exit 2; }
   peer=$(bench_peer)
+fi
+run_peer() {
   timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) $peer $NOHUGE -m "$MEM" --no-pci \
     --file-prefix=bench-peer-$$ --lcores=0@0,1@1 --log-level=error \
     --vdev="$RX_DEV" --vdev="$TX_DEV" -- --flows "$FLOWS" --burst "$BURST" \
     > "$work/peer.log" 2>&1 &
   pp=$!
-  sleep $((SECONDS_PER_RUN + WARMUP))
+  if [ "$HARNESS" = ring ]; then
+    bench_feeder_start bench-peer-$$ peer_pool "$work/feeder-peer.log"
+    sleep "$WARMUP"
+    ppc=$(child_of $pp); ticks0=$(busiest_ticks "$ppc" | tr '\n' ' '); w0=$(date +%s.%N)
+    sleep "$SECONDS_PER_RUN"
+    peer_cpu=$(cpu_share "$ppc" "$ticks0" "$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')")
+    bench_feeder_stop
+  else
+    sleep $((SECONDS_PER_RUN + WARMUP))
+  fi
   kill -INT $pp 2>/dev/null || true
   wait $pp 2>/dev/null || true
   rm -rf /var/run/dpdk/bench-peer-$$
+  [ "$HARNESS" = ring ] && bench_dpdk_clean bench-peer-$$
   peer_pps=$(awk '/^tx-pps:/ {print $2}' "$work/peer.log" \
              | tail -n +$((WARMUP + 1)) | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
-fi
+  # The ring harness: the feeder's rate, as for testpmd (the peer's main
+  # lcore, which prints its rate after sleep(1), shares CPU 0 with it).
+  [ "$HARNESS" = ring ] && peer_pps=$(bench_feeder_pps "$work/feeder-peer.log" "$WARMUP")
+  true
+}
 
 # --- sluice: same devices, ENCAP to three backends on the null port ----------
+# The ring harness's feeder attaches to sluice by its file prefix.
+[ "$HARNESS" = ring ] && FILE_PREFIX=bench-sluice-$$
 bench_config "$work/bench.toml"
 
 # COUNTED: forwarded packets (transmitted on the backends port), or for
 # TRAFFIC=drop the packets received and dropped.
 tx_of() { curl -s http://$METRICS_LISTEN/metrics | awk -v m="$COUNTED" '$1 == m {print $2}'; }
+run_sluice() {
 "${SLUICE_BIN:-target/release/sluice}" run --config "$work/bench.toml" --duration $((SECONDS_PER_RUN + WARMUP + 2)) \
   --metrics-dump "$work/sluice-metrics.txt" > "$work/sluice.log" 2>&1 &
 sl=$!
+[ "$HARNESS" = ring ] && bench_feeder_start "$FILE_PREFIX" sluice_mbufs "$work/feeder-sluice.log"
 sleep "$WARMUP"
 t0=$(date +%s.%N); c0=$(tx_of)
+[ "$HARNESS" = ring ] && ticks0=$(busiest_ticks "$sl" | tr '\n' ' ')
 sleep "$SECONDS_PER_RUN"
 t1=$(date +%s.%N); c1=$(tx_of)
+if [ "$HARNESS" = ring ]; then
+  sluice_cpu=$(cpu_share "$sl" "$ticks0" "$(echo "$t0 $t1" | awk '{print $2 - $1}')")
+  # Before sluice stops: the feeder must not outlive its pool.
+  bench_feeder_stop
+fi
 wait $sl || { cat "$work/sluice.log"; exit 1; }
+[ "$HARNESS" = ring ] && bench_dpdk_clean "$FILE_PREFIX"
 sluice_pps=$(echo "$c0 $c1 $t0 $t1" | awk '{printf "%.0f", ($2 - $1) / ($4 - $3)}')
+}
 
-echo "traffic=$TRAFFIC encap=$ENCAP flows=$FLOWS workers=$WORKERS seconds=$SECONDS_PER_RUN testpmd_io_pps=$testpmd_pps sluice_pps=$sluice_pps"
-grep -E '^sluice_dropped_packets_total' "$work/sluice-metrics.txt" | awk '$2 > 0' || true
-awk -v s="$sluice_pps" -v t="$testpmd_pps" -v p="$peer_pps" 'BEGIN {
-  printf "sluice_mpps=%.3f testpmd_io_mpps=%.3f ratio=%.3f", s / 1e6, t / 1e6, (t > 0 ? s / t : 0)
-  if (p > 0) printf " peer_mpps=%.3f peer_ratio=%.3f sluice_vs_peer=%.3f", p / 1e6, (t > 0 ? p / t : 0), s / p
-  printf "\n" }'
+testpmd_cpu=0 peer_cpu=0 sluice_cpu=0
+rounds=$(mktemp /tmp/sluice-rounds.XXXXXX)
+trap 'cleanup; rm -f "$rounds"' EXIT
+for round in $(seq 1 "$ROUNDS"); do
+  run_testpmd
+  [ "${PEER:-0}" = 1 ] && run_peer
+  run_sluice
+  extra=""
+  [ "$ROUNDS" -gt 1 ] && extra=" round=$round"
+  if [ "$HARNESS" = ring ]; then
+    extra="$extra harness=ring peer_pps=$peer_pps feeder_pps_sluice=$(bench_feeder_pps "$work/feeder-sluice.log" "$WARMUP")"
+    extra="$extra testpmd_cpu=$testpmd_cpu sluice_cpu=$sluice_cpu"
+    [ "${PEER:-0}" = 1 ] && extra="$extra peer_cpu=$peer_cpu"
+  fi
+  echo "traffic=$TRAFFIC encap=$ENCAP flows=$FLOWS workers=$WORKERS seconds=$SECONDS_PER_RUN testpmd_io_pps=$testpmd_pps sluice_pps=$sluice_pps$extra"
+  grep -E '^sluice_dropped_packets_total' "$work/sluice-metrics.txt" | awk '$2 > 0' || true
+  echo "$sluice_pps $testpmd_pps $peer_pps $testpmd_cpu $peer_cpu $sluice_cpu" >> "$rounds"
+done
+
+# Medians over the rounds (with one round, its figures).
+awk -v h="$HARNESS" -v n="$ROUNDS" -v peer="${PEER:-0}" '
+  function median(a, k,   i, j, x) {
+    for (i = 2; i <= k; i++) { x = a[i]; for (j = i - 1; j > 0 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+    return k ? a[int((k + 1) / 2)] : 0
+  }
+  {
+    s[NR] = $1; t[NR] = $2; p[NR] = $3; tc[NR] = $4; pc[NR] = $5; sc[NR] = $6
+    r[NR] = ($2 > 0 ? $1 / $2 : 0)
+    if ($3 > 0) { m++; pr[m] = ($2 > 0 ? $3 / $2 : 0); vp[m] = $1 / $3 }
+  }
+  END {
+    k = NR; ms = median(s, k); mt = median(t, k); mp = median(p, k)
+    printf "sluice_mpps=%.3f testpmd_io_mpps=%.3f ratio=%.3f", ms / 1e6, mt / 1e6, median(r, k)
+    if (mp > 0) printf " peer_mpps=%.3f peer_ratio=%.3f sluice_vs_peer=%.3f", mp / 1e6, median(pr, m), median(vp, m)
+    if (h == "ring") {
+      printf " harness=ring rounds=%d testpmd_cpu=%.3f sluice_cpu=%.3f", n, median(tc, k), median(sc, k)
+      if (peer == 1) printf " peer_cpu=%.3f", median(pc, k)
+    }
+    printf "\n" }' "$rounds"

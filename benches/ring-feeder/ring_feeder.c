@@ -14,24 +14,33 @@
  * (round robin over every frame of the file, so that 100,000 or 1,000,000
  * flows cycle as net_pcap's infinite_rx cycles them) and enqueues the
  * burst. It only fills a burst when the ring has room for all of it, so
- * the ring stays full (1024 entries) and every RX burst of a consumer
- * slower than the feeder is a full one; mbufs that did not fit are freed.
+ * the ring stays full (1024 entries, 992 packets in bursts of 32) and
+ * every RX burst is a full one or none (the ring holds whole bursts
+ * only); when every ring is full it spins, or sleeps --idle-sleep
+ * microseconds. Mbufs that did not fit are freed.
  *
  * Usage (EAL arguments, then ours):
  *   ring_feeder --proc-type=secondary --file-prefix=PRIMARY --lcores=7@0 \
  *     --no-pci --log-level=error -- [--pool NAME] [--dev net_ring0] \
- *     [--burst 32] [--port 0] [--wait SECONDS] PCAP [PCAP ...]
+ *     [--burst 32] [--port ID] [--wait SECONDS] [--idle-sleep US] \
+ *     PCAP [PCAP ...]
  * PCAP number q feeds RX queue q (ETH_RXTX<q>_<dev>). The lcore id must
  * be one the primary does not use: the mempool cache the feeder takes
  * from is the one of its lcore id. --pool: the primary's pktmbuf pool
  * (default: the only pktmbuf pool the primary has). --port: the port id
- * written into each mbuf (the RX port's id in the primary, 0 when the
- * net_ring device is its first). --wait: how long to wait for the rings
- * to appear (the primary creates them when its EAL probes the device).
+ * written into each mbuf (default: the net_ring device's port id in the
+ * primary). --wait: how long to wait for the primary's rings and for
+ * the start of its port (only then is its pool complete: the feeder
+ * finds it by name while it is still being built).
  *
- * Prints "feeder-pps: N" (packets enqueued in the last second, every
- * queue) once a second until SIGINT or SIGTERM, or until the primary
- * exits; then "feeder-total: N" and it detaches.
+ * Prints "feeder-pps: N low: L nomem: M gap-us: G" once a second (N: packets
+ * enqueued in the last second, every queue; L: times so far a ring was
+ * found with a burst or less in it, when its consumer may have found it
+ * empty; M: times the pool had no burst to give; G: the longest time
+ * between two of its passes over the rings in that second, in
+ * microseconds, sleeps included) until SIGINT or
+ * SIGTERM, or until the primary exits; then "feeder-total: N" and it
+ * detaches.
  */
 #include <errno.h>
 #include <signal.h>
@@ -44,8 +53,10 @@
 #include <unistd.h>
 
 #include <rte_branch_prediction.h>
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
+#include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_memcpy.h>
@@ -67,6 +78,8 @@ struct queue {
 	uint32_t next;
 	struct rte_ring *ring;
 	uint64_t enqueued;
+	uint64_t low;	/* found with a burst or less in it */
+	uint64_t nomem;	/* the pool had no burst to give */
 };
 
 static volatile bool stopping;
@@ -176,10 +189,15 @@ static inline unsigned int feed(struct queue *q, struct rte_mempool *pool, unsig
 				uint16_t port)
 {
 	struct rte_mbuf *m[MAX_BURST];
-	if (rte_ring_free_count(q->ring) < burst)
+	unsigned int free = rte_ring_free_count(q->ring);
+	if (free < burst)
 		return 0;
-	if (unlikely(rte_mempool_get_bulk(pool, (void **)m, burst) != 0))
+	if (free + burst >= rte_ring_get_capacity(q->ring))
+		q->low++;
+	if (unlikely(rte_mempool_get_bulk(pool, (void **)m, burst) != 0)) {
+		q->nomem++;
 		return 0;
+	}
 	for (unsigned int i = 0; i < burst; i++) {
 		struct rte_mbuf *b = m[i];
 		uint32_t f = q->next;
@@ -222,8 +240,9 @@ int main(int argc, char **argv)
 		rte_exit(EXIT_FAILURE, "run it with --proc-type=secondary and the primary's --file-prefix\n");
 
 	const char *pool_name = NULL, *dev = "net_ring0";
-	unsigned int burst = 32, wait_s = 10;
+	unsigned int burst = 32, wait_s = 10, idle_sleep_us = 0;
 	uint16_t port = 0;
+	bool port_set = false;
 	struct queue queues[MAX_QUEUES];
 	unsigned int nq = 0;
 	memset(queues, 0, sizeof(queues));
@@ -234,8 +253,12 @@ int main(int argc, char **argv)
 			dev = argv[++i];
 		else if (strcmp(argv[i], "--burst") == 0 && i + 1 < argc)
 			burst = (unsigned int)strtoul(argv[++i], NULL, 10);
-		else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
+		else if (strcmp(argv[i], "--port") == 0 && i + 1 < argc) {
 			port = (uint16_t)strtoul(argv[++i], NULL, 10);
+			port_set = true;
+		}
+		else if (strcmp(argv[i], "--idle-sleep") == 0 && i + 1 < argc)
+			idle_sleep_us = (unsigned int)strtoul(argv[++i], NULL, 10);
 		else if (strcmp(argv[i], "--wait") == 0 && i + 1 < argc)
 			wait_s = (unsigned int)strtoul(argv[++i], NULL, 10);
 		else if (argv[i][0] == '-')
@@ -251,6 +274,37 @@ int main(int argc, char **argv)
 		rte_exit(EXIT_FAILURE, "--burst must be 1..%d\n", MAX_BURST);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+
+	/* The rings appear when the primary's EAL probes the device. */
+	double deadline = now_s() + wait_s;
+	for (unsigned int q = 0; q < nq; q++) {
+		char name[RTE_RING_NAMESIZE];
+		snprintf(name, sizeof(name), "ETH_RXTX%u_%s", q, dev);
+		while ((queues[q].ring = rte_ring_lookup(name)) == NULL) {
+			if (stopping || now_s() > deadline)
+				rte_exit(EXIT_FAILURE, "no ring %s in the primary\n", name);
+			usleep(10000);
+		}
+	}
+	/* The pool is complete (created, populated, every mbuf initialised)
+	 * once the primary has started the port it receives on: it is
+	 * visible by name, half built, well before. The port's link state is
+	 * in the ethdev data the processes share; net_ring's start sets it
+	 * up. */
+	uint16_t port_id;
+	if (rte_eth_dev_get_port_by_name(dev, &port_id) != 0)
+		rte_exit(EXIT_FAILURE, "no port %s in the primary\n", dev);
+	if (!port_set)
+		port = port_id;
+	for (;;) {
+		struct rte_eth_link link;
+		memset(&link, 0, sizeof(link));
+		if (rte_eth_link_get_nowait(port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP)
+			break;
+		if (stopping || now_s() > deadline)
+			rte_exit(EXIT_FAILURE, "the primary did not start %s\n", dev);
+		usleep(10000);
+	}
 
 	struct rte_mempool *pool;
 	if (pool_name != NULL) {
@@ -270,18 +324,6 @@ int main(int argc, char **argv)
 
 	for (unsigned int q = 0; q < nq; q++)
 		load_pcap(&queues[q], max_len);
-
-	/* The rings appear when the primary's EAL probes the device. */
-	double deadline = now_s() + wait_s;
-	for (unsigned int q = 0; q < nq; q++) {
-		char name[RTE_RING_NAMESIZE];
-		snprintf(name, sizeof(name), "ETH_RXTX%u_%s", q, dev);
-		while ((queues[q].ring = rte_ring_lookup(name)) == NULL) {
-			if (stopping || now_s() > deadline)
-				rte_exit(EXIT_FAILURE, "no ring %s in the primary\n", name);
-			usleep(10000);
-		}
-	}
 	fprintf(stderr, "ring_feeder: lcore %u, pool %s, %u queue(s), burst %u:", rte_lcore_id(),
 		pool->name, nq, burst);
 	for (unsigned int q = 0; q < nq; q++)
@@ -291,19 +333,40 @@ int main(int argc, char **argv)
 	uint64_t total = 0, last_total = 0;
 	double last = now_s();
 	unsigned int spins = 0;
+	uint64_t hz = rte_get_tsc_hz(), prev = rte_rdtsc(), gap = 0;
 	while (!stopping) {
 		unsigned int fed = 0;
+		uint64_t tsc = rte_rdtsc();
+		if (tsc - prev > gap)
+			gap = tsc - prev;
+		prev = tsc;
 		for (unsigned int q = 0; q < nq; q++)
 			fed += feed(&queues[q], pool, burst, port);
 		total += fed;
-		if (fed == 0)
-			rte_pause();
+		/* Every ring full: the consumer is the slower. Spin (a full
+		 * ring lasts 31 bursts of the consumer: ~100 us at 10 Mpps),
+		 * or with --idle-sleep sleep (a slow consumer, such as one
+		 * under valgrind, draining the ring in milliseconds). */
+		if (fed == 0) {
+			if (idle_sleep_us)
+				usleep(idle_sleep_us);
+			else
+				rte_pause();
+		}
 		if (++spins < 4096)
 			continue;
 		spins = 0;
 		double t = now_s();
 		if (t - last >= 1.0) {
-			printf("feeder-pps: %.0f\n", (double)(total - last_total) / (t - last));
+			uint64_t low = 0, nomem = 0;
+			for (unsigned int q = 0; q < nq; q++) {
+				low += queues[q].low;
+				nomem += queues[q].nomem;
+			}
+			printf("feeder-pps: %.0f low: %lu nomem: %lu gap-us: %.0f\n",
+			       (double)(total - last_total) / (t - last), (unsigned long)low,
+			       (unsigned long)nomem, (double)gap * 1e6 / (double)hz);
+			gap = 0;
 			fflush(stdout);
 			last_total = total;
 			last = t;
