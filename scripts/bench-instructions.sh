@@ -52,24 +52,39 @@
 # HARNESS=ring (scripts/bench-config.sh): the clients port is net_ring0,
 # its RX ring filled by the feeder (benches/ring-feeder/ring_feeder.c), a
 # DPDK secondary process started next to the valgrind'ed primary (sluice
-# or the peer) with the primary's --file-prefix, on hugepages; it runs
-# until the primary has exited, so the ring stays full to the end. The
-# feeder enqueues whole bursts of BURST into a ring the worker dequeues
-# BURST at a time, so every RX burst is full or empty, and with the ring
-# kept full (the feeder is far faster than a worker under valgrind) there
-# are no empty ones: the same checks as above hold (and are made).
+# or the peer) with the primary's --file-prefix, on hugepages (valgrind's
+# address placement did not get in the way: the secondary maps the
+# primary's memory at its addresses without --base-virtaddr). The feeder
+# runs under SCHED_FIFO, sleeping 100 us whenever the ring is full, until
+# the primary has exited. It enqueues whole bursts of BURST into a ring
+# the worker dequeues BURST at a time, so every RX burst is full or
+# empty. Empty ones happen: before the feeder has found the started port,
+# and whenever the feeder is off its CPU longer than the worker takes to
+# drain the ring (992 packets, ~1.5 ms under callgrind; this VM keeps even
+# a SCHED_FIFO thread off for 0.3-6 ms about once a second). So after the
+# warm-up (counted in bursts with packets: sluice's handle_burst calls,
+# the peer's TX calls) callgrind dumps every 0.2 s, and the figures are
+# the sums over the dumps of the worker thread in which every RX call of
+# the ring had a burst (sluice: RX calls = handle_burst calls; the peer:
+# RX calls = TX calls); dumps=K/N on the last line says how many of them.
+# sluice's check becomes: over the whole run, the packets the metrics
+# counted are the handle_burst calls times BURST.
 # driver_instructions_per_packet is then INCLUSIVE: on the worker thread,
 # the cost of every call into librte_net_ring (its RX burst function: the
 # ring dequeue, inlined into it) or librte_net_null (its TX burst
-# function) from outside those two objects, with everything they call:
-# rte_pktmbuf_free_bulk (librte_mbuf), the mempool cache and its flushes
-# to the pool's ring (rte_mempool_ops_*, librte_mempool_ring's enqueue),
-# ld.so's __tls_get_addr for the lcore id that picks the mempool cache.
-# Not in it: the ethdev dispatch in the caller (rte_eth_rx_burst and
-# rte_eth_tx_burst inlined there or in the binary's shim: a few loads and
-# an indirect call). The ring harness's budget for it is 40 per packet
-# (the script says whether it is within). The extra fields harness=ring
-# driver_self_per_packet=S give the drivers' self cost alone, as on pcap.
+# function, and for sluice its empty RX on the backends port) from
+# outside those two objects, with everything they call: in DPDK 22.11
+# net_null's TX calls its own out-of-line rte_pktmbuf_free once per
+# packet, each a mempool put through the lcore's cache (flushed now and
+# then to the pool's ring in librte_mempool_ring) and a call of ld.so's
+# __tls_get_addr for the lcore id that picks the cache. Not in it: the
+# ethdev dispatch in the caller (rte_eth_rx_burst and rte_eth_tx_burst,
+# inlined there or in the binary's shim: a few loads and an indirect
+# call). The ring harness's budget for it is 40 per packet (the script
+# says on stderr when it is over). Extra fields on the last line:
+# harness=ring driver_rx_per_packet=R driver_tx_per_packet=X
+# driver_self_per_packet=S dumps=K/N: R the part of net_ring's RX, X the
+# rest, S the drivers' self cost alone (the pcap harness's measure).
 # TRAFFIC=tcp (default) | syn | udp | drop, as in bench-throughput.sh; the
 # traffic, devices and configuration are scripts/bench-config.sh's.
 # SLUICE_BIN: the binary (default target/release/sluice, built here).

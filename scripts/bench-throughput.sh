@@ -44,13 +44,19 @@
 # WORKERS=2 runs (two rings, flows-0.pcap and flows-1.pcap), but on a
 # two-CPU machine the feeder then shares CPU 0 with a worker: a check of
 # the mechanism, not a measurement (it says so).
-# testpmd's and the peer's rates on it are the feeder's (what it enqueued
-# each second, the ring kept full: what they received), sluice's its
+# testpmd's and the peer's rates on it are the feeder's (the median of
+# what it enqueued each second after its first two, from the start of the
+# port until the end of the measured interval; the ring kept full: what
+# they received), sluice's its
 # counters as on the pcap harness (feeder_pps_sluice: the feeder's, which
 # agrees with them).
 # Each ring run also samples its busiest thread's CPU time (the polling
 # worker; /proc/PID/task) over the measured interval: *_cpu, the share of
-# the interval it was on a CPU (1.0 unless the machine is shared).
+# the interval it was on a CPU (1.0 unless the machine is shared), and
+# the feeder's (feeder_cpu=testpmd's/the peer's/sluice's run, per round):
+# a feeder off its CPU lets the ring run dry, and the worker then polls an
+# empty ring at full CPU, so the rates of a round mean something only when
+# every share is near 1.
 # ROUNDS=N (default 1): testpmd, the peer and sluice N times in turn, so a
 # change in the machine's load touches all three; the last line gives the
 # medians of the rounds' figures (each ratio the median of the rounds'
@@ -140,8 +146,11 @@ if [ "$HARNESS" = ring ]; then
   bench_feeder_start bench-tp-$$ mb_pool_0 "$work/feeder-testpmd.log"
   sleep "$WARMUP"
   tpc=$(child_of $tp); ticks0=$(busiest_ticks "$tpc" | tr '\n' ' '); w0=$(date +%s.%N)
+  fticks0=$(busiest_ticks "$FEEDER_PID" | tr '\n' ' ')
   sleep "$SECONDS_PER_RUN"
-  testpmd_cpu=$(cpu_share "$tpc" "$ticks0" "$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')")
+  wall=$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')
+  testpmd_cpu=$(cpu_share "$tpc" "$ticks0" "$wall")
+  feeder_cpu=$(cpu_share "$FEEDER_PID" "$fticks0" "$wall")
   bench_feeder_stop
 else
   sleep $((SECONDS_PER_RUN + WARMUP))
@@ -169,7 +178,7 @@ testpmd_pps=$(tx_pps | tail -n +$skip | sort -n \
 # it enqueues each second is what testpmd received (and forwarded), and it
 # prints every second where testpmd's main lcore, sharing CPU 0 with it,
 # does not.
-[ "$HARNESS" = ring ] && testpmd_pps=$(bench_feeder_pps "$work/feeder-testpmd.log" "$WARMUP")
+[ "$HARNESS" = ring ] && testpmd_pps=$(bench_feeder_pps "$work/feeder-testpmd.log" 2)
 true
 }
 
@@ -193,8 +202,11 @@ run_peer() {
     bench_feeder_start bench-peer-$$ peer_pool "$work/feeder-peer.log"
     sleep "$WARMUP"
     ppc=$(child_of $pp); ticks0=$(busiest_ticks "$ppc" | tr '\n' ' '); w0=$(date +%s.%N)
+    fticks0=$(busiest_ticks "$FEEDER_PID" | tr '\n' ' ')
     sleep "$SECONDS_PER_RUN"
-    peer_cpu=$(cpu_share "$ppc" "$ticks0" "$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')")
+    wall=$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')
+    peer_cpu=$(cpu_share "$ppc" "$ticks0" "$wall")
+    feeder_cpu="$feeder_cpu/$(cpu_share "$FEEDER_PID" "$fticks0" "$wall")"
     bench_feeder_stop
   else
     sleep $((SECONDS_PER_RUN + WARMUP))
@@ -207,7 +219,7 @@ run_peer() {
              | tail -n +$((WARMUP + 1)) | sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}')
   # The ring harness: the feeder's rate, as for testpmd (the peer's main
   # lcore, which prints its rate after sleep(1), shares CPU 0 with it).
-  [ "$HARNESS" = ring ] && peer_pps=$(bench_feeder_pps "$work/feeder-peer.log" "$WARMUP")
+  [ "$HARNESS" = ring ] && peer_pps=$(bench_feeder_pps "$work/feeder-peer.log" 2)
   true
 }
 
@@ -226,11 +238,16 @@ sl=$!
 [ "$HARNESS" = ring ] && bench_feeder_start "$FILE_PREFIX" sluice_mbufs "$work/feeder-sluice.log"
 sleep "$WARMUP"
 t0=$(date +%s.%N); c0=$(tx_of)
-[ "$HARNESS" = ring ] && ticks0=$(busiest_ticks "$sl" | tr '\n' ' ')
+if [ "$HARNESS" = ring ]; then
+  ticks0=$(busiest_ticks "$sl" | tr '\n' ' ')
+  fticks0=$(busiest_ticks "$FEEDER_PID" | tr '\n' ' ')
+fi
 sleep "$SECONDS_PER_RUN"
 t1=$(date +%s.%N); c1=$(tx_of)
 if [ "$HARNESS" = ring ]; then
-  sluice_cpu=$(cpu_share "$sl" "$ticks0" "$(echo "$t0 $t1" | awk '{print $2 - $1}')")
+  wall=$(echo "$t0 $t1" | awk '{print $2 - $1}')
+  sluice_cpu=$(cpu_share "$sl" "$ticks0" "$wall")
+  feeder_cpu="$feeder_cpu/$(cpu_share "$FEEDER_PID" "$fticks0" "$wall")"
   # Before sluice stops: the feeder must not outlive its pool.
   bench_feeder_stop
 fi
@@ -249,8 +266,8 @@ for round in $(seq 1 "$ROUNDS"); do
   extra=""
   [ "$ROUNDS" -gt 1 ] && extra=" round=$round"
   if [ "$HARNESS" = ring ]; then
-    extra="$extra harness=ring peer_pps=$peer_pps feeder_pps_sluice=$(bench_feeder_pps "$work/feeder-sluice.log" "$WARMUP")"
-    extra="$extra testpmd_cpu=$testpmd_cpu sluice_cpu=$sluice_cpu"
+    extra="$extra harness=ring peer_pps=$peer_pps feeder_pps_sluice=$(bench_feeder_pps "$work/feeder-sluice.log" 2)"
+    extra="$extra testpmd_cpu=$testpmd_cpu sluice_cpu=$sluice_cpu feeder_cpu=$feeder_cpu"
     [ "${PEER:-0}" = 1 ] && extra="$extra peer_cpu=$peer_cpu"
   fi
   echo "traffic=$TRAFFIC encap=$ENCAP flows=$FLOWS workers=$WORKERS seconds=$SECONDS_PER_RUN testpmd_io_pps=$testpmd_pps sluice_pps=$sluice_pps$extra"
