@@ -200,10 +200,12 @@ bench_feeder() {
 
 # bench_feeder_start PREFIX POOL LOG: starts the feeder as a secondary
 # process of the primary running with --file-prefix=PREFIX (started just
-# before: this waits up to FEEDER_WAIT seconds, default 60, for its runtime
-# directory, then the feeder waits as long for the rings), feeding the RX
-# rings of RX_DEV's queues from FEED_PCAPS with mbufs of the pool named
-# POOL; its output (one "feeder-pps: N" a second) goes to LOG. Lcore 7,
+# before: this waits up to FEEDER_WAIT seconds, default 60, for its
+# multi-process socket, then the feeder waits as long for the rings and
+# the port's start), feeding the RX rings of RX_DEV's queues from
+# FEED_PCAPS with mbufs of the pool named POOL; its output (one
+# "feeder-pps: N low: L nomem: M gap-us: G" line a second) goes to LOG.
+# Lcore 7,
 # which no primary here uses (the feeder takes mbufs through lcore 7's
 # mempool cache), on CPU FEEDER_CPU (default 0: the CPU of the primary's
 # main lcore, mostly idle, the worker being on CPU 1). When the rings are

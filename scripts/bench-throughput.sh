@@ -53,7 +53,8 @@
 # Each ring run also samples its busiest thread's CPU time (the polling
 # worker; /proc/PID/task) over the measured interval: *_cpu, the share of
 # the interval it was on a CPU (1.0 unless the machine is shared), and
-# the feeder's (feeder_cpu=testpmd's/the peer's/sluice's run, per round):
+# the feeder's (feeder_cpu=A/B/C, per round: in the runs of testpmd, the
+# peer when PEER=1, and sluice):
 # a feeder off its CPU lets the ring run dry, and the worker then polls an
 # empty ring at full CPU, so the rates of a round mean something only when
 # every share is near 1.
