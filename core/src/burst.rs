@@ -9,7 +9,7 @@ use crate::conntrack::{Home, TrackKey, Tracked};
 use crate::drop_reason::DropReason;
 use crate::icmp_error;
 use crate::packet::{PacketBuf, VecPacket};
-use crate::pipeline::{self, Keyed, LanePacket, PipelineCtx, Stage, Verdict};
+use crate::pipeline::{self, Keyed, LanePacket, LastRule, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
 use crate::stats::RuleCounters;
 use crate::steering;
@@ -158,6 +158,7 @@ impl BurstStages {
         // (Prefetching packet and headroom lines too measured slower on
         // net_pcap, whose copies leave them hot; revisit on real NICs.)
         let mut n = 0;
+        let mut last = LastRule::NONE;
         for ((m, slot), stage) in packets
             .clone()
             .zip(self.slots.iter_mut())
@@ -178,6 +179,7 @@ impl BurstStages {
                     stage,
                     rules,
                     ctx,
+                    &mut last,
                     &mut slot.tracked,
                     &mut slot.lane,
                 )

@@ -14,6 +14,7 @@ use crate::conntrack::{self, Addrs, PacketMeta, Shard, Tracked};
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::established;
+pub use crate::fast_path::LastRule;
 use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
@@ -120,7 +121,8 @@ pub fn classify_into(
 /// the key from the addresses it has just read, the general path through
 /// [`prefetch_conntrack`]), and says which records it wrote: a tracked
 /// non-SYN packet of the fast path leaves `lane` instead of its `Stage`
-/// ([`Keyed::Lane`], for [`deliver_lane`]).
+/// ([`Keyed::Lane`], for [`deliver_lane`]). `last`: the rule the
+/// previous packet of the burst matched ([`LastRule`]).
 #[inline(always)]
 pub fn classify_keyed_into(
     frame: &[u8],
@@ -128,6 +130,7 @@ pub fn classify_keyed_into(
     out: &mut Stage,
     rules: Option<&RuleCounters>,
     ctx: &PipelineCtx,
+    last: &mut LastRule,
     tracked: &mut Tracked,
     lane: &mut LanePacket,
 ) -> Keyed {
@@ -136,6 +139,7 @@ pub fn classify_keyed_into(
         state,
         out,
         rules,
+        last,
         &ctx.conntrack,
         tracked,
         lane,
