@@ -9,7 +9,7 @@ use crate::conntrack::{Home, TrackKey, Tracked};
 use crate::drop_reason::DropReason;
 use crate::icmp_error;
 use crate::packet::{PacketBuf, VecPacket};
-use crate::pipeline::{self, Keyed, LanePacket, LastRule, PipelineCtx, Stage, Verdict};
+use crate::pipeline::{self, Keyed, KeyedOut, LanePacket, LastRule, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
 use crate::stats::RuleCounters;
 use crate::steering;
@@ -180,8 +180,10 @@ impl BurstStages {
                     rules,
                     ctx,
                     &mut last,
-                    &mut slot.tracked,
-                    &mut slot.lane,
+                    KeyedOut {
+                        tracked: &mut slot.tracked,
+                        lane: &mut slot.lane,
+                    },
                 )
             };
             n += 1;

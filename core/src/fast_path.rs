@@ -17,7 +17,7 @@ use crate::flow::ipv4_ports_hash;
 use crate::ids::ServiceId;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
-use crate::stage::{Balance, Keyed, LanePacket, Stage, Verdict};
+use crate::stage::{Balance, Keyed, KeyedOut, LanePacket, Stage, Verdict};
 use crate::stats::RuleCounters;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::wire::ipv4::{self, Ipv4Packet, VERSION_IHL_NO_OPTIONS};
@@ -90,7 +90,7 @@ pub fn classify_ipv4_into(
 }
 
 /// [`classify_ipv4_into`] that, for a tracked packet, also writes its
-/// tracking key (CT-3) and `shard`'s hash of it into `tracked` and
+/// tracking key (CT-3) and `shard`'s hash of it into `keyed` and
 /// requests the key's home entry, while the addresses are still in
 /// registers. A tracked packet that is not a SYN leaves only `lane` and
 /// the key ([`Keyed::Lane`]: no flow hash, `out` untouched); a SYN gets
@@ -105,10 +105,9 @@ pub fn classify_ipv4_keyed(
     rules: Option<&RuleCounters>,
     last: &mut LastRule,
     shard: &Shard,
-    tracked: &mut Tracked,
-    lane: &mut LanePacket,
+    keyed: KeyedOut<'_>,
 ) -> Option<Keyed> {
-    classify(frame, state, out, rules, last, Some((shard, tracked, lane)))
+    classify(frame, state, out, rules, last, Some((shard, keyed)))
 }
 
 /// The flow hash of a frame this path accepts (the same as its `Balance`
@@ -151,7 +150,7 @@ fn classify(
     out: &mut Stage,
     rules: Option<&RuleCounters>,
     last: &mut LastRule,
-    keyed: Option<(&Shard, &mut Tracked, &mut LanePacket)>,
+    keyed: Option<(&Shard, KeyedOut<'_>)>,
 ) -> Option<Keyed> {
     let eth: &[u8; ETH_LEN] = frame.first_chunk()?;
     let l3 = match get_u16::<{ ethernet::offset::ETHERTYPE }, ETH_LEN>(eth) {
@@ -238,7 +237,7 @@ fn classify(
     let dont_fragment = frag & FLAG_DF != 0;
     let mut keyed_as = Keyed::Staged;
     if tracked {
-        if let Some((shard, t, lane)) = keyed {
+        if let Some((shard, KeyedOut { tracked: t, lane })) = keyed {
             let addrs = Addrs {
                 src: [0, u64::from(src)],
                 dst: [0, u64::from(dst)],

@@ -23,7 +23,7 @@ use crate::packet::PacketBuf;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::stage::{is_own_address, rule_miss};
-pub use crate::stage::{prefetch_table, Balance, Keyed, LanePacket, Stage, Verdict};
+pub use crate::stage::{prefetch_table, Balance, Keyed, KeyedOut, LanePacket, Stage, Verdict};
 use crate::stats::RuleCounters;
 use crate::time::Millis;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
@@ -117,10 +117,10 @@ pub fn classify_into(
 }
 
 /// [`classify_into`] that also leaves a tracked packet's key and shard
-/// hash in `tracked`, its home entry requested (the IPv4 fast path builds
+/// hash in `keyed.tracked`, its home entry requested (the IPv4 fast path builds
 /// the key from the addresses it has just read, the general path through
 /// [`prefetch_conntrack`]), and says which records it wrote: a tracked
-/// non-SYN packet of the fast path leaves `lane` instead of its `Stage`
+/// non-SYN packet of the fast path leaves `keyed.lane` instead of its `Stage`
 /// ([`Keyed::Lane`], for [`deliver_lane`]). `last`: the rule the
 /// previous packet of the burst matched ([`LastRule`]).
 #[inline(always)]
@@ -131,9 +131,9 @@ pub fn classify_keyed_into(
     rules: Option<&RuleCounters>,
     ctx: &PipelineCtx,
     last: &mut LastRule,
-    tracked: &mut Tracked,
-    lane: &mut LanePacket,
+    keyed: KeyedOut<'_>,
 ) -> Keyed {
+    let KeyedOut { tracked, lane } = keyed;
     if let Some(keyed) = crate::fast_path::classify_ipv4_keyed(
         frame,
         state,
@@ -141,8 +141,10 @@ pub fn classify_keyed_into(
         rules,
         last,
         &ctx.conntrack,
-        tracked,
-        lane,
+        KeyedOut {
+            tracked: &mut *tracked,
+            lane,
+        },
     ) {
         return keyed;
     }

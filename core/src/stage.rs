@@ -8,7 +8,7 @@
 
 use std::net::IpAddr;
 
-use crate::conntrack::{Home, PacketMeta};
+use crate::conntrack::{Home, PacketMeta, Tracked};
 use crate::drop_reason::DropReason;
 use crate::ids::{BackendId, ServiceId};
 use crate::rules::RuleMiss;
@@ -101,6 +101,14 @@ impl LanePacket {
             dont_fragment: self.dont_fragment,
         }
     }
+}
+
+/// Where stage 1 writes a tracked packet's records: its key and shard
+/// hash, and for the established lane where its IP packet is.
+#[derive(Debug)]
+pub struct KeyedOut<'a> {
+    pub tracked: &'a mut Tracked,
+    pub lane: &'a mut LanePacket,
 }
 
 /// What stage 1 left for one packet of a burst: which of its records
