@@ -134,6 +134,22 @@ cpu_share() {
 }
 # The process timeout(1) runs: its child.
 child_of() { pgrep -P "$1" | head -1; }
+# HARNESS=ring, a reference run: the feeder for the primary timeout(1)
+# started as $1 (file prefix $2, pool $3, feeder log $4) through the
+# warm-up and the measured interval; sets RUN_CPU (the primary's
+# busiest thread's share of that interval) and RUN_FEEDER_CPU.
+ring_run() {
+  local child ticks0 fticks0 w0 wall
+  bench_feeder_start "$2" "$3" "$4"
+  sleep "$WARMUP"
+  child=$(child_of "$1"); ticks0=$(busiest_ticks "$child" | tr '\n' ' '); w0=$(date +%s.%N)
+  fticks0=$(busiest_ticks "$FEEDER_PID" | tr '\n' ' ')
+  sleep "$SECONDS_PER_RUN"
+  wall=$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')
+  RUN_CPU=$(cpu_share "$child" "$ticks0" "$wall")
+  RUN_FEEDER_CPU=$(cpu_share "$FEEDER_PID" "$fticks0" "$wall")
+  bench_feeder_stop
+}
 
 # --- reference: testpmd io forwarding, pcap (or ring) → null ---------------
 run_testpmd() {
@@ -144,15 +160,8 @@ timeout -s INT $((SECONDS_PER_RUN + WARMUP + 5)) dpdk-testpmd $NOHUGE -m "$MEM" 
   > "$work/testpmd.log" 2>&1 &
 tp=$!
 if [ "$HARNESS" = ring ]; then
-  bench_feeder_start bench-tp-$$ mb_pool_0 "$work/feeder-testpmd.log"
-  sleep "$WARMUP"
-  tpc=$(child_of $tp); ticks0=$(busiest_ticks "$tpc" | tr '\n' ' '); w0=$(date +%s.%N)
-  fticks0=$(busiest_ticks "$FEEDER_PID" | tr '\n' ' ')
-  sleep "$SECONDS_PER_RUN"
-  wall=$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')
-  testpmd_cpu=$(cpu_share "$tpc" "$ticks0" "$wall")
-  feeder_cpu=$(cpu_share "$FEEDER_PID" "$fticks0" "$wall")
-  bench_feeder_stop
+  ring_run $tp bench-tp-$$ mb_pool_0 "$work/feeder-testpmd.log"
+  testpmd_cpu=$RUN_CPU feeder_cpu=$RUN_FEEDER_CPU
 else
   sleep $((SECONDS_PER_RUN + WARMUP))
 fi
@@ -200,15 +209,8 @@ run_peer() {
     > "$work/peer.log" 2>&1 &
   pp=$!
   if [ "$HARNESS" = ring ]; then
-    bench_feeder_start bench-peer-$$ peer_pool "$work/feeder-peer.log"
-    sleep "$WARMUP"
-    ppc=$(child_of $pp); ticks0=$(busiest_ticks "$ppc" | tr '\n' ' '); w0=$(date +%s.%N)
-    fticks0=$(busiest_ticks "$FEEDER_PID" | tr '\n' ' ')
-    sleep "$SECONDS_PER_RUN"
-    wall=$(echo "$w0 $(date +%s.%N)" | awk '{print $2 - $1}')
-    peer_cpu=$(cpu_share "$ppc" "$ticks0" "$wall")
-    feeder_cpu="$feeder_cpu/$(cpu_share "$FEEDER_PID" "$fticks0" "$wall")"
-    bench_feeder_stop
+    ring_run $pp bench-peer-$$ peer_pool "$work/feeder-peer.log"
+    peer_cpu=$RUN_CPU feeder_cpu="$feeder_cpu/$RUN_FEEDER_CPU"
   else
     sleep $((SECONDS_PER_RUN + WARMUP))
   fi
