@@ -235,3 +235,50 @@ proptest! {
         }
     }
 }
+
+/// The frames of a burst whose neighbours change destination, protocol
+/// or port: a VIP's TCP rule, its UDP rule, a port of it no rule takes,
+/// another VIP, the appliance's own address (punt, AP-4), an address
+/// nobody owns; each from a few clients, SYN or not.
+fn mixed_frame(which: u8, client: u8, flags: u8) -> Vec<u8> {
+    let src = v4(&format!("198.51.100.{client}"));
+    let (dst, l4, proto) = match which % 6 {
+        0 => (VIP4, tcp(1000 + u16::from(client), 80, flags, b"x"), TCP),
+        1 => (VIP4, udp(2000 + u16::from(client), 53, b"q"), UDP),
+        2 => (VIP4, tcp(1000 + u16::from(client), 81, flags, b"x"), TCP),
+        3 => (
+            VIP_CLIENT_IP,
+            tcp(3000 + u16::from(client), 443, flags, b"xy"),
+            TCP,
+        ),
+        4 => ("10.0.0.1", tcp(4000, 22, flags, b""), TCP),
+        _ => ("192.0.2.99", udp(5000, 53, b"q"), UDP),
+    };
+    eth(&[], 0x0800, &ipv4(src, v4(dst), proto, 0, &l4))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// FR-1, FR-2, AP-4: stage 1 reuses the rule (or the miss) its
+    /// previous packet's destination, protocol and port found within a
+    /// burst (`fast_path::LastRule`); every packet of bursts that switch
+    /// between rules, misses, punts and VIPs in any order must still get
+    /// `process()`'s verdict and bytes, which search every packet's rule.
+    #[test]
+    fn rule_reuse_within_a_burst_agrees_with_process(
+        bursts in proptest::collection::vec(
+            proptest::collection::vec((0u8..6, 1u8..4, proptest::sample::select(vec![SYN, ACK])), 1..40),
+            1..4,
+        ),
+    ) {
+        let st = base();
+        let mut stages = BurstStages::default();
+        let (mut staged, mut reference) = (ctx(), ctx());
+        for burst in &bursts {
+            let frames: Vec<Vec<u8>> =
+                burst.iter().map(|&(w, c, f)| mixed_frame(w, c, f)).collect();
+            run_burst(&frames, &st, &mut stages, &mut staged, &mut reference)?;
+        }
+    }
+}
