@@ -7,6 +7,7 @@
 
 use crate::conntrack::{Home, TrackKey, Tracked};
 use crate::drop_reason::DropReason;
+use crate::fast_path;
 use crate::icmp_error;
 use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{self, Keyed, KeyedOut, LanePacket, LastRule, PipelineCtx, Stage, Verdict};
@@ -159,35 +160,58 @@ impl BurstStages {
         // net_pcap, whose copies leave them hot; revisit on real NICs.)
         let mut n = 0;
         let mut last = LastRule::NONE;
-        for ((m, slot), stage) in packets
+        let input = StageOneInput {
+            state,
+            ctx,
+            vlan,
+            rules,
+        };
+        let mut burst = packets
             .clone()
             .zip(self.slots.iter_mut())
-            .zip(self.stages.iter_mut())
-        {
+            .zip(self.stages.iter_mut());
+        // Until a packet has taken the established lane (all along for
+        // SYNs, untracked traffic and misses), every packet takes the
+        // whole of stage 1, inlined here.
+        for ((m, slot), stage) in burst.by_ref() {
+            n += 1;
             // Set by the lookahead only for a key away from home.
+            slot.needs_fallback = false;
+            slot.keyed = if m.is_contiguous() {
+                stage_one(m.data(), &input, &mut last, slot, stage)
+            } else {
+                *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
+                Keyed::Staged
+            };
+            if last.lane_learnt() {
+                break;
+            }
+        }
+        // From then on the lane's rule is tried first; the other packets
+        // take stage 1 out of line, keeping this loop's values in
+        // registers. (Only an untagged frame teaches the lane a rule, and
+        // a trunk port drops those first: here the port is no trunk.)
+        for ((m, slot), stage) in burst {
+            n += 1;
             slot.needs_fallback = false;
             slot.keyed = if !m.is_contiguous() {
                 *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
                 Keyed::Staged
-            } else if vlan.is_some_and(|vid| !vlan::accepts(m.data(), vid)) {
-                *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
-                Keyed::Staged
+            } else if fast_path::classify_lane(
+                m.data(),
+                &mut last,
+                &ctx.conntrack,
+                KeyedOut {
+                    tracked: &mut slot.tracked,
+                    lane: &mut slot.lane,
+                },
+            ) {
+                Keyed::Lane
             } else {
-                pipeline::classify_keyed_into(
-                    m.data(),
-                    state,
-                    stage,
-                    rules,
-                    ctx,
-                    &mut last,
-                    KeyedOut {
-                        tracked: &mut slot.tracked,
-                        lane: &mut slot.lane,
-                    },
-                )
+                stage_one_out_of_line(m.data(), &input, &mut last, slot, stage)
             };
-            n += 1;
         }
+        last.flush(rules);
         self.len = n;
         self.steered = steer.is_some();
         if let Some(s) = steer {
@@ -257,6 +281,56 @@ impl BurstStages {
         }
         self.len = 0;
     }
+}
+
+/// What stage 1 reads besides the packet, for [`stage_one`].
+struct StageOneInput<'a> {
+    state: &'a ForwardingState,
+    ctx: &'a PipelineCtx,
+    vlan: Option<u16>,
+    rules: Option<&'a RuleCounters>,
+}
+
+/// Stage 1 of a packet by the whole fast path, or the general path when
+/// the fast path declines it. Trunk ports: a frame without the port's tag
+/// is dropped (`wrong_vlan`).
+#[inline(always)]
+fn stage_one(
+    frame: &[u8],
+    input: &StageOneInput<'_>,
+    last: &mut LastRule,
+    slot: &mut Slot,
+    stage: &mut Stage,
+) -> Keyed {
+    if input.vlan.is_some_and(|vid| !vlan::accepts(frame, vid)) {
+        *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
+        return Keyed::Staged;
+    }
+    pipeline::classify_keyed_into(
+        frame,
+        input.state,
+        stage,
+        input.rules,
+        input.ctx,
+        last,
+        KeyedOut {
+            tracked: &mut slot.tracked,
+            lane: &mut slot.lane,
+        },
+    )
+}
+
+/// [`stage_one`] for a packet [`fast_path::classify_lane`] did not take
+/// (SYNs, another rule's packets, odd ones).
+#[inline(never)]
+fn stage_one_out_of_line(
+    frame: &[u8],
+    input: &StageOneInput<'_>,
+    last: &mut LastRule,
+    slot: &mut Slot,
+    stage: &mut Stage,
+) -> Keyed {
+    stage_one(frame, input, last, slot, stage)
 }
 
 /// The worker a packet goes to, or [`NO_STEER`] when it stays here: a

@@ -13,7 +13,7 @@
 //! `tests/fast_path.rs` over random and mutated frames).
 
 use crate::conntrack::{policy, Addrs, PacketMeta, Shard, TrackKey, Tracked};
-use crate::flow::ipv4_ports_hash;
+use crate::flow::{ipv4_ports_hash, TupleKind};
 use crate::ids::ServiceId;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
@@ -25,7 +25,7 @@ use crate::wire::ipv4::{FLAG_DF, FLAG_MF, FRAG_OFFSET_MASK};
 use crate::wire::proto::{TCP, UDP};
 use crate::wire::tcp::{self, TcpSegment};
 use crate::wire::udp::{self, UdpDatagram};
-use crate::wire::{field, get_u16, get_u8, L3Layout, Ports};
+use crate::wire::{field, get_u16, get_u32, get_u8, L3Layout, Ports};
 
 const ETH_LEN: usize = ethernet::HEADER_LEN;
 const VLAN_ETH_LEN: usize = ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN;
@@ -45,7 +45,41 @@ pub struct LastRule {
     /// (no packet has it): none yet.
     key: u64,
     found: Found,
+    /// The last rule whose packets [`classify_lane`] can take.
+    lane: LaneRule,
 }
+
+/// A rule [`classify_lane`] takes packets of: one whose last packet here
+/// was an untagged TCP packet for the established lane with a 5-tuple key.
+/// Every later untagged, option-less, unfragmented TCP packet with the
+/// same destination and port (the rule search's whole input) matches the
+/// same rule and service, so gets the same key kind: all its key needs
+/// besides its own addresses and ports is known already.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct LaneRule {
+    /// As [`LastRule`]'s key; `u64::MAX`: none.
+    key: u64,
+    /// The tracking key's `meta` above the ports (protocol, key kind,
+    /// service), the same for every packet of the rule.
+    meta_high: u64,
+    /// The rule's counter slot.
+    counter: u16,
+    /// Packets [`classify_lane`] took under it since it was learnt: counted
+    /// at once when another rule replaces it or the burst's stage 1 ends.
+    pending: u64,
+}
+
+impl LaneRule {
+    const NONE: LaneRule = LaneRule {
+        key: u64::MAX,
+        meta_high: 0,
+        counter: 0,
+        pending: 0,
+    };
+}
+
+/// The tracking key's port bits (`TrackKey::meta`'s low 32).
+const META_PORTS: u64 = 0xffff_ffff;
 
 /// What the rule search found for a [`LastRule`] key.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -60,7 +94,108 @@ impl LastRule {
     pub const NONE: LastRule = LastRule {
         key: u64::MAX,
         found: Found::Miss(Verdict::Drop(crate::drop_reason::DropReason::NoRule)),
+        lane: LaneRule::NONE,
     };
+
+    /// Counts the packets [`classify_lane`] took under its rule in `rules`
+    /// (None: nothing is counted, as for a steered burst). Called at the
+    /// end of a burst's stage 1, so that every packet is counted before
+    /// its burst is over.
+    #[inline(always)]
+    pub fn flush(&mut self, rules: Option<&RuleCounters>) {
+        if self.lane.pending != 0 {
+            if let Some(rules) = rules {
+                rules.add_n(self.lane.counter, self.lane.pending);
+            }
+            self.lane.pending = 0;
+        }
+    }
+
+    /// Whether a packet took the established lane, so that
+    /// [`classify_lane`] may take the next ones.
+    #[inline(always)]
+    pub fn lane_learnt(&self) -> bool {
+        self.lane.key != LaneRule::NONE.key
+    }
+
+    /// `key`'s rule becomes the lane's (a packet of it just took the lane).
+    #[inline(always)]
+    fn learn_lane(&mut self, key: u64, meta: u64, counter: u16, rules: Option<&RuleCounters>) {
+        if self.lane.key != key {
+            self.flush(rules);
+            self.lane = LaneRule {
+                key,
+                meta_high: meta & !META_PORTS,
+                counter,
+                pending: 0,
+            };
+        }
+    }
+}
+
+/// Stage 1 of a packet of the lane's rule (see [`LaneRule`]) that is not a
+/// SYN: its tracking key and shard hash into `keyed.tracked`, its
+/// [`LanePacket`] into `keyed.lane` and its home entry requested — what
+/// [`classify_ipv4_keyed`] writes for it, without the rule search or the
+/// service's policy, which the lane rule answered already. The packet is
+/// counted under its rule by [`LastRule::flush`]. False, with nothing
+/// written, for any other frame: [`classify_ipv4_keyed`] decides it.
+#[inline(always)]
+pub fn classify_lane(
+    frame: &[u8],
+    last: &mut LastRule,
+    shard: &Shard,
+    keyed: KeyedOut<'_>,
+) -> bool {
+    const IP: usize = ETH_LEN;
+    const L4: usize = ETH_LEN + IPV4_LEN;
+    const LEN: usize = L4 + tcp::HEADER_LEN;
+    let Some(h) = frame.first_chunk::<LEN>() else {
+        return false;
+    };
+    let total = get_u16::<{ IP + ipv4::offset::TOTAL_LEN }, LEN>(h);
+    let frag = get_u16::<{ IP + ipv4::offset::FLAGS_FRAG }, LEN>(h);
+    let doff = usize::from(get_u8::<{ L4 + tcp::offset::DATA_OFFSET }, LEN>(h) >> 4) * 4;
+    let l4_len = usize::from(total).wrapping_sub(IPV4_LEN);
+    if get_u16::<{ ethernet::offset::ETHERTYPE }, LEN>(h) != ETHERTYPE_IPV4
+        || get_u8::<{ IP + ipv4::offset::VERSION_IHL }, LEN>(h) != VERSION_IHL_NO_OPTIONS
+        || get_u8::<{ IP + ipv4::offset::PROTOCOL }, LEN>(h) != TCP
+        || frag & (FLAG_MF | FRAG_OFFSET_MASK) != 0
+        || usize::from(total) > frame.len() - ETH_LEN
+        // Also false when `total` is under 20 (the subtraction wrapped).
+        || !(tcp::HEADER_LEN..=usize::from(total)).contains(&l4_len)
+        || doff < tcp::HEADER_LEN
+        || doff > l4_len
+    {
+        return false;
+    }
+    let src = get_u32::<{ IP + ipv4::offset::SRC_ADDR }, LEN>(h);
+    let dst = get_u32::<{ IP + ipv4::offset::DST_ADDR }, LEN>(h);
+    let src_port = get_u16::<{ L4 + tcp::offset::SRC_PORT }, LEN>(h);
+    let dst_port = get_u16::<{ L4 + tcp::offset::DST_PORT }, LEN>(h);
+    let key = (u64::from(dst) << 24) | (u64::from(TCP) << 16) | u64::from(dst_port);
+    let flags = get_u8::<{ L4 + tcp::offset::FLAGS }, LEN>(h);
+    // CT-1: a SYN takes the general stage 2 (policy::is_syn).
+    if key != last.lane.key || flags & (tcp::FLAG_SYN | tcp::FLAG_ACK) == tcp::FLAG_SYN {
+        return false;
+    }
+    let KeyedOut { tracked, lane } = keyed;
+    let track_key = TrackKey {
+        src: [0, u64::from(src)],
+        dst: [0, u64::from(dst)],
+        meta: last.lane.meta_high | (u64::from(src_port) << 16) | u64::from(dst_port),
+    };
+    *tracked = Tracked::new(track_key, shard);
+    let home = shard.home_of(tracked.hash);
+    shard.prefetch_home_at(home);
+    *lane = LanePacket {
+        l3_offset: ETH_LEN as u8,
+        dont_fragment: frag & FLAG_DF != 0,
+        ip_len: total,
+        home,
+    };
+    last.lane.pending += 1;
+    true
 }
 
 /// The stage of a frame this path understands, or None (general path).
@@ -214,7 +349,8 @@ fn classify(
                 Found::Miss(crate::stage::rule_miss(miss, own))
             }
         };
-        *last = LastRule { key, found };
+        last.key = key;
+        last.found = found;
     }
     let (service_id, counter) = match last.found {
         Found::Rule { service, counter } => (service, counter),
@@ -249,6 +385,9 @@ fn classify(
             // yet, and takes the general stage 2; any other packet the
             // established lane first, which needs no flow hash.
             if !policy::is_syn(&meta) {
+                if l3 == ETH_LEN && proto == TCP && kind == TupleKind::Five {
+                    last.learn_lane(key, t.key.meta, counter, rules);
+                }
                 let home = shard.home_of(t.hash);
                 shard.prefetch_home_at(home);
                 *lane = LanePacket {

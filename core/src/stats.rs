@@ -175,6 +175,13 @@ impl RuleCounters {
         self.slots[usize::from(slot)].add(1);
     }
 
+    /// Adds `n` packets to `slot` (owning worker only): a run of packets
+    /// counted at once.
+    #[inline(always)]
+    pub fn add_n(&self, slot: u16, n: u64) {
+        self.slots[usize::from(slot)].add(n);
+    }
+
     /// Packets counted for `slot`.
     pub fn get(&self, slot: u16) -> u64 {
         self.slots[usize::from(slot)].get()

@@ -16,6 +16,7 @@ use common::*;
 use proptest::prelude::*;
 use sluice_core::burst::{BurstStages, Outcome};
 use sluice_core::conntrack::Shard;
+use sluice_core::fast_path::classify_ipv4_into;
 use sluice_core::fragment::FragmentIds;
 use sluice_core::ids::BackendId;
 use sluice_core::maglev_table::MaglevTable;
@@ -23,10 +24,11 @@ use sluice_core::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
 use sluice_core::pipeline::{process, PipelineCtx};
 use sluice_core::service::{PersistenceOnUnhealthy, TrackingMode};
 use sluice_core::snapshot::ForwardingState;
+use sluice_core::stage::Stage;
+use sluice_core::stats::RuleCounters;
 use sluice_core::time::Millis;
 
 const SYN: u8 = 0x02;
-const ACK: u8 = 0x10;
 const SYN_ACK_FLAGS: [u8; 4] = [ACK, ACK | 0x08, SYN, ACK | 0x01];
 
 /// One flow: client host, source port, which service (TCP:80 on the L2
@@ -179,7 +181,20 @@ fn run_burst(
         .iter()
         .map(|f| VecPacket::with_headroom(f, DEFAULT_HEADROOM))
         .collect();
-    stages.prepare(pkts.iter(), st, staged, None, None, None);
+    // FR-3: every packet counted under its rule once, by the burst as by
+    // a one-packet classification (which never reuses a rule).
+    let (rules, want_rules) = (RuleCounters::default(), RuleCounters::default());
+    stages.prepare(pkts.iter(), st, staged, None, None, Some(&rules));
+    for f in frames {
+        let mut stage = Stage::default();
+        if classify_ipv4_into(f, st, &mut stage, Some(&want_rules)).is_none() {
+            prop_assert_eq!(f.len(), 0, "a frame the fast path does not take");
+        }
+    }
+    for slot in 0..8 {
+        prop_assert_eq!(rules.get(slot), want_rules.get(slot), "rule slot {}", slot);
+    }
+    prop_assert_eq!(rules.uncounted(), want_rules.uncounted());
     for (i, (pkt, f)) in pkts.iter_mut().zip(frames).enumerate() {
         let got = stages.deliver(i, pkt, st, staged);
         let opened = std::mem::take(&mut staged.opened);

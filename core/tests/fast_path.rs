@@ -20,7 +20,9 @@ const NOT_VIP4: &str = "192.0.2.99";
 use common::*;
 use proptest::prelude::*;
 use sluice_core::affinity::SessionAffinity;
-use sluice_core::fast_path::classify_ipv4;
+use sluice_core::conntrack::{Shard, Tracked};
+use sluice_core::fast_path::{classify_ipv4, classify_ipv4_keyed, classify_lane, LastRule};
+use sluice_core::pipeline::{Keyed, KeyedOut, LanePacket};
 use sluice_core::ForwardingState;
 
 const AFFINITIES: [SessionAffinity; 4] = [
@@ -178,4 +180,132 @@ proptest! {
             prop_assert_eq!(fast, classify_general(&f, &st));
         }
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    /// CT-1, CT-3: once a packet of a rule took the established lane,
+    /// `classify_lane` takes later frames of that rule without its search;
+    /// whenever it takes one, the full fast path (searching the rule)
+    /// writes the same key, shard hash and lane record for it, and
+    /// leaves it to the lane too. Later frames are the first one with
+    /// bytes overwritten and cut, another source, port or flags.
+    #[test]
+    fn lane_classification_agrees_with_the_fast_path(
+        affinity in 0usize..4,
+        vip in prop::sample::select(vec![VIP4, VIP_CLIENT_IP, NOT_VIP4]),
+        src in any::<[u8; 4]>(),
+        sport in any::<u16>(),
+        dport in prop::sample::select(vec![80u16, 81, 443]),
+        later in (any::<[u8; 4]>(), any::<u16>(), prop::sample::select(vec![80u16, 81, 443])),
+        flags_frag in prop::sample::select(vec![0u16, DF, MF, 1, DF | 1]),
+        tcp_flags in any::<u8>(),
+        payload in proptest::collection::vec(any::<u8>(), 0..40),
+        mutations in proptest::collection::vec((0usize..64, any::<u8>()), 0..4),
+        cut in prop::option::of(0usize..100),
+    ) {
+        let st = state_with(AFFINITIES[affinity]);
+        let shard = Shard::with_capacity_and_seed(1024, 7);
+        // The rule's first packet: an established-flow ACK.
+        let first = frame(false, true, vip, src, (sport, dport), DF, ACK, &payload);
+        let mut last = LastRule::NONE;
+        let (mut t, mut lane, mut stage) = (Tracked::default(), LanePacket::default(), Stage::default());
+        let out = KeyedOut { tracked: &mut t, lane: &mut lane };
+        classify_ipv4_keyed(&first, &st, &mut stage, None, &mut last, &shard, out);
+
+        let (lsrc, lsport, ldport) = later;
+        let mut f = frame(false, true, vip, lsrc, (lsport, ldport), flags_frag, tcp_flags, &payload);
+        for (at, byte) in mutations {
+            if let Some(b) = f.get_mut(at) {
+                *b = byte;
+            }
+        }
+        if let Some(n) = cut {
+            f.truncate(n);
+        }
+        let (mut t1, mut lane1) = (Tracked::default(), LanePacket::default());
+        let out = KeyedOut { tracked: &mut t1, lane: &mut lane1 };
+        if classify_lane(&f, &mut last, &shard, out) {
+            let (mut t2, mut lane2) = (Tracked::default(), LanePacket::default());
+            let out = KeyedOut { tracked: &mut t2, lane: &mut lane2 };
+            let mut fresh = LastRule::NONE;
+            let keyed = classify_ipv4_keyed(&f, &st, &mut stage, None, &mut fresh, &shard, out);
+            prop_assert_eq!(keyed, Some(Keyed::Lane));
+            prop_assert_eq!(t1, t2);
+            prop_assert_eq!(lane1, lane2);
+        }
+    }
+}
+
+/// The lane takes a rule's later packets (so the property above is not
+/// vacuous), and never before a packet of that rule took the lane.
+#[test]
+fn lane_classification_takes_a_learnt_rule_only() {
+    let st = state();
+    let shard = Shard::with_capacity_and_seed(1024, 7);
+    let ack = |sport| {
+        frame(
+            false,
+            true,
+            VIP4,
+            [198, 51, 100, 7],
+            (sport, 80),
+            DF,
+            ACK,
+            b"x",
+        )
+    };
+    let mut last = LastRule::NONE;
+    let (mut t, mut lane, mut stage) =
+        (Tracked::default(), LanePacket::default(), Stage::default());
+    let out = KeyedOut {
+        tracked: &mut t,
+        lane: &mut lane,
+    };
+    assert!(!classify_lane(&ack(1000), &mut last, &shard, out));
+    let (mut t0, mut lane0) = (Tracked::default(), LanePacket::default());
+    let learnt = classify_ipv4_keyed(
+        &ack(1000),
+        &st,
+        &mut stage,
+        None,
+        &mut last,
+        &shard,
+        KeyedOut {
+            tracked: &mut t0,
+            lane: &mut lane0,
+        },
+    );
+    assert_eq!(learnt, Some(Keyed::Lane));
+    let (mut t, mut lane) = (Tracked::default(), LanePacket::default());
+    assert!(classify_lane(
+        &ack(1001),
+        &mut last,
+        &shard,
+        KeyedOut {
+            tracked: &mut t,
+            lane: &mut lane
+        }
+    ));
+    assert_ne!(t, t0, "another source port: another key");
+    let syn = frame(
+        false,
+        true,
+        VIP4,
+        [198, 51, 100, 7],
+        (1002, 80),
+        DF,
+        SYN,
+        b"",
+    );
+    assert!(!classify_lane(
+        &syn,
+        &mut last,
+        &shard,
+        KeyedOut {
+            tracked: &mut t,
+            lane: &mut lane
+        }
+    ));
 }

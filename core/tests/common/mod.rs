@@ -124,5 +124,6 @@ pub const ETH_ARP: u16 = 0x0806;
 pub const VLAN: u16 = 0x8100;
 pub const QINQ: u16 = 0x88a8;
 pub const SYN: u8 = 0x02;
+pub const ACK: u8 = 0x10;
 
 pub mod state;
