@@ -11,7 +11,7 @@
 //! of any other link type or that do not parse are skipped and counted.
 //!
 //! Asserts: the binary exits 0, and RX = TX + punted + Σ drops − extra
-//! fragments (every packet accounted for under a named reason, SPEC §8 /
+//! fragments (every packet accounted for under a named reason, FR-3 /
 //! core/src/drop_reason.rs; AP-3 fragments counted once per packet).
 
 mod common;

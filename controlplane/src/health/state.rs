@@ -180,7 +180,7 @@ mod tests {
         panic!("never flipped");
     }
 
-    /// HC-4 seed example: timeout 5 s, interval 2 s, thresholds 3/3,
+    /// HC-4's worked example: timeout 5 s, interval 2 s, thresholds 3/3,
     /// response 1 s → 19 s to go unhealthy, 7 s to come back.
     #[test]
     fn hc_4_windows_19s_and_7s() {

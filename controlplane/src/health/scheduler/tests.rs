@@ -66,7 +66,7 @@ fn first_open(s: &mut Sim<Driver>, k: &ProbeKey) -> Instant {
     s.opens(k.addr)[0].0
 }
 
-/// HC-4 seed example through the scheduler and the TCP driver: timeout
+/// HC-4's worked example through the scheduler and the TCP driver: timeout
 /// 5 s, interval 2 s, thresholds 3/3 — a silent backend is unhealthy 19 s
 /// after its first probe started, and, answering in 1 s from the next
 /// probe on, healthy again 7 s after that probe started.
