@@ -3,14 +3,15 @@
 # DPDK 22.11 (libdpdk-dev, dpdk-dev for dpdk-testpmd), libclang for bindgen,
 # pkg-config, the tools the tests and the demo use, BIRD 2 (the scale-out
 # suite's routers and the BGP announcement, docs/scale-out.md), and dpkg-dev
-# (dpkg-shlibdeps) for scripts/package/build-deb.sh, and prometheus for
-# promtool (the shipped alerts' checks and unit tests). Idempotent: when
-# everything is present it changes nothing.
+# (dpkg-shlibdeps) for scripts/package/build-deb.sh, lintian for
+# scripts/package/test-deb.sh, and prometheus for promtool (the shipped
+# alerts' checks and unit tests). Idempotent: when everything is present
+# it changes nothing.
 set -euo pipefail
 
 PKGS=(libdpdk-dev dpdk-dev dpdk libclang-dev clang pkg-config libpcap-dev
       iproute2 tcpdump python3 curl procps iputils-ping ethtool dpkg-dev bird2
-      prometheus)
+      prometheus lintian)
 
 missing=()
 for p in "${PKGS[@]}"; do

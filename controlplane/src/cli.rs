@@ -56,6 +56,11 @@ pub enum Command {
         /// lists in NAME get in; others get `permission denied`.
         #[arg(long, value_name = "NAME")]
         control_socket_group: Option<String>,
+        /// As --control-socket-group, but only when group NAME exists:
+        /// without it the socket stays 0600 and sluice says so once (the
+        /// systemd unit passes `sluice`, the group the package makes).
+        #[arg(long, value_name = "NAME", conflicts_with = "control_socket_group")]
+        control_socket_group_if_exists: Option<String>,
         #[command(flatten)]
         hooks: test_hook::HookArgs,
         /// Serve no control socket (reload with SIGHUP only).

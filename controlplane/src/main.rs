@@ -56,15 +56,19 @@ fn main() -> ExitCode {
             no_metrics_server,
             control_socket,
             control_socket_group,
+            control_socket_group_if_exists,
             no_control_socket,
             file_prefix,
             hooks,
         } => {
             let control_socket = (!no_control_socket).then_some(control_socket);
-            let control_socket_group = match check_control_socket(
-                control_socket.as_deref(),
-                control_socket_group.as_deref(),
-            ) {
+            let group = match (control_socket_group, control_socket_group_if_exists) {
+                (Some(name), _) => Some(SocketGroup::Required(name)),
+                (None, Some(name)) => Some(SocketGroup::IfExists(name)),
+                (None, None) => None,
+            };
+            let control_socket_group = match check_control_socket(control_socket.as_deref(), group)
+            {
                 Ok(group) => group,
                 Err(e) => {
                     controlplane::error!("sluice: {e}; nothing started");
@@ -109,11 +113,20 @@ fn main() -> ExitCode {
     }
 }
 
+/// The control socket's group as the command line names it.
+enum SocketGroup {
+    /// `--control-socket-group`: it must exist.
+    Required(String),
+    /// `--control-socket-group-if-exists`: used when it exists.
+    IfExists(String),
+}
+
 /// Before anything starts (AP-5): the control socket's path holds
-/// nothing or a socket, and its group exists.
+/// nothing or a socket, and its group exists (or, when optional, whether
+/// it does).
 fn check_control_socket(
     socket: Option<&std::path::Path>,
-    group: Option<&str>,
+    group: Option<SocketGroup>,
 ) -> Result<Option<controlplane::control_socket::Group>, String> {
     use controlplane::control_socket::{check_path, BindError, Group};
     if let Some(path) = socket {
@@ -124,10 +137,25 @@ fn check_control_socket(
         }
     }
     match (socket, group) {
-        (None, Some(_)) => Err("--control-socket-group without a control socket \
-                                (--no-control-socket): drop one of them"
+        (None, Some(SocketGroup::Required(_))) => Err("--control-socket-group without a \
+                                                       control socket (--no-control-socket): \
+                                                       drop one of them"
             .into()),
-        (_, Some(name)) => Group::resolve(name).map(Some),
+        (None, Some(SocketGroup::IfExists(_))) => Err("--control-socket-group-if-exists \
+                                                       without a control socket \
+                                                       (--no-control-socket): drop one of them"
+            .into()),
+        (_, Some(SocketGroup::Required(name))) => Group::resolve(&name).map(Some),
+        (_, Some(SocketGroup::IfExists(name))) => {
+            Ok(Group::resolve_if_exists(&name)?.or_else(|| {
+                controlplane::info!(
+                    "sluice: no group {name} on this host: the control socket is for root only \
+                 (mode 0600); `addgroup --system {name}` lets its members use it from the \
+                 next start"
+                );
+                None
+            }))
+        }
         (_, None) => Ok(None),
     }
 }

@@ -59,6 +59,17 @@ impl ServiceManager {
         send(&[NotifyState::Stopping]);
     }
 
+    /// STOPPING=1 for a stop that first drains for `drain`
+    /// (`bgp.drain_time`), with EXTEND_TIMEOUT_USEC: systemd then waits
+    /// the drain plus [`STOP_AFTER_DRAIN`] from now before it kills the
+    /// service, whatever the unit's `TimeoutStopSec`.
+    pub fn draining(&self, drain: Duration) {
+        send(&[
+            NotifyState::Stopping,
+            NotifyState::ExtendTimeoutUsec(extend_usec(drain)),
+        ]);
+    }
+
     /// WATCHDOG=1 at most every half interval: called on each iteration
     /// of the control loop, so a loop that stops iterating stops feeding
     /// it and systemd restarts the service after `WatchdogSec`.
@@ -75,11 +86,36 @@ impl ServiceManager {
     }
 }
 
+/// The time the orderly stop after a drain (workers, ports, TAPs, EAL)
+/// is given: the packaged unit's `TimeoutStopSec`.
+pub const STOP_AFTER_DRAIN: Duration = Duration::from_secs(30);
+
+/// EXTEND_TIMEOUT_USEC for a drain of `drain` and the stop after it.
+/// `bgp.drain_time` is at most an hour, well within the 32 bits the
+/// value has (71 minutes).
+fn extend_usec(drain: Duration) -> u32 {
+    u32::try_from((drain + STOP_AFTER_DRAIN).as_micros()).unwrap_or(u32::MAX)
+}
+
 fn send(states: &[NotifyState<'_>]) {
     static REPORTED: AtomicBool = AtomicBool::new(false);
     if let Err(e) = sd_notify::notify(states) {
         if !REPORTED.swap(true, Ordering::Relaxed) {
             crate::warn!("sluice: cannot notify the service manager (NOTIFY_SOCKET): {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stop_timeout_covers_the_drain_and_the_stop_after_it() {
+        assert_eq!(extend_usec(Duration::ZERO), 30_000_000);
+        assert_eq!(extend_usec(Duration::from_secs(5)), 35_000_000);
+        // bgp.drain_time's maximum.
+        assert_eq!(extend_usec(Duration::from_secs(3600)), 3_630_000_000);
+        assert_eq!(extend_usec(Duration::from_secs(86_400)), u32::MAX);
     }
 }

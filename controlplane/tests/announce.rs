@@ -140,6 +140,9 @@ fn ap_6_vip_routes_follow_servability_reload_and_sigterm() {
     let cfg = dir.join("sluice.toml");
     let sock = dir.join("sluice.sock");
     std::fs::write(&cfg, config(100)).unwrap();
+    // systemd's notification socket: the drain extends the stop timeout.
+    let notify_path = dir.join("notify.sock");
+    let notify = std::os::unix::net::UnixDatagram::bind(&notify_path).unwrap();
     let child = Command::new("unshare")
         .arg("-n")
         .arg(sluice_bin())
@@ -147,6 +150,7 @@ fn ap_6_vip_routes_follow_servability_reload_and_sigterm() {
         .arg(&cfg)
         .arg("--control-socket")
         .arg(&sock)
+        .env("NOTIFY_SOCKET", &notify_path)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -220,6 +224,20 @@ fn ap_6_vip_routes_follow_servability_reload_and_sigterm() {
         .unwrap()
         .read_to_string(&mut log)
         .unwrap();
+    // STOPPING=1 with EXTEND_TIMEOUT_USEC: drain_time (2 s) and 30 s for
+    // the stop after it, so TimeoutStopSec need not cover the drain.
+    notify.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 4096];
+    let mut messages = Vec::new();
+    while let Ok(n) = notify.recv(&mut buf) {
+        messages.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert!(
+        messages
+            .iter()
+            .any(|m| m == "STOPPING=1\nEXTEND_TIMEOUT_USEC=32000000\n"),
+        "{messages:?}"
+    );
     let withdrew = log.find("bgp: withdrew 203.0.113.10 (table 1000)");
     let drained = log.find("sluice: drained, stopping");
     assert!(

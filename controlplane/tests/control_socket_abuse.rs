@@ -28,11 +28,17 @@ impl Run {
     /// Starts sluice from `sh -c 'umask 000; exec sluice run …'` (the
     /// widest umask: nothing may depend on it), waits for its status.
     fn start(dir: &Path, extra: &[&str]) -> Run {
+        Self::start_under(dir, "", extra)
+    }
+
+    /// As [`start`](Self::start), with `wrapper` (a command that execs
+    /// its arguments) in front of sluice.
+    fn start_under(dir: &Path, wrapper: &str, extra: &[&str]) -> Run {
         let cfg = dir.join("sluice.toml");
         std::fs::write(&cfg, one_backend_config("net_null0,no-rx=1", "", "")).unwrap();
         let sock = dir.join("ctl.sock");
         let script = format!(
-            "umask 000 && exec {} run --duration 120 --no-metrics-server --config {} \
+            "umask 000 && exec {wrapper} {} run --duration 120 --no-metrics-server --config {} \
              --control-socket {} {}",
             sluice_bin(),
             cfg.display(),
@@ -443,6 +449,92 @@ fn the_control_socket_group_lets_its_members_in() {
     assert!(
         !ok && text.contains("permission denied: uid 65534 is not root nor in group nogroup"),
         "{text}"
+    );
+}
+
+/// The packaged unit's capabilities (CapabilityBoundingSet), when the
+/// test runs as root and `setpriv` is there: a wrapper for
+/// [`Run::start_under`].
+fn units_capabilities(caps: &str) -> Option<String> {
+    if !rustix::process::getuid().is_root()
+        || Command::new("setpriv").arg("--help").output().is_err()
+    {
+        eprintln!("skipped: needs root and setpriv");
+        return None;
+    }
+    Some(format!(
+        "setpriv --bounding-set=-all,{caps} --inh-caps=-all --"
+    ))
+}
+
+/// With `--control-socket-group-if-exists` (the packaged unit's, for the
+/// group `sluice`): a group that exists gets the socket, 0660, with only
+/// the unit's capabilities, and its members get in; without CAP_CHOWN
+/// (root is not in the group) the start stops and says why; a group that
+/// does not exist leaves the socket 0600, and the log says so.
+#[test]
+fn the_optional_control_socket_group_is_used_when_it_exists() {
+    let has_nogroup = std::fs::read_to_string("/etc/group")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("nogroup:x:65534:"));
+    if !has_nogroup {
+        eprintln!("skipped: no group nogroup (65534)");
+        return;
+    }
+    let Some(unit) = units_capabilities("+net_admin,+net_raw,+chown") else {
+        return;
+    };
+    let dir = tempdir("ctl-optional-group");
+    let run = Run::start_under(
+        &dir,
+        &unit,
+        &["--control-socket-group-if-exists", "nogroup"],
+    );
+    let meta = std::fs::metadata(&run.sock).unwrap();
+    assert_eq!((meta.mode() & 0o7777, meta.gid()), (0o660, 65534));
+    let (ok, text) = as_nobody(&run.sock, 65534, &["status"]).unwrap();
+    assert!(ok && text.contains("web"), "{text}");
+    drop(run);
+
+    let dir = tempdir("ctl-optional-group-nochown");
+    let cfg = dir.join("sluice.toml");
+    std::fs::write(&cfg, one_backend_config("net_null0,no-rx=1", "", "")).unwrap();
+    let without_chown = units_capabilities("+net_admin,+net_raw").unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec {without_chown} {} run --duration 30 --no-metrics-server --config {} \
+             --control-socket {} --control-socket-group-if-exists nogroup",
+            sluice_bin(),
+            cfg.display(),
+            dir.join("ctl.sock").display()
+        ))
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{log}");
+    assert!(
+        log.contains("cannot give the socket its group") && log.contains("CAP_CHOWN"),
+        "{log}"
+    );
+
+    let dir = tempdir("ctl-optional-group-absent");
+    let run = Run::start(
+        &dir,
+        &[
+            "--control-socket-group-if-exists",
+            "sluice-test-no-such-group",
+        ],
+    );
+    let meta = std::fs::metadata(&run.sock).unwrap();
+    assert_eq!(meta.mode() & 0o7777, 0o600);
+    let log = std::fs::read_to_string(dir.join("sluice.log")).unwrap();
+    assert!(
+        log.contains(
+            "no group sluice-test-no-such-group on this host: the control socket is for root only"
+        ),
+        "{log}"
     );
 }
 

@@ -194,7 +194,12 @@ fn sd_notify_ready_watchdog_reload_and_stopping() {
     assert!(sluice(&["status"], &dir).1.contains("10.0.0.2"));
 
     let status = terminate(&mut child);
-    notify.until("STOPPING=1", Duration::from_secs(1));
+    let stopping = notify.until("STOPPING=1", Duration::from_secs(1));
+    // No drain without [bgp]: the unit's TimeoutStopSec stands.
+    assert!(
+        !stopping.iter().any(|m| m.contains("EXTEND_TIMEOUT_USEC")),
+        "{stopping:?}"
+    );
     assert!(status.success(), "{status:?}");
 }
 

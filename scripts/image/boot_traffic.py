@@ -235,6 +235,67 @@ class BootTraffic:
 
     # ---- the checks -----------------------------------------------------------------
 
+    def unit_sandbox(self):
+        """The packaged unit's sandbox holds while sluice forwards: the
+        system call filter and no-new-privileges are on, the capability
+        bounding set is the unit's three, the TAP's disable_ipv6 was
+        written through the read-only /proc/sys, and the control socket
+        is 0660 of group sluice, open to its members only."""
+        pid = self.main_pid()
+        _, status = self.vm(f"grep -E '^(Seccomp|NoNewPrivs|CapBnd):' /proc/{pid}/status")
+        fields = dict(line.split(":", 1) for line in status.strip().splitlines())
+        fields = {k: v.strip() for k, v in fields.items()}
+        # CAP_CHOWN (0), CAP_NET_ADMIN (12), CAP_NET_RAW (13).
+        self.expect(fields.get("Seccomp") == "2" and fields.get("NoNewPrivs") == "1"
+                    and int(fields.get("CapBnd", "0"), 16) == (1 << 0) | (1 << 12) | (1 << 13),
+                    "sluice runs under the unit's system call filter, no new privileges and "
+                    "its three capabilities", json.dumps(fields))
+        _, v = self.vm("cat /proc/sys/net/ipv6/conf/sluice0/disable_ipv6")
+        self.expect(v.strip() == "1",
+                    "the TAP's disable_ipv6 was written under ProtectKernelTunables", v)
+        _, mode = self.vm("stat -c '%a %G' /run/sluice/sluice.sock")
+        self.expect(mode.strip() == "660 sluice", "the control socket is 0660, group sluice", mode)
+        self.vm("id sluice-op >/dev/null 2>&1 || useradd --system --no-create-home "
+                "--groups sluice sluice-op")
+        rc, out = self.vm("runuser -u sluice-op -- sluice status", check=False)
+        self.expect(rc == 0 and "10.99.0.11" in out,
+                    "a member of the group sluice gets `sluice status`", out[-500:])
+        rc, out = self.vm("runuser -u nobody -- sluice status", check=False)
+        self.expect(rc != 0 and "ermission denied" in out,
+                    "a user outside the group sluice is refused", out[-500:])
+        _, score = self.vm("systemd-analyze security --no-pager sluice.service | tail -1",
+                           check=False)
+        m = re.search(r"exposure level for sluice.service: ([0-9.]+)", score)
+        self.expect(m is not None and float(m.group(1)) <= 3.0,
+                    f"systemd-analyze security on the running unit: {score.strip()}", score)
+
+    def drain_outlasts_the_stop_timeout(self, good):
+        """With [bgp], `systemctl stop` withdraws the VIPs and forwards for
+        drain_time before sluice stops; sluice extends systemd's stop
+        timeout (EXTEND_TIMEOUT_USEC) by drain_time + 30 s, so a drain
+        longer than TimeoutStopSec (5 s in a drop-in here) ends in a clean
+        exit, not in SIGKILL. Stops the service: the last check."""
+        drain = 12
+        self.vm("mkdir -p /etc/systemd/system/sluice.service.d && printf '[Service]\\n"
+                "TimeoutStopSec=5s\\n' > /etc/systemd/system/sluice.service.d/stop.conf "
+                "&& systemctl daemon-reload")
+        self.write_config(good + f'\n[bgp]\nasn = 65001\nkernel_table = 100\n'
+                          f'drain_time = "{drain}s"\n\n[[bgp.peer]]\nname = "tor"\n'
+                          f'address = "10.99.0.1"\nasn = 65000\n')
+        self.vm("systemctl restart sluice.service")
+        time.sleep(2)  # the control loop's first announcement decision
+        t = time.monotonic()
+        rc, out = self.vm("systemctl stop sluice.service", check=False, timeout=120)
+        took = time.monotonic() - t
+        _, result = self.vm("systemctl show -p Result -p ExecMainCode -p ExecMainStatus "
+                            "sluice.service")
+        _, journal = self.vm("journalctl -u sluice.service -b --no-pager -o cat -n 30")
+        self.expect(rc == 0 and drain <= took < drain + 20
+                    and "Result=success" in result and "ExecMainStatus=0" in result
+                    and "sluice: drained, stopping" in journal,
+                    f"systemctl stop with drain_time {drain}s and TimeoutStopSec=5s: drained, "
+                    f"exited 0 after {took:.0f}s", f"{out} {result} {journal[-800:]}")
+
     def run(self):
         t0 = time.monotonic()
         self.build()
@@ -270,6 +331,8 @@ class BootTraffic:
         self.expect(rx >= 40 * 4 and tx >= 40 * 4,
                     f"/metrics from the host counts the traffic on data0 (+{rx:.0f} rx, +{tx:.0f} tx)",
                     f"rx +{rx} tx +{tx}")
+
+        self.unit_sandbox()
 
         # A good reload: b2 leaves the service.
         b1_only = good.replace('  { address = "10.99.0.12" },\n', "")
@@ -344,6 +407,7 @@ class BootTraffic:
                     f"({sw['trunk_to_access']} tagged, {sw['trunk_untagged']} untagged, "
                     f"{sw['trunk_other_vlan']} other VLAN; {sw['access_to_trunk']} tagged towards it)",
                     json.dumps(sw))
+        self.drain_outlasts_the_stop_timeout(good)
         print(f"boot-traffic: {self.passed} passed, 0 failed "
               f"({time.monotonic() - t0:.0f}s)", flush=True)
 

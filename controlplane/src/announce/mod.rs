@@ -36,8 +36,9 @@ const SETTLE_CHECK: Duration = Duration::from_millis(100);
 pub enum Stop {
     /// Stop now.
     Now,
-    /// The VIPs are withdrawn; keep running until [`Announcer::drain_over`].
-    Draining,
+    /// The VIPs are withdrawn; keep running until [`Announcer::drain_over`],
+    /// this long from now.
+    Draining(Duration),
 }
 
 /// The control loop's side of the announcement.
@@ -165,7 +166,7 @@ impl Announcer {
              (bgp.drain_time) before stopping; signal again to stop now",
             drain.as_secs_f64()
         );
-        Stop::Draining
+        Stop::Draining(drain)
     }
 
     /// Whether a drain begun by [`stop`](Self::stop) is over.

@@ -14,40 +14,50 @@ pub struct Group {
 }
 
 impl Group {
-    /// The group named `name` (or a numeric gid) in /etc/group, or why not.
+    /// The group named `name` (or a numeric gid) in /etc/group, or why not
+    /// (`--control-socket-group`).
     pub fn resolve(name: &str) -> Result<Group, String> {
         Self::resolve_in(name, Path::new("/etc/group"))
     }
 
+    /// The group named `name` (or a numeric gid) in /etc/group, None when
+    /// there is no such group (`--control-socket-group-if-exists`).
+    pub fn resolve_if_exists(name: &str) -> Result<Option<Group>, String> {
+        Self::lookup_in(
+            "--control-socket-group-if-exists",
+            name,
+            Path::new("/etc/group"),
+        )
+    }
+
     fn resolve_in(name: &str, file: &Path) -> Result<Group, String> {
-        let text = std::fs::read_to_string(file).map_err(|e| {
+        Self::lookup_in("--control-socket-group", name, file)?.ok_or_else(|| {
             format!(
-                "--control-socket-group {name}: cannot read {}: {e}",
+                "--control-socket-group {name}: no such group in {}; create it \
+                 (groupadd {name}) or name an existing one",
                 file.display()
             )
-        })?;
+        })
+    }
+
+    fn lookup_in(option: &str, name: &str, file: &Path) -> Result<Option<Group>, String> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| format!("{option} {name}: cannot read {}: {e}", file.display()))?;
         let found = text
             .lines()
             .filter_map(group_entry)
             .find(|(n, gid, _)| *n == name || name.parse::<u32>().is_ok_and(|g| g == *gid));
-        match found {
-            Some((n, gid, _)) => Ok(Group {
+        Ok(match found {
+            Some((n, gid, _)) => Some(Group {
                 name: n.to_string(),
                 gid,
             }),
-            None => match name.parse::<u32>() {
-                // A gid without a name is still a group the socket can have.
-                Ok(gid) => Ok(Group {
-                    name: name.to_string(),
-                    gid,
-                }),
-                Err(_) => Err(format!(
-                    "--control-socket-group {name}: no such group in {}; create it \
-                     (groupadd {name}) or name an existing one",
-                    file.display()
-                )),
-            },
-        }
+            // A gid without a name is still a group the socket can have.
+            None => name.parse::<u32>().ok().map(|gid| Group {
+                name: name.to_string(),
+                gid,
+            }),
+        })
     }
 }
 
@@ -191,6 +201,19 @@ mod tests {
         let e = Group::resolve_in("nope", &file).unwrap_err();
         assert!(
             e.contains("no such group") && e.contains("groupadd nope"),
+            "{e}"
+        );
+        let optional = "--control-socket-group-if-exists";
+        assert_eq!(Group::lookup_in(optional, "nope", &file), Ok(None));
+        assert_eq!(
+            Group::lookup_in(optional, "ops", &file)
+                .unwrap()
+                .map(|g| g.gid),
+            Some(500)
+        );
+        let e = Group::lookup_in(optional, "ops", &dir.join("missing")).unwrap_err();
+        assert!(
+            e.starts_with("--control-socket-group-if-exists ops: cannot read "),
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -135,8 +135,13 @@ fn bind_in(
         .map_err(BindError::io(path, "cannot set the socket's mode"))?;
     if let Some(g) = group {
         let gid = rustix::fs::Gid::from_raw(g.gid);
-        rustix::fs::chown(&inner, None, Some(gid))
-            .map_err(|e| BindError::io(path, "cannot give the socket its group")(e.into()))?;
+        rustix::fs::chown(&inner, None, Some(gid)).map_err(|e| {
+            BindError::io(
+                path,
+                "cannot give the socket its group (a group sluice's user is not in \
+                     takes CAP_CHOWN)",
+            )(e.into())
+        })?;
     }
     let cwd = rustix::fs::CWD;
     let renamed = if stale {

@@ -74,10 +74,14 @@ pub fn supervise(
         ctl.service.alive();
         std::thread::sleep(Duration::from_millis(10));
         if signals.term.swap(false, Ordering::Relaxed) {
-            ctl.service.stopping();
-            if ctl.announce.stop() == Stop::Now {
-                controlplane::info!("sluice: signal received, stopping");
-                return;
+            match ctl.announce.stop() {
+                Stop::Now => {
+                    ctl.service.stopping();
+                    controlplane::info!("sluice: signal received, stopping");
+                    return;
+                }
+                // systemd's stop timeout must not end the drain.
+                Stop::Draining(drain) => ctl.service.draining(drain),
             }
         }
         if ctl.announce.drain_over() {

@@ -150,9 +150,11 @@ fn tap(message: &str, facts: &Facts) -> Option<String> {
         ));
     }
     message.contains("Read-only file system").then(|| {
-        "/proc/sys is read-only to sluice (ProtectKernelTunables=yes in a drop-in, or a \
-         container), and it writes the TAP's sysctls there: remove that setting \
-         (`systemctl cat sluice` shows the drop-ins)"
+        "/proc/sys/net/ipv6/conf is read-only to sluice, and it turns IPv6 off on the TAP \
+         of a port without address6 there (disable_ipv6): the packaged unit keeps that \
+         directory writable (ReadWritePaths=-/proc/sys/net/ipv6/conf beside \
+         ProtectKernelTunables=yes); a drop-in without it, or a container, makes it \
+         read-only (`systemctl cat sluice` shows the unit and its drop-ins)"
             .into()
     })
 }
@@ -209,7 +211,9 @@ fn uio_without_sys_admin(dev: &PciDevice) -> String {
         "{} is bound to {}, with which EAL needs physical addresses (IOVA as PA) and so \
          CAP_SYS_ADMIN, which sluice does not have: bind it to vfio-pci with the IOMMU on \
          (/etc/dpdk/interfaces, `dpdk-devbind.py --status`), or add CAP_SYS_ADMIN to \
-         CapabilityBoundingSet in a drop-in (`systemctl edit sluice`)",
+         CapabilityBoundingSet and ReadWritePaths=/sys/devices (EAL maps the NIC's \
+         registers through sysfs under uio, which the unit makes read-only) in a drop-in \
+         (`systemctl edit sluice`)",
         dev.address,
         dev.driver.as_deref().unwrap_or("uio")
     )

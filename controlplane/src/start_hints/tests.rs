@@ -272,6 +272,7 @@ fn uio_without_cap_sys_admin_names_both_ways_out() {
             "0000:03:00.0 is bound to uio_pci_generic",
             "CAP_SYS_ADMIN",
             "bind it to vfio-pci with the IOMMU on",
+            "ReadWritePaths=/sys/devices",
         ],
     );
     assert_eq!(
@@ -447,7 +448,10 @@ fn tap_failures_name_root_the_capability_or_read_only_sysctls() {
                   (os error 30)";
     has(
         &hint(Step::Tap, 0, sysctl, &host()).unwrap(),
-        &["/proc/sys is read-only", "ProtectKernelTunables=yes"],
+        &[
+            "/proc/sys/net/ipv6/conf is read-only",
+            "ReadWritePaths=-/proc/sys/net/ipv6/conf",
+        ],
     );
     // Capabilities that cannot be read are not guessed missing.
     let unknown = Facts {
