@@ -9,6 +9,7 @@ use crate::conntrack::{Home, TrackKey, Tracked};
 use crate::drop_reason::DropReason;
 use crate::fast_path;
 use crate::icmp_error;
+use crate::ids::BackendId;
 use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{self, Keyed, KeyedOut, LanePacket, LastRule, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
@@ -38,6 +39,16 @@ impl BurstPacket for VecPacket {
 pub struct SteerFor {
     pub index: usize,
     pub workers: usize,
+}
+
+/// A packet of an established flow forwarded by the established lane
+/// ([`BurstStages::forward_established`]): the port it leaves by and its
+/// backend, as [`Verdict::Forward`] would say. It opened no conntrack
+/// entry.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Forwarded {
+    pub port: u16,
+    pub backend: BackendId,
 }
 
 /// Where stage 2 sends one packet of the burst.
@@ -243,8 +254,48 @@ impl BurstStages {
         state: &ForwardingState,
         ctx: &mut PipelineCtx,
     ) -> Outcome {
+        match self.forward_established(i, pkt, state, ctx) {
+            Some(Forwarded { port, backend }) => {
+                Outcome::Verdict(Verdict::Forward { port, backend })
+            }
+            None => self.deliver_other(i, pkt, state, ctx),
+        }
+    }
+
+    /// The first half of [`BurstStages::deliver`], for a caller that
+    /// handles the common outcome apart from the others: looks ahead into
+    /// the shard for later packets, then forwards packet `i` if it is one
+    /// of an established flow that the established lane takes (never one
+    /// that opens a conntrack entry). None, with the packet untouched:
+    /// [`BurstStages::deliver_other`] decides it.
+    #[inline(always)]
+    pub fn forward_established<P: PacketBuf>(
+        &mut self,
+        i: usize,
+        pkt: &mut P,
+        state: &ForwardingState,
+        ctx: &mut PipelineCtx,
+    ) -> Option<Forwarded> {
         self.check_home(state, ctx, i + HOME_CHECK_AHEAD);
         self.fetch_fallback(ctx, i + FALLBACK_AHEAD);
+        let slot = self.slots.get(i)?;
+        if slot.steer_to != NO_STEER || slot.keyed != Keyed::Lane {
+            return None;
+        }
+        pipeline::forward_lane(pkt, &slot.lane, &slot.tracked, state, ctx)
+            .map(|(port, backend)| Forwarded { port, backend })
+    }
+
+    /// The rest of [`BurstStages::deliver`] for packet `i`, after
+    /// [`BurstStages::forward_established`] returned None for it.
+    #[inline]
+    pub fn deliver_other<P: PacketBuf>(
+        &mut self,
+        i: usize,
+        pkt: &mut P,
+        state: &ForwardingState,
+        ctx: &mut PipelineCtx,
+    ) -> Outcome {
         let Some(slot) = self.slots.get(i) else {
             return Outcome::Verdict(Verdict::Drop(DropReason::Internal));
         };
@@ -252,9 +303,8 @@ impl BurstStages {
             return Outcome::Steer(usize::from(slot.steer_to));
         }
         if slot.keyed == Keyed::Lane {
-            return Outcome::Verdict(pipeline::deliver_lane(
+            return Outcome::Verdict(pipeline::deliver_lane_declined(
                 pkt,
-                &slot.lane,
                 &slot.tracked,
                 state,
                 ctx,

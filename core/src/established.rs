@@ -20,6 +20,7 @@
 
 use crate::conntrack::{policy, Shard, Tracked};
 use crate::fast_path;
+use crate::ids::BackendId;
 use crate::packet::PacketBuf;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
@@ -44,12 +45,13 @@ pub fn forward<P: PacketBuf>(
     }
     let slot = shard.lookup(&t.key, t.hash, now)?;
     forward_found(pkt, &b.layout, t, slot, state, shard, now, |_, _| b.hash)
+        .map(|(port, backend)| Verdict::Forward { port, backend })
 }
 
 /// [`forward`] for a packet the IPv4 fast path left for the lane: never a
 /// SYN (stage 1 sent those to the general path), and without its flow
 /// hash, which is computed from the frame only for a UDP tunnel's source
-/// port.
+/// port. The verdict's port and backend.
 #[inline(always)]
 pub fn forward_lane<P: PacketBuf>(
     pkt: &mut P,
@@ -58,7 +60,7 @@ pub fn forward_lane<P: PacketBuf>(
     state: &ForwardingState,
     shard: &mut Shard,
     now: Millis,
-) -> Option<Verdict> {
+) -> Option<(u16, BackendId)> {
     let l3 = usize::from(lane.l3_offset);
     let slot = shard.lookup_at(&t.key, t.hash, lane.home, now)?;
     forward_found(
@@ -73,7 +75,8 @@ pub fn forward_lane<P: PacketBuf>(
     )
 }
 
-/// The lane once the lookup found the key's live entry in `slot`.
+/// The lane once the lookup found the key's live entry in `slot`: the
+/// port and backend of the packet's `Verdict::Forward`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn forward_found<P: PacketBuf>(
@@ -85,7 +88,7 @@ fn forward_found<P: PacketBuf>(
     shard: &mut Shard,
     now: Millis,
     flow_hash: impl FnOnce(&[u8], &ServiceState) -> u64,
-) -> Option<Verdict> {
+) -> Option<(u16, BackendId)> {
     let (id, epoch) = shard.entry(slot).map(|e| (e.backend, e.pool_epoch))?;
     let service = state.service(t.key.service())?;
     let backend = state.backend(id)?;
@@ -106,8 +109,5 @@ fn forward_found<P: PacketBuf>(
     }
     shard.counters.hits += 1;
     shard.touch(slot, now, service.tracking.idle_timeout_ms);
-    Some(Verdict::Forward {
-        port: header.port,
-        backend: id,
-    })
+    Some((header.port, id))
 }

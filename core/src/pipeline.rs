@@ -19,6 +19,7 @@ use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::icmp_error;
+use crate::ids::BackendId;
 use crate::packet::PacketBuf;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
@@ -121,7 +122,7 @@ pub fn classify_into(
 /// the key from the addresses it has just read, the general path through
 /// [`prefetch_conntrack`]), and says which records it wrote: a tracked
 /// non-SYN packet of the fast path leaves `keyed.lane` instead of its `Stage`
-/// ([`Keyed::Lane`], for [`deliver_lane`]). `last`: the rule the
+/// ([`Keyed::Lane`], for [`forward_lane`]). `last`: the rule the
 /// previous packet of the burst matched ([`LastRule`]).
 #[inline(always)]
 pub fn classify_keyed_into(
@@ -343,20 +344,18 @@ pub fn deliver_tracked<P: PacketBuf>(
 }
 
 /// Stage 2 for a packet the IPv4 fast path left for the established lane
-/// ([`Keyed::Lane`]): forwarded there, or else decided by the general
-/// stage 2.
+/// ([`Keyed::Lane`]) when the lane takes it: its port and backend (the
+/// packet rewritten, its entry refreshed), or None with the packet
+/// untouched — then [`deliver_lane_declined`] decides it.
 #[inline(always)]
-pub fn deliver_lane<P: PacketBuf>(
+pub fn forward_lane<P: PacketBuf>(
     pkt: &mut P,
     lane: &LanePacket,
     t: &Tracked,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
-) -> Verdict {
-    match established::forward_lane(pkt, lane, t, state, &mut ctx.conntrack, ctx.now) {
-        Some(v) => v,
-        None => deliver_lane_general(pkt, t, state, ctx),
-    }
+) -> Option<(u16, BackendId)> {
+    established::forward_lane(pkt, lane, t, state, &mut ctx.conntrack, ctx.now)
 }
 
 /// The general stage 2 for a packet the established lane declined: its
@@ -364,7 +363,7 @@ pub fn deliver_lane<P: PacketBuf>(
 /// (without counting it under its rule again), and its `Balance` — flow
 /// hash included, which the lane did without — goes where a SYN's goes.
 #[inline(never)]
-fn deliver_lane_general<P: PacketBuf>(
+pub fn deliver_lane_declined<P: PacketBuf>(
     pkt: &mut P,
     t: &Tracked,
     state: &ForwardingState,

@@ -4,9 +4,11 @@
 //! 1. [`BurstPath::prepare`]: stage 1 (parse, rule, flow hash; a tracked
 //!    packet's key, and its home entry requested) for every packet, then
 //!    the steering decision — `sluice_core::burst`, sans-IO;
-//! 2. per packet, stage 2 (`BurstStages::deliver`: conntrack lookahead,
-//!    decision, backend, encapsulation), then [`BurstPath::route`] puts it
-//!    on the lane its outcome names;
+//! 2. per packet, stage 2 (`BurstStages::forward_established`: conntrack
+//!    lookahead, then an established flow's packet forwarded by the
+//!    established lane and queued at once; `BurstStages::deliver_other`
+//!    for the others: decision, backend, encapsulation, then
+//!    [`BurstPath::route`] puts it on the lane its outcome names);
 //! 3. the burst's drops are freed together.
 
 use super::lanes::Lanes;
@@ -54,7 +56,18 @@ impl BurstPath {
     ) {
         self.prepare(state, burst, rx_port, steer);
         for (i, mut m) in burst.drain().enumerate() {
-            match self.stages.deliver(i, &mut m, state, &mut self.ctx) {
+            // Most packets: an established flow's, forwarded by the
+            // established lane (no new entry), queued here in one line.
+            if let Some(f) = self
+                .stages
+                .forward_established(i, &mut m, state, &mut self.ctx)
+            {
+                let stats = self.lanes.stats();
+                stats.backend(f.backend, 1, u64::from(m.pkt_len()));
+                self.lanes.transmit(usize::from(f.port), m);
+                continue;
+            }
+            match self.stages.deliver_other(i, &mut m, state, &mut self.ctx) {
                 Outcome::Steer(owner) => self.lanes.steer(owner, m),
                 Outcome::Verdict(verdict) => self.route(state, verdict, m, rx_port),
             }
@@ -88,8 +101,8 @@ impl BurstPath {
     }
 
     /// Puts a delivered packet on the lane its verdict names: a forwarded
-    /// packet and an ICMP answer on a port's TX lane (one call site, which
-    /// stays inlined into the burst loop), the others on theirs.
+    /// packet and an ICMP answer on a port's TX lane, the others on
+    /// theirs.
     #[inline]
     fn route(
         &mut self,

@@ -70,8 +70,10 @@ impl Lanes {
         self.steer.len()
     }
 
-    /// Queues a frame on a port's TX lane.
-    #[inline]
+    /// Queues a frame on a port's TX lane. Always inlined: the burst loop
+    /// queues from two places (the established lane's packets and the
+    /// others'), and a call would cost as much as the queueing.
+    #[inline(always)]
     pub(super) fn transmit(&mut self, port: usize, m: Mbuf) {
         match self.tx.get_mut(port) {
             Some(lane) => lane.queue(m, &self.stats),
