@@ -7,6 +7,7 @@
 
 use crate::conntrack::{Home, TrackKey, Tracked};
 use crate::drop_reason::DropReason;
+use crate::established;
 use crate::fast_path;
 use crate::icmp_error;
 use crate::ids::BackendId;
@@ -282,8 +283,15 @@ impl BurstStages {
         if slot.steer_to != NO_STEER || slot.keyed != Keyed::Lane {
             return None;
         }
-        pipeline::forward_lane(pkt, &slot.lane, &slot.tracked, state, ctx)
-            .map(|(port, backend)| Forwarded { port, backend })
+        established::forward_lane(
+            pkt,
+            &slot.lane,
+            &slot.tracked,
+            state,
+            &mut ctx.conntrack,
+            ctx.now,
+        )
+        .map(|(port, backend)| Forwarded { port, backend })
     }
 
     /// The rest of [`BurstStages::deliver`] for packet `i`, after

@@ -19,7 +19,6 @@ use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::icmp_error;
-use crate::ids::BackendId;
 use crate::packet::PacketBuf;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
@@ -122,7 +121,7 @@ pub fn classify_into(
 /// the key from the addresses it has just read, the general path through
 /// [`prefetch_conntrack`]), and says which records it wrote: a tracked
 /// non-SYN packet of the fast path leaves `keyed.lane` instead of its `Stage`
-/// ([`Keyed::Lane`], for [`forward_lane`]). `last`: the rule the
+/// ([`Keyed::Lane`], for `established::forward_lane`). `last`: the rule the
 /// previous packet of the burst matched ([`LastRule`]).
 #[inline(always)]
 pub fn classify_keyed_into(
@@ -343,27 +342,12 @@ pub fn deliver_tracked<P: PacketBuf>(
     }
 }
 
-/// Stage 2 for a packet the IPv4 fast path left for the established lane
-/// ([`Keyed::Lane`]) when the lane takes it: its port and backend (the
-/// packet rewritten, its entry refreshed), or None with the packet
-/// untouched — then [`deliver_lane_declined`] decides it.
-#[inline(always)]
-pub fn forward_lane<P: PacketBuf>(
-    pkt: &mut P,
-    lane: &LanePacket,
-    t: &Tracked,
-    state: &ForwardingState,
-    ctx: &mut PipelineCtx,
-) -> Option<(u16, BackendId)> {
-    established::forward_lane(pkt, lane, t, state, &mut ctx.conntrack, ctx.now)
-}
-
 /// The general stage 2 for a packet the established lane declined: its
 /// frame is unchanged, so the fast path classifies it as stage 1 did
 /// (without counting it under its rule again), and its `Balance` — flow
 /// hash included, which the lane did without — goes where a SYN's goes.
 #[inline(never)]
-pub fn deliver_lane_declined<P: PacketBuf>(
+pub(crate) fn deliver_lane_declined<P: PacketBuf>(
     pkt: &mut P,
     t: &Tracked,
     state: &ForwardingState,
