@@ -666,6 +666,7 @@ mod tests {
                 pool_epoch: 0,
                 tables: vec![],
                 backends: ids.clone(),
+                quic_lb: None,
             }],
             backends: ids
                 .iter()

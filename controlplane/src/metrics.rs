@@ -334,6 +334,7 @@ mod tests {
                 pool_epoch: 0,
                 tables: vec![],
                 backends: vec![WEB],
+                quic_lb: None,
             }],
             backends: (0..=WEB.index())
                 .map(|i| {

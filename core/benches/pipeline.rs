@@ -90,6 +90,7 @@ fn state(
             drain_on_failover: true,
             pool_epoch: 0,
             backends: ids,
+            quic_lb: None,
             tables: vec![Arc::new(table)],
         }],
         backends,

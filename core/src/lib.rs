@@ -28,6 +28,7 @@ pub mod outer_header;
 pub mod packet;
 pub mod pipeline;
 pub mod port;
+pub mod quic_lb;
 pub mod rules;
 pub mod service;
 pub mod snapshot;

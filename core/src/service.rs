@@ -8,6 +8,7 @@ use crate::affinity::SessionAffinity;
 use crate::encap::Encapsulation;
 use crate::ids::BackendId;
 use crate::maglev_table::MaglevTable;
+use crate::quic_lb::QuicLbRouting;
 use crate::zones::ZoneMap;
 
 /// Connection tracking mode (SPEC §3).
@@ -72,6 +73,9 @@ pub struct ServiceState {
     pub tables: Vec<Arc<MaglevTable>>,
     /// The service's current backends, including draining ones.
     pub backends: Vec<BackendId>,
+    /// Its QUIC-LB configurations and server IDs (None: its UDP packets
+    /// are balanced like any other).
+    pub quic_lb: Option<Arc<QuicLbRouting>>,
 }
 
 impl ServiceState {
@@ -140,6 +144,7 @@ mod tests {
             pool_epoch: 0,
             tables: vec![t(0), t(1), t(2)],
             backends: vec![],
+            quic_lb: None,
         };
         let owner = |svc: &ServiceState, ip: &str| {
             svc.table_for_client(&zones, ip.parse().unwrap())

@@ -182,6 +182,7 @@ mod tests {
                         pool_epoch: i as u32,
                         tables: vec![],
                         backends: vec![],
+                        quic_lb: None,
                     })
                     .collect(),
                 ..Default::default()

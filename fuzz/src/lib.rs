@@ -53,6 +53,7 @@ pub fn state(mtu: u16) -> ForwardingState {
             drain_on_failover: true,
             pool_epoch: 0,
             backends: vec![BackendId(0), BackendId(1)],
+            quic_lb: None,
             tables: vec![table.into()],
         });
     }

@@ -100,6 +100,7 @@ impl Derived {
                 pool_epoch: s.pool_epoch,
                 tables: s.tables.clone(),
                 backends: Vec::new(),
+                quic_lb: s.quic_lb.clone(),
             })
             .collect();
         let light = ForwardingState {

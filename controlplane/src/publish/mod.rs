@@ -516,6 +516,7 @@ fn service_state(
         pool_epoch: epoch,
         tables,
         backends: members.to_vec(),
+        quic_lb: None,
     };
     let report = ServiceReport {
         name: svc.name.clone(),

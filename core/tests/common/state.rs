@@ -65,6 +65,7 @@ fn service(
         drain_on_failover: true,
         pool_epoch: 0,
         backends: table.slots.to_vec(),
+        quic_lb: None,
         tables: vec![table.into()],
     }
 }

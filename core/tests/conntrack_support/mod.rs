@@ -145,6 +145,7 @@ impl World {
             pool_epoch: 0,
             tables: vec![],
             backends: (0..n).map(BackendId).collect(),
+            quic_lb: None,
         };
         let mut w = Self {
             state: ForwardingState {
