@@ -12,8 +12,11 @@ use crossbeam_utils::CachePadded;
 use prometheus::core::Collector as _;
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder as _, IntCounter, IntCounterVec, IntGauge, Opts, TextEncoder};
+use sluice_core::quic_lb::Fallback;
 use sluice_core::snapshot::{ForwardingState, SnapshotCell};
-use sluice_core::stats::{ConntrackStats, Export, Metric, PortCounters, WorkerStats, MAX_PORTS};
+use sluice_core::stats::{
+    ConntrackStats, Export, Metric, PortCounters, QuicLbStats, WorkerStats, MAX_PORTS,
+};
 use sluice_core::DropReason;
 
 /// What the metrics endpoint reads.
@@ -121,6 +124,24 @@ pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamil
         None,
         |w, _| &w.conntrack,
     ));
+
+    // QUIC-LB: routed by connection ID, or the ordinary path by reason.
+    out.extend(block_families(src, QuicLbStats::METRICS, None, |w, _| {
+        &w.quic_lb
+    }));
+    let fallbacks = counter_vec(
+        "sluice_quic_lb_fallback_packets_total",
+        "UDP packets of QUIC-LB services balanced the ordinary way (affinity, \
+         conntrack, Maglev) instead of by their connection ID, by reason (every \
+         reason listed, zeros included).",
+        &["reason"],
+    );
+    for &reason in Fallback::ALL {
+        fallbacks
+            .with_label_values(&[reason.name()])
+            .inc_by(sum(src, |w| w.quic_lb.fallback[reason.index()].get()));
+    }
+    out.extend(fallbacks.collect());
 
     if let Some(c) = &src.control {
         let view = c.view();

@@ -15,9 +15,10 @@
 use crate::conntrack::{policy, Addrs, PacketMeta, Shard, TrackKey, Tracked};
 use crate::flow::{ipv4_ports_hash, TupleKind};
 use crate::ids::ServiceId;
+use crate::quic_lb::Decision;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
-use crate::stage::{Balance, Keyed, KeyedOut, LanePacket, Stage, Verdict};
+use crate::stage::{Balance, Keyed, KeyedOut, LanePacket, Stage, Steer, Verdict};
 use crate::stats::RuleCounters;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::wire::ipv4::{self, Ipv4Packet, VERSION_IHL_NO_OPTIONS};
@@ -363,7 +364,16 @@ fn classify(
     if let Some(rules) = rules {
         rules.add(counter);
     }
-    let tracked = policy::trackable(proto, service.affinity);
+    let mut tracked = policy::trackable(proto, service.affinity);
+    let mut steer = Steer::Flow;
+    if proto == UDP {
+        if let Some(quic) = service.quic_lb.as_deref() {
+            let payload = rest.get(IP_UDP_LEN..total).unwrap_or_default();
+            steer = Steer::Quic(quic.route(payload));
+            // Routed by its connection ID: no conntrack (nor steering).
+            tracked &= !matches!(steer, Steer::Quic(Decision::Routed(_)));
+        }
+    }
     let meta = PacketMeta {
         proto,
         tcp_flags,
@@ -372,7 +382,7 @@ fn classify(
     };
     let dont_fragment = frag & FLAG_DF != 0;
     let mut keyed_as = Keyed::Staged;
-    if tracked {
+    if tracked && steer == Steer::Flow {
         if let Some((shard, KeyedOut { tracked: t, lane })) = keyed {
             let addrs = Addrs {
                 src: [0, u64::from(src)],
@@ -417,7 +427,7 @@ fn classify(
         hash,
         meta,
         tracked,
-        icmp_error: false,
+        steer,
     });
     Some(keyed_as)
 }

@@ -20,14 +20,17 @@ use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::icmp_error;
 use crate::packet::PacketBuf;
+use crate::quic_lb::{self, Decision, QuicLbCounts};
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::stage::{is_own_address, rule_miss};
-pub use crate::stage::{prefetch_table, Balance, Keyed, KeyedOut, LanePacket, Stage, Verdict};
+pub use crate::stage::{
+    prefetch_table, Balance, Keyed, KeyedOut, LanePacket, Stage, Steer, Verdict,
+};
 use crate::stats::RuleCounters;
 use crate::time::Millis;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
-use crate::wire::proto::ICMPV6;
+use crate::wire::proto::{ICMPV6, UDP};
 use crate::wire::{self, IpInfo, L3Layout, Parsed};
 
 /// Worker-local state the pipeline may read and update.
@@ -47,6 +50,8 @@ pub struct PipelineCtx {
     /// counts new connections reads and clears it after such a verdict;
     /// no other verdict leaves it set.
     pub opened: bool,
+    /// Packets of QUIC-LB services routed by connection ID or not.
+    pub quic_lb: QuicLbCounts,
 }
 
 impl PipelineCtx {
@@ -59,6 +64,7 @@ impl PipelineCtx {
             icmp_replies: Default::default(),
             fragment_ids: FragmentIds::default(),
             opened: false,
+            quic_lb: QuicLbCounts::default(),
         }
     }
 }
@@ -205,7 +211,7 @@ fn classify_inner(
                 meta: PacketMeta::of(&ip),
                 // ICMP is never tracked (CT-4); the quoted flow may be.
                 tracked: false,
-                icmp_error: true,
+                steer: Steer::IcmpError,
             }));
         }
     }
@@ -229,7 +235,18 @@ fn classify_inner(
     // no backend to send to, which is what the counter says.
     let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
     let hash = packet_hash_seeded(state.flow_seed, &ip, service.affinity);
-    let tracked = conntrack::policy::trackable(ip.protocol, service.affinity);
+    let mut tracked = conntrack::policy::trackable(ip.protocol, service.affinity);
+    let mut steer = Steer::Flow;
+    if ip.protocol == UDP && !ip.fragment.is_fragmented() {
+        if let Some(quic) = service.quic_lb.as_deref() {
+            let payload = frame
+                .get(ip.l4_offset + wire::udp::HEADER_LEN..ip.l3_offset + ip.ip_len)
+                .unwrap_or_default();
+            steer = Steer::Quic(quic.route(payload));
+            // Routed by its connection ID: no conntrack (nor steering).
+            tracked &= !matches!(steer, Steer::Quic(Decision::Routed(_)));
+        }
+    }
     if !tracked {
         prefetch_table(service, hash);
     }
@@ -239,7 +256,7 @@ fn classify_inner(
         hash,
         meta: PacketMeta::of(&ip),
         tracked,
-        icmp_error: false,
+        steer,
     }))
 }
 
@@ -261,7 +278,7 @@ pub fn prefetch_conntrack(
 ) -> bool {
     // CT-2/CT-4: untracked packets (UDP under NONE, ICMP, …) skip this
     // before touching the snapshot or the frame.
-    if !b.tracked {
+    if !b.keyed_in_stage_one() {
         return false;
     }
     let Some(service) = state.service(b.service) else {
@@ -409,17 +426,18 @@ fn deliver_inner<P: PacketBuf>(
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
     // CT-2: an untracked packet of a service without zonal tables is hashed
     // onto its one table: no addresses to read back, no shard to consult.
-    let selected = if b.icmp_error {
-        icmp_error::backend(pkt.data(), b, service, state, &mut ctx.conntrack, ctx.now)
-            .map(Selection::stateless)
-    } else if !b.tracked && service.tables.len() <= 1 {
-        service
+    let selected = match b.steer {
+        Steer::Flow if !b.tracked && service.tables.len() <= 1 => service
             .tables
             .first()
             .and_then(|t| t.lookup(b.hash))
-            .map(Selection::stateless)
-    } else {
-        select_backend(pkt.data(), b, tracked, service, state, ctx)
+            .map(Selection::stateless),
+        Steer::Flow => select_backend(pkt.data(), b, tracked, service, state, ctx),
+        Steer::IcmpError => {
+            icmp_error::backend(pkt.data(), b, service, state, &mut ctx.conntrack, ctx.now)
+                .map(Selection::stateless)
+        }
+        Steer::Quic(decision) => select_quic(pkt.data(), b, decision, service, state, ctx),
     }
     .ok_or(DropReason::NoBackend)?;
     let id = selected.backend;
@@ -470,6 +488,35 @@ fn deliver_inner<P: PacketBuf>(
         port: backend.egress.port,
         backend: id,
     })
+}
+
+/// The backend of a UDP packet of a QUIC-LB service: the one its
+/// connection ID names while its connection stays there
+/// (`quic_lb::connection_stays`), else the ordinary path's — the tracking
+/// key built here, since stage 1 left none. Counted either way.
+#[inline(never)]
+fn select_quic(
+    frame: &[u8],
+    b: &Balance,
+    decision: Decision,
+    service: &ServiceState,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Option<Selection> {
+    let reason = match decision {
+        Decision::Routed(server) => {
+            match quic_lb::connection_stays(server, service, state, ctx.now) {
+                Ok(id) => {
+                    ctx.quic_lb.routed += 1;
+                    return Some(Selection::stateless(id));
+                }
+                Err(reason) => reason,
+            }
+        }
+        Decision::Fallback(reason) => reason,
+    };
+    ctx.quic_lb.count_fallback(reason);
+    select_backend(frame, b, None, service, state, ctx)
 }
 
 /// The backend of a packet through connection tracking (SPEC §3) and the

@@ -11,6 +11,7 @@ use std::net::IpAddr;
 use crate::conntrack::{Home, PacketMeta, Tracked};
 use crate::drop_reason::DropReason;
 use crate::ids::{BackendId, ServiceId};
+use crate::quic_lb::Decision;
 use crate::rules::RuleMiss;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
@@ -69,9 +70,33 @@ pub struct Balance {
     pub meta: PacketMeta,
     /// Whether the service tracks this packet's protocol (CT-2, CT-4).
     pub tracked: bool,
+    /// How stage 2 picks its backend.
+    pub steer: Steer,
+}
+
+impl Balance {
+    /// Whether stage 1 builds its tracking key and requests its entry:
+    /// a tracked packet balanced by its flow. (A QUIC-LB packet that
+    /// falls back builds its key in stage 2: few packets of a connection
+    /// do.)
+    #[inline(always)]
+    pub fn keyed_in_stage_one(&self) -> bool {
+        self.tracked && self.steer == Steer::Flow
+    }
+}
+
+/// How stage 2 picks a balanced packet's backend.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Steer {
+    /// By its flow: conntrack when tracked, the Maglev table.
+    #[default]
+    Flow,
     /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
     /// quoted flow up in the shard (without recording anything).
-    pub icmp_error: bool,
+    IcmpError,
+    /// A UDP packet of a QUIC-LB service: stage 1's decoding of its
+    /// connection ID (`quic_lb`).
+    Quic(Decision),
 }
 
 /// Where the IP packet of a tracked, non-SYN IPv4 packet is, as the fast

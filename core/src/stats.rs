@@ -398,6 +398,33 @@ impl ConntrackStats {
 }
 
 counter_block! {
+    /// UDP packets of QUIC-LB services as one worker decided them. The
+    /// pipeline counts in plain worker-local integers
+    /// ([`crate::quic_lb::QuicLbCounts`]); the worker copies them here once
+    /// per poll ([`QuicLbStats::publish`]).
+    pub struct QuicLbStats {
+        /// UDP packets of QUIC-LB services sent to the backend their QUIC
+        /// connection ID names, whatever their addresses and ports.
+        routed: Gauge => Total "sluice_quic_lb_routed_packets_total",
+        ;
+        /// Sent the ordinary path, by [`crate::quic_lb::Fallback::index`]
+        /// (exported with a `reason` label).
+        fallback: [Gauge; crate::quic_lb::Fallback::COUNT],
+    }
+}
+
+impl QuicLbStats {
+    /// Copies the pipeline's counts (one owner: the worker).
+    #[inline]
+    pub fn publish(&self, counts: &crate::quic_lb::QuicLbCounts) {
+        self.routed.set(counts.routed);
+        for (gauge, &n) in self.fallback.iter().zip(&counts.fallback) {
+            gauge.set(n);
+        }
+    }
+}
+
+counter_block! {
     /// Everything one worker counts. Allocated once at start; the metrics
     /// thread holds an `Arc` to every worker's block and sums them at
     /// scrape time.
@@ -449,6 +476,7 @@ counter_block! {
         /// Packets per forwarding rule, by its counter slot.
         rule_packets: RuleCounters,
         conntrack: ConntrackStats,
+        quic_lb: QuicLbStats,
     }
 }
 

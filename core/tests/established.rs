@@ -165,6 +165,7 @@ fn ctx() -> PipelineCtx {
         conntrack: Shard::with_capacity_and_seed(1024, 7),
         fragment_ids: FragmentIds::for_worker(0),
         opened: false,
+        quic_lb: Default::default(),
     }
 }
 

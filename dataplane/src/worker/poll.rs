@@ -171,6 +171,7 @@ impl Polling {
     fn stop(&mut self) {
         self.path.lanes.stop();
         self.stats.conntrack.publish(&self.path.ctx.conntrack);
+        self.stats.quic_lb.publish(&self.path.ctx.quic_lb);
     }
 }
 
@@ -254,5 +255,6 @@ fn sweep(ctx: &mut PipelineCtx, last_sweep: &mut Millis, stats: &WorkerStats) {
         ctx.conntrack.sweep(now, SWEEP_SLOTS_PER_MS * ms);
         *last_sweep = now;
         stats.conntrack.publish(&ctx.conntrack);
+        stats.quic_lb.publish(&ctx.quic_lb);
     }
 }
