@@ -8,6 +8,8 @@ directories given with --pcaps (pcapng and non-Ethernet link types are
 skipped: the fuzzers see Ethernet frames).
 
 Input formats (see the targets' doc comments):
+  quic_lb   a configuration byte, a nonce-length byte, then the bytes the
+            target encodes and decodes
   parse     one frame
   pipeline  a configuration byte (headroom, snapshot) then one frame
   burst     a configuration byte then frames, each a big-endian u16 length
@@ -53,6 +55,29 @@ def pcap_frames(path, limit):
     return frames
 
 
+def quic_payloads():
+    """QUIC packets for the fuzzed QUIC-LB services: a short header whose
+    connection ID names server 0x01 under config 0, a Handshake with the
+    same ID, an Initial, and an ID with config bits 0b111."""
+    cid = bytes([0x05, 0x01, 0xA1, 0xA2, 0xA3, 0xA4])
+    long = lambda first, dcid: bytes([first]) + (1).to_bytes(4, "big") + bytes([len(dcid)]) + dcid + bytes(8) + bytes(32)
+    return {
+        "quic-short": bytes([0x41]) + cid + bytes(24),
+        "quic-handshake": long(0xE0, cid),
+        "quic-initial": long(0xC0, cid),
+        "quic-unroutable": bytes([0x41, 0xE5]) + cid[1:] + bytes(24),
+    }
+
+
+def udp_frame(payload):
+    """An Ethernet/IPv4/UDP frame from 192.0.2.7:40000 to 10.0.0.1:443
+    (checksums left zero: the pipeline does not check them)."""
+    udp = struct.pack(">HHHH", 40000, 443, 8 + len(payload), 0) + payload
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 0, 0x4000, 64, 17, 0, bytes([192, 0, 2, 7]), bytes([10, 0, 0, 1]))
+    eth = bytes([2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 9]) + b"\x08\x00"
+    return eth + ip + udp
+
+
 def burst(cfg, frames):
     out = bytearray([cfg])
     for f in frames[:MAX_BURST]:
@@ -67,7 +92,7 @@ def main():
     ap.add_argument("--pcaps", type=pathlib.Path, action="append", default=[])
     args = ap.parse_args()
 
-    seeds = {"parse": {}, "pipeline": {}, "burst": {}}
+    seeds = {"parse": {}, "pipeline": {}, "burst": {}, "quic_lb": {}}
     normal, small = [], []
     for p in sorted((args.seeds / "malformed").glob("*")):
         frame = p.read_bytes()
@@ -90,6 +115,15 @@ def main():
     seeds["burst"]["all-normal-mtu"] = burst(BURST_TWO_WORKERS, normal)
     seeds["burst"]["all-small-mtu"] = burst(BURST_TWO_WORKERS | BURST_SMALL_MTU, small)
     seeds["burst"]["all-one-worker"] = burst(0, normal)
+
+    # QUIC to the fuzzed snapshot's GRE VIP (10.0.0.1, config 0 in the
+    # clear: first octet, server ID 0x01, nonce) and its decoder target.
+    for name, payload in quic_payloads().items():
+        frame = udp_frame(payload)
+        seeds["pipeline"][name] = bytes([PIPELINE_CFG]) + frame
+        normal.append(frame)
+        seeds["quic_lb"][name] = bytes([0x00, 0x00]) + payload
+    seeds["burst"]["quic-all"] = burst(BURST_TWO_WORKERS, [udp_frame(p) for p in quic_payloads().values()])
 
     for d in args.pcaps:
         for p in sorted(d.glob("*.pcap")):

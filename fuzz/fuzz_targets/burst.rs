@@ -16,16 +16,16 @@
 
 use std::sync::OnceLock;
 
-use sluice_core::conntrack::Shard;
+use libfuzzer_sys::fuzz_target;
 use sluice_core::burst::MAX_BURST;
+use sluice_core::burst::{BurstStages, Outcome, SteerFor};
+use sluice_core::conntrack::Shard;
 use sluice_core::fragment::FragmentIds;
 use sluice_core::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
 use sluice_core::time::Millis;
-use sluice_core::burst::{BurstStages, Outcome, SteerFor};
-use libfuzzer_sys::fuzz_target;
 use sluice_fuzz::{check_fragments, state};
 
 /// One worker: the staged path's context and stages, and the context
@@ -52,6 +52,7 @@ impl Worker {
             conntrack: Shard::with_capacity_and_seed(256, 0x5eed),
             fragment_ids: FragmentIds::for_worker(index),
             opened: false,
+            quic_lb: Default::default(),
         };
         Worker {
             staged: ctx(),
@@ -74,6 +75,14 @@ impl Worker {
         let mut twin = VecPacket::with_headroom(frame, headroom);
         let expected = process(&mut twin, 0, st, &mut self.reference);
         assert_eq!(v, expected, "staged verdict differs from process()");
+        assert_eq!(
+            (self.staged.quic_lb.routed, self.staged.quic_lb.fallback),
+            (
+                self.reference.quic_lb.routed,
+                self.reference.quic_lb.fallback
+            ),
+            "staged QUIC-LB decisions differ from process()"
+        );
         assert_eq!(
             pkt.data(),
             twin.data(),
@@ -146,8 +155,14 @@ fuzz_target!(|data: &[u8]| {
                 index: queue,
                 workers,
             });
-            w.stages
-                .prepare(pkts.iter(), st, &w.staged, steer, None, Some(&stats().rule_packets));
+            w.stages.prepare(
+                pkts.iter(),
+                st,
+                &w.staged,
+                steer,
+                None,
+                Some(&stats().rule_packets),
+            );
             for (i, (mut pkt, frame)) in pkts.into_iter().zip(mine).enumerate() {
                 match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => {
@@ -174,8 +189,14 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             }
             let w = &mut pool[owner];
-            w.stages
-                .prepare(inbound.iter().map(|(p, _)| p), st, &w.staged, None, None, None);
+            w.stages.prepare(
+                inbound.iter().map(|(p, _)| p),
+                st,
+                &w.staged,
+                None,
+                None,
+                None,
+            );
             for (i, (mut pkt, frame)) in inbound.into_iter().enumerate() {
                 match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => panic!("a steered packet was steered again, to {to}"),

@@ -10,6 +10,8 @@ use sluice_core::ids::{BackendId, ServiceId};
 use sluice_core::maglev_table::MaglevTable;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::port::PortState;
+use sluice_core::quic_lb::cid::{CidCodec, CidLengths};
+use sluice_core::quic_lb::{ConfigRoute, QuicLbRouting, Server};
 use sluice_core::rules::{ForwardingRule, PortRange, RuleProtocol, RuleTable};
 use sluice_core::service::ServiceState;
 use sluice_core::snapshot::ForwardingState;
@@ -53,9 +55,16 @@ pub fn state(mtu: u16) -> ForwardingState {
             drain_on_failover: true,
             pool_epoch: 0,
             backends: vec![BackendId(0), BackendId(1)],
-            quic_lb: None,
+            // The GRE and GUE services route QUIC by connection ID; GUE's
+            // tracks UDP, so its fallbacks reach conntrack.
+            quic_lb: matches!(i, 1 | 3).then(|| std::sync::Arc::new(quic_routing())),
             tables: vec![table.into()],
         });
+        if i == 3 {
+            if let Some(s) = services.last_mut() {
+                s.affinity = SessionAffinity::ClientIpPortProto;
+            }
+        }
     }
     let backend = |id: u32, address: IpAddr| {
         Some(BackendState {
@@ -96,6 +105,34 @@ pub fn state(mtu: u16) -> ForwardingState {
     // As the control plane does: the prebuilt outer headers are fuzzed too.
     state.outer_headers = state.build_outer_headers();
     state
+}
+
+/// QUIC-LB for the fuzzed services: config 0 in the clear with one-byte
+/// server IDs 0x00 (backend 0) and 0x01 (backend 1), config 1 encrypted
+/// (four passes) with two-byte IDs 0x0000 and 0x0001.
+pub fn quic_routing() -> QuicLbRouting {
+    let mut routing = QuicLbRouting::default();
+    let configs = [
+        (CidLengths::new(0, 1, 4), None),
+        (CidLengths::new(1, 2, 5), Some(*b"sluice-fuzz-key!")),
+    ];
+    for (lengths, key) in configs {
+        let Ok(lengths) = lengths else { continue };
+        let servers = (0..2u32)
+            .map(|b| {
+                let server = Server {
+                    backend: BackendId(b),
+                    inactive_pool: false,
+                };
+                (u128::from(b), server)
+            })
+            .collect();
+        routing.configs[usize::from(lengths.config_id)] = Some(ConfigRoute {
+            codec: CidCodec::new(lengths, key),
+            servers,
+        });
+    }
+    routing
 }
 
 /// AP-3: what the worker does with a `Verdict::Fragment` packet, checked:
