@@ -19,9 +19,11 @@ use crate::flow::{tuple_kind, TupleKind};
 use crate::ids::{BackendId, ServiceId};
 use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{classify, process, PipelineCtx};
+use crate::quic_lb::{self, Decision, Fallback, ServerId};
 use crate::rules::RuleMiss;
 use crate::snapshot::ForwardingState;
-use crate::stage::{Stage, Verdict};
+use crate::stage::{Stage, Steer, Verdict};
+use crate::time::Millis;
 use crate::wire::{self, Parsed};
 
 /// The packet's fields the decision reads.
@@ -74,6 +76,20 @@ pub struct Balancing {
     pub slot: Option<usize>,
     pub slot_owner: Option<BackendId>,
     pub backends: Vec<BackendLine>,
+    /// A UDP packet of a QUIC-LB service: what its connection ID said.
+    pub quic: Option<QuicExplained>,
+}
+
+/// The QUIC-LB decoding of a packet, and what came of it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct QuicExplained {
+    /// The config rotation bits, once a connection ID was found.
+    pub config_id: Option<u8>,
+    /// The server ID and its length in bytes, once a configuration
+    /// decoded it.
+    pub server_id: Option<(ServerId, u8)>,
+    /// The backend it was routed to, or why it took the ordinary path.
+    pub outcome: Result<BackendId, Fallback>,
 }
 
 /// The whole decision for one frame.
@@ -125,7 +141,13 @@ pub fn explain(frame: &[u8], rx_port: u16, state: &ForwardingState) -> Explanati
         Err(miss) => RuleOutcome::Missed(miss),
     };
     let balancing = match classify(frame, state) {
-        Stage::Balance(b) => balancing(&b, &flow, state),
+        Stage::Balance(b) => balancing(&b, &flow, state).map(|mut out| {
+            let payload = frame
+                .get(ip.l4_offset + wire::udp::HEADER_LEN..ip.l3_offset + ip.ip_len)
+                .unwrap_or_default();
+            out.quic = quic(&b, payload, state, ctx.now);
+            out
+        }),
         Stage::Done(_) => None,
     };
     Explanation {
@@ -136,6 +158,39 @@ pub fn explain(frame: &[u8], rx_port: u16, state: &ForwardingState) -> Explanati
         verdict,
         output,
     }
+}
+
+/// What stage 1 decoded for a QUIC-LB packet and what stage 2 made of it
+/// (`pipeline::select_quic`'s decision, at `now`).
+fn quic(
+    b: &crate::stage::Balance,
+    payload: &[u8],
+    state: &ForwardingState,
+    now: Millis,
+) -> Option<QuicExplained> {
+    let Steer::Quic(decision) = b.steer else {
+        return None;
+    };
+    let service = state.service(b.service)?;
+    let routing = service.quic_lb.as_deref()?;
+    let decoded = routing.decode(payload);
+    let length = |config: u8| {
+        routing
+            .configs
+            .get(usize::from(config))
+            .and_then(Option::as_ref)
+            .map(|c| c.codec.lengths().server_id)
+    };
+    let server_id = decoded.server_id.zip(decoded.config_id.and_then(length));
+    let outcome = match decision {
+        Decision::Routed(server) => quic_lb::connection_stays(server, service, state, now),
+        Decision::Fallback(reason) => Err(reason),
+    };
+    Some(QuicExplained {
+        config_id: decoded.config_id,
+        server_id,
+        outcome,
+    })
 }
 
 fn balancing(b: &crate::stage::Balance, flow: &Flow, state: &ForwardingState) -> Option<Balancing> {
@@ -179,6 +234,7 @@ fn balancing(b: &crate::stage::Balance, flow: &Flow, state: &ForwardingState) ->
         slot,
         slot_owner,
         backends,
+        quic: None,
     })
 }
 

@@ -12,7 +12,9 @@ pub enum PacketError {
         "cannot read the flow {0:?}\n  hint: write PROTO SRC -> DST, e.g. \
          `tcp 198.51.100.7:40000 -> 203.0.113.10:80`, \
          `udp [2001:db8::7]:40000 -> [2001:db8:1::10]:53`, \
-         `icmp 198.51.100.7 -> 203.0.113.10`"
+         `icmp 198.51.100.7 -> 203.0.113.10`; a QUIC packet (1-RTT, short \
+         header) with its destination connection ID: \
+         `udp 198.51.100.7:40000 -> 203.0.113.10:443 dcid 0a0b0c0d0e0f01`"
     )]
     Flow(String),
     #[error("{path}: {why}")]
@@ -23,12 +25,18 @@ const TCP: u8 = 6;
 const UDP: u8 = 17;
 
 /// The frame a client sends to open the flow written as `spec` (a TCP SYN,
-/// a UDP datagram, an ICMP echo request).
+/// a UDP datagram, an ICMP echo request), or for a UDP flow followed by
+/// `dcid HEX` a QUIC 1-RTT packet (short header) to that destination
+/// connection ID, as a client sends after the handshake.
 pub fn frame_of_flow(spec: &str) -> Result<Vec<u8>, PacketError> {
     let bad = || PacketError::Flow(spec.to_string());
     let words: Vec<&str> = spec.split_whitespace().collect();
-    let [proto, src, "->", dst] = words.as_slice() else {
-        return Err(bad());
+    let (proto, src, dst, dcid) = match words.as_slice() {
+        [proto, src, "->", dst] => (proto, src, dst, None),
+        [proto, src, "->", dst, "dcid", hex] if proto.eq_ignore_ascii_case("udp") => {
+            (proto, src, dst, Some(connection_id(hex).ok_or_else(bad)?))
+        }
+        _ => return Err(bad()),
     };
     let proto = proto.to_ascii_lowercase();
     let (protocol, ported) = match proto.as_str() {
@@ -63,7 +71,15 @@ pub fn frame_of_flow(spec: &str) -> Result<Vec<u8>, PacketError> {
             let mut u = vec![0u8; 8];
             u[0..2].copy_from_slice(&sport.to_be_bytes());
             u[2..4].copy_from_slice(&dport.to_be_bytes());
-            u[4..6].copy_from_slice(&8u16.to_be_bytes());
+            if let Some(dcid) = &dcid {
+                // Header form 0, fixed bit 1; a protected packet number
+                // and payload follow the ID (their bytes do not matter).
+                u.push(0x40);
+                u.extend_from_slice(dcid);
+                u.extend_from_slice(&[0; 24]);
+            }
+            let len = u16::try_from(u.len()).map_err(|_| bad())?;
+            u[4..6].copy_from_slice(&len.to_be_bytes());
             u
         }
         // An echo request, type 8 (ICMP) or 128 (ICMPv6).
@@ -75,6 +91,17 @@ pub fn frame_of_flow(spec: &str) -> Result<Vec<u8>, PacketError> {
         (p, _) => p,
     };
     ip_frame(s, d, protocol, &l4).ok_or_else(bad)
+}
+
+/// A connection ID written in hex: 1 to 20 bytes.
+fn connection_id(hex: &str) -> Option<Vec<u8>> {
+    if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > 40 {
+        return None;
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 /// An Ethernet frame carrying an IP packet from `src` to `dst` (same
@@ -189,6 +216,25 @@ mod tests {
         };
         assert_eq!((ip.protocol, ip.icmp_type), (1, Some(8)));
         assert!(frame_of_flow("tcp 1.2.3.4 -> 5.6.7.8:80").is_err());
+        // QUIC 1-RTT: the connection ID right after the first byte.
+        let f = frame_of_flow("udp 198.51.100.7:40000 -> 203.0.113.10:443 dcid 0a0b0c0d").unwrap();
+        let Ok(Parsed::Ip(ip)) = parse(&f) else {
+            panic!("quic")
+        };
+        let payload = &f[ip.l4_offset + 8..];
+        assert_eq!(&payload[..5], &[0x40, 0x0a, 0x0b, 0x0c, 0x0d]);
+        assert_eq!(
+            usize::from(u16::from_be_bytes([
+                f[ip.l4_offset + 4],
+                f[ip.l4_offset + 5]
+            ])),
+            8 + payload.len()
+        );
+        for bad in ["0a0", "zz", &"00".repeat(21)] {
+            let spec = format!("udp 198.51.100.7:1 -> 203.0.113.10:443 dcid {bad}");
+            assert!(frame_of_flow(&spec).is_err(), "{bad}");
+        }
+        assert!(frame_of_flow("tcp 198.51.100.7:1 -> 203.0.113.10:443 dcid 0a0b").is_err());
         assert!(frame_of_flow("tcp 1.2.3.4:1 -> [::1]:80").is_err());
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 use sluice_core::backend::Pool;
-use sluice_core::explain::{BackendLine, Balancing, Explanation, RuleOutcome};
+use sluice_core::explain::{BackendLine, Balancing, Explanation, QuicExplained, RuleOutcome};
 use sluice_core::flow::TupleKind;
 use sluice_core::rules::RuleMiss;
 use sluice_core::stage::Verdict;
@@ -170,6 +170,7 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
             "encapsulation": svc.map(|s| format!("{:?}", s.encapsulation)),
             "backends": backends,
             "backend_counts": backend_counts(&ex.backend_lines(b)),
+            "quic_lb": b.quic.map(|q| quic_json(ex, &q)),
         })
     });
     let (backend, out_port) = match e.verdict {
@@ -197,6 +198,49 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
             .map(ToString::to_string)
             .collect::<Vec<_>>(),
     })
+}
+
+/// The QUIC-LB decoding: config id, server ID (hex, its configured
+/// length), and the backend it routed to or the reason it fell back.
+fn quic_json(ex: &Explainer<'_>, q: &QuicExplained) -> Value {
+    let server_id = q.server_id.map(|(id, len)| {
+        let digits = usize::from(len) * 2;
+        format!("{id:0digits$x}")
+    });
+    let (routed_to, fallback) = match q.outcome {
+        Ok(id) => (ex.state.backend(id).map(|b| b.address.to_string()), None),
+        Err(reason) => (None, Some(reason.name())),
+    };
+    json!({
+        "config_id": q.config_id,
+        "server_id": server_id,
+        "routed_to": routed_to,
+        "fallback": fallback,
+    })
+}
+
+fn quic_text(q: &Value) -> String {
+    let s = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        v => v.to_string(),
+    };
+    let found = match (&q["config_id"], &q["server_id"]) {
+        (Value::Null, _) => "no connection ID".to_string(),
+        (c, Value::Null) => format!("config {}", s(c)),
+        (c, sid) => format!("config {}, server ID {}", s(c), s(sid)),
+    };
+    if q["fallback"].is_null() {
+        format!(
+            "{found} -> {}: routed by its connection ID (no conntrack; the table below is not consulted)",
+            s(&q["routed_to"])
+        )
+    } else {
+        format!(
+            "{found}: not routable ({}), the ordinary path below decides",
+            s(&q["fallback"])
+        )
+    }
 }
 
 fn mtu_text(ex: &Explainer<'_>, e: &Explanation) -> Option<String> {
@@ -263,6 +307,9 @@ pub fn text(ex: &Explainer<'_>, e: &Explanation) -> String {
             s(&b["affinity"]),
             s(&b["hashed_fields"])
         );
+        if !b["quic_lb"].is_null() {
+            let _ = writeln!(o, "quic-lb:       {}", quic_text(&b["quic_lb"]));
+        }
         let _ = writeln!(o, "flow hash:     {}", s(&b["flow_hash"]));
         let _ = writeln!(
             o,
