@@ -2,7 +2,8 @@
 # the traffic, the devices and the sluice configuration the two harnesses
 # share, so that their figures are of the same setup.
 #
-# bench_traffic: from TRAFFIC (tcp, syn, udp or drop; see
+# bench_traffic: from TRAFFIC (tcp, syn, udp, drop, or quic, quic-four-pass
+#   and quic-single-pass: UDP to :443 routed by QUIC-LB connection IDs; see
 #   bench-throughput.sh) sets GEN_FLAG (pktgen's flag), RULE_PROTO,
 #   RULE_PORT, DST (the VIP, or for drop an address nothing owns) and
 #   COUNTED (the metric the packets are counted by: transmitted on the
@@ -58,7 +59,11 @@ bench_traffic() {
     tcp) GEN_FLAG=""; RULE_PROTO=TCP; RULE_PORT=80 ;;
     syn) GEN_FLAG="--syn"; RULE_PROTO=TCP; RULE_PORT=80 ;;
     udp|drop) GEN_FLAG="--udp"; RULE_PROTO=UDP; RULE_PORT=53 ;;
-    *) echo "TRAFFIC must be tcp, syn, udp or drop" >&2; exit 2 ;;
+    quic|quic-four-pass|quic-single-pass)
+      QUIC_CONFIG=${TRAFFIC#quic-}
+      [ "$QUIC_CONFIG" = quic ] && QUIC_CONFIG=plain
+      GEN_FLAG="--quic=$QUIC_CONFIG"; RULE_PROTO=UDP; RULE_PORT=443 ;;
+    *) echo "TRAFFIC must be tcp, syn, udp, drop, quic, quic-four-pass or quic-single-pass" >&2; exit 2 ;;
   esac
   DST=203.0.113.10
   COUNTED='sluice_port_tx_packets_total{port="backends"}'
@@ -132,12 +137,28 @@ $metrics
 name = "web"
 encapsulation = "$ENCAP"
 backend = [
-  { address = "198.18.0.10", mac = "02:00:00:00:00:10" },
-  { address = "198.18.0.11", mac = "02:00:00:00:00:11" },
-  { address = "198.18.0.12", mac = "02:00:00:00:00:12" },
+  { address = "198.18.0.10", mac = "02:00:00:00:00:10"$(bench_quic_id 0) },
+  { address = "198.18.0.11", mac = "02:00:00:00:00:11"$(bench_quic_id 1) },
+  { address = "198.18.0.12", mac = "02:00:00:00:00:12"$(bench_quic_id 2) },
 ]
+$(bench_quic_lb)
 TOML
   bench_rules "$1"
+}
+
+# TRAFFIC=quic*: backend B's QUIC-LB server ID (sluice_benches::bench_quic_server_id).
+bench_quic_id() {
+  [ -n "${QUIC_CONFIG:-}" ] && printf ', quic_server_id = "0a0b%02x"' "$1"
+}
+
+# TRAFFIC=quic*: the service's QUIC-LB configuration, as
+# sluice_benches::QUIC_BENCH_CONFIGS has it (key: BENCH_QUIC_KEY in hex).
+bench_quic_lb() {
+  [ -z "${QUIC_CONFIG:-}" ] && return
+  local nonce=6 key=""
+  [ "$QUIC_CONFIG" = single-pass ] && nonce=13
+  [ "$QUIC_CONFIG" != plain ] && key='key = "736c756963652d62656e63682d6b6579"'
+  printf '[[backend_service.quic_lb]]\nconfig_id = 0\nserver_id_length = 3\nnonce_length = %s\n%s\n' "$nonce" "$key"
 }
 
 # The forwarding rules of bench_config, appended to FILE: the measured

@@ -52,6 +52,58 @@ pub fn udp_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6]) -> Vec<u8> {
     out
 }
 
+/// The QUIC-LB configurations the benchmarks measure (`pktgen --quic=…`,
+/// `TRAFFIC=quic*` in scripts/bench-config.sh): their name, server ID and
+/// nonce lengths, and whether they are encrypted (with [`BENCH_QUIC_KEY`]).
+pub const QUIC_BENCH_CONFIGS: [(&str, u8, u8, bool); 3] = [
+    // In the clear.
+    ("plain", 3, 6, false),
+    // Four passes (9 bytes: odd, the server ID within the left half).
+    ("four-pass", 3, 6, true),
+    // One AES block (3 + 13 bytes).
+    ("single-pass", 3, 13, true),
+];
+
+/// The key of the encrypted benchmark configurations.
+pub const BENCH_QUIC_KEY: [u8; 16] = *b"sluice-bench-key";
+
+/// The server ID of backend `b` (0, 1, 2) of the benchmark service.
+pub fn bench_quic_server_id(b: u8) -> [u8; 3] {
+    [0x0a, 0x0b, b]
+}
+
+/// A UDP datagram of flow `i` to vip:443 carrying a QUIC 1-RTT packet
+/// (short header) whose connection ID, under config 0 with `config`'s
+/// lengths, names backend `i % 3`'s server ID; 8 bytes of protected
+/// payload follow it.
+pub fn quic_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6], config: &str) -> Option<Vec<u8>> {
+    use sluice_core::quic_lb::cid::{CidCodec, CidLengths};
+    let &(_, sid, nonce, encrypted) = QUIC_BENCH_CONFIGS.iter().find(|c| c.0 == config)?;
+    let lengths = CidLengths::new(0, sid, nonce).ok()?;
+    let codec = CidCodec::new(lengths, encrypted.then_some(BENCH_QUIC_KEY));
+    let nonce: Vec<u8> = (0..nonce)
+        .map(|k| (i.rotate_left(u32::from(k) * 5) >> 3) as u8 ^ k)
+        .collect();
+    let cid = codec.encode(
+        lengths.plaintext() as u8,
+        &bench_quic_server_id((i % 3) as u8),
+        &nonce,
+    )?;
+    let mut payload = vec![0x40];
+    payload.extend_from_slice(cid.as_bytes());
+    payload.extend_from_slice(&[0x5a; 8]);
+    let src = flow_source(i);
+    let sport = 1024 + (i % 60_000) as u16;
+    let mut out = Vec::with_capacity(96);
+    PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
+        .ipv4(src.octets(), vip.octets(), 64)
+        .udp(sport, 443)
+        .write(&mut out, &payload)
+        .ok()?;
+    out.resize(out.len().max(60), 0);
+    Some(out)
+}
+
 /// Writes `frames` to a pcap file (Ethernet link type, fixed timestamps so
 /// the file is reproducible).
 pub fn write_pcap<W: Write>(w: W, frames: impl Iterator<Item = Vec<u8>>) -> std::io::Result<()> {

@@ -1,5 +1,9 @@
-//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp] [--queues=N]`: writes one 64-byte
-//! TCP (or UDP) packet per distinct flow, for the throughput harness and the demo.
+//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG] [--queues=N]`:
+//! writes one 64-byte TCP (or UDP) packet per distinct flow, for the
+//! throughput harness and the demo. `--quic=plain|four-pass|single-pass`:
+//! UDP to port 443 carrying a QUIC 1-RTT packet whose QUIC-LB connection ID
+//! names one of the benchmark service's three backends
+//! (`sluice_benches::QUIC_BENCH_CONFIGS`).
 //! `--queues=N` also writes OUT.pcap's flows split by the worker of N that
 //! owns each (`sluice_core::steering::owner_of`, what software steering
 //! uses) into OUT-0.pcap … OUT-(N-1).pcap: one RX queue each, as RSS on
@@ -10,10 +14,18 @@ use std::net::Ipv4Addr;
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp] [--queues=N]";
+    let usage =
+        "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG] [--queues=N]";
     let positional: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let syn = args.iter().any(|a| a == "--syn");
     let udp = args.iter().any(|a| a == "--udp");
+    let quic = args.iter().find_map(|a| a.strip_prefix("--quic="));
+    if let Some(config) = quic {
+        if sluice_benches::quic_flow_frame(0, Ipv4Addr::LOCALHOST, [0; 6], config).is_none() {
+            eprintln!("pktgen: --quic={config}: use plain, four-pass or single-pass");
+            std::process::exit(2);
+        }
+    }
     let queues: usize = match args.iter().find_map(|a| a.strip_prefix("--queues=")) {
         Some(n) => n.parse().map_err(std::io::Error::other)?,
         None => 0,
@@ -35,7 +47,9 @@ fn main() -> std::io::Result<()> {
         m
     });
     let frame = |i| {
-        if udp {
+        if let Some(config) = quic {
+            sluice_benches::quic_flow_frame(i, vip, mac, config).unwrap_or_default()
+        } else if udp {
             sluice_benches::udp_flow_frame(i, vip, mac)
         } else {
             sluice_benches::tcp_flow_frame(i, vip, mac, syn)
