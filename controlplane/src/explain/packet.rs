@@ -95,7 +95,7 @@ pub fn frame_of_flow(spec: &str) -> Result<Vec<u8>, PacketError> {
 
 /// A connection ID written in hex: 1 to 20 bytes.
 fn connection_id(hex: &str) -> Option<Vec<u8>> {
-    if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > 40 {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) || hex.len() > 40 {
         return None;
     }
     (0..hex.len())
