@@ -15,11 +15,12 @@ use std::net::IpAddr;
 
 use crate::affinity::SessionAffinity;
 use crate::backend::BackendState;
+use crate::conntrack::session::quic_connection_stays;
 use crate::flow::{tuple_kind, TupleKind};
 use crate::ids::{BackendId, ServiceId};
 use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{classify, process, PipelineCtx};
-use crate::quic_lb::{self, Decision, Fallback, ServerId};
+use crate::quic_lb::{Decision, Fallback, ServerId};
 use crate::rules::RuleMiss;
 use crate::snapshot::ForwardingState;
 use crate::stage::{Stage, Steer, Verdict};
@@ -183,7 +184,7 @@ fn quic(
     };
     let server_id = decoded.server_id.zip(decoded.config_id.and_then(length));
     let outcome = match decision {
-        Decision::Routed(server) => quic_lb::connection_stays(server, service, state, now),
+        Decision::Routed(server) => quic_connection_stays(server, service, state, now),
         Decision::Fallback(reason) => Err(reason),
     };
     Some(QuicExplained {

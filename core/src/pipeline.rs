@@ -20,7 +20,7 @@ use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::icmp_error;
 use crate::packet::PacketBuf;
-use crate::quic_lb::{self, Decision, QuicLbCounts};
+use crate::quic_lb::{Decision, QuicLbCounts};
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::stage::{is_own_address, rule_miss};
@@ -505,7 +505,7 @@ fn select_quic(
 ) -> Option<Selection> {
     let reason = match decision {
         Decision::Routed(server) => {
-            match quic_lb::connection_stays(server, service, state, ctx.now) {
+            match conntrack::session::quic_connection_stays(server, service, state, ctx.now) {
                 Ok(id) => {
                     ctx.quic_lb.routed += 1;
                     return Some(Selection::stateless(id));

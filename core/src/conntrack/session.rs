@@ -7,9 +7,39 @@ use super::policy::{is_syn, key_kind, persists, syn_is_new_connection, trackable
 use super::{Addrs, Entry, PacketMeta, Shard, TrackKey};
 use crate::ids::{BackendId, ServiceId};
 use crate::maglev_table::MaglevTable;
+use crate::quic_lb::{Fallback, Server};
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::time::Millis;
+use crate::wire::proto::UDP;
+
+/// CT-7, CT-8, CT-10, CT-11 for a connection ID's backend, as for a
+/// conntrack entry recording it: the backend if its connection goes on
+/// there, else why the packet takes the ordinary path. A connection ID
+/// carries no pool epoch; the control plane marks the backends of the
+/// inactive pool instead.
+#[inline]
+pub fn quic_connection_stays(
+    server: Server,
+    service: &ServiceState,
+    state: &ForwardingState,
+    now: Millis,
+) -> Result<BackendId, Fallback> {
+    let Some(b) = state.backend(server.backend) else {
+        return Err(Fallback::BackendGone);
+    };
+    if b.draining_until.is_some_and(|until| now >= until) {
+        return Err(Fallback::BackendGone);
+    }
+    if server.inactive_pool && !service.drain_on_failover {
+        return Err(Fallback::InactivePool);
+    }
+    let t = service.tracking;
+    if !b.healthy && !persists(t.persistence, t.mode, service.affinity, UDP) {
+        return Err(Fallback::BackendUnhealthy);
+    }
+    Ok(server.backend)
+}
 
 /// What the snapshot says about a recorded backend.
 enum Recorded {

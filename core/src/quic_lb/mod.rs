@@ -10,9 +10,13 @@
 //! configuration, a server ID of no backend, a datagram too short — takes
 //! the ordinary path (affinity, conntrack, Maglev) and is counted under its
 //! [`Fallback`] reason. Stage 2 then asks whether the named backend still
-//! takes the connection ([`connection_stays`]): a connection ID names the
+//! takes the connection (`conntrack::session::quic_connection_stays`): a
+//! connection ID names the
 //! backend its connection lives on, as a conntrack entry does, so CT-7,
 //! CT-8, CT-10 and CT-11 decide as they would for that entry.
+//!
+//! This module is ground level: it knows backend ids, not snapshots or
+//! services (which hold its [`QuicLbRouting`]).
 
 pub mod cid;
 pub mod header;
@@ -21,12 +25,7 @@ use hashbrown::HashMap;
 
 pub use cid::{CidCodec, CidConfigError, CidLengths, ServerId};
 
-use crate::conntrack::policy::persists;
 use crate::ids::BackendId;
-use crate::service::ServiceState;
-use crate::snapshot::ForwardingState;
-use crate::time::Millis;
-use crate::wire::proto::UDP;
 
 macro_rules! fallbacks {
     ($($(#[doc = $doc:literal])* $variant:ident => $name:literal,)*) => {
@@ -176,34 +175,6 @@ impl QuicLbRouting {
         };
         out
     }
-}
-
-/// CT-7, CT-8, CT-10, CT-11 for a connection ID's backend, as for a
-/// conntrack entry recording it: the backend if its connection goes on
-/// there, else why the packet takes the ordinary path. A connection ID
-/// carries no pool epoch; the control plane marks the backends of the
-/// inactive pool instead.
-#[inline]
-pub fn connection_stays(
-    server: Server,
-    service: &ServiceState,
-    state: &ForwardingState,
-    now: Millis,
-) -> Result<BackendId, Fallback> {
-    let Some(b) = state.backend(server.backend) else {
-        return Err(Fallback::BackendGone);
-    };
-    if b.draining_until.is_some_and(|until| now >= until) {
-        return Err(Fallback::BackendGone);
-    }
-    if server.inactive_pool && !service.drain_on_failover {
-        return Err(Fallback::InactivePool);
-    }
-    let t = service.tracking;
-    if !b.healthy && !persists(t.persistence, t.mode, service.affinity, UDP) {
-        return Err(Fallback::BackendUnhealthy);
-    }
-    Ok(server.backend)
 }
 
 /// Packets of QUIC-LB services, counted by the worker that decided them
