@@ -41,6 +41,8 @@ const MAX_FIELD: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostics {
     origin: String,
+    /// What each one is, as printed: `error` or `warning`.
+    severity: &'static str,
     /// Sorted by position; at most [`KEPT`].
     kept: Vec<Kept>,
     /// Errors found but not kept.
@@ -61,8 +63,19 @@ struct Kept {
 
 impl Diagnostics {
     pub fn new(origin: impl Into<String>) -> Self {
+        Self::with_severity(origin, "error")
+    }
+
+    /// Warnings about a file that is accepted: printed as
+    /// `FILE:LINE:COL: warning: …`, kept and counted as errors are.
+    pub fn warnings(origin: impl Into<String>) -> Self {
+        Self::with_severity(origin, "warning")
+    }
+
+    fn with_severity(origin: impl Into<String>, severity: &'static str) -> Self {
         Self {
             origin: origin.into(),
+            severity,
             kept: Vec::new(),
             dropped: 0,
             arrivals: 0,
@@ -140,7 +153,7 @@ impl fmt::Display for Shown<'_> {
             if let (Some(l), Some(c)) = (d.line, d.column) {
                 write!(f, ":{l}:{c}")?;
             }
-            write!(f, ": error: ")?;
+            write!(f, ": {}: ", self.all.severity)?;
             if !d.path.is_empty() {
                 write!(f, "{}: ", elided(&d.path))?;
             }
@@ -154,7 +167,8 @@ impl fmt::Display for Shown<'_> {
             }
             write!(
                 f,
-                "{origin}: … and {more} more error{} (the first {printed} in file order are shown)",
+                "{origin}: … and {more} more {}{} (the first {printed} in file order are shown)",
+                self.all.severity,
                 if more == 1 { "" } else { "s" }
             )?;
         }
