@@ -509,7 +509,7 @@ fn shared_plain_and_encrypted(
                     n => format!(" (and {n} more backends do)"),
                 };
                 (
-                    BackendAt(at, i).to_string(),
+                    format!("{}.{}", BackendAt(at, i), f.field),
                     (
                         format!(
                             "backend[{i}] has the same server ID {} in plaintext config_id {} and \

@@ -279,7 +279,7 @@ fn a_server_id_shared_by_plaintext_and_encrypted_configs_is_a_warning() {
     let (_, warnings) = check_str(&text(&quic, IDS), "q.toml").unwrap_or_else(|d| panic!("{d}"));
     assert_eq!(
         warnings.to_string(),
-        "q.toml:10:73: warning: backend_service \"quic\" backend[0]: backend[0] has the same server ID 0a0b01 in plaintext config_id 0 and encrypted config_id 1 (and 2 more backends do)\n  hint: allocate server IDs separately for plaintext and encrypted configurations (the draft asks it: a plaintext ID names its server to any observer): give config_id 1 its own with quic_server_ids"
+        "q.toml:10:73: warning: backend_service \"quic\" backend[0].quic_server_id: backend[0] has the same server ID 0a0b01 in plaintext config_id 0 and encrypted config_id 1 (and 2 more backends do)\n  hint: allocate server IDs separately for plaintext and encrypted configurations (the draft asks it: a plaintext ID names its server to any observer): give config_id 1 its own with quic_server_ids"
     );
     assert!(!warnings.to_string().contains("8f95"));
     let own = |sid: &str| {
