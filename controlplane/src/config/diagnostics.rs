@@ -282,7 +282,10 @@ impl<'a> SourceMap<'a> {
     pub(crate) fn toml_error_diagnostic(&self, err: &toml::de::Error) -> Diagnostic {
         let offset = err.span().map_or(0, |s| s.start);
         let message = err.message().trim().lines().collect::<Vec<_>>().join(": ");
-        let path = self.path_at(offset);
+        // Only these point at a key; other errors point into a value,
+        // which the path must not repeat (it may be a secret).
+        let at_key = message.starts_with("unknown field") || message.contains("duplicate key");
+        let path = self.path_at(offset, at_key);
         let hint = hint_for_toml_message(&message);
         let (line, column) = self.line_col(offset);
         Diagnostic {
@@ -297,7 +300,7 @@ impl<'a> SourceMap<'a> {
     /// The table path at `offset`: the nearest `[header]` / `[[header]]`
     /// above it (array-of-tables headers indexed by how many precede), plus
     /// the key on the error's own line when there is one.
-    fn path_at(&self, offset: usize) -> String {
+    fn path_at(&self, offset: usize, at_key: bool) -> String {
         let offset = offset.min(self.text.len());
         let before = self.text.get(..offset).unwrap_or("");
         let mut counts: Vec<(String, usize)> = Vec::new();
@@ -350,7 +353,8 @@ impl<'a> SourceMap<'a> {
         if let Some(k) = line_key {
             parts.push(k);
         }
-        if is_ident(&word)
+        if at_key
+            && is_ident(&word)
             && line_key != Some(word.as_str())
             && !word.chars().all(|c| c.is_ascii_digit())
         {
@@ -469,6 +473,11 @@ mod tests {
         let text = "[dataplane]\n[[backend_service]]\nname='a'\n[[backend_service]]\nbogus = 1\n";
         let m = SourceMap::new(text);
         let off = text.find("bogus").unwrap();
-        assert_eq!(m.path_at(off), "backend_service[1].bogus");
+        assert_eq!(m.path_at(off, true), "backend_service[1].bogus");
+        // A syntax error inside a value does not repeat the value.
+        let text = "[dataplane]\nflow_hash_key = 0a1b2c3d\n";
+        let m = SourceMap::new(text);
+        let off = text.find("a1b2").unwrap();
+        assert_eq!(m.path_at(off, false), "dataplane.flow_hash_key");
     }
 }

@@ -178,10 +178,20 @@ pub(crate) struct RawQuicLb {
 }
 
 /// A secret as written in the file: its `Debug` does not show it, so no
-/// dump of the raw model carries it.
-#[derive(Deserialize)]
-#[serde(transparent)]
+/// dump of the raw model carries it, and a value of another type is
+/// refused without repeating it (serde's message would show a number).
 pub(crate) struct HiddenText(pub String);
+
+impl<'de> Deserialize<'de> for HiddenText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d) {
+            Ok(toml::Value::String(s)) => Ok(Self(s)),
+            _ => Err(serde::de::Error::custom(
+                "invalid type: the key must be a string in quotes, \"<32 hex digits>\"",
+            )),
+        }
+    }
+}
 
 impl std::fmt::Debug for HiddenText {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -291,3 +291,30 @@ fn a_server_id_shared_by_plaintext_and_encrypted_configs_is_a_warning() {
     // load_str, what run and reload use, accepts it without a word.
     accepted(&text(&quic, IDS));
 }
+
+/// A key written as anything but a string, or unquoted, is refused
+/// without repeating it (nor any run of its digits) in the message or the
+/// field path.
+#[test]
+fn a_key_written_wrongly_is_never_repeated() {
+    for k in [
+        "12345678901234567890123456789012",
+        "8f95f09245765f80256934e50c66207f",
+        "[\"8f95f09245765f80256934e50c66207f\"]",
+        "{ a = \"8f95f09245765f80256934e50c66207f\" }",
+        "\"8f95f09245765f80256934e50c66207f",
+    ] {
+        let quic = format!(
+            "[[backend_service.quic_lb]]\nconfig_id = 0\nserver_id_length = 3\nnonce_length = 6\nkey = {k}\n"
+        );
+        let shown = errors(&text(&quic, IDS));
+        assert!(shown.starts_with("q.toml:18:"), "{shown}");
+        assert!(
+            shown.contains("backend_service.quic_lb[0].key: "),
+            "{shown}"
+        );
+        for secret in ["12345678", "8f95f0", "f95f09", "5f8025"] {
+            assert!(!shown.contains(secret), "{k}: {shown}");
+        }
+    }
+}
