@@ -47,7 +47,7 @@ pub(super) fn service_quic(cx: &mut Ctx<'_>, s: &RawService, at: &str) -> Servic
         .map(|t| *t.get_ref().config_id.get_ref())
         .collect();
     let configs: Vec<QuicLbConfig> = tables.iter().map(|(_, c)| c.clone()).collect();
-    let mut found: Vec<Vec<Option<Found>>> = Vec::with_capacity(s.backend.len());
+    let mut found: Vec<Vec<Option<Found<'_>>>> = Vec::with_capacity(s.backend.len());
     let mut server_ids = Vec::with_capacity(s.backend.len());
     for (i, b) in s.backend.iter().enumerate() {
         let per_config = backend_ids(cx, b, BackendAt(at, i), &configs, &declared);
@@ -275,174 +275,239 @@ fn server_id(text: &str, field: &str) -> Result<(usize, ServerId), Problem> {
     Ok((len, server_id_value(&bytes)))
 }
 
+/// Which field of a backend gives a server ID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which<'a> {
+    /// `quic_server_id`, for every configuration.
+    Common,
+    /// `quic_server_ids."<key>"`, for its configuration.
+    Own(&'a str),
+}
+
+impl std::fmt::Display for Which<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Which::Common => f.write_str("quic_server_id"),
+            Which::Own(k) => write!(f, "quic_server_ids.{k:?}"),
+        }
+    }
+}
+
 /// A server ID as a backend gives it: its length and value, where it is
 /// written, and in which field.
-#[derive(Clone)]
+#[derive(Clone, Copy)]
 struct Written<'a> {
     len: usize,
     value: ServerId,
     at: &'a Spanned<String>,
-    field: String,
+    field: Which<'a>,
 }
 
 /// A backend's server ID for one configuration, and where it is written.
 #[derive(Clone, Debug)]
-struct Found {
+struct Found<'a> {
     value: ServerId,
     span: Range<usize>,
-    /// `quic_server_id` or `quic_server_ids."N"`.
-    field: String,
+    field: Which<'a>,
 }
 
 /// Backend `b`'s server ID in each of `configs` (None where it has none
 /// or it is in error, reported). `declared` are the config ids of every
 /// table, valid or not: what `quic_server_ids` keys may name.
-fn backend_ids(
+fn backend_ids<'a>(
     cx: &mut Ctx<'_>,
-    b: &Spanned<RawBackend>,
+    b: &'a Spanned<RawBackend>,
     bat: BackendAt<'_>,
     configs: &[QuicLbConfig],
     declared: &[i64],
-) -> Vec<Option<Found>> {
+) -> Vec<Option<Found<'a>>> {
     let raw = b.get_ref();
-    let common =
-        raw.quic_server_id
-            .as_ref()
-            .and_then(|v| match server_id(v.get_ref(), "quic_server_id") {
-                Ok((len, value)) => Some(Written {
-                    len,
-                    value,
-                    at: v,
-                    field: "quic_server_id".to_string(),
-                }),
-                Err(p) => {
-                    cx.err(v.span(), format_args!("{bat}.quic_server_id"), p);
-                    None
-                }
-            });
-    // Config id → its own server ID.
-    let mut own: AHashMap<u8, Written<'_>> = AHashMap::new();
-    let mut own_in_error: Vec<u8> = Vec::new();
-    if let Some(map) = &raw.quic_server_ids {
-        for (k, v) in map.get_ref() {
-            let field = format!("quic_server_ids.{k:?}");
-            let id = k
-                .trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|id| declared.contains(id));
-            let Some(id) = id.and_then(|id| u8::try_from(id).ok()) else {
-                let listed: Vec<String> = declared.iter().map(i64::to_string).collect();
-                cx.err(
-                    map.span(),
-                    format_args!("{bat}.{field}"),
-                    (
-                        format!(
-                            "quic_server_ids names config id {k:?}, which no \
-                             [[backend_service.quic_lb]] of the service has"
-                        ),
-                        format!(
-                            "use a configured config_id ({}), or remove the entry",
-                            listed.join(", ")
-                        ),
-                    ),
-                );
-                continue;
-            };
-            match server_id(v.get_ref(), "quic_server_ids") {
-                Ok((len, value)) => {
-                    let at = v;
-                    own.insert(
-                        id,
-                        Written {
-                            len,
-                            value,
-                            at,
-                            field,
-                        },
-                    );
-                }
-                Err(p) => {
-                    cx.err(v.span(), format_args!("{bat}.{field}"), p);
-                    own_in_error.push(id);
-                }
-            }
-        }
-    }
+    let common = raw
+        .quic_server_id
+        .as_ref()
+        .and_then(|v| written(cx, v, Which::Common, bat));
+    let common_in_error = common.is_none() && raw.quic_server_id.is_some();
+    let (own, own_in_error) = own_ids(cx, raw, bat, declared);
     let mut out = Vec::with_capacity(configs.len());
     let mut missing: Vec<&QuicLbConfig> = Vec::new();
-    let common_in_error = common.is_none() && raw.quic_server_id.is_some();
     for c in configs {
         let id = c.lengths.config_id;
-        let chosen = own.get(&id).cloned().or_else(|| common.clone());
-        let Some(Written {
-            len,
-            value,
-            at: written,
-            field,
-        }) = chosen
-        else {
+        let chosen = own
+            .iter()
+            .find(|(k, _)| *k == id)
+            .map(|(_, w)| *w)
+            .or(common);
+        let Some(w) = chosen else {
             if !own_in_error.contains(&id) && !common_in_error {
                 missing.push(c);
             }
             out.push(None);
             continue;
         };
-        let span = written.span();
         let want = usize::from(c.lengths.server_id);
-        if len != want {
-            let text = written.get_ref();
-            let own_hint = if field == "quic_server_id" && configs.len() > 1 {
-                format!(", or give config_id {id} its own with quic_server_ids = {{ \"{id}\" = \"…\" }}")
-            } else {
-                String::new()
-            };
-            cx.err(
-                span,
-                format_args!("{bat}.{field}"),
-                (
-                    format!(
-                        "{field} {text:?} is {len} bytes; quic_lb config_id {id} has \
-                         server_id_length = {want}"
-                    ),
-                    format!(
-                        "write {} hex digits, the server ID the servers encode for config_id \
-                         {id}{own_hint}",
-                        2 * want
-                    ),
-                ),
-            );
+        if w.len != want {
+            wrong_length(cx, &w, bat, id, want, configs.len() > 1);
             out.push(None);
             continue;
         }
-        out.push(Some(Found { value, span, field }));
+        out.push(Some(Found {
+            value: w.value,
+            span: w.at.span(),
+            field: w.field,
+        }));
     }
     if !missing.is_empty() {
-        cx.report(b.span(), || {
-            let ids: Vec<String> = missing
-                .iter()
-                .map(|c| c.lengths.config_id.to_string())
-                .collect();
-            let digits = 2 * usize::from(missing[0].lengths.server_id);
-            (
-                bat.to_string(),
-                (
-                    format!("no QUIC-LB server ID for config_id {}", ids.join(", ")),
-                    format!(
-                        "add quic_server_id = \"<{digits} hex digits>\" (every config) or \
-                         quic_server_ids = {{ \"{}\" = \"<{digits} hex digits>\" }}",
-                        ids[0]
-                    ),
-                ),
-            )
-        });
+        report_missing(cx, b, bat, &missing);
     }
     out
 }
 
+/// A server ID field parsed; None when it is in error (reported).
+fn written<'a>(
+    cx: &mut Ctx<'_>,
+    v: &'a Spanned<String>,
+    field: Which<'a>,
+    bat: BackendAt<'_>,
+) -> Option<Written<'a>> {
+    let what = match field {
+        Which::Common => "quic_server_id",
+        Which::Own(_) => "quic_server_ids",
+    };
+    match server_id(v.get_ref(), what) {
+        Ok((len, value)) => Some(Written {
+            len,
+            value,
+            at: v,
+            field,
+        }),
+        Err(p) => {
+            cx.err(v.span(), format_args!("{bat}.{field}"), p);
+            None
+        }
+    }
+}
+
+/// The entries of a backend's `quic_server_ids` by config id, and the
+/// config ids whose entry is in error (reported, as are keys that name no
+/// configured config id).
+fn own_ids<'a>(
+    cx: &mut Ctx<'_>,
+    raw: &'a RawBackend,
+    bat: BackendAt<'_>,
+    declared: &[i64],
+) -> (Vec<(u8, Written<'a>)>, Vec<u8>) {
+    let mut own = Vec::new();
+    let mut in_error = Vec::new();
+    let Some(map) = &raw.quic_server_ids else {
+        return (own, in_error);
+    };
+    for (k, v) in map.get_ref() {
+        let field = Which::Own(k);
+        let id = k
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|id| declared.contains(id))
+            .and_then(|id| u8::try_from(id).ok());
+        let Some(id) = id else {
+            let listed: Vec<String> = declared.iter().map(i64::to_string).collect();
+            cx.err(
+                map.span(),
+                format_args!("{bat}.{field}"),
+                (
+                    format!(
+                        "quic_server_ids names config id {k:?}, which no \
+                         [[backend_service.quic_lb]] of the service has"
+                    ),
+                    format!(
+                        "use a configured config_id ({}), or remove the entry",
+                        listed.join(", ")
+                    ),
+                ),
+            );
+            continue;
+        };
+        if own.iter().any(|(k, _)| *k == id) || in_error.contains(&id) {
+            cx.err(
+                v.span(),
+                format_args!("{bat}.{field}"),
+                (
+                    format!("quic_server_ids gives config id {id} twice"),
+                    "keep one entry per config id".into(),
+                ),
+            );
+            continue;
+        }
+        match written(cx, v, field, bat) {
+            Some(w) => own.push((id, w)),
+            None => in_error.push(id),
+        }
+    }
+    (own, in_error)
+}
+
+/// A server ID of another length than its configuration's.
+fn wrong_length(
+    cx: &mut Ctx<'_>,
+    w: &Written<'_>,
+    bat: BackendAt<'_>,
+    id: u8,
+    want: usize,
+    several: bool,
+) {
+    let (field, len, text) = (w.field, w.len, w.at.get_ref());
+    let own_hint = if field == Which::Common && several {
+        format!(", or give config_id {id} its own with quic_server_ids = {{ \"{id}\" = \"…\" }}")
+    } else {
+        String::new()
+    };
+    cx.err(
+        w.at.span(),
+        format_args!("{bat}.{field}"),
+        (
+            format!(
+                "{field} {text:?} is {len} bytes; quic_lb config_id {id} has \
+                 server_id_length = {want}"
+            ),
+            format!(
+                "write {} hex digits, the server ID the servers encode for config_id \
+                 {id}{own_hint}",
+                2 * want
+            ),
+        ),
+    );
+}
+
+/// A backend without a server ID for the configurations `missing`.
+fn report_missing(
+    cx: &mut Ctx<'_>,
+    b: &Spanned<RawBackend>,
+    bat: BackendAt<'_>,
+    missing: &[&QuicLbConfig],
+) {
+    cx.report(b.span(), || {
+        let ids: Vec<String> = missing
+            .iter()
+            .map(|c| c.lengths.config_id.to_string())
+            .collect();
+        let digits = 2 * usize::from(missing[0].lengths.server_id);
+        (
+            bat.to_string(),
+            (
+                format!("no QUIC-LB server ID for config_id {}", ids.join(", ")),
+                format!(
+                    "add quic_server_id = \"<{digits} hex digits>\" (every config) or \
+                     quic_server_ids = {{ \"{}\" = \"<{digits} hex digits>\" }}",
+                    ids[0]
+                ),
+            ),
+        )
+    });
+}
+
 /// Server IDs are unique per configuration within the service: a
 /// connection ID names one server.
-fn unique(cx: &mut Ctx<'_>, at: &str, configs: &[QuicLbConfig], found: &[Vec<Option<Found>>]) {
+fn unique(cx: &mut Ctx<'_>, at: &str, configs: &[QuicLbConfig], found: &[Vec<Option<Found<'_>>>]) {
     for (k, c) in configs.iter().enumerate() {
         let mut first: AHashMap<ServerId, (usize, usize)> = AHashMap::with_capacity(found.len());
         for (i, per_config) in found.iter().enumerate() {
@@ -480,7 +545,7 @@ fn shared_plain_and_encrypted(
     cx: &mut Ctx<'_>,
     at: &str,
     configs: &[QuicLbConfig],
-    found: &[Vec<Option<Found>>],
+    found: &[Vec<Option<Found<'_>>>],
 ) {
     for (p, plain) in configs.iter().enumerate() {
         if plain.key.is_some() {
@@ -490,11 +555,13 @@ fn shared_plain_and_encrypted(
             if enc.key.is_none() || enc.lengths.server_id != plain.lengths.server_id {
                 continue;
             }
-            let shared =
-                |per_config: &Vec<Option<Found>>| match (per_config.get(p), per_config.get(e)) {
-                    (Some(Some(a)), Some(Some(b))) => a.value == b.value,
-                    _ => false,
-                };
+            let shared = |per_config: &Vec<Option<Found<'_>>>| match (
+                per_config.get(p),
+                per_config.get(e),
+            ) {
+                (Some(Some(a)), Some(Some(b))) => a.value == b.value,
+                _ => false,
+            };
             let mut backends = found.iter().enumerate().filter(|(_, f)| shared(f));
             let Some((i, first)) = backends.next() else {
                 continue;

@@ -231,6 +231,16 @@ fn server_ids_need_a_quic_lb_service_and_a_configured_config_id() {
         .join("\n")
     );
     let b = [
+        ", quic_server_id = \"0a0b01\", quic_server_ids = { \"0\" = \"0a0b07\", \"00\" = \"0a0b08\" }",
+        "",
+        "",
+    ];
+    let shown = errors(&text(&table(0, 3, 6, None), b));
+    assert!(
+        shown.starts_with("q.toml:10:126: error: backend_service \"quic\" backend[0].quic_server_ids.\"00\": quic_server_ids gives config id 0 twice\n  hint: keep one entry per config id"),
+        "{shown}"
+    );
+    let b = [
         ", quic_server_id = \"0a0b01\", quic_server_ids = { \"2\" = \"0a0b09\" }",
         ", quic_server_id = \"0a0b02\", quic_server_ids = { \"x\" = \"0a0b08\" }",
         ", quic_server_id = \"0a0b03\"",
