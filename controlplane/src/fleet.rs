@@ -4,7 +4,7 @@
 //!
 //! - The *configuration digest* covers what decides where a packet goes:
 //!   zones, health checks, services with their backends, forwarding rules
-//!   and the flow hash key (its hash, never the key). It leaves out what is
+//!   and the flow hash key and QUIC-LB keys (their hashes, never a key). It leaves out what is
 //!   each appliance's own: `[dataplane]` ports, addresses and sizes,
 //!   `[metrics]`, `[bgp]` (router id, peers). Its encoding is the
 //!   validated model's `Debug` text (each service and rule hashed on its
@@ -173,7 +173,31 @@ impl<T> Default for Items<T> {
     }
 }
 
-impl<T: std::fmt::Debug> Items<T> {
+/// An item's text for its digest: its `Debug` (which shows no secret),
+/// then the hashes of the secrets that decide where packets go.
+trait ItemText: std::fmt::Debug {
+    fn write_secrets(&self, _h: &mut Hasher) {}
+}
+
+impl ItemText for crate::config::ForwardingRuleConfig {}
+
+impl ItemText for crate::config::BackendServiceConfig {
+    /// Each QUIC-LB key, as the flow hash key: appliances with different
+    /// keys decode different server IDs.
+    fn write_secrets(&self, h: &mut Hasher) {
+        for q in &self.quic_lb {
+            if let Some(k) = &q.key {
+                let hashed = [
+                    stable_hash_bytes(SEEDS[0], &k.0),
+                    stable_hash_bytes(SEEDS[1], &k.0),
+                ];
+                let _ = write!(h, "\nquic_lb {} key {hashed:?}", q.lengths.config_id);
+            }
+        }
+    }
+}
+
+impl<T: ItemText> Items<T> {
     /// Each item's digest, in order; the cache then holds `items`'. Items
     /// mostly keep their positions: each is looked for at its own first,
     /// then (one map, built on the first miss) anywhere.
@@ -193,6 +217,7 @@ impl<T: std::fmt::Debug> Items<T> {
             let d = found.unwrap_or_else(|| {
                 let mut h = Hasher::new("sluice fleet item 1");
                 let _ = write!(h, "{item:?}");
+                item.write_secrets(&mut h);
                 h.finish()
             });
             self.last.push((Arc::downgrade(item), d));
@@ -473,6 +498,20 @@ backend_service = "web"
             "[dataplane]\nflow_hash_key = \"000102030405060708090a0b0c0d0e0f\"\n",
         ));
         assert_ne!(config_digest(&keyed), base);
+    }
+
+    /// Appliances whose QUIC-LB keys differ decode different server IDs:
+    /// their digests differ, though no `Debug` text shows a key.
+    #[test]
+    fn ap_6_config_digest_follows_quic_lb_keys() {
+        let text = include_str!("../../conf/quic-lb.toml");
+        let key = "8f95f09245765f80256934e50c66207f";
+        assert!(text.contains(key));
+        let base = cfg(text);
+        assert!(!format!("{base:?}").contains(key));
+        let other = cfg(&text.replace(key, "00112233445566778899aabbccddeeff"));
+        assert_ne!(config_digest(&other), config_digest(&base));
+        assert_eq!(config_digest(&cfg(text)), config_digest(&base));
     }
 
     /// A digest is kept while the tables are the same `Arc`s.

@@ -282,9 +282,13 @@ fn bird_config(file: &std::path::Path) -> ExitCode {
 fn check_config(files: &[PathBuf]) -> ExitCode {
     let mut failed = false;
     for f in files {
-        match controlplane::config::load_file(f) {
-            Ok(cfg) => {
+        match controlplane::config::check_file(f) {
+            Ok((cfg, warnings)) => {
                 println!("{}: ok", f.display());
+                // Warnings never refuse the file (nor change the status).
+                if !warnings.is_empty() {
+                    eprintln!("{warnings}");
+                }
                 // The file is valid; whether its TAP names are free is a
                 // matter of the host it runs on, which may not be this one.
                 for tap in controlplane::exception::existing_taps(&cfg.dataplane.ports) {

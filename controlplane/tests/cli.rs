@@ -266,3 +266,34 @@ fn completions_cover_every_subcommand_and_option() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "an unknown shell is refused");
 }
+
+/// A warning (plaintext and encrypted QUIC-LB configurations sharing a
+/// server ID) is printed with its line and fix, without the key, and
+/// neither refuses the file nor changes the exit status.
+#[test]
+fn check_config_prints_warnings_and_accepts_the_file() {
+    let conf = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/quic-lb.toml");
+    let shared = std::fs::read_to_string(conf)
+        .unwrap()
+        .replace("\"5c0001\"", "\"0a0b01\"");
+    let dir = tempdir("cli-warning");
+    let cfg = dir.join("shared.toml");
+    std::fs::write(&cfg, shared).unwrap();
+    let out = Command::new(sluice_bin())
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("shared.toml:32:109: warning: backend_service \"quic\" backend[0].quic_server_ids.\"1\": backend[0] has the same server ID 0a0b01 in plaintext config_id 0 and encrypted config_id 1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hint: allocate server IDs separately"),
+        "{err}"
+    );
+    assert!(!err.contains("8f95f092"), "the key is never shown: {err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("shared.toml: ok"));
+}

@@ -79,18 +79,33 @@ fn starts_backend(line: &str) -> bool {
     line.trim_start().starts_with('{')
 }
 
-/// Whether `line` is exactly one inline table and an optional comma: one
-/// `{` that opens it, one `}` that closes it, and no bracket or comment
-/// anywhere (a string holding one makes the caller parse the table).
+/// Whether `line` is exactly one inline table and an optional comma: a
+/// `{` that opens it and the `}` that closes it at its end, at most one
+/// level of inline tables inside (`quic_server_ids = { … }`), and no
+/// bracket or comment anywhere (a string holding one makes the caller
+/// parse the table, or the line's own parse says what it holds).
 fn one_backend(line: &str) -> bool {
     let t = line.trim();
     let t = t.strip_suffix(',').unwrap_or(t).trim_end();
-    t.starts_with('{')
-        && t.ends_with('}')
-        && t.bytes()
-            .filter(|c| matches!(c, b'{' | b'}' | b'[' | b']' | b'#'))
-            .count()
-            == 2
+    if !t.starts_with('{') || !t.ends_with('}') {
+        return false;
+    }
+    let mut depth = 0u32;
+    for (i, c) in t.bytes().enumerate() {
+        match c {
+            b'{' if depth < 2 => depth += 1,
+            b'}' if depth > 0 => {
+                depth -= 1;
+                // Closed before the end: two tables, or a brace in a string.
+                if depth == 0 && i + 1 != t.len() {
+                    return false;
+                }
+            }
+            b'{' | b'}' | b'[' | b']' | b'#' => return false,
+            _ => {}
+        }
+    }
+    depth == 0
 }
 
 #[cfg(test)]
@@ -121,12 +136,18 @@ mod tests {
             .map(|b| {
                 let b = b.get_ref();
                 format!(
-                    "{} {:?} {:?} {:?} {:?}",
+                    "{} {:?} {:?} {:?} {:?} {:?} {:?}",
                     b.address.get_ref(),
                     b.mac.as_ref().map(|m| m.get_ref()),
                     b.zone.as_ref().map(|z| z.get_ref()),
                     b.failover,
-                    b.weight.as_ref().map(|w| *w.get_ref())
+                    b.weight.as_ref().map(|w| *w.get_ref()),
+                    b.quic_server_id.as_ref().map(|q| q.get_ref()),
+                    b.quic_server_ids.as_ref().map(|q| q
+                        .get_ref()
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.get_ref().clone()))
+                        .collect::<Vec<_>>()),
                 )
             })
             .collect()
@@ -141,6 +162,12 @@ mod tests {
                 "\"10.0.0.7\", mac = \"02:00:00:00:00:07\", failover = true }",
             ),
             OLD.replace("  {", "{"),
+            // QUIC-LB server IDs, with one level of inline table.
+            OLD.replace("weight = 2 }", "weight = 2, quic_server_id = \"0a0b02\" }"),
+            OLD.replace(
+                "weight = 2 }",
+                "quic_server_id = \"0a0b02\", quic_server_ids = { \"1\" = \"c002\" } }",
+            ),
         ] {
             let got = patch(OLD, parse(OLD), &new).expect("backend lines changed");
             let whole = parse(&new);
@@ -161,6 +188,16 @@ mod tests {
                 "{ address = \"10.0.0.1\" }, { address = \"10.0.0.9\" }",
             ),
             OLD.replace("{ address = \"10.0.0.1\" },", "{ address = \"10.0.0.1\","),
+            // Two tables on a line, however nested; deeper nesting.
+            OLD.replace(
+                "{ address = \"10.0.0.1\" }",
+                "{ address = \"10.0.0.1\", quic_server_ids = { \"1\" = \"c001\" } }, { address = \"10.0.0.9\" }",
+            ),
+            OLD.replace(
+                "{ address = \"10.0.0.1\" }",
+                "{ address = \"10.0.0.1\", quic_server_ids = { \"1\" = { x = \"c001\" } } }",
+            ),
+            OLD.replace("{ address = \"10.0.0.1\" }", "{ address = \"10.0.0.1}{\" }"),
         ] {
             assert!(patch(OLD, parse(OLD), &new).is_none(), "{new}");
         }

@@ -37,6 +37,8 @@ impl<D: Display> Display for Field<D> {
 pub(crate) struct Ctx<'a> {
     pub map: SourceMap<'a>,
     pub diags: Diagnostics,
+    /// What `check-config` prints as warnings: the file is accepted.
+    pub warnings: Diagnostics,
 }
 
 /// Names listed in a hint that offers the defined ones: enough to spot a
@@ -58,6 +60,22 @@ impl Ctx<'_> {
     pub fn report(&mut self, span: Range<usize>, describe: impl FnOnce() -> (String, Problem)) {
         let (line, column) = self.map.line_col(span.start);
         self.diags.offer(Some(line), Some(column), || {
+            let (path, (message, hint)) = describe();
+            Diagnostic {
+                line: Some(line),
+                column: Some(column),
+                path,
+                message,
+                hint,
+            }
+        });
+    }
+
+    /// Records a warning at `span`: not an error, the file is accepted
+    /// (`describe` as for [`Ctx::report`]).
+    pub fn warn(&mut self, span: Range<usize>, describe: impl FnOnce() -> (String, Problem)) {
+        let (line, column) = self.map.line_col(span.start);
+        self.warnings.offer(Some(line), Some(column), || {
             let (path, (message, hint)) = describe();
             Diagnostic {
                 line: Some(line),

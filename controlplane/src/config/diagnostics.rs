@@ -41,6 +41,8 @@ const MAX_FIELD: usize = 1024;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostics {
     origin: String,
+    /// What each one is, as printed: `error` or `warning`.
+    severity: &'static str,
     /// Sorted by position; at most [`KEPT`].
     kept: Vec<Kept>,
     /// Errors found but not kept.
@@ -61,8 +63,19 @@ struct Kept {
 
 impl Diagnostics {
     pub fn new(origin: impl Into<String>) -> Self {
+        Self::with_severity(origin, "error")
+    }
+
+    /// Warnings about a file that is accepted: printed as
+    /// `FILE:LINE:COL: warning: …`, kept and counted as errors are.
+    pub fn warnings(origin: impl Into<String>) -> Self {
+        Self::with_severity(origin, "warning")
+    }
+
+    fn with_severity(origin: impl Into<String>, severity: &'static str) -> Self {
         Self {
             origin: origin.into(),
+            severity,
             kept: Vec::new(),
             dropped: 0,
             arrivals: 0,
@@ -140,7 +153,7 @@ impl fmt::Display for Shown<'_> {
             if let (Some(l), Some(c)) = (d.line, d.column) {
                 write!(f, ":{l}:{c}")?;
             }
-            write!(f, ": error: ")?;
+            write!(f, ": {}: ", self.all.severity)?;
             if !d.path.is_empty() {
                 write!(f, "{}: ", elided(&d.path))?;
             }
@@ -154,7 +167,8 @@ impl fmt::Display for Shown<'_> {
             }
             write!(
                 f,
-                "{origin}: … and {more} more error{} (the first {printed} in file order are shown)",
+                "{origin}: … and {more} more {}{} (the first {printed} in file order are shown)",
+                self.all.severity,
                 if more == 1 { "" } else { "s" }
             )?;
         }
@@ -268,7 +282,10 @@ impl<'a> SourceMap<'a> {
     pub(crate) fn toml_error_diagnostic(&self, err: &toml::de::Error) -> Diagnostic {
         let offset = err.span().map_or(0, |s| s.start);
         let message = err.message().trim().lines().collect::<Vec<_>>().join(": ");
-        let path = self.path_at(offset);
+        // Only these point at a key; other errors point into a value,
+        // which the path must not repeat (it may be a secret).
+        let at_key = message.starts_with("unknown field") || message.contains("duplicate key");
+        let path = self.path_at(offset, at_key);
         let hint = hint_for_toml_message(&message);
         let (line, column) = self.line_col(offset);
         Diagnostic {
@@ -283,7 +300,7 @@ impl<'a> SourceMap<'a> {
     /// The table path at `offset`: the nearest `[header]` / `[[header]]`
     /// above it (array-of-tables headers indexed by how many precede), plus
     /// the key on the error's own line when there is one.
-    fn path_at(&self, offset: usize) -> String {
+    fn path_at(&self, offset: usize, at_key: bool) -> String {
         let offset = offset.min(self.text.len());
         let before = self.text.get(..offset).unwrap_or("");
         let mut counts: Vec<(String, usize)> = Vec::new();
@@ -336,7 +353,8 @@ impl<'a> SourceMap<'a> {
         if let Some(k) = line_key {
             parts.push(k);
         }
-        if is_ident(&word)
+        if at_key
+            && is_ident(&word)
             && line_key != Some(word.as_str())
             && !word.chars().all(|c| c.is_ascii_digit())
         {
@@ -455,6 +473,11 @@ mod tests {
         let text = "[dataplane]\n[[backend_service]]\nname='a'\n[[backend_service]]\nbogus = 1\n";
         let m = SourceMap::new(text);
         let off = text.find("bogus").unwrap();
-        assert_eq!(m.path_at(off), "backend_service[1].bogus");
+        assert_eq!(m.path_at(off, true), "backend_service[1].bogus");
+        // A syntax error inside a value does not repeat the value.
+        let text = "[dataplane]\nflow_hash_key = 0a1b2c3d\n";
+        let m = SourceMap::new(text);
+        let off = text.find("a1b2").unwrap();
+        assert_eq!(m.path_at(off, false), "dataplane.flow_hash_key");
     }
 }

@@ -19,6 +19,7 @@ mod interfaces;
 mod loader;
 pub(crate) mod model;
 mod overlap;
+mod quic_lb;
 mod raw;
 mod rules;
 mod segments;
@@ -117,6 +118,24 @@ fn read_config(path: &Path) -> Result<String, (String, String)> {
         return Err(too_big(text.len() as u64));
     }
     Ok(text)
+}
+
+/// [`load_file`] with the warnings about an accepted file
+/// (`sluice check-config` prints them; they never refuse it).
+pub fn check_file(path: &Path) -> Result<(Config, Diagnostics), Diagnostics> {
+    let origin = path.display().to_string();
+    match read_config(path) {
+        Ok(text) => check_str(&text, &origin),
+        Err(_) => load_file(path).map(|c| (c, Diagnostics::warnings(origin))),
+    }
+}
+
+/// [`load_str`] with the warnings about accepted text.
+pub fn check_str(text: &str, origin: &str) -> Result<(Config, Diagnostics), Diagnostics> {
+    match toml::from_str::<raw::RawConfig>(text) {
+        Ok(raw) => validate::validate_warning(&raw, text, origin),
+        Err(_) => load_str(text, origin).map(|c| (c, Diagnostics::warnings(origin))),
+    }
 }
 
 /// Validates configuration text; `origin` names it in diagnostics (usually

@@ -9,6 +9,7 @@ use std::time::Duration;
 pub use sluice_core::affinity::SessionAffinity;
 pub use sluice_core::backend::Pool;
 pub use sluice_core::encap::Encapsulation;
+pub use sluice_core::quic_lb::{CidLengths, ServerId};
 pub use sluice_core::rules::{PortRange, RuleProtocol};
 pub use sluice_core::service::{PersistenceOnUnhealthy, TrackingMode};
 
@@ -311,6 +312,33 @@ pub struct BackendConfig {
     pub pool: Pool,
     /// 0–1000, default 1 (MG-3).
     pub weight: u16,
+    /// Its QUIC-LB server ID in each of its service's
+    /// [`BackendServiceConfig::quic_lb`] configurations, in their order
+    /// (each of that configuration's length); empty when the service has
+    /// none.
+    pub quic_server_ids: Box<[ServerId]>,
+}
+
+/// One `[[backend_service.quic_lb]]`: a QUIC-LB configuration the
+/// service's QUIC servers share (draft-ietf-quic-load-balancers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuicLbConfig {
+    /// Config id (the config rotation bits) and the server ID and nonce
+    /// lengths, as the draft allows them.
+    pub lengths: CidLengths,
+    /// None: server IDs in the clear.
+    pub key: Option<QuicLbKey>,
+}
+
+/// A QUIC-LB configuration's AES-128 key. Its `Debug` does not show it,
+/// so no log, error or dump of the configuration carries it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct QuicLbKey(pub [u8; 16]);
+
+impl std::fmt::Debug for QuicLbKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuicLbKey(<hidden>)")
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -331,6 +359,9 @@ pub struct BackendServiceConfig {
     pub failover_policy: Option<FailoverPolicyConfig>,
     pub zonal_affinity: ZonalAffinityConfig,
     pub backends: Vec<BackendConfig>,
+    /// QUIC-LB configurations, at most one per config id (empty: the
+    /// service's UDP packets are balanced like any other).
+    pub quic_lb: Vec<QuicLbConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -112,6 +112,9 @@ pub(crate) struct RawService {
     pub zonal_affinity: Option<RawZonal>,
     #[serde(default)]
     pub backend: Vec<S<RawBackend>>,
+    /// `[[backend_service.quic_lb]]`: QUIC-LB configurations.
+    #[serde(default)]
+    pub quic_lb: Vec<S<RawQuicLb>>,
 }
 
 impl RawService {
@@ -158,6 +161,42 @@ pub(crate) struct RawBackend {
     pub zone: Option<S<String>>,
     pub failover: Option<bool>,
     pub weight: Option<S<i64>>,
+    /// The backend's QUIC-LB server ID in hex, for every configuration.
+    pub quic_server_id: Option<S<String>>,
+    /// Server IDs by config id, overriding `quic_server_id` for theirs.
+    pub quic_server_ids: Option<S<std::collections::BTreeMap<String, S<String>>>>,
+}
+
+/// One `[[backend_service.quic_lb]]` table as written.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawQuicLb {
+    pub config_id: S<i64>,
+    pub server_id_length: S<i64>,
+    pub nonce_length: S<i64>,
+    pub key: Option<S<HiddenText>>,
+}
+
+/// A secret as written in the file: its `Debug` does not show it, so no
+/// dump of the raw model carries it, and a value of another type is
+/// refused without repeating it (serde's message would show a number).
+pub(crate) struct HiddenText(pub String);
+
+impl<'de> Deserialize<'de> for HiddenText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(d) {
+            Ok(toml::Value::String(s)) => Ok(Self(s)),
+            _ => Err(serde::de::Error::custom(
+                "invalid type: the key must be a string in quotes, \"<32 hex digits>\"",
+            )),
+        }
+    }
+}
+
+impl std::fmt::Debug for HiddenText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hidden>")
+    }
 }
 
 #[derive(Deserialize, Debug)]

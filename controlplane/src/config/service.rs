@@ -128,7 +128,16 @@ fn service(
     );
     let connection_tracking = tracking(cx, s.connection_tracking.as_ref(), &at);
     let zonal_affinity = zonal(cx, s.zonal_affinity.as_ref(), &at);
-    let backends = backends(cx, s, &at, encapsulation, names, ports);
+    let mut quic = super::quic_lb::service_quic(cx, s, &at);
+    let backends = backends(
+        cx,
+        s,
+        &at,
+        encapsulation,
+        names,
+        ports,
+        &mut quic.server_ids,
+    );
     let failover_policy = match &s.failover_policy {
         Some(f) => Some(FailoverPolicyConfig {
             failover_ratio: cx.ratio(
@@ -155,6 +164,7 @@ fn service(
         failover_policy,
         zonal_affinity,
         backends,
+        quic_lb: quic.configs,
     }
 }
 
@@ -378,6 +388,7 @@ fn backends(
     encap: Encapsulation,
     names: &Names<'_>,
     ports: &[PortConfig],
+    quic_server_ids: &mut [Box<[ServerId]>],
 ) -> Vec<BackendConfig> {
     let mut seen: HashMap<std::net::IpAddr, usize> = HashMap::new();
     let mut out = Vec::new();
@@ -455,6 +466,10 @@ fn backends(
                 Pool::Primary
             },
             weight,
+            quic_server_ids: quic_server_ids
+                .get_mut(i)
+                .map(std::mem::take)
+                .unwrap_or_default(),
         });
     }
     out
@@ -524,6 +539,7 @@ mod tests {
         let mut cx = Ctx {
             map: SourceMap::new(text),
             diags: Diagnostics::new("big.toml"),
+            warnings: Diagnostics::warnings("big.toml"),
         };
         backend_limit(&mut cx, &raw.backend_service, 4);
         assert!(cx.diags.is_empty(), "{}", cx.diags);

@@ -22,6 +22,16 @@ pub(crate) fn validate(raw: &RawConfig, text: &str, origin: &str) -> Result<Conf
     validate_keeping(raw, text, origin, &Kept::default())
 }
 
+/// [`validate`] with the warnings about the file when it is accepted
+/// (`check-config` prints them).
+pub(crate) fn validate_warning(
+    raw: &RawConfig,
+    text: &str,
+    origin: &str,
+) -> Result<(Config, Diagnostics), Diagnostics> {
+    validate_all(raw, text, origin, &Kept::default())
+}
+
 /// Validated items a validation may take as they are instead of
 /// validating their tables again, by position in `raw`'s lists (None:
 /// validate it). [`super::Loader`] offers an item of its last load when
@@ -44,9 +54,22 @@ pub(crate) fn validate_keeping(
     origin: &str,
     kept: &Kept,
 ) -> Result<Config, Diagnostics> {
+    validate_all(raw, text, origin, kept).map(|(config, _)| config)
+}
+
+/// [`validate_keeping`] with the warnings. Items taken from `kept` are
+/// not validated again, so their warnings are not found again either:
+/// only a whole validation ([`validate_warning`]) gives them all.
+fn validate_all(
+    raw: &RawConfig,
+    text: &str,
+    origin: &str,
+    kept: &Kept,
+) -> Result<(Config, Diagnostics), Diagnostics> {
     let mut cx = Ctx {
         map: SourceMap::new(text),
         diags: Diagnostics::new(origin),
+        warnings: Diagnostics::warnings(origin),
     };
     let dataplane = dataplane_section(&mut cx, &raw.dataplane);
     super::frames::check(&mut cx, raw.dataplane.get_ref(), &dataplane);
@@ -69,6 +92,12 @@ pub(crate) fn validate_keeping(
         &dataplane.ports,
         &kept.rules,
     );
+    super::quic_lb::udp_rules(
+        &mut cx,
+        &raw.backend_service,
+        &backend_services,
+        &forwarding_rules,
+    );
     let bgp = super::bgp::bgp_section(
         &mut cx,
         raw.bgp.as_ref(),
@@ -78,7 +107,7 @@ pub(crate) fn validate_keeping(
     if !cx.diags.is_empty() {
         return Err(cx.diags);
     }
-    Ok(Config {
+    let config = Config {
         dataplane,
         metrics,
         zones,
@@ -86,7 +115,8 @@ pub(crate) fn validate_keeping(
         backend_services,
         forwarding_rules,
         bgp,
-    })
+    };
+    Ok((config, cx.warnings))
 }
 
 fn dataplane_section(cx: &mut Ctx<'_>, dp: &Spanned<RawDataplane>) -> DataplaneConfig {

@@ -110,6 +110,7 @@ pub fn rebuild_changed_services(
             b.service = service_id;
             put(&mut state.backends, b);
         }
+        next.quic_lb = quic_routing(svc, &next, &m.views, memory);
         let listed: HashSet<BackendId> = next.backends.iter().copied().collect();
         for id in before {
             if !listed.contains(&id) {

@@ -42,6 +42,7 @@ pub use what_if::assume_unhealthy;
 
 mod changed;
 mod members;
+mod quic_lb;
 mod what_if;
 
 /// What the health checks currently say, and what a build must remember.
@@ -90,6 +91,9 @@ pub struct PolicyMemory {
     /// Each rule name's per-rule counter slot, kept for the process's life
     /// so that a rule's packet count only rises across reloads.
     rule_slots: AHashMap<String, u16>,
+    /// Each QUIC-LB service's routing, shared while unchanged, and the
+    /// server IDs of removed backends while they drain.
+    quic: quic_lb::QuicMemory,
 }
 
 impl PolicyMemory {
@@ -112,6 +116,12 @@ impl PolicyMemory {
     /// adds nothing.
     pub fn tables_built(&self) -> u64 {
         self.tables.built()
+    }
+
+    /// QUIC-LB routings built so far: a build that reuses a service's
+    /// routing adds nothing.
+    pub fn quic_routings_built(&self) -> u64 {
+        self.quic.built()
     }
 
     /// Earliest draining deadline, so the control loop rebuilds then.
@@ -226,6 +236,7 @@ pub fn build_forwarding_state_with(
             b.service = service_id;
             backends.push((id, b));
         }
+        state.quic_lb = quic_routing(svc, &state, &m.views, memory);
         services.push(state);
         reports.push(report);
     }
@@ -236,6 +247,10 @@ pub fn build_forwarding_state_with(
         .map(|s| s.name.as_str())
         .collect();
     memory.tables.retain(|name| names.contains(name));
+    let draining = &memory.draining;
+    memory
+        .quic
+        .retain(|name| names.contains(name), |id| draining.contains_key(id));
     memory.live = live;
 
     let mut backend_table: Vec<Option<BackendState>> = vec![None; ids.high_water() as usize];
@@ -363,6 +378,8 @@ pub fn rebuild_services(
         report.build_seconds = started.elapsed().as_secs_f64();
         // Draining backends (CT-10) stay listed after the configured ones.
         next.backends.extend_from_slice(&old.backends[configured..]);
+        let active = memory.pools.get(&svc.name).map(|&(p, _)| p);
+        next.quic_lb = memory.quic.repool(svc, old, &next, active, &state.backends);
         state.services[si] = next;
         if let Some(r) = reports.get_mut(si) {
             *r = report;
@@ -419,6 +436,24 @@ fn drain_removed(
             draining.insert(b.id, (name.to_string(), b));
         }
     }
+}
+
+/// `state`'s QUIC-LB routing: `svc`'s configurations over the backends
+/// `state` lists, `configured` (with their views) first, then those
+/// draining (CT-10).
+fn quic_routing(
+    svc: &BackendServiceConfig,
+    state: &ServiceState,
+    configured: &[(&crate::config::BackendConfig, BackendView)],
+    memory: &mut PolicyMemory,
+) -> Option<Arc<sluice_core::quic_lb::QuicLbRouting>> {
+    let active = memory.pools.get(&svc.name).map(|&(p, _)| p);
+    let listed = quic_lb::Listed {
+        ids: &state.backends,
+        configured,
+        removed: &memory.draining,
+    };
+    memory.quic.routing(svc, &listed, active)
 }
 
 /// The rule table of `cfg`'s forwarding rules (FR-1/FR-2), each with its
