@@ -2,9 +2,9 @@
 //! own, each looping requests until the duration is over. At a third of
 //! the duration every endpoint rebinds to a new source port, at two thirds
 //! to a new source address: the connections migrate in the middle of
-//! their transfers. A connection survives when every request it made
-//! succeeded within the timeout, it made requests after each move, and
-//! one server answered them all.
+//! their transfers. A connection survives when every request it made was
+//! answered within the timeout, requests made after each move were
+//! answered, and one server answered them all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -40,6 +40,14 @@ enum Phase {
 impl Phase {
     const ALL: [Phase; 3] = [Phase::First, Phase::NewPort, Phase::NewAddress];
 
+    /// The phase after this one (the last one's is itself).
+    fn next(self) -> Phase {
+        match self {
+            Phase::First => Phase::NewPort,
+            Phase::NewPort | Phase::NewAddress => Phase::NewAddress,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Phase::First => "first",
@@ -51,7 +59,7 @@ impl Phase {
 
 #[derive(Debug, Default)]
 struct Report {
-    /// Requests answered, by phase.
+    /// Requests answered, by the phase they were made in.
     answered: BTreeMap<&'static str, u64>,
     servers: BTreeSet<String>,
     /// The first failure: the phase and what happened.
@@ -165,7 +173,7 @@ async fn connection(endpoint: Endpoint, o: Arc<Options>, start: Instant) -> Repo
         (start + o.duration / 3, Phase::NewPort, o.bind),
         (start + o.duration * 2 / 3, Phase::NewAddress, o.rebind_to),
     ];
-    let mut phase = Phase::First;
+    let mut last = Phase::First;
     // The moves happen on their own schedule, while a request is in
     // flight; each request is counted in the phase it ended in.
     let rebinder = {
@@ -182,12 +190,31 @@ async fn connection(endpoint: Endpoint, o: Arc<Options>, start: Instant) -> Repo
             locals
         })
     };
+    let phase_at = |t: Instant| {
+        moves
+            .iter()
+            .filter(|(at, _, _)| t >= *at)
+            .map(|&(_, p, _)| p)
+            .max()
+            .unwrap_or(Phase::First)
+    };
+    // The start phase of the last request answered: it proves the
+    // connection survived the moves before it.
+    let mut proven = Phase::First;
     while Instant::now() < end {
+        let started = phase_at(Instant::now());
         let result = tokio::time::timeout(o.timeout, request(&connection, o.size)).await;
-        let now = Instant::now();
-        while let Some(&(_, p, _)) = moves.iter().find(|(at, p, _)| now >= *at && *p > phase) {
-            phase = p;
-        }
+        // An answer counts in the phase its request started in; a failure
+        // is blamed on the first move after the last proven phase (its
+        // timeout may expire after the next move).
+        let phase = match &result {
+            Ok(Ok(_)) => {
+                proven = started;
+                started
+            }
+            _ => phase_at(Instant::now()).min(proven.next()),
+        };
+        last = phase;
         match result {
             Ok(Ok(server)) => {
                 *report.answered.entry(phase.name()).or_default() += 1;
@@ -210,13 +237,13 @@ async fn connection(endpoint: Endpoint, o: Arc<Options>, start: Instant) -> Repo
                 match l {
                     Ok(addr) => report.local.push(addr),
                     Err(e) if report.failure.is_none() => {
-                        report.failure = Some((phase, e));
+                        report.failure = Some((last, e));
                     }
                     Err(_) => {}
                 }
             }
         }
-        Err(e) => report.failure = Some((phase, format!("rebind task: {e}"))),
+        Err(e) => report.failure = Some((last, format!("rebind task: {e}"))),
     }
     connection.close(0u32.into(), b"done");
     endpoint.wait_idle().await;

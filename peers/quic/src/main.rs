@@ -97,7 +97,7 @@ struct ClientArgs {
     #[arg(long, default_value_t = 9.0)]
     duration: f64,
     /// A request unanswered after this long (ms) ends its connection.
-    #[arg(long, default_value_t = 3_000)]
+    #[arg(long, default_value_t = 2_000)]
     timeout_ms: u64,
     /// Payload bytes asked for per request.
     #[arg(long, default_value_t = 65_536)]
