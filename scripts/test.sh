@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit/property tests, golden pcaps
 # through the real binary on real DPDK (net_pcap, --no-huge), config checks,
-# fuzz smoke, the Debian package, the live end-to-end suite in namespaces,
+# fuzz smoke, the Debian package, the live end-to-end suite in namespaces
+# (QUIC-LB with a real QUIC stack included),
 # and the appliance image booted in QEMU with traffic through it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -64,6 +65,16 @@ for workers in 1 2; do
     e2e_failed=$((e2e_failed + 1))
   fi
 done
+
+# QUIC-LB live: quinn clients and servers (target/debug/quic-peer, built
+# with the workspace above) through sluice; connections move to a new
+# port and a new address mid-transfer and must all survive with QUIC-LB.
+echo "== QUIC-LB live test"
+if python3 scripts/e2e/quic_lb.py --sluice target/debug/sluice --peer target/debug/quic-peer; then
+  e2e_passed=$((e2e_passed + 1))
+else
+  e2e_failed=$((e2e_failed + 1))
+fi
 
 # The scale-out suite: two appliances behind a BIRD router with ECMP, each
 # announcing the VIPs over BGP through its own BIRD; kill -9, SIGTERM,

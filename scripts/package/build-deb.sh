@@ -112,7 +112,7 @@ install -m 0644 "$here/sluice.service" "$root/lib/systemd/system/sluice.service"
 install -m 0644 "$here/lintian-overrides" "$root/usr/share/lintian/overrides/sluice"
 install -m 0644 "$here/copyright" "$doc/copyright"
 install -m 0644 README.md "$doc/README.md"
-for d in deployment operations configuration architecture behaviour scale-out; do
+for d in deployment operations configuration architecture behaviour scale-out quic-lb; do
   gzip -9n <"docs/$d.md" >"$doc/$d.md.gz"
 done
 install -m 0644 conf/*.toml "$doc/examples/"
