@@ -70,8 +70,8 @@ class QuicLab(lab.Lab):
     """The lab's namespaces and sluice handling, with its own names,
     addresses and metrics port, three backends and a two-address client."""
 
-    def __init__(self, sluice, peer):
-        super().__init__(workers=1, backends=len(BACKENDS), sluice=sluice)
+    def __init__(self, sluice, peer, workers=1):
+        super().__init__(workers=workers, backends=len(BACKENDS), sluice=sluice)
         self.tag = f"{PREFIX}{os.getpid()}"
         self.peer = peer
 
@@ -169,14 +169,15 @@ server_id_length = {SERVER_ID_LENGTH}
 nonce_length = {NONCE_LENGTH}
 key = "{KEYS[c]}"
 """ for c in configs)
+        qpairs = f",qpairs={self.workers}" if self.workers > 1 else ""
         text = f"""# Written by scripts/e2e/quic_lb.py
 [dataplane]
 eal_args = ["--no-huge", "-m", "512", "--no-pci", "--log-level=error"]
-workers = 1
+workers = {self.workers}
 
 [[dataplane.port]]
 name = "uplink"
-device = "net_af_packet0,iface=lb0"
+device = "net_af_packet0,iface=lb0{qpairs}"
 address = "{APPLIANCE}/24"
 tap = "slq-up"
 
@@ -347,6 +348,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sluice", default=os.path.join(root, "target", "debug", "sluice"))
     ap.add_argument("--peer", default=os.path.join(root, "target", "debug", "quic-peer"))
+    ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--connections", type=int, default=24)
     ap.add_argument("--duration", type=float, default=9.0, help="seconds per run")
     ap.add_argument("--runs", default="ABC", help="which runs, e.g. AB (default ABC)")
@@ -356,7 +358,7 @@ def main():
     for path in (a.sluice, a.peer):
         if not os.access(path, os.X_OK):
             sys.exit(f"quic_lb: {path} not built (cargo build --workspace)")
-    qlab = QuicLab(os.path.abspath(a.sluice), os.path.abspath(a.peer))
+    qlab = QuicLab(os.path.abspath(a.sluice), os.path.abspath(a.peer), a.workers)
     started = time.monotonic()
     results = {}
     try:
@@ -375,7 +377,7 @@ def main():
         if failures and qlab.sluice is not None:
             print("--- sluice log ---\n" + qlab.sluice_output()[-4000:])
         qlab.close()
-    print(f"quic_lb ({time.monotonic() - started:.0f} s):")
+    print(f"quic_lb ({a.workers} worker(s), {time.monotonic() - started:.0f} s):")
     for line in report:
         print(f"  {line}")
     if "A" in results and "B" in results:
