@@ -331,8 +331,12 @@ def run_c(qlab, connections, duration):
     time.sleep(duration * 0.3)
     qlab.write_quic_config([1])
     qlab.reload_checked()
+    routed_before, _ = qlab.quic_counters()
     r = qlab.client_result(client)
     routed, fallback = qlab.quic_counters()
+    # With config 0 gone, only config-1 IDs can still be routed.
+    check(routed is not None and routed_before is not None and routed > routed_before,
+          f"run C: packets routed after config 0 was removed ({routed_before} -> {routed})")
     report.append(f"run C (rotation): {summary(r)}")
     report.append(f"run C: routed {routed}, ordinary path {fallback}")
     check(r["lost"] == 0, f"run C: every connection survived the rotation and both moves: "
