@@ -25,7 +25,7 @@ requests go on.
          every second, so connections move to new ones), sluice reloaded
          to remove config 0: no connection lost (--runs AB skips it)
 
-Exits non-zero when run A or C loses a connection.
+Exits non-zero when run A or C loses a connection, or run B loses none.
 """
 
 import argparse
