@@ -242,7 +242,7 @@ fn quic_lb_routes_by_connection_id_through_the_binary() {
     );
     let fb =
         |reason: &str| m[&format!("sluice_quic_lb_fallback_packets_total{{reason=\"{reason}\"}}")];
-    assert_eq!(fb("client_chosen"), 3);
+    assert_eq!(fb("initial"), 3);
     assert_eq!(fb("unknown_server_id"), 2);
     assert_eq!(fb("unroutable_config"), 1);
     assert_eq!(fb("backend_unhealthy"), sick);

@@ -143,10 +143,7 @@ pub fn explain(frame: &[u8], rx_port: u16, state: &ForwardingState) -> Explanati
     };
     let balancing = match classify(frame, state) {
         Stage::Balance(b) => balancing(&b, &flow, state).map(|mut out| {
-            let payload = frame
-                .get(ip.l4_offset + wire::udp::HEADER_LEN..ip.l3_offset + ip.ip_len)
-                .unwrap_or_default();
-            out.quic = quic(&b, payload, state, ctx.now);
+            out.quic = quic(&b, frame, state, ctx.now);
             out
         }),
         Stage::Done(_) => None,
@@ -161,19 +158,25 @@ pub fn explain(frame: &[u8], rx_port: u16, state: &ForwardingState) -> Explanati
     }
 }
 
-/// What stage 1 decoded for a QUIC-LB packet and what stage 2 made of it
-/// (`pipeline::select_quic`'s decision, at `now`).
+/// What a QUIC-LB packet's connection ID says and what stage 2 makes of
+/// it (`pipeline::select_quic`'s decision, at `now`).
 fn quic(
     b: &crate::stage::Balance,
-    payload: &[u8],
+    frame: &[u8],
     state: &ForwardingState,
     now: Millis,
 ) -> Option<QuicExplained> {
-    let Steer::Quic(decision) = b.steer else {
+    let Steer::Quic { payload_at } = b.steer else {
         return None;
     };
     let service = state.service(b.service)?;
     let routing = service.quic_lb.as_deref()?;
+    let payload = match payload_at {
+        Steer::QUIC_TOO_DEEP => &[][..],
+        at => frame
+            .get(usize::from(at)..b.layout.l3_offset + b.layout.ip_len)
+            .unwrap_or_default(),
+    };
     let decoded = routing.decode(payload);
     let length = |config: u8| {
         routing
@@ -183,7 +186,7 @@ fn quic(
             .map(|c| c.codec.lengths().server_id)
     };
     let server_id = decoded.server_id.zip(decoded.config_id.and_then(length));
-    let outcome = match decision {
+    let outcome = match decoded.decision {
         Decision::Routed(server) => quic_connection_stays(server, service, state, now),
         Decision::Fallback(reason) => Err(reason),
     };

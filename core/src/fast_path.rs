@@ -15,7 +15,6 @@
 use crate::conntrack::{policy, Addrs, PacketMeta, Shard, TrackKey, Tracked};
 use crate::flow::{ipv4_ports_hash, TupleKind};
 use crate::ids::ServiceId;
-use crate::quic_lb::Decision;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::stage::{Balance, Keyed, KeyedOut, LanePacket, Stage, Steer, Verdict};
@@ -364,16 +363,12 @@ fn classify(
     if let Some(rules) = rules {
         rules.add(counter);
     }
-    let mut tracked = policy::trackable(proto, service.affinity);
-    let mut steer = Steer::Flow;
-    if proto == UDP {
-        if let Some(quic) = service.quic_lb.as_deref() {
-            let payload = rest.get(IP_UDP_LEN..total).unwrap_or_default();
-            steer = Steer::Quic(quic.route(payload));
-            // Routed by its connection ID: no conntrack (nor steering).
-            tracked &= !matches!(steer, Steer::Quic(Decision::Routed(_)));
-        }
-    }
+    let tracked = policy::trackable(proto, service.affinity);
+    let steer = if proto == UDP && service.quic_lb.is_some() {
+        Steer::quic_at(l3 + IP_UDP_LEN)
+    } else {
+        Steer::Flow
+    };
     let meta = PacketMeta {
         proto,
         tcp_flags,

@@ -9,6 +9,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
+use crate::conntrack::session::quic_connection_stays;
 use crate::conntrack::session::Selection;
 use crate::conntrack::{self, Addrs, PacketMeta, Shard, Tracked};
 use crate::drop_reason::DropReason;
@@ -20,7 +21,7 @@ use crate::fragment::{self, FragmentIds};
 use crate::icmp;
 use crate::icmp_error;
 use crate::packet::PacketBuf;
-use crate::quic_lb::{Decision, QuicLbCounts};
+use crate::quic_lb::{Decision, Fallback, QuicLbCounts};
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::stage::{is_own_address, rule_miss};
@@ -235,18 +236,13 @@ fn classify_inner(
     // no backend to send to, which is what the counter says.
     let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
     let hash = packet_hash_seeded(state.flow_seed, &ip, service.affinity);
-    let mut tracked = conntrack::policy::trackable(ip.protocol, service.affinity);
-    let mut steer = Steer::Flow;
-    if ip.protocol == UDP && !ip.fragment.is_fragmented() {
-        if let Some(quic) = service.quic_lb.as_deref() {
-            let payload = frame
-                .get(ip.l4_offset + wire::udp::HEADER_LEN..ip.l3_offset + ip.ip_len)
-                .unwrap_or_default();
-            steer = Steer::Quic(quic.route(payload));
-            // Routed by its connection ID: no conntrack (nor steering).
-            tracked &= !matches!(steer, Steer::Quic(Decision::Routed(_)));
-        }
-    }
+    let tracked = conntrack::policy::trackable(ip.protocol, service.affinity);
+    let quic = ip.protocol == UDP && !ip.fragment.is_fragmented() && service.quic_lb.is_some();
+    let steer = if quic {
+        Steer::quic_at(ip.l4_offset + wire::udp::HEADER_LEN)
+    } else {
+        Steer::Flow
+    };
     if !tracked {
         prefetch_table(service, hash);
     }
@@ -437,7 +433,7 @@ fn deliver_inner<P: PacketBuf>(
             icmp_error::backend(pkt.data(), b, service, state, &mut ctx.conntrack, ctx.now)
                 .map(Selection::stateless)
         }
-        Steer::Quic(decision) => select_quic(pkt.data(), b, decision, service, state, ctx),
+        Steer::Quic { payload_at } => select_quic(pkt.data(), b, payload_at, service, state, ctx),
     }
     .ok_or(DropReason::NoBackend)?;
     let id = selected.backend;
@@ -491,28 +487,33 @@ fn deliver_inner<P: PacketBuf>(
 }
 
 /// The backend of a UDP packet of a QUIC-LB service: the one its
-/// connection ID names while its connection stays there
-/// (`quic_lb::connection_stays`), else the ordinary path's — the tracking
-/// key built here, since stage 1 left none. Counted either way.
+/// connection ID names (`QuicLbRouting::route`) while its connection stays
+/// there (`quic_connection_stays`), else the ordinary path's — the
+/// tracking key built here, since stage 1 left none. Counted either way.
 #[inline(never)]
 fn select_quic(
     frame: &[u8],
     b: &Balance,
-    decision: Decision,
+    payload_at: u8,
     service: &ServiceState,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Option<Selection> {
-    let reason = match decision {
-        Decision::Routed(server) => {
-            match conntrack::session::quic_connection_stays(server, service, state, ctx.now) {
-                Ok(id) => {
-                    ctx.quic_lb.routed += 1;
-                    return Some(Selection::stateless(id));
-                }
-                Err(reason) => reason,
-            }
+    let decision = match (payload_at, service.quic_lb.as_deref()) {
+        (Steer::QUIC_TOO_DEEP, _) | (_, None) => Decision::Fallback(Fallback::TooShort),
+        (at, Some(routing)) => {
+            let end = b.layout.l3_offset + b.layout.ip_len;
+            routing.route(frame.get(usize::from(at)..end).unwrap_or_default())
         }
+    };
+    let reason = match decision {
+        Decision::Routed(server) => match quic_connection_stays(server, service, state, ctx.now) {
+            Ok(id) => {
+                ctx.quic_lb.routed += 1;
+                return Some(Selection::stateless(id));
+            }
+            Err(reason) => reason,
+        },
         Decision::Fallback(reason) => reason,
     };
     ctx.quic_lb.count_fallback(reason);

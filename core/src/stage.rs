@@ -11,7 +11,6 @@ use std::net::IpAddr;
 use crate::conntrack::{Home, PacketMeta, Tracked};
 use crate::drop_reason::DropReason;
 use crate::ids::{BackendId, ServiceId};
-use crate::quic_lb::Decision;
 use crate::rules::RuleMiss;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
@@ -78,7 +77,8 @@ impl Balance {
     /// Whether stage 1 builds its tracking key and requests its entry:
     /// a tracked packet balanced by its flow. (A QUIC-LB packet that
     /// falls back builds its key in stage 2: few packets of a connection
-    /// do.)
+    /// do.) A tracked QUIC-LB packet is still steered to its flow's owner,
+    /// where a fallback's entry belongs.
     #[inline(always)]
     pub fn keyed_in_stage_one(&self) -> bool {
         self.tracked && self.steer == Steer::Flow
@@ -94,10 +94,28 @@ pub enum Steer {
     /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
     /// quoted flow up in the shard (without recording anything).
     IcmpError,
-    /// A UDP packet of a QUIC-LB service: stage 1's decoding of its
-    /// connection ID (`quic_lb`).
-    Quic(Decision),
+    /// A UDP packet of a QUIC-LB service, routed by its connection ID in
+    /// stage 2 (`quic_lb`); `payload_at`: where its UDP payload starts in
+    /// the frame, [`Steer::QUIC_TOO_DEEP`] when past 255 bytes (a chain of
+    /// IPv6 extension headers no QUIC client sends), which stage 2 takes
+    /// as too short. One byte, so that a `Balance` stays 48 bytes.
+    Quic { payload_at: u8 },
 }
+
+impl Steer {
+    /// `payload_at` of a payload the byte cannot hold.
+    pub const QUIC_TOO_DEEP: u8 = 0;
+
+    /// [`Steer::Quic`] for a payload at `offset`.
+    #[inline(always)]
+    pub fn quic_at(offset: usize) -> Self {
+        Steer::Quic {
+            payload_at: u8::try_from(offset).unwrap_or(Self::QUIC_TOO_DEEP),
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Balance>() <= 48);
 
 /// Where the IP packet of a tracked, non-SYN IPv4 packet is, as the fast
 /// path leaves it for the established lane (`established`): its tracking

@@ -195,8 +195,8 @@ fn unroutable_under(affinity: SessionAffinity, entries: usize) {
     let cid = routable[1..7].to_vec();
     let cases: Vec<(Vec<u8>, Option<Fallback>)> = vec![
         (long_header(2, &cid), None),
-        (long_header(0, &cid), Some(Fallback::ClientChosen)),
-        (long_header(1, &cid), Some(Fallback::ClientChosen)),
+        (long_header(0, &cid), Some(Fallback::Initial)),
+        (long_header(1, &cid), Some(Fallback::Initial)),
         (long_header(3, &cid), Some(Fallback::UnknownVersion)),
         (
             vec![0x41, 0xe0, 0x0b, 1, 2, 3, 4],

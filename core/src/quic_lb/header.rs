@@ -71,7 +71,7 @@ pub fn destination_cid(payload: &[u8]) -> Result<&[u8], Fallback> {
         .ok_or(Fallback::TooShort)?;
     match long_type(version, first) {
         Some(LongType::Handshake) => Ok(dcid),
-        Some(LongType::Initial | LongType::ZeroRtt) => Err(Fallback::ClientChosen),
+        Some(LongType::Initial | LongType::ZeroRtt) => Err(Fallback::Initial),
         // A Retry goes from servers to clients; version negotiation (0)
         // too; any other version's types are unknown.
         Some(LongType::Retry) | None => Err(Fallback::UnknownVersion),
@@ -115,7 +115,7 @@ mod tests {
         ] {
             assert_eq!(
                 destination_cid(&long(first, version, &id)),
-                Err(Fallback::ClientChosen),
+                Err(Fallback::Initial),
                 "{first:#x} {version:#x}"
             );
         }

@@ -57,9 +57,11 @@ macro_rules! fallbacks {
 }
 
 fallbacks! {
-    /// An Initial or 0-RTT packet: its Destination Connection ID is the
-    /// client's choice, not a server's.
-    ClientChosen => "client_chosen",
+    /// An Initial or 0-RTT packet, balanced by its 4-tuple as the draft's
+    /// baseline fallback is: the client's first flight carries a
+    /// Destination Connection ID of its own choice, and the 4-tuple does
+    /// not change while the handshake runs.
+    Initial => "initial",
     /// A long header of a QUIC version other than 1 and 2 (or a packet
     /// type only servers send).
     UnknownVersion => "unknown_version",
