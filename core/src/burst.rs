@@ -12,9 +12,7 @@ use crate::fast_path;
 use crate::icmp_error;
 use crate::ids::BackendId;
 use crate::packet::{PacketBuf, VecPacket};
-use crate::pipeline::{
-    self, Keyed, KeyedOut, LanePacket, LastRule, PipelineCtx, Stage, Steer, Verdict,
-};
+use crate::pipeline::{self, Keyed, KeyedOut, LanePacket, LastRule, PipelineCtx, Stage, Verdict};
 use crate::snapshot::ForwardingState;
 use crate::stats::RuleCounters;
 use crate::steering;
@@ -407,10 +405,8 @@ fn steer_target(
     let owner = match (slot.keyed, stage) {
         (Keyed::Lane, _) => Some(steering::owner(frame, &slot.lane.layout(), s.workers)),
         (_, Stage::Balance(b)) if b.tracked => Some(steering::owner(frame, &b.layout, s.workers)),
-        (_, Stage::Balance(b)) if b.steer == Steer::IcmpError => {
-            icmp_error::flow_addresses(frame, state)
-                .map(|(src, dst)| steering::owner_of(src, dst, s.workers))
-        }
+        (_, Stage::Balance(b)) if b.icmp_error => icmp_error::flow_addresses(frame, state)
+            .map(|(src, dst)| steering::owner_of(src, dst, s.workers)),
         _ => None,
     };
     match owner {

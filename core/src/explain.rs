@@ -23,7 +23,7 @@ use crate::pipeline::{classify, process, PipelineCtx};
 use crate::quic_lb::{Decision, Fallback, ServerId};
 use crate::rules::RuleMiss;
 use crate::snapshot::ForwardingState;
-use crate::stage::{Stage, Steer, Verdict};
+use crate::stage::{QuicAt, Stage, Verdict};
 use crate::time::Millis;
 use crate::wire::{self, Parsed};
 
@@ -166,17 +166,12 @@ fn quic(
     state: &ForwardingState,
     now: Millis,
 ) -> Option<QuicExplained> {
-    let Steer::Quic { payload_at } = b.steer else {
+    if b.quic == QuicAt::NONE {
         return None;
-    };
+    }
     let service = state.service(b.service)?;
     let routing = service.quic_lb.as_deref()?;
-    let payload = match payload_at {
-        Steer::QUIC_TOO_DEEP => &[][..],
-        at => frame
-            .get(usize::from(at)..b.layout.l3_offset + b.layout.ip_len)
-            .unwrap_or_default(),
-    };
+    let payload = b.quic.payload(frame, &b.layout);
     let decoded = routing.decode(payload);
     let length = |config: u8| {
         routing

@@ -17,7 +17,7 @@ use crate::flow::{ipv4_ports_hash, TupleKind};
 use crate::ids::ServiceId;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
-use crate::stage::{Balance, Keyed, KeyedOut, LanePacket, Stage, Steer, Verdict};
+use crate::stage::{Balance, Keyed, KeyedOut, LanePacket, QuicAt, Stage, Verdict};
 use crate::stats::RuleCounters;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::wire::ipv4::{self, Ipv4Packet, VERSION_IHL_NO_OPTIONS};
@@ -364,10 +364,10 @@ fn classify(
         rules.add(counter);
     }
     let tracked = policy::trackable(proto, service.affinity);
-    let steer = if proto == UDP && service.quic_lb.is_some() {
-        Steer::quic_at(l3 + IP_UDP_LEN)
+    let quic = if proto == UDP && service.quic_lb.is_some() {
+        QuicAt::at(l3 + IP_UDP_LEN)
     } else {
-        Steer::Flow
+        QuicAt::NONE
     };
     let meta = PacketMeta {
         proto,
@@ -377,7 +377,7 @@ fn classify(
     };
     let dont_fragment = frag & FLAG_DF != 0;
     let mut keyed_as = Keyed::Staged;
-    if tracked && steer == Steer::Flow {
+    if tracked && quic == QuicAt::NONE {
         if let Some((shard, KeyedOut { tracked: t, lane })) = keyed {
             let addrs = Addrs {
                 src: [0, u64::from(src)],
@@ -422,7 +422,8 @@ fn classify(
         hash,
         meta,
         tracked,
-        steer,
+        icmp_error: false,
+        quic,
     });
     Some(keyed_as)
 }

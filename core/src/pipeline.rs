@@ -26,7 +26,7 @@ use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
 use crate::stage::{is_own_address, rule_miss};
 pub use crate::stage::{
-    prefetch_table, Balance, Keyed, KeyedOut, LanePacket, Stage, Steer, Verdict,
+    prefetch_table, Balance, Keyed, KeyedOut, LanePacket, QuicAt, Stage, Verdict,
 };
 use crate::stats::RuleCounters;
 use crate::time::Millis;
@@ -212,7 +212,8 @@ fn classify_inner(
                 meta: PacketMeta::of(&ip),
                 // ICMP is never tracked (CT-4); the quoted flow may be.
                 tracked: false,
-                steer: Steer::IcmpError,
+                icmp_error: true,
+                quic: QuicAt::NONE,
             }));
         }
     }
@@ -238,10 +239,10 @@ fn classify_inner(
     let hash = packet_hash_seeded(state.flow_seed, &ip, service.affinity);
     let tracked = conntrack::policy::trackable(ip.protocol, service.affinity);
     let quic = ip.protocol == UDP && !ip.fragment.is_fragmented() && service.quic_lb.is_some();
-    let steer = if quic {
-        Steer::quic_at(ip.l4_offset + wire::udp::HEADER_LEN)
+    let quic = if quic {
+        QuicAt::at(ip.l4_offset + wire::udp::HEADER_LEN)
     } else {
-        Steer::Flow
+        QuicAt::NONE
     };
     if !tracked {
         prefetch_table(service, hash);
@@ -252,7 +253,8 @@ fn classify_inner(
         hash,
         meta: PacketMeta::of(&ip),
         tracked,
-        steer,
+        icmp_error: false,
+        quic,
     }))
 }
 
@@ -422,18 +424,19 @@ fn deliver_inner<P: PacketBuf>(
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
     // CT-2: an untracked packet of a service without zonal tables is hashed
     // onto its one table: no addresses to read back, no shard to consult.
-    let selected = match b.steer {
-        Steer::Flow if !b.tracked && service.tables.len() <= 1 => service
+    let selected = if b.icmp_error {
+        icmp_error::backend(pkt.data(), b, service, state, &mut ctx.conntrack, ctx.now)
+            .map(Selection::stateless)
+    } else if b.quic != QuicAt::NONE {
+        select_quic(pkt.data(), b, service, state, ctx)
+    } else if !b.tracked && service.tables.len() <= 1 {
+        service
             .tables
             .first()
             .and_then(|t| t.lookup(b.hash))
-            .map(Selection::stateless),
-        Steer::Flow => select_backend(pkt.data(), b, tracked, service, state, ctx),
-        Steer::IcmpError => {
-            icmp_error::backend(pkt.data(), b, service, state, &mut ctx.conntrack, ctx.now)
-                .map(Selection::stateless)
-        }
-        Steer::Quic { payload_at } => select_quic(pkt.data(), b, payload_at, service, state, ctx),
+            .map(Selection::stateless)
+    } else {
+        select_backend(pkt.data(), b, tracked, service, state, ctx)
     }
     .ok_or(DropReason::NoBackend)?;
     let id = selected.backend;
@@ -494,17 +497,13 @@ fn deliver_inner<P: PacketBuf>(
 fn select_quic(
     frame: &[u8],
     b: &Balance,
-    payload_at: u8,
     service: &ServiceState,
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Option<Selection> {
-    let decision = match (payload_at, service.quic_lb.as_deref()) {
-        (Steer::QUIC_TOO_DEEP, _) | (_, None) => Decision::Fallback(Fallback::TooShort),
-        (at, Some(routing)) => {
-            let end = b.layout.l3_offset + b.layout.ip_len;
-            routing.route(frame.get(usize::from(at)..end).unwrap_or_default())
-        }
+    let decision = match service.quic_lb.as_deref() {
+        Some(routing) => routing.route(b.quic.payload(frame, &b.layout)),
+        None => Decision::Fallback(Fallback::TooShort),
     };
     let reason = match decision {
         Decision::Routed(server) => match quic_connection_stays(server, service, state, ctx.now) {

@@ -69,8 +69,12 @@ pub struct Balance {
     pub meta: PacketMeta,
     /// Whether the service tracks this packet's protocol (CT-2, CT-4).
     pub tracked: bool,
-    /// How stage 2 picks its backend.
-    pub steer: Steer,
+    /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
+    /// quoted flow up in the shard (without recording anything).
+    pub icmp_error: bool,
+    /// A UDP packet of a QUIC-LB service, routed by its connection ID in
+    /// stage 2 (`quic_lb`), or [`QuicAt::NONE`].
+    pub quic: QuicAt,
 }
 
 impl Balance {
@@ -81,37 +85,40 @@ impl Balance {
     /// where a fallback's entry belongs.
     #[inline(always)]
     pub fn keyed_in_stage_one(&self) -> bool {
-        self.tracked && self.steer == Steer::Flow
+        self.tracked && self.quic == QuicAt::NONE
     }
 }
 
-/// How stage 2 picks a balanced packet's backend.
+/// Where a QUIC-LB packet's UDP payload starts in its frame: one byte, so
+/// that the mark costs the packets of other services nothing (a
+/// `Balance` stays 48 bytes; the decision itself carried in it measured
+/// +29 instructions per packet on UDP, +24 on SYNs).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub enum Steer {
-    /// By its flow: conntrack when tracked, the Maglev table.
-    #[default]
-    Flow,
-    /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
-    /// quoted flow up in the shard (without recording anything).
-    IcmpError,
-    /// A UDP packet of a QUIC-LB service, routed by its connection ID in
-    /// stage 2 (`quic_lb`); `payload_at`: where its UDP payload starts in
-    /// the frame, [`Steer::QUIC_TOO_DEEP`] when past 255 bytes (a chain of
-    /// IPv6 extension headers no QUIC client sends), which stage 2 takes
-    /// as too short. One byte, so that a `Balance` stays 48 bytes.
-    Quic { payload_at: u8 },
-}
+pub struct QuicAt(pub u8);
 
-impl Steer {
-    /// `payload_at` of a payload the byte cannot hold.
-    pub const QUIC_TOO_DEEP: u8 = 0;
+impl QuicAt {
+    /// Not a packet of a QUIC-LB service.
+    pub const NONE: QuicAt = QuicAt(0);
+    /// A payload from byte 255 on (behind a chain of IPv6 extension
+    /// headers no QUIC client sends): stage 2 takes it as too short.
+    pub const TOO_DEEP: QuicAt = QuicAt(u8::MAX);
 
-    /// [`Steer::Quic`] for a payload at `offset`.
+    /// The mark of a payload at `offset`.
     #[inline(always)]
-    pub fn quic_at(offset: usize) -> Self {
-        Steer::Quic {
-            payload_at: u8::try_from(offset).unwrap_or(Self::QUIC_TOO_DEEP),
+    pub fn at(offset: usize) -> Self {
+        QuicAt(offset.min(usize::from(u8::MAX)) as u8)
+    }
+
+    /// The UDP payload of `frame`, whose IP packet is laid out as `layout`
+    /// says; empty when too deep or cut.
+    #[inline]
+    pub fn payload<'f>(self, frame: &'f [u8], layout: &L3Layout) -> &'f [u8] {
+        if self == Self::TOO_DEEP {
+            return &[];
         }
+        frame
+            .get(usize::from(self.0)..layout.l3_offset + layout.ip_len)
+            .unwrap_or_default()
     }
 }
 
