@@ -130,26 +130,23 @@ impl CidCodec {
 
     /// The server ID a connection ID of this configuration carries. None
     /// when `cid` is shorter than the configuration's connection IDs (the
-    /// config rotation bits are the caller's to check).
+    /// config rotation bits are the caller's to check). `cid` may go on
+    /// past the ID (a short header's packet number and payload): the
+    /// bytes are then read 16 at a time without a copy.
     #[inline]
     pub fn server_id(&self, cid: &[u8]) -> Option<ServerId> {
         let len = self.lengths.plaintext();
-        let body = cid.get(1..1 + len)?;
+        cid.get(..1 + len)?;
         let sid = usize::from(self.lengths.server_id);
-        let mut plain = [0u8; MAX_PLAINTEXT];
-        let plain = &mut plain[..len];
-        match &self.cipher {
-            None => plain.copy_from_slice(body),
-            Some(aes) if len == SINGLE_PASS => {
-                let mut block = [0u8; 16];
-                block.copy_from_slice(body);
-                let mut b = block.into();
-                aes.decrypt_block(&mut b);
-                plain.copy_from_slice(&b);
+        let first = match &self.cipher {
+            None => window(cid, 1),
+            Some(aes) if len == SINGLE_PASS => aes_block(aes, window(cid, 1), Direction::Decrypt),
+            Some(aes) => {
+                let halves = Halves::split(cid, 1, len);
+                halves.four_pass(aes, sid, Direction::Decrypt).first_16()
             }
-            Some(aes) => four_pass_decrypt(aes, body, plain, sid),
-        }
-        Some(server_id_value(&plain[..sid]))
+        };
+        Some(first >> (128 - 8 * sid))
     }
 
     /// A connection ID of this configuration (what a server issues):
@@ -168,20 +165,20 @@ impl CidCodec {
             len: 1 + len,
         };
         cid.bytes[0] = (l.config_id << 5) | (first_octet_low & 0x1f);
-        let mut plain = [0u8; MAX_PLAINTEXT];
-        plain[..server_id.len()].copy_from_slice(server_id);
-        plain[server_id.len()..len].copy_from_slice(nonce);
-        let out = &mut cid.bytes[1..1 + len];
+        cid.bytes[1..1 + server_id.len()].copy_from_slice(server_id);
+        cid.bytes[1 + server_id.len()..1 + len].copy_from_slice(nonce);
         match &self.cipher {
-            None => out.copy_from_slice(&plain[..len]),
+            None => {}
             Some(aes) if len == SINGLE_PASS => {
-                let mut block = [0u8; 16];
-                block.copy_from_slice(&plain[..16]);
-                let mut b = block.into();
-                aes.encrypt_block(&mut b);
-                out.copy_from_slice(&b);
+                let block = aes_block(aes, window(&cid.bytes, 1), Direction::Encrypt);
+                cid.bytes[1..17].copy_from_slice(&block.to_be_bytes());
             }
-            Some(aes) => four_pass_encrypt(aes, &plain[..len], out),
+            Some(aes) => {
+                let halves = Halves::split(&cid.bytes, 1, len);
+                halves
+                    .four_pass(aes, len, Direction::Encrypt)
+                    .write(&mut cid.bytes[1..1 + len]);
+            }
         }
         Some(cid)
     }
@@ -208,107 +205,121 @@ pub fn server_id_value(bytes: &[u8]) -> ServerId {
         .fold(0u128, |acc, &b| (acc << 8) | ServerId::from(b))
 }
 
-/// The halves of the four-pass network: `half` bytes each; for an odd
-/// length the middle byte's high nibble belongs to the left half and its
-/// low nibble to the right one.
+/// The 16 bytes of `bytes` from `at` as one big-endian number, zeros
+/// past its end: the halves, masks and shifts of the four passes are then
+/// word operations, not byte loops.
+#[inline(always)]
+fn window(bytes: &[u8], at: usize) -> u128 {
+    if let Some(w) = bytes.get(at..).and_then(|b| b.first_chunk::<16>()) {
+        return u128::from_be_bytes(*w);
+    }
+    let mut b = [0u8; 16];
+    let rest = bytes.get(at..).unwrap_or_default();
+    let n = rest.len().min(16);
+    b[..n].copy_from_slice(&rest[..n]);
+    u128::from_be_bytes(b)
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Direction {
+    Encrypt,
+    Decrypt,
+}
+
+#[inline(always)]
+fn aes_block(aes: &Aes128, block: u128, direction: Direction) -> u128 {
+    let mut b = block.to_be_bytes().into();
+    match direction {
+        Direction::Encrypt => aes.encrypt_block(&mut b),
+        Direction::Decrypt => aes.decrypt_block(&mut b),
+    }
+    u128::from_be_bytes(b.into())
+}
+
+/// The two halves of the four-pass network over `len` bytes (5 to 19),
+/// each in the most significant bytes of a word. For an odd length the
+/// middle byte's high nibble is the left half's, its low nibble the right
+/// half's.
 #[derive(Copy, Clone)]
 struct Halves {
-    left: [u8; 10],
-    right: [u8; 10],
-    half: usize,
-    odd: bool,
+    left: u128,
+    right: u128,
     len: usize,
+    left_mask: u128,
+    right_mask: u128,
 }
 
 impl Halves {
-    fn split(bytes: &[u8]) -> Self {
-        let len = bytes.len();
+    #[inline(always)]
+    fn split(bytes: &[u8], at: usize, len: usize) -> Self {
         let half = len.div_ceil(2);
+        let mask = !0u128 << (128 - 8 * half);
         let odd = len % 2 == 1;
-        let mut h = Halves {
-            left: [0; 10],
-            right: [0; 10],
-            half,
-            odd,
-            len,
-        };
-        h.left[..half].copy_from_slice(&bytes[..half]);
-        h.right[..half].copy_from_slice(&bytes[len - half..]);
-        h.clear_left();
-        h.clear_right();
-        h
-    }
-
-    fn clear_left(&mut self) {
-        if self.odd {
-            self.left[self.half - 1] &= 0xf0;
-        }
-    }
-
-    fn clear_right(&mut self) {
-        if self.odd {
-            self.right[0] &= 0x0f;
-        }
-    }
-
-    /// The halves joined back into `out` (`len` bytes).
-    fn join(&self, out: &mut [u8]) {
-        let half = self.half;
-        out[..half].copy_from_slice(&self.left[..half]);
-        if self.odd {
-            out[half - 1] |= self.right[0];
-            out[half..self.len].copy_from_slice(&self.right[1..half]);
+        let left_mask = if odd {
+            mask & !(0xf << (128 - 8 * half))
         } else {
-            out[half..self.len].copy_from_slice(&self.right[..half]);
+            mask
+        };
+        let right_mask = if odd { mask & !(0xf << 124) } else { mask };
+        Halves {
+            left: window(bytes, at) & left_mask,
+            right: window(bytes, at + len - half) & right_mask,
+            len,
+            left_mask,
+            right_mask,
         }
     }
-}
 
-/// One round: AES of `expand(len, pass, input)`, its first `half` bytes
-/// XORed into `target`.
-fn round(aes: &Aes128, len: usize, pass: u8, input: &[u8; 10], target: &mut [u8; 10], half: usize) {
-    let mut block = [0u8; 16];
-    block[..half].copy_from_slice(&input[..half]);
-    // `len` is at most 19: it fits the octet.
-    block[14] = len as u8;
-    block[15] = pass;
-    let mut b = block.into();
-    aes.encrypt_block(&mut b);
-    for (t, k) in target[..half].iter_mut().zip(b.iter()) {
-        *t ^= k;
+    /// The four passes (decrypting, the last one only when the server ID,
+    /// `sid` bytes, reaches past the left half's whole bytes; the result
+    /// is then exact in its first `sid` bytes only).
+    #[inline(always)]
+    fn four_pass(mut self, aes: &Aes128, sid: usize, direction: Direction) -> Self {
+        // expand(len, pass, half): the half's bytes, zeros, then the length
+        // and the pass in the last two bytes (`len` is at most 19).
+        let tail = (self.len as u128) << 8;
+        let round = |input: u128, pass: u128, keep: u128| {
+            aes_block(aes, input | tail | pass, Direction::Encrypt) & keep
+        };
+        let (lm, rm) = (self.left_mask, self.right_mask);
+        match direction {
+            Direction::Encrypt => {
+                self.right ^= round(self.left, 1, rm);
+                self.left ^= round(self.right, 2, lm);
+                self.right ^= round(self.left, 3, rm);
+                self.left ^= round(self.right, 4, lm);
+            }
+            Direction::Decrypt => {
+                self.left ^= round(self.right, 4, lm);
+                self.right ^= round(self.left, 3, rm);
+                self.left ^= round(self.right, 2, lm);
+                if sid > self.len / 2 {
+                    self.right ^= round(self.left, 1, rm);
+                }
+            }
+        }
+        self
     }
-}
 
-fn four_pass_encrypt(aes: &Aes128, plain: &[u8], out: &mut [u8]) {
-    let mut h = Halves::split(plain);
-    let (len, half) = (h.len, h.half);
-    round(aes, len, 1, &h.left, &mut h.right, half);
-    h.clear_right();
-    round(aes, len, 2, &h.right, &mut h.left, half);
-    h.clear_left();
-    round(aes, len, 3, &h.left, &mut h.right, half);
-    h.clear_right();
-    round(aes, len, 4, &h.right, &mut h.left, half);
-    h.clear_left();
-    h.join(out);
-}
-
-/// The four passes backwards, stopping after three when the server ID
-/// (`sid` bytes) lies in the left half's whole bytes.
-fn four_pass_decrypt(aes: &Aes128, cipher: &[u8], plain: &mut [u8], sid: usize) {
-    let mut h = Halves::split(cipher);
-    let (len, half) = (h.len, h.half);
-    round(aes, len, 4, &h.right, &mut h.left, half);
-    h.clear_left();
-    round(aes, len, 3, &h.left, &mut h.right, half);
-    h.clear_right();
-    round(aes, len, 2, &h.right, &mut h.left, half);
-    h.clear_left();
-    if sid > len / 2 {
-        round(aes, len, 1, &h.left, &mut h.right, half);
-        h.clear_right();
+    /// The first 16 bytes of the joined halves.
+    #[inline(always)]
+    fn first_16(&self) -> u128 {
+        let shift = 8 * (self.len - self.len.div_ceil(2));
+        self.left | (self.right >> shift)
     }
-    h.join(plain);
+
+    /// The joined halves into `out` (`len` bytes).
+    fn write(&self, out: &mut [u8]) {
+        let half = self.len.div_ceil(2);
+        let left = self.left.to_be_bytes();
+        let right = self.right.to_be_bytes();
+        out[..half].copy_from_slice(&left[..half]);
+        out[half..self.len].fill(0);
+        let from = self.len - half;
+        for (o, r) in out[from..].iter_mut().zip(&right[..half]) {
+            *o |= r;
+        }
+    }
 }
 
 #[cfg(test)]
