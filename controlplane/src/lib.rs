@@ -16,6 +16,7 @@ pub mod exception;
 pub mod explain;
 pub mod exposition;
 pub mod fleet;
+pub mod handoff;
 pub mod health;
 pub mod log;
 pub mod maglev;

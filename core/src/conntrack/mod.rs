@@ -154,6 +154,30 @@ impl TrackKey {
         .src_ip()
     }
 
+    /// Its tuple kind (CT-3).
+    pub fn kind(&self) -> TupleKind {
+        match (self.meta >> 40) & 3 {
+            0 => TupleKind::Two,
+            1 => TupleKind::Three,
+            _ => TupleKind::Five,
+        }
+    }
+
+    /// Its protocol (0 in a 2-tuple key, which does not record it).
+    pub fn proto(&self) -> u8 {
+        (self.meta >> 32) as u8
+    }
+
+    /// The VIP's address (every tuple kind keeps it).
+    pub fn dst_ip(&self) -> std::net::IpAddr {
+        Addrs {
+            src: self.dst,
+            dst: self.src,
+            v6: self.meta & (1 << 42) != 0,
+        }
+        .src_ip()
+    }
+
     /// The service the key was built for.
     #[inline(always)]
     pub fn service(&self) -> ServiceId {

@@ -71,3 +71,81 @@ pub fn persists(setting: P, mode: M, affinity: A, proto: u8) -> bool {
 pub fn key_tuple(mode: M, affinity: A, m: &PacketMeta) -> Option<TupleKind> {
     trackable(m.proto, affinity).then(|| key_kind(mode, affinity, m))
 }
+
+/// CT-3 across a restart under another configuration: whether a key of
+/// `kind` for protocol `proto` (0 for a 2-tuple key, which does not
+/// record it) is still the key some packet of its flow gets under `mode`
+/// and `affinity`. A 3-tuple key may be a fragment's (HA-2) or an
+/// affinity's; either still holding keeps it.
+pub fn keyed_alike(kind: TupleKind, proto: u8, mode: M, affinity: A) -> bool {
+    let packet = |proto, ports: bool| PacketMeta {
+        proto,
+        tcp_flags: 0,
+        fragmented: !ports,
+        ports: ports.then_some(crate::wire::Ports { src: 1, dst: 1 }),
+    };
+    let gives = |m: PacketMeta| key_tuple(mode, affinity, &m) == Some(kind);
+    match kind {
+        TupleKind::Two => gives(packet(TCP, true)),
+        TupleKind::Three => gives(packet(proto, true)) || gives(packet(proto, false)),
+        TupleKind::Five => gives(packet(proto, true)),
+    }
+}
+
+#[cfg(test)]
+mod keyed_alike_tests {
+    use super::*;
+
+    /// CT-3: a 5-tuple TCP key holds under every affinity with
+    /// PER_CONNECTION, and under PER_SESSION only where the affinity
+    /// keys 5-tuples.
+    #[test]
+    fn five_tuple_keys_follow_the_mode_and_affinity() {
+        let all = [A::None, A::ClientIp, A::ClientIpProto, A::ClientIpPortProto];
+        for a in all {
+            assert!(
+                keyed_alike(TupleKind::Five, TCP, M::PerConnection, a),
+                "{a:?}"
+            );
+        }
+        assert!(keyed_alike(
+            TupleKind::Five,
+            TCP,
+            M::PerSession,
+            A::ClientIpPortProto
+        ));
+        assert!(!keyed_alike(
+            TupleKind::Five,
+            TCP,
+            M::PerSession,
+            A::ClientIp
+        ));
+        assert!(keyed_alike(TupleKind::Two, 0, M::PerSession, A::ClientIp));
+        assert!(!keyed_alike(
+            TupleKind::Two,
+            0,
+            M::PerConnection,
+            A::ClientIp
+        ));
+        // CT-4: UDP under NONE is not tracked at all.
+        assert!(!keyed_alike(
+            TupleKind::Five,
+            UDP,
+            M::PerConnection,
+            A::None
+        ));
+        // A fragment's 3-tuple key (HA-2) holds where 5-tuples do.
+        assert!(keyed_alike(
+            TupleKind::Three,
+            UDP,
+            M::PerConnection,
+            A::ClientIpPortProto
+        ));
+        assert!(keyed_alike(
+            TupleKind::Three,
+            TCP,
+            M::PerSession,
+            A::ClientIpProto
+        ));
+    }
+}

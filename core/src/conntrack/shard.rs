@@ -744,6 +744,7 @@ impl Shard {
     }
 }
 
+mod handoff;
 mod reclaim;
 
 #[cfg(test)]
