@@ -66,6 +66,17 @@ pub enum Command {
         /// Serve no control socket (reload with SIGHUP only).
         #[arg(long)]
         no_control_socket: bool,
+        /// Conntrack hand-off file: at a stop by SIGTERM or SIGINT the live
+        /// connections are written here; a start takes (and removes) a
+        /// file written less than 5 minutes before by a sluice running the
+        /// same configuration file, so connections continue on their
+        /// backends across a restart. Default: conntrack.handoff in
+        /// $RUNTIME_DIRECTORY (set by systemd), else in /run/sluice.
+        #[arg(long, value_name = "PATH")]
+        handoff_file: Option<PathBuf>,
+        /// Neither take nor write a conntrack hand-off file.
+        #[arg(long, conflicts_with = "handoff_file")]
+        no_handoff: bool,
         /// DPDK file prefix: names EAL's runtime directory
         /// (/var/run/dpdk/NAME for root) and hugepage files, so DPDK tools
         /// (dpdk-telemetry.py -f NAME, dpdk-dumpcap --file-prefix NAME)

@@ -58,9 +58,13 @@ fn main() -> ExitCode {
             control_socket_group,
             control_socket_group_if_exists,
             no_control_socket,
+            handoff_file,
+            no_handoff,
             file_prefix,
             hooks,
         } => {
+            let handoff = (!no_handoff)
+                .then(|| handoff_file.unwrap_or_else(controlplane::handoff::store::default_path));
             let control_socket = (!no_control_socket).then_some(control_socket);
             let group = match (control_socket_group, control_socket_group_if_exists) {
                 (Some(name), _) => Some(SocketGroup::Required(name)),
@@ -96,6 +100,7 @@ fn main() -> ExitCode {
                 config_loader,
                 control_socket,
                 control_socket_group,
+                handoff,
                 file_prefix,
                 #[cfg(feature = "test-hooks")]
                 hooks: Some(Box::new(test_hook::TestHooks::new(hooks))),

@@ -35,6 +35,7 @@ use crate::publish::{BackendIds, PolicyMemory};
 mod changes;
 mod conntrack_watch;
 mod health_events;
+mod health_seed;
 mod neighbour_events;
 pub mod publish_latency;
 mod readers;
@@ -46,6 +47,7 @@ mod status;
 mod status_json;
 
 pub use health_events::{health_changes, probe_services, ProbeServices};
+pub use health_seed::HealthSeed;
 pub use readers::Readers;
 pub use reload::{fixed_at_start_changes, ReloadError};
 pub use shared::{Shared, View};

@@ -4,3 +4,4 @@
 
 pub mod file;
 pub mod place;
+pub mod store;

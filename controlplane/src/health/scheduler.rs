@@ -213,7 +213,11 @@ impl<P: Probe> Scheduler<P> {
             self.timers
                 .push(Reverse((now + jitter(&key), i, self.next_seq)));
             self.by_key.insert(key.clone(), i);
-            status.insert(key.clone(), ProbeStatus::new(key.initial));
+            // A status may be there already: seeded by the start from the
+            // process before it (`Controller::seed_health`).
+            status
+                .entry(key.clone())
+                .or_insert_with(|| ProbeStatus::new(key.initial));
         }
     }
 

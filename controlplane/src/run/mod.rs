@@ -15,6 +15,7 @@ mod before_eal;
 pub mod control_plane;
 mod eal_args;
 mod error;
+mod handoff;
 #[cfg(feature = "test-hooks")]
 pub mod hooks;
 mod idle_watch;
@@ -28,7 +29,7 @@ pub use eal_args::eal_args;
 pub use error::RunError;
 pub use options::RunOptions;
 use runtime::Runtime;
-use supervise::{Control, Signals, Until};
+use supervise::{Control, Ended, Signals, Until};
 
 #[cfg_attr(not(feature = "test-hooks"), allow(unused_mut))]
 pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
@@ -59,6 +60,16 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let mut control = control_plane::start(&cfg, &mut opts, &runtime)?;
     #[cfg(feature = "test-hooks")]
     let pause_after_rx = runtime.hooks().and_then(|h| h.pause_after_rx());
+    // Before the workers start: the connections the previous process
+    // handed over go into their shards ahead of the first packet.
+    let (handoff, handoffs) = handoff::start(
+        opts.handoff.take(),
+        &cfg,
+        handoff::config_identity(opts.config_path.as_deref()),
+        &mut control.controller,
+        handoff::owners(runtime.ports(), usize::from(cfg.dataplane.workers)),
+        sluice_core::time::Millis(runtime.clock().now_ms()),
+    );
     let (workers, mailboxes) = workers::build(
         &mut runtime,
         &workers::Shared {
@@ -68,6 +79,7 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
             #[cfg(feature = "test-hooks")]
             pause_after_rx,
         },
+        handoffs,
     )?;
     control.controller.ask_workers_through(mailboxes);
     let mut lcores: Vec<LcoreId> = Vec::with_capacity(workers.len());
@@ -102,7 +114,7 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
     // Announces the VIPs once /ready holds; withdraws them before the
     // ports close (its drop, below).
     let mut announce = controlplane::announce::Announcer::new(&admin, &control.controller);
-    supervise::supervise(
+    let ended = supervise::supervise(
         &Until {
             duration: opts.duration,
             exit_on_idle: opts.exit_on_idle,
@@ -118,19 +130,28 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
         },
     );
     drop(announce);
-
-    stop(runtime, control, opts.metrics_dump.as_deref())
+    // A planned stop hands the connections to the next start.
+    let handoff = handoff.filter(|_| ended == Ended::Signal);
+    if let Some(h) = &handoff {
+        h.want_entries();
+    }
+    stop(runtime, control, handoff, opts.metrics_dump.as_deref())
 }
 
-/// The orderly stop: workers stopped and joined, the final metrics read
+/// The orderly stop: workers stopped and joined, their connections
+/// handed over (`handoff`, at a planned stop), the final metrics read
 /// while the ports are open, everything else taken down (the runtime's
 /// drop), then the metrics written to `dump` ("-": standard output).
 fn stop(
     mut runtime: Runtime,
     control: control_plane::ControlPlane,
+    handoff: Option<handoff::Handoff>,
     dump: Option<&Path>,
 ) -> Result<(), RunError> {
     runtime.stop_workers();
+    if let Some(h) = handoff {
+        h.write(&control.snapshots);
+    }
     let final_metrics = dump.and_then(|_| runtime.final_metrics());
     // The metrics sources hold the ports open: gone before the runtime.
     drop(control);

@@ -17,6 +17,8 @@ pub struct RunOptions {
     pub control_socket: Option<PathBuf>,
     /// Who may use it besides root and sluice's own user (AP-5).
     pub control_socket_group: Option<controlplane::control_socket::Group>,
+    /// The conntrack hand-off file (None: no hand-off).
+    pub handoff: Option<PathBuf>,
     /// EAL file prefix (None: `sluice-<pid>`, one per process).
     pub file_prefix: Option<String>,
     /// The test hooks asked for (taken by the runtime when it starts).

@@ -50,6 +50,15 @@ pub struct Control<'a> {
     pub announce: &'a mut Announcer,
 }
 
+/// Why the supervision ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// SIGTERM or SIGINT (after the drain, if any): a planned stop.
+    Signal,
+    /// `--duration` or `--exit-on-idle`.
+    Limit,
+}
+
 /// Waits on the main lcore until a signal, the duration, or idleness says stop.
 ///
 /// Between checks it is the control thread (AP-2): health results, draining
@@ -59,7 +68,7 @@ pub fn supervise(
     signals: &Signals,
     stats: &[Arc<CachePadded<WorkerStats>>],
     ctl: Control<'_>,
-) {
+) -> Ended {
     let started = Instant::now();
     if let Some(socket) = ctl.requests {
         // The workers' mailboxes are attached by now: explain can ask them.
@@ -78,7 +87,7 @@ pub fn supervise(
                 Stop::Now => {
                     ctl.service.stopping();
                     controlplane::info!("sluice: signal received, stopping");
-                    return;
+                    return Ended::Signal;
                 }
                 // systemd's stop timeout must not end the drain.
                 Stop::Draining(drain) => ctl.service.draining(drain),
@@ -86,7 +95,7 @@ pub fn supervise(
         }
         if ctl.announce.drain_over() {
             controlplane::info!("sluice: drained, stopping");
-            return;
+            return Ended::Signal;
         }
         ctl.controller.tick();
         ctl.announce.update(ctl.controller);
@@ -99,10 +108,10 @@ pub fn supervise(
         // After the replies: a reload is answered once it is published.
         ctl.controller.warm_digests();
         if until.duration.is_some_and(|d| started.elapsed() >= d) {
-            return;
+            return Ended::Limit;
         }
         if idle.as_mut().is_some_and(|w| w.idle(stats, Instant::now())) {
-            return;
+            return Ended::Limit;
         }
     }
 }

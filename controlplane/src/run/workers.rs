@@ -10,7 +10,9 @@ use crossbeam_utils::CachePadded;
 use dataplane::dpdk::{mbuf_ring, Mempool, Port};
 use dataplane::dpdk::{RingConsumer, RingProducer};
 use dataplane::worker::mailbox::{ConntrackQuery, Mailbox};
-use dataplane::worker::{tap_owner, ExceptionPath, ExceptionQueues, Steering, Worker};
+use dataplane::worker::{
+    tap_owner, ConntrackHandoff, ExceptionPath, ExceptionQueues, Steering, Worker,
+};
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
 use std::sync::mpsc::Sender;
@@ -31,9 +33,12 @@ pub struct Shared<'a> {
 
 /// One [`Worker`] per configured worker, owning the runtime's queues, and
 /// the sending end of each one's mailbox.
+/// `handoffs`: per worker, what it restores and where its entries go at
+/// its stop (missing ones: nothing either way).
 pub fn build(
     runtime: &mut Runtime,
     shared: &Shared<'_>,
+    handoffs: Vec<ConntrackHandoff>,
 ) -> Result<(Vec<Worker>, Vec<Sender<ConntrackQuery>>), RunError> {
     let cfg = shared.cfg;
     let workers = usize::from(cfg.dataplane.workers);
@@ -51,6 +56,7 @@ pub fn build(
     let clock = runtime.clock();
     let queues = runtime.take_worker_queues(workers);
     let mut senders = Vec::with_capacity(workers);
+    let mut handoffs = handoffs.into_iter();
     let built = queues
         .into_iter()
         .zip(shared.stats)
@@ -74,6 +80,7 @@ pub fn build(
                 senders.push(tx);
                 Some(Mailbox::new(rx))
             },
+            handoff: handoffs.next().unwrap_or_default(),
             #[cfg(feature = "test-hooks")]
             test_pause: dataplane::worker::TestPause::after_rx(shared.pause_after_rx),
         })

@@ -21,6 +21,7 @@ use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
 
 mod burst_path;
+pub mod conntrack_handoff;
 mod exception;
 mod fragments;
 pub mod handover;
@@ -33,6 +34,7 @@ mod steering;
 mod test_pause;
 mod transmit;
 
+pub use conntrack_handoff::{ConntrackHandoff, ShardOut};
 #[cfg(test)]
 pub(crate) use exception::a_full_relay_ring_is_a_counted_drop_and_the_owner_drains_it;
 pub use exception::{tap_owner, ExceptionPath, ExceptionQueues, RELAY_SLOTS};
@@ -70,6 +72,9 @@ pub struct Worker {
     pub idle: IdlePolling,
     /// Questions about this worker's conntrack shard (None: none asked).
     pub mailbox: Option<mailbox::Mailbox>,
+    /// Entries handed over by the previous process, and where this one's
+    /// go when it stops.
+    pub handoff: ConntrackHandoff,
     /// TEST HOOK, only with the `test-hooks` feature: see [`TestPause`].
     #[cfg(feature = "test-hooks")]
     pub test_pause: TestPause,

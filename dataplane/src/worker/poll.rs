@@ -14,7 +14,7 @@ use super::lanes::Lanes;
 use super::mailbox::Mailbox;
 #[cfg(feature = "test-hooks")]
 use super::TestPause;
-use super::{Steering, Worker};
+use super::{ConntrackHandoff, Steering, Worker};
 use crate::dpdk::{MbufBurst, RingConsumer, RxQueue, TscClock};
 use sluice_core::pipeline::PipelineCtx;
 use sluice_core::snapshot::{ForwardingState, SnapshotCell};
@@ -71,6 +71,7 @@ struct Polling {
     backoff: Backoff,
     index: usize,
     mailbox: Option<Mailbox>,
+    handoff: ConntrackHandoff,
     #[cfg(feature = "test-hooks")]
     test_pause: TestPause,
 }
@@ -95,6 +96,7 @@ impl Polling {
             conntrack_capacity,
             idle,
             mailbox,
+            mut handoff,
             #[cfg(feature = "test-hooks")]
             test_pause,
         } = worker;
@@ -105,6 +107,7 @@ impl Polling {
         });
         let mut ctx = PipelineCtx::new(conntrack_capacity);
         ctx.fragment_ids = sluice_core::fragment::FragmentIds::for_worker(index);
+        handoff.restore_into(&mut ctx.conntrack, Millis(clock.now_ms()));
         stats.conntrack.publish(&ctx.conntrack);
         let lanes = Lanes::new(tx, exception, to, Arc::clone(&stats));
         let version = snapshots.version();
@@ -128,6 +131,7 @@ impl Polling {
             backoff: Backoff::new(idle),
             index,
             mailbox,
+            handoff,
             #[cfg(feature = "test-hooks")]
             test_pause,
         }
@@ -169,6 +173,9 @@ impl Polling {
     /// the last millisecond's conntrack counters are published for the
     /// final scrape.
     fn stop(&mut self) {
+        let now = Millis(self.clock.now_ms());
+        self.handoff
+            .hand_on(self.index, &self.path.ctx.conntrack, now);
         self.path.lanes.stop();
         self.stats.conntrack.publish(&self.path.ctx.conntrack);
         self.stats.quic_lb.publish(&self.path.ctx.quic_lb);

@@ -1,0 +1,196 @@
+//! The conntrack hand-off in a run: the file taken at start (after the
+//! first snapshot, before the workers start: its health seeds the
+//! probes, its connections go to the shards of their owners) and written
+//! at a stop by SIGTERM or SIGINT, once the workers stopped.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver};
+use std::sync::Arc;
+use std::time::Instant;
+
+use controlplane::config::Config;
+use controlplane::control::{Controller, HealthSeed};
+use controlplane::handoff::file::HandOff;
+use controlplane::handoff::place::{self, Owners, Placed};
+use controlplane::handoff::store::{self, Taken};
+use dataplane::dpdk::Port;
+use dataplane::worker::{ConntrackHandoff, ShardOut};
+use sluice_core::snapshot::SnapshotCell;
+use sluice_core::time::Millis;
+
+/// The hand-off of one run: where its file is, and the workers' entries
+/// when they stop.
+pub struct Handoff {
+    path: PathBuf,
+    /// The configuration file, as the file names it.
+    config: String,
+    out: Receiver<ShardOut>,
+    /// Set before the workers stop when their entries are wanted.
+    wanted: Arc<AtomicBool>,
+}
+
+/// The configuration file as a hand-off file names it: absolute, so that
+/// a start from another directory still matches.
+pub fn config_identity(config_path: Option<&Path>) -> String {
+    config_path
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// Which shard an entry goes to on these ports with `workers` workers.
+pub fn owners(ports: &[Port], workers: usize) -> Owners {
+    if workers <= 1 || ports.iter().all(|p| !p.keeps_address_pairs_on_one_queue()) {
+        Owners::ByAddresses { workers }
+    } else {
+        Owners::Every { workers }
+    }
+}
+
+/// Takes the file at `path` (None: hand-off off): seeds the probes,
+/// places the connections. Per worker, what it restores and where its
+/// entries go at the stop.
+pub fn start(
+    path: Option<PathBuf>,
+    cfg: &Config,
+    config: String,
+    controller: &mut Controller,
+    owners: Owners,
+    now: Millis,
+) -> (Option<Handoff>, Vec<ConntrackHandoff>) {
+    let workers = usize::from(cfg.dataplane.workers);
+    let Some(path) = path else {
+        return (
+            None,
+            (0..workers).map(|_| ConntrackHandoff::default()).collect(),
+        );
+    };
+    let limit = store::size_limit(u64::from(cfg.dataplane.conntrack_capacity) * workers as u64);
+    let mut restore = vec![Vec::new(); workers];
+    match store::take(&path, &config, store::unix_ms(), limit) {
+        Taken::Nothing => {}
+        Taken::Refused(why) => controlplane::warn!(
+            "sluice: conntrack hand-off {} refused: {why}; starting with empty conntrack",
+            path.display()
+        ),
+        Taken::File { handoff, gap_ms } => {
+            let placed = take(&handoff, gap_ms, controller, owners, now);
+            log_taken(&path, &handoff, gap_ms, &placed);
+            restore = placed.per_worker;
+        }
+    }
+    let (tx, out) = channel();
+    let wanted = Arc::new(AtomicBool::new(false));
+    let handoffs = restore
+        .into_iter()
+        .map(|restore| ConntrackHandoff {
+            restore,
+            out: Some(tx.clone()),
+            wanted: Arc::clone(&wanted),
+        })
+        .collect();
+    let handoff = Handoff {
+        path,
+        config,
+        out,
+        wanted,
+    };
+    (Some(handoff), handoffs)
+}
+
+/// The health of the file's backends seeds the probes; then its
+/// connections are placed on the snapshot built on that.
+fn take(
+    handoff: &HandOff,
+    gap_ms: u64,
+    controller: &mut Controller,
+    owners: Owners,
+    now: Millis,
+) -> Placed {
+    let seeds: HashMap<(&str, std::net::IpAddr), HealthSeed> = handoff
+        .backends
+        .iter()
+        .filter_map(|b| {
+            let service = handoff.services.get(b.service as usize)?;
+            let seed = HealthSeed {
+                healthy: b.healthy,
+                weight: b.weight,
+            };
+            Some(((service.as_str(), b.address), seed))
+        })
+        .collect();
+    controller.seed_health(&seeds);
+    let state = controller.snapshots().load();
+    place::place(handoff, &state, now, gap_ms, owners)
+}
+
+fn log_taken(path: &Path, handoff: &HandOff, gap_ms: u64, placed: &Placed) {
+    let dropped = placed
+        .dropped
+        .by_reason()
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(reason, n)| format!("{reason} {n}"))
+        .collect::<Vec<_>>();
+    controlplane::info!(
+        "sluice: conntrack hand-off {}: {} of {} connection(s) taken from sluice {} ({} ms \
+         before this start){}",
+        path.display(),
+        placed.taken,
+        handoff.connections.len(),
+        handoff.writer,
+        gap_ms,
+        if dropped.is_empty() {
+            String::new()
+        } else {
+            format!("; not taken: {}", dropped.join(", "))
+        }
+    );
+}
+
+impl Handoff {
+    /// The workers are about to stop for a planned stop: they hand their
+    /// entries over.
+    pub fn want_entries(&self) {
+        self.wanted.store(true, Ordering::Relaxed);
+    }
+
+    /// Once the workers stopped: writes what they handed over (nothing
+    /// unless [`Handoff::want_entries`] was called).
+    pub fn write(self, snapshots: &SnapshotCell) {
+        if !self.wanted.load(Ordering::Relaxed) {
+            return;
+        }
+        let started = Instant::now();
+        let shards: Vec<place::ShardOut> = self
+            .out
+            .try_iter()
+            .map(|s| place::ShardOut {
+                now: s.now,
+                entries: s.entries,
+            })
+            .collect();
+        let stamp = place::Stamp {
+            written_unix_ms: store::unix_ms(),
+            writer: env!("CARGO_PKG_VERSION").to_string(),
+            config: self.config,
+        };
+        let handoff = place::collect(&shards, &snapshots.load(), stamp);
+        match store::write(&self.path, &handoff) {
+            Ok(bytes) => controlplane::info!(
+                "sluice: conntrack hand-off {}: {} connection(s) written for the next start \
+                 ({bytes} bytes, {} ms)",
+                self.path.display(),
+                handoff.connections.len(),
+                started.elapsed().as_millis()
+            ),
+            Err(e) => controlplane::warn!(
+                "sluice: conntrack hand-off {}: not written ({e}); the next start begins with \
+                 empty conntrack",
+                self.path.display()
+            ),
+        }
+    }
+}
