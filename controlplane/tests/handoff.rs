@@ -28,9 +28,10 @@ const BACKENDS: [(&str, [u8; 6]); 3] = [
 ];
 const FLOWS: u16 = 120;
 
-/// Service "web" of `backends` (indexes into BACKENDS) behind
-/// 203.0.113.10:80, L2 DSR, PER_CONNECTION; on `workers` workers (each
-/// with its own input and output pcap).
+/// Service `service` of `backends` (indexes into BACKENDS) behind
+/// 203.0.113.10:80, L2 DSR, PER_CONNECTION, removed backends draining
+/// for a minute (CT-10); on `workers` workers (each with its own input
+/// and output pcap).
 fn config(dir: &Path, backends: &[usize], workers: usize, service: &str) -> String {
     let list: Vec<String> = backends
         .iter()
@@ -62,6 +63,7 @@ name = "{service}"
 encapsulation = "l2"
 backend = [ {list} ]
 connection_tracking = {{ tracking_mode = "PER_CONNECTION" }}
+connection_draining_timeout = "60s"
 
 [[forwarding_rule]]
 name = "web-http"
@@ -162,6 +164,18 @@ fn first_run(
     backends: &[usize],
     workers: usize,
 ) -> (BTreeMap<u16, &'static str>, String) {
+    first_run_then(dir, handoff, backends, workers, |_, _| {})
+}
+
+/// [`first_run`] with `before_stop(config, control socket)` run once
+/// every packet is forwarded, before the SIGTERM.
+fn first_run_then(
+    dir: &Path,
+    handoff: &Path,
+    backends: &[usize],
+    workers: usize,
+    before_stop: impl Fn(&Path, &Path),
+) -> (BTreeMap<u16, &'static str>, String) {
     let frames: Vec<Vec<u8>> = (0..FLOWS)
         .flat_map(|i| [tcp(10_000 + i, true), tcp(10_000 + i, false)])
         .collect();
@@ -191,6 +205,7 @@ fn first_run(
         assert!(child.try_wait().unwrap().is_none(), "run A exited early");
         std::thread::sleep(Duration::from_millis(50));
     }
+    before_stop(&cfg, &sock);
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -321,6 +336,50 @@ fn connections_persist_on_a_backend_unhealthy_after_the_restart() {
         on_sick,
         "without the hand-off exactly those on {sick} move"
     );
+    let _ = std::fs::remove_file(&file);
+}
+
+/// CT-10 across a restart: a backend removed by a reload drains; the
+/// next run, whose configuration no longer lists it, drains it on for the
+/// time left, so its connections stay; without the hand-off they move.
+#[test]
+fn a_draining_backend_keeps_its_connections_across_a_restart() {
+    let dir = tempdir("handoff-draining");
+    let file = handoff_path(&dir);
+    let gone = BACKENDS[1].0;
+    let remove = |cfg: &Path, sock: &Path| {
+        let text = std::fs::read_to_string(cfg).unwrap();
+        let (a, m) = BACKENDS[1];
+        let line = format!(", {{ address = \"{a}\", mac = \"{}\" }}", mac_str(&m));
+        assert!(text.contains(&line));
+        std::fs::write(cfg, text.replace(&line, "")).unwrap();
+        let out = Command::new(sluice_bin())
+            .args(["reload", "--control-socket"])
+            .arg(sock)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let status = sluice_status(sock);
+        let text = String::from_utf8_lossy(&status.stdout);
+        assert!(
+            text.lines()
+                .any(|l| l.contains(gone) && l.contains("draining")),
+            "{text}"
+        );
+    };
+    let (before, log) = first_run_then(&dir, &file, &[0, 1], 1, remove);
+    let on_gone = before.values().filter(|b| **b == gone).count();
+    assert!(on_gone > 0);
+    let (after, log2, _) = next_run(&dir, Some(&file), &[0], 1, "web", &[]);
+    assert!(
+        log2.contains("1 removed backend(s) drain on (CT-10)"),
+        "{log}\n{log2}"
+    );
+    assert_eq!(moved(&before, &after), 0, "CT-10: they stay\n{log2}");
+
+    first_run_then(&dir, &file, &[0, 1], 1, remove);
+    let (without, _, _) = next_run(&dir, None, &[0], 1, "web", &[]);
+    assert_eq!(moved(&before, &without), on_gone, "without it they move");
     let _ = std::fs::remove_file(&file);
 }
 

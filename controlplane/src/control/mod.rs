@@ -34,8 +34,8 @@ use crate::publish::{BackendIds, PolicyMemory};
 
 mod changes;
 mod conntrack_watch;
+mod handed_over;
 mod health_events;
-mod health_seed;
 mod neighbour_events;
 pub mod publish_latency;
 mod readers;
@@ -46,8 +46,8 @@ mod shared;
 mod status;
 mod status_json;
 
+pub use handed_over::{DrainingBackend, HandedOver, HealthSeed};
 pub use health_events::{health_changes, probe_services, ProbeServices};
-pub use health_seed::HealthSeed;
 pub use readers::Readers;
 pub use reload::{fixed_at_start_changes, ReloadError};
 pub use shared::{Shared, View};

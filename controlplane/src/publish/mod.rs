@@ -124,6 +124,14 @@ impl PolicyMemory {
         self.quic.built()
     }
 
+    /// Adds a backend of service `name` that is draining (CT-10) though
+    /// this process never had it configured: the process before it was
+    /// draining it at its stop (the conntrack hand-off). The next build
+    /// lists it like any removed backend until `b.draining_until`.
+    pub fn add_draining(&mut self, name: &str, b: BackendState) {
+        self.draining.insert(b.id, (name.to_string(), b));
+    }
+
     /// Earliest draining deadline, so the control loop rebuilds then.
     pub fn next_deadline(&self) -> Option<Millis> {
         self.draining

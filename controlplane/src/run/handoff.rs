@@ -3,7 +3,6 @@
 //! probes, its connections go to the shards of their owners) and written
 //! at a stop by SIGTERM or SIGINT, once the workers stopped.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver};
@@ -11,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use controlplane::config::Config;
-use controlplane::control::{Controller, HealthSeed};
+use controlplane::control::{Controller, DrainingBackend, HandedOver, HealthSeed};
 use controlplane::handoff::file::HandOff;
 use controlplane::handoff::place::{self, Owners, Placed};
 use controlplane::handoff::store::{self, Taken};
@@ -100,8 +99,8 @@ pub fn start(
     (Some(handoff), handoffs)
 }
 
-/// The health of the file's backends seeds the probes; then its
-/// connections are placed on the snapshot built on that.
+/// The file's backends seed the probes and the draining set; then its
+/// connections are placed on the snapshot built on them.
 fn take(
     handoff: &HandOff,
     gap_ms: u64,
@@ -109,19 +108,37 @@ fn take(
     owners: Owners,
     now: Millis,
 ) -> Placed {
-    let seeds: HashMap<(&str, std::net::IpAddr), HealthSeed> = handoff
-        .backends
-        .iter()
-        .filter_map(|b| {
-            let service = handoff.services.get(b.service as usize)?;
-            let seed = HealthSeed {
+    let mut over = HandedOver {
+        gap_ms,
+        ..HandedOver::default()
+    };
+    for b in &handoff.backends {
+        let Some(service) = handoff.services.get(b.service as usize) else {
+            continue;
+        };
+        let seed = HealthSeed {
+            healthy: b.healthy,
+            weight: b.weight,
+        };
+        over.health.insert((service.as_str(), b.address), seed);
+        if let Some(left) = b.draining_ms {
+            over.draining.push(DrainingBackend {
+                service: service.clone(),
+                address: b.address,
                 healthy: b.healthy,
                 weight: b.weight,
-            };
-            Some(((service.as_str(), b.address), seed))
-        })
-        .collect();
-    controller.seed_health(&seeds);
+                left_ms: u64::from(left),
+                port: b.port,
+                mac: b.mac,
+            });
+        }
+    }
+    let (_, draining) = controller.take_over(&over);
+    if draining > 0 {
+        controlplane::info!(
+            "sluice: conntrack hand-off: {draining} removed backend(s) drain on (CT-10)"
+        );
+    }
     let state = controller.snapshots().load();
     place::place(handoff, &state, now, gap_ms, owners)
 }
