@@ -67,6 +67,53 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     b.set(view.last_build_seconds);
     out.extend(b.collect());
     out.push(health_publish_family(&view.health_publish));
+    out.extend(handoff_families(view.handoff));
+    out
+}
+
+/// The start's conntrack hand-off: whether a file was refused, and the
+/// connections of a file taken by outcome, with its gap.
+fn handoff_families(report: crate::handoff::StartReport) -> Vec<MetricFamily> {
+    use crate::handoff::StartReport;
+    let mut out = Vec::new();
+    let refused = prometheus::IntGauge::new(
+        "sluice_handoff_refused",
+        "1 when this start found a conntrack hand-off file and refused it (corrupt, stale, \
+         another configuration file; the log says why), else 0.",
+    )
+    .expect("valid metric definition");
+    refused.set(i64::from(report == StartReport::Refused));
+    out.extend(refused.collect());
+    if let StartReport::Taken {
+        taken,
+        dropped,
+        gap_ms,
+    } = report
+    {
+        let connections = gauge(
+            "sluice_handoff_connections",
+            "Connections of the conntrack hand-off file this start took, by outcome: taken, or \
+             why not (service_gone, backend_gone, tracking_changed, expired).",
+            &["outcome"],
+        );
+        connections
+            .with_label_values(&["taken"])
+            .set(i64::try_from(taken).unwrap_or(i64::MAX));
+        for (reason, n) in dropped.by_reason() {
+            connections
+                .with_label_values(&[reason])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        out.extend(connections.collect());
+        let gap = prometheus::Gauge::new(
+            "sluice_handoff_gap_seconds",
+            "Time from the writing of the conntrack hand-off file this start took to the start \
+             taking it.",
+        )
+        .expect("valid metric definition");
+        gap.set(gap_ms as f64 / 1000.0);
+        out.extend(gap.collect());
+    }
     out
 }
 

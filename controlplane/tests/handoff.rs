@@ -282,6 +282,12 @@ fn connections_continue_on_their_backend_across_a_restart() {
     assert!(!file.exists(), "the file is taken once");
     assert_eq!(moved(&before, &after), 0, "every connection stays");
     assert_eq!(m["sluice_conntrack_inserts_total"], 0, "all found: {m:?}");
+    assert_eq!(
+        m["sluice_handoff_connections{outcome=\"taken\"}"],
+        u64::from(FLOWS)
+    );
+    assert_eq!(m["sluice_handoff_connections{outcome=\"expired\"}"], 0);
+    assert_eq!(m["sluice_handoff_refused"], 0);
 
     // The same continuation without the file: the table moves some.
     first_run(&dir, &file, &[0, 1], 1);
@@ -434,6 +440,8 @@ fn bad_stale_foreign_and_trimmed_files() {
             u64::from(FLOWS),
             "{name}: empty start"
         );
+        assert_eq!(m["sluice_handoff_refused"], 1, "{name}");
+        assert!(!m.contains_key("sluice_handoff_connections{outcome=\"taken\"}"));
     }
 
     // Backend 192.0.2.11 gone: its connections are not taken.
@@ -443,13 +451,17 @@ fn bad_stale_foreign_and_trimmed_files() {
         .iter()
         .filter(|c| h.backends[c.backend as usize].address.to_string() == "192.0.2.11")
         .count();
-    let (_, log, _) = next_run(&dir, Some(&file), &[0, 2], 1, "web", &[]);
+    let (_, log, m) = next_run(&dir, Some(&file), &[0, 2], 1, "web", &[]);
     assert!(
         log.contains(&format!(
             "{} of {FLOWS} connection(s) taken",
             usize::from(FLOWS) - on_11
         )) && log.contains(&format!("not taken: backend_gone {on_11}")),
         "{log}"
+    );
+    assert_eq!(
+        m["sluice_handoff_connections{outcome=\"backend_gone\"}"],
+        on_11 as u64
     );
     // The service renamed: nothing is taken.
     h.written_unix_ms = controlplane::handoff::store::unix_ms();

@@ -49,6 +49,11 @@ pub struct HandedOver<'a> {
 }
 
 impl Controller {
+    /// Records what the start did with the hand-off file (the metrics).
+    pub fn record_handoff(&self, report: crate::handoff::StartReport) {
+        self.shared.lock().handoff = report;
+    }
+
     /// Seeds the probes and adds the draining backends of `over`, then
     /// publishes the snapshot built on them. Returns (probes seeded,
     /// draining backends added).

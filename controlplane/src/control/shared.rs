@@ -32,6 +32,8 @@ pub struct View {
     pub health_publish: PublishLatency,
     /// Digests and announcement (AP-6), shared by every copy of the view.
     pub fleet: Arc<crate::fleet::Fleet>,
+    /// What the start did with the conntrack hand-off file.
+    pub handoff: crate::handoff::StartReport,
 }
 
 /// The outcome of the latest reload.

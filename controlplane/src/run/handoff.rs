@@ -14,6 +14,7 @@ use controlplane::control::{Controller, DrainingBackend, HandedOver, HealthSeed}
 use controlplane::handoff::file::HandOff;
 use controlplane::handoff::place::{self, Owners, Placed};
 use controlplane::handoff::store::{self, Taken};
+use controlplane::handoff::StartReport;
 use dataplane::dpdk::Port;
 use dataplane::worker::{ConntrackHandoff, ShardOut};
 use sluice_core::snapshot::SnapshotCell;
@@ -70,13 +71,21 @@ pub fn start(
     let mut restore = vec![Vec::new(); workers];
     match store::take(&path, &config, store::unix_ms(), limit) {
         Taken::Nothing => {}
-        Taken::Refused(why) => controlplane::warn!(
-            "sluice: conntrack hand-off {} refused: {why}; starting with empty conntrack",
-            path.display()
-        ),
+        Taken::Refused(why) => {
+            controlplane::warn!(
+                "sluice: conntrack hand-off {} refused: {why}; starting with empty conntrack",
+                path.display()
+            );
+            controller.record_handoff(StartReport::Refused);
+        }
         Taken::File { handoff, gap_ms } => {
             let placed = take(&handoff, gap_ms, controller, owners, now);
             log_taken(&path, &handoff, gap_ms, &placed);
+            controller.record_handoff(StartReport::Taken {
+                taken: placed.taken,
+                dropped: placed.dropped,
+                gap_ms,
+            });
             restore = placed.per_worker;
         }
     }
