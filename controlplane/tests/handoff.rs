@@ -280,6 +280,10 @@ fn connections_continue_on_their_backend_across_a_restart() {
         "{log}"
     );
     assert!(!file.exists(), "the file is taken once");
+    assert!(
+        log.contains(&format!("{FLOWS} connection(s) restored into 1 shard(s)")),
+        "{log}"
+    );
     assert_eq!(moved(&before, &after), 0, "every connection stays");
     assert_eq!(m["sluice_conntrack_inserts_total"], 0, "all found: {m:?}");
     assert_eq!(
@@ -311,6 +315,12 @@ fn worker_count_may_change_across_a_restart() {
         let (before, _) = first_run(&dir, &file, &[0, 1], from);
         let (after, log, m) = next_run(&dir, Some(&file), &[0, 1, 2], to, "web", &[]);
         assert_eq!(moved(&before, &after), 0, "{from} → {to}:\n{log}");
+        assert!(
+            log.contains(&format!(
+                "{FLOWS} connection(s) restored into {to} shard(s)"
+            )),
+            "{log}"
+        );
         assert_eq!(
             m["sluice_conntrack_inserts_total"], 0,
             "{from} → {to}: {m:?}"

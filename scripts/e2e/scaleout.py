@@ -326,8 +326,11 @@ med = 10
             f.write(text)
 
     def start_sluice(self, a):
+        # Each appliance's own hand-off file: a restarted one takes its
+        # connections back, never another's.
         p = self.spawn(f"sluice-{a}", a, self.sluice_bin, "run", "--config",
-                       self.path(f"{a}.toml"), "--control-socket", self.path(f"{a}.sock"))
+                       self.path(f"{a}.toml"), "--control-socket", self.path(f"{a}.sock"),
+                       "--handoff-file", self.path(f"{a}.handoff"))
         self.sluice[a] = p
         self.cpu[a] = self.cpu.get(a, []) + [(p.pid, time.monotonic(), 0.0)]
         return p

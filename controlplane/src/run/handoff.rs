@@ -16,7 +16,7 @@ use controlplane::handoff::place::{self, Owners, Placed};
 use controlplane::handoff::store::{self, Taken};
 use controlplane::handoff::StartReport;
 use dataplane::dpdk::Port;
-use dataplane::worker::{ConntrackHandoff, ShardOut};
+use dataplane::worker::{ConntrackHandoff, Restored, ShardOut};
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::time::Millis;
 
@@ -29,6 +29,8 @@ pub struct Handoff {
     out: Receiver<ShardOut>,
     /// Set before the workers stop when their entries are wanted.
     wanted: Arc<AtomicBool>,
+    /// The workers' restores, when there was something to restore.
+    restored: Option<Receiver<Restored>>,
 }
 
 /// The configuration file as a hand-off file names it: absolute, so that
@@ -67,6 +69,7 @@ pub fn start(
             (0..workers).map(|_| ConntrackHandoff::default()).collect(),
         );
     };
+    let started = Instant::now();
     let limit = store::size_limit(u64::from(cfg.dataplane.conntrack_capacity) * workers as u64);
     let mut restore = vec![Vec::new(); workers];
     match store::take(&path, &config, store::unix_ms(), limit) {
@@ -80,7 +83,7 @@ pub fn start(
         }
         Taken::File { handoff, gap_ms } => {
             let placed = take(&handoff, gap_ms, controller, owners, now);
-            log_taken(&path, &handoff, gap_ms, &placed);
+            log_taken(&path, &handoff, gap_ms, &placed, started.elapsed());
             controller.record_handoff(StartReport::Taken {
                 taken: placed.taken,
                 dropped: placed.dropped,
@@ -91,12 +94,15 @@ pub fn start(
     }
     let (tx, out) = channel();
     let wanted = Arc::new(AtomicBool::new(false));
+    let any = restore.iter().any(|r| !r.is_empty());
+    let (restored_tx, restored) = channel();
     let handoffs = restore
         .into_iter()
         .map(|restore| ConntrackHandoff {
             restore,
             out: Some(tx.clone()),
             wanted: Arc::clone(&wanted),
+            restored: any.then(|| restored_tx.clone()),
         })
         .collect();
     let handoff = Handoff {
@@ -104,6 +110,7 @@ pub fn start(
         config,
         out,
         wanted,
+        restored: any.then_some(restored),
     };
     (Some(handoff), handoffs)
 }
@@ -152,7 +159,13 @@ fn take(
     place::place(handoff, &state, now, gap_ms, owners)
 }
 
-fn log_taken(path: &Path, handoff: &HandOff, gap_ms: u64, placed: &Placed) {
+fn log_taken(
+    path: &Path,
+    handoff: &HandOff,
+    gap_ms: u64,
+    placed: &Placed,
+    took: std::time::Duration,
+) {
     let dropped = placed
         .dropped
         .by_reason()
@@ -162,12 +175,13 @@ fn log_taken(path: &Path, handoff: &HandOff, gap_ms: u64, placed: &Placed) {
         .collect::<Vec<_>>();
     controlplane::info!(
         "sluice: conntrack hand-off {}: {} of {} connection(s) taken from sluice {} ({} ms \
-         before this start){}",
+         before this start; read and placed in {} ms){}",
         path.display(),
         placed.taken,
         handoff.connections.len(),
         handoff.writer,
         gap_ms,
+        took.as_millis(),
         if dropped.is_empty() {
             String::new()
         } else {
@@ -177,6 +191,40 @@ fn log_taken(path: &Path, handoff: &HandOff, gap_ms: u64, placed: &Placed) {
 }
 
 impl Handoff {
+    /// Waits (up to `limit`) until the `workers` workers restored what
+    /// they were given, before the start says it is ready: a connection
+    /// handed over is in its shard before the appliance reports ready.
+    pub fn wait_restored(&mut self, workers: usize, limit: std::time::Duration) {
+        let Some(rx) = self.restored.take() else {
+            return;
+        };
+        let deadline = Instant::now() + limit;
+        let (mut entries, mut full, mut slowest) = (0, 0, std::time::Duration::ZERO);
+        for _ in 0..workers {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(r) = rx.recv_timeout(left) else {
+                controlplane::warn!(
+                    "sluice: conntrack hand-off: not every worker restored its connections \
+                     within {limit:?}; starting anyway"
+                );
+                return;
+            };
+            entries += r.entries;
+            full += r.full;
+            slowest = slowest.max(r.took);
+        }
+        controlplane::info!(
+            "sluice: conntrack hand-off: {entries} connection(s) restored into {workers} \
+             shard(s) in {} ms{}",
+            slowest.as_millis(),
+            if full > 0 {
+                format!("; {full} found no room (counted as insert_failed)")
+            } else {
+                String::new()
+            }
+        );
+    }
+
     /// The workers are about to stop for a planned stop: they hand their
     /// entries over.
     pub fn want_entries(&self) {

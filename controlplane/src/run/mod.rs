@@ -62,7 +62,7 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let pause_after_rx = runtime.hooks().and_then(|h| h.pause_after_rx());
     // Before the workers start: the connections the previous process
     // handed over go into their shards ahead of the first packet.
-    let (handoff, handoffs) = handoff::start(
+    let (mut handoff, handoffs) = handoff::start(
         opts.handoff.take(),
         &cfg,
         handoff::config_identity(opts.config_path.as_deref()),
@@ -85,6 +85,9 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
     let mut lcores: Vec<LcoreId> = Vec::with_capacity(workers.len());
     for worker in workers {
         lcores.push(runtime.launch(worker)?);
+    }
+    if let Some(h) = &mut handoff {
+        h.wait_restored(lcores.len(), std::time::Duration::from_secs(30));
     }
     log_started(&cfg, &runtime, &lcores);
     // /metrics and /ready answer from here on, until the runtime stops.

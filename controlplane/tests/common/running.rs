@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use super::sluice_bin;
 
-/// `sluice run --config CFG --control-socket SOCK --duration SECONDS`;
-/// stopped with SIGTERM and reaped when dropped, also when a test fails.
+/// `sluice run --config CFG --control-socket SOCK --duration SECONDS
+/// --no-handoff`; stopped with SIGTERM and reaped when dropped, also when
+/// a test fails (without a hand-off file: each test starts afresh).
 pub struct RunningSluice {
     child: Child,
     pub sock: PathBuf,
@@ -23,6 +24,7 @@ impl RunningSluice {
             .arg(cfg)
             .arg("--control-socket")
             .arg(sock)
+            .arg("--no-handoff")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -41,6 +43,7 @@ impl RunningSluice {
             .arg(cfg)
             .arg("--control-socket")
             .arg(sock)
+            .arg("--no-handoff")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).expect("create the run's log"))
             .spawn()

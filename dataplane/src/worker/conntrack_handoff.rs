@@ -22,6 +22,19 @@ pub struct ConntrackHandoff {
     /// Whether they are wanted at this stop (a planned one): set by the
     /// main thread before it stops the workers.
     pub wanted: Arc<AtomicBool>,
+    /// Where the worker says it restored its entries (None: nobody asks).
+    pub restored: Option<Sender<Restored>>,
+}
+
+/// A worker's restore, done before its first packet.
+#[derive(Debug)]
+pub struct Restored {
+    pub worker: usize,
+    /// Entries written into the shard.
+    pub entries: usize,
+    /// Entries that found no room (counted as failed inserts).
+    pub full: usize,
+    pub took: std::time::Duration,
 }
 
 /// A stopped worker's live entries.
@@ -34,11 +47,22 @@ pub struct ShardOut {
 }
 
 impl ConntrackHandoff {
-    /// Writes the entries to restore into `shard`. One that finds no
-    /// room is counted by the shard as a failed insert.
-    pub(super) fn restore_into(&mut self, shard: &mut Shard, now: Millis) {
-        for e in std::mem::take(&mut self.restore) {
-            let _ = shard.restore(e, now);
+    /// Writes the entries to restore into `shard` and says so. One that
+    /// finds no room is counted by the shard as a failed insert.
+    pub(super) fn restore_into(&mut self, worker: usize, shard: &mut Shard, now: Millis) {
+        let started = std::time::Instant::now();
+        let entries = std::mem::take(&mut self.restore);
+        let full = entries
+            .iter()
+            .filter(|e| shard.restore(**e, now).is_err())
+            .count();
+        if let Some(tx) = self.restored.take() {
+            let _ = tx.send(Restored {
+                worker,
+                entries: entries.len() - full,
+                full,
+                took: started.elapsed(),
+            });
         }
     }
 

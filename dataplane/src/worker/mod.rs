@@ -34,7 +34,7 @@ mod steering;
 mod test_pause;
 mod transmit;
 
-pub use conntrack_handoff::{ConntrackHandoff, ShardOut};
+pub use conntrack_handoff::{ConntrackHandoff, Restored, ShardOut};
 #[cfg(test)]
 pub(crate) use exception::a_full_relay_ring_is_a_counted_drop_and_the_owner_drains_it;
 pub use exception::{tap_owner, ExceptionPath, ExceptionQueues, RELAY_SLOTS};

@@ -107,7 +107,7 @@ impl Polling {
         });
         let mut ctx = PipelineCtx::new(conntrack_capacity);
         ctx.fragment_ids = sluice_core::fragment::FragmentIds::for_worker(index);
-        handoff.restore_into(&mut ctx.conntrack, Millis(clock.now_ms()));
+        handoff.restore_into(index, &mut ctx.conntrack, Millis(clock.now_ms()));
         stats.conntrack.publish(&ctx.conntrack);
         let lanes = Lanes::new(tx, exception, to, Arc::clone(&stats));
         let version = snapshots.version();
