@@ -14,11 +14,13 @@ Input formats (see the targets' doc comments):
   pipeline  a configuration byte (headroom, snapshot) then one frame
   burst     a configuration byte then frames, each a big-endian u16 length
             and its bytes
+  handoff   a conntrack hand-off file's bytes
 """
 
 import argparse
 import pathlib
 import struct
+import zlib
 
 # `pipeline`: headroom 127, normal MTU (bit 7 clear).
 PIPELINE_CFG = 0x7F
@@ -85,6 +87,30 @@ def burst(cfg, frames):
     return bytes(out)
 
 
+def handoff_file(backends=2, connections=3):
+    """A valid conntrack hand-off file (sluice_core::handoff, version 1):
+    service "web", `backends` IPv4 backends (the second draining, no
+    MAC), `connections` TCP 5-tuple entries alternating between them."""
+    def text(t):
+        b = t.encode()
+        return struct.pack("<H", len(b)) + b
+    out = b"SLUICE-HANDOFF\0\0" + struct.pack("<IQ", 1, 1_765_000_000_000)
+    out += text("seed") + text("/etc/sluice/sluice.toml")
+    out += struct.pack("<I", 1) + text("web")
+    out += struct.pack("<I", backends)
+    for i in range(backends):
+        addr = bytes(10) + b"\xff\xff" + bytes([192, 0, 2, 10 + i])
+        draining = 30_000 if i == 1 else 0
+        mac = (1, bytes([2, 0, 0, 0, 0, 0x10 + i])) if i == 0 else (0, bytes(6))
+        out += struct.pack("<IB", 0, 4) + addr + struct.pack("<BHIHB", 1, 1, draining, 0, mac[0]) + mac[1]
+    out += struct.pack("<Q", connections)
+    for i in range(connections):
+        meta = (2 << 40) | (6 << 32) | ((40_000 + i) << 16) | 80
+        out += struct.pack("<5Q", 0, 0x0a000001 + i, 0, 0xcb00710a, meta)
+        out += struct.pack("<IIIIB", 0, i % max(backends, 1), 1000 * i, 600_000, 2)
+    return out + struct.pack("<I", zlib.crc32(out))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=pathlib.Path)
@@ -92,7 +118,7 @@ def main():
     ap.add_argument("--pcaps", type=pathlib.Path, action="append", default=[])
     args = ap.parse_args()
 
-    seeds = {"parse": {}, "pipeline": {}, "burst": {}, "quic_lb": {}}
+    seeds = {"parse": {}, "pipeline": {}, "burst": {}, "quic_lb": {}, "handoff": {}}
     normal, small = [], []
     for p in sorted((args.seeds / "malformed").glob("*")):
         frame = p.read_bytes()
@@ -124,6 +150,9 @@ def main():
         normal.append(frame)
         seeds["quic_lb"][name] = bytes([0x00, 0x00]) + payload
     seeds["burst"]["quic-all"] = burst(BURST_TWO_WORKERS, [udp_frame(p) for p in quic_payloads().values()])
+
+    seeds["handoff"]["two-backends-three-connections"] = handoff_file()
+    seeds["handoff"]["empty"] = handoff_file(backends=0, connections=0)
 
     for d in args.pcaps:
         for p in sorted(d.glob("*.pcap")):

@@ -17,8 +17,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use controlplane::handoff::file::HandOff;
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
+use sluice_core::handoff::HandOff;
 
 const PORT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const BACKENDS: [(&str, [u8; 6]); 3] = [

@@ -19,6 +19,7 @@ pub mod explain;
 pub mod fast_path;
 pub mod flow;
 pub mod fragment;
+pub mod handoff;
 pub mod hash;
 pub mod icmp;
 pub mod icmp_error;

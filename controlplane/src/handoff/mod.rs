@@ -1,8 +1,8 @@
 //! Conntrack hand-off between a sluice that stops and the one that
-//! starts after it (a restart, an upgrade): the file ([`file`]), what
-//! goes into it at a stop and what a start makes of it ([`place`]).
+//! starts after it (a restart, an upgrade): what goes into the file
+//! (`sluice_core::handoff`, its format) at a stop and what a start makes
+//! of it ([`place`]), and where it is kept ([`store`]).
 
-pub mod file;
 pub mod place;
 pub mod store;
 

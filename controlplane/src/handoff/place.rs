@@ -12,7 +12,7 @@ use sluice_core::ids::{BackendId, ServiceId};
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::time::Millis;
 
-use super::file::{BackendRecord, Connection, HandOff};
+use sluice_core::handoff::{BackendRecord, Connection, HandOff};
 
 /// One worker's entries as it stopped, and its clock then.
 pub struct ShardOut {

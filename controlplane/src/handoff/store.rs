@@ -8,7 +8,7 @@ use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::file::{HandOff, BACKEND_LEN, CONNECTION_LEN};
+use sluice_core::handoff::{HandOff, BACKEND_LEN, CONNECTION_LEN};
 
 /// The file's name in the runtime directory.
 pub const FILE_NAME: &str = "conntrack.handoff";

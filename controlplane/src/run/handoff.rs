@@ -11,12 +11,12 @@ use std::time::Instant;
 
 use controlplane::config::Config;
 use controlplane::control::{Controller, DrainingBackend, HandedOver, HealthSeed};
-use controlplane::handoff::file::HandOff;
 use controlplane::handoff::place::{self, Owners, Placed};
 use controlplane::handoff::store::{self, Taken};
 use controlplane::handoff::StartReport;
 use dataplane::dpdk::Port;
 use dataplane::worker::{ConntrackHandoff, Restored, ShardOut};
+use sluice_core::handoff::HandOff;
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::time::Millis;
 

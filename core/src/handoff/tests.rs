@@ -123,8 +123,8 @@ fn the_service_id_is_not_written_and_is_given_back_on_reading() {
     h.connections[0].key.meta |= 0x1234 << 48;
     let back = HandOff::decode(&h.encode()).unwrap();
     assert_eq!(back.connections[0].key.meta >> 48, 0);
-    let k = back.connections[0].key_for(sluice_core::ids::ServiceId(9));
-    assert_eq!(k.service(), sluice_core::ids::ServiceId(9));
+    let k = back.connections[0].key_for(crate::ids::ServiceId(9));
+    assert_eq!(k.service(), crate::ids::ServiceId(9));
     assert_eq!(
         k.meta & 0xffff_ffff_ffff,
         h.connections[0].key.meta & 0xffff_ffff_ffff

@@ -1,5 +1,5 @@
-//! The hand-off file: what one sluice leaves its successor, with nothing
-//! process-local in it — services by name, backends by (service,
+//! The conntrack hand-off file's format: what one sluice leaves its
+//! successor across a restart, with nothing process-local in it — services by name, backends by (service,
 //! address), times relative to the moment it was written.
 //!
 //! Layout (little-endian): the magic `SLUICE-HANDOFF\0\0`, the format
@@ -14,7 +14,7 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
-use sluice_core::conntrack::TrackKey;
+use crate::conntrack::TrackKey;
 
 /// First bytes of every hand-off file.
 pub const MAGIC: [u8; 16] = *b"SLUICE-HANDOFF\0\0";
@@ -111,7 +111,7 @@ pub enum DecodeError {
 
 impl Connection {
     /// The key with `service`'s id in it.
-    pub fn key_for(&self, service: sluice_core::ids::ServiceId) -> TrackKey {
+    pub fn key_for(&self, service: crate::ids::ServiceId) -> TrackKey {
         TrackKey {
             meta: (self.key.meta & !META_SERVICE) | (u64::from(service.0) << 48),
             ..self.key
