@@ -31,6 +31,8 @@ pub struct Handoff {
     wanted: Arc<AtomicBool>,
     /// The workers' restores, when there was something to restore.
     restored: Option<Receiver<Restored>>,
+    /// Every connection went to every worker (owners unknown).
+    copies: bool,
 }
 
 /// The configuration file as a hand-off file names it: absolute, so that
@@ -111,6 +113,7 @@ pub fn start(
         out,
         wanted,
         restored: any.then_some(restored),
+        copies: matches!(owners, Owners::Every { .. }) && workers > 1,
     };
     (Some(handoff), handoffs)
 }
@@ -215,7 +218,12 @@ impl Handoff {
         }
         controlplane::info!(
             "sluice: conntrack hand-off: {entries} connection(s) restored into {workers} \
-             shard(s) in {} ms{}",
+             shard(s){} in {} ms{}",
+            if self.copies {
+                " (a copy in each: the NIC chooses the worker)"
+            } else {
+                ""
+            },
             slowest.as_millis(),
             if full > 0 {
                 format!("; {full} found no room (counted as insert_failed)")
