@@ -643,3 +643,47 @@ fn ap_5_backend_series_limit_and_reload() {
     assert_eq!(count(&log, BACK), 1, "{log}");
     assert!(Path::new(&run.sock).exists());
 }
+
+/// AP-5: `[metrics] listen` is bound once, at start: a reload that moves
+/// it is refused by name (exit 2, the running configuration and its
+/// listener stay), and the same file with the old address reloads.
+#[test]
+fn ap_5_a_reload_that_moves_the_metrics_listener_is_refused() {
+    let dir = tempdir("admin-abuse-listen");
+    let port = unused_port();
+    let other = unused_port();
+    let config = |listen, backends| services_config(&null_port(), listen, 1, backends, None);
+    let run = AdminRun::start(&dir, port, &config(port, 2), 120, Duration::from_secs(60));
+    let (ok, out) = run.reload(&config(other, 3));
+    assert!(!ok, "a moved listener applied: {out}");
+    assert!(
+        out.contains("metrics.listen cannot change on reload") && out.contains("restart sluice"),
+        "{out}"
+    );
+    let (text, _) = full_scrape(port, false, Duration::from_secs(10));
+    assert_eq!(
+        series(&text, "sluice_backend_packets_total").len(),
+        2,
+        "the running configuration stays"
+    );
+    assert!(
+        admin_get(other, "/metrics", false, Duration::from_secs(1)).is_err(),
+        "nothing listens on the refused address"
+    );
+    let (ok, out) = run.reload(&config(port, 3));
+    assert!(ok, "{out}");
+    let t0 = Instant::now();
+    while series(
+        &full_scrape(port, false, Duration::from_secs(10)).0,
+        "sluice_backend_packets_total",
+    )
+    .len()
+        != 3
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the third backend never showed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

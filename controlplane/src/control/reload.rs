@@ -28,8 +28,9 @@ pub enum ReloadError {
     },
     /// Settings only a restart applies differ ([`fixed_at_start_changes`]).
     #[error(
-        "{} cannot change on reload (ports, their TAPs, queues and memory are set up \
-         at start); restart sluice for that. The running configuration is unchanged.\n",
+        "{} cannot change on reload (ports, their TAPs, queues, memory and the metrics \
+         listener are set up at start); restart sluice for that. The running \
+         configuration is unchanged.\n",
         .fields.join(", ")
     )]
     FixedAtStart { fields: Vec<String> },
@@ -101,7 +102,12 @@ impl Controller {
     /// change ([`fixed_at_start_changes`]) must stay the same. Everything
     /// that may refuse is checked before anything changes.
     fn apply(&mut self, cfg: Config) -> Result<Rebuilt, ReloadError> {
-        let fields = fixed_at_start_changes(&self.cfg.dataplane, &cfg.dataplane);
+        let mut fields = fixed_at_start_changes(&self.cfg.dataplane, &cfg.dataplane);
+        // The admin listener is bound once, before EAL, where a taken
+        // address fails the start by name.
+        if self.cfg.metrics.listen != cfg.metrics.listen {
+            fields.push("metrics.listen".into());
+        }
         if !fields.is_empty() {
             return Err(ReloadError::FixedAtStart { fields });
         }

@@ -209,6 +209,7 @@ impl AdminRun {
             .arg(&cfg)
             .arg("--control-socket")
             .arg(&sock)
+            .arg("--no-handoff")
             .env("SLUICE_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("stderr")).unwrap())
