@@ -16,7 +16,7 @@ Each appliance's BIRD runs the configuration `sluice bird-config` renders
 from its [bgp]; the router's BIRD merges the two paths into one multipath
 route. Backends answer clients directly, through the router.
 
-Cases (numbers as in the issue):
+Cases (numbered as the run prints them):
   1  both appliances announce and both carry new connections (the split,
      from each appliance's conntrack inserts); communities and MED reach
      the router

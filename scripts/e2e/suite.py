@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The live end-to-end suite (issue: the appliance on a network). Real
+"""The live end-to-end suite: the appliance on a network. Real
 kernel clients and HTTP/UDP servers in network namespaces, sluice on
 net_af_packet over a veth with its exception path on a TAP (AP-4), layer-2
 DSR. Run as root:  scripts/e2e/suite.py --workers 1   (and 2)
 
-Cases (numbers as in the issue):
+Cases (numbered as the suite prints them):
   6  ARP for and ping to the appliance's address are answered by the
      kernel through the TAP (AP-4), and the same over IPv6 (neighbour
      discovery, ping6, TCP to an IPv6 VIP); health probes come from the
