@@ -99,6 +99,8 @@ fn explain_flows_known_answers() {
     assert_eq!(a["rule"]["matched"], "web-vip");
     assert_eq!(a["balancing"]["service"], "web");
     assert_eq!(a["balancing"]["tracked"], true);
+    assert_eq!(a["balancing"]["tracking_mode"], "PER_CONNECTION");
+    assert_eq!(a["balancing"]["encapsulation"], "l2");
     assert_eq!(a["balancing"]["slot_owner"], a["backend"]);
     assert_eq!(a["ingress_port"], "uplink");
     let a = &explain_json(&["-c", cfg, "--json", "--unhealthy", "192.0.2.10", tcp])[0];
@@ -121,6 +123,8 @@ fn explain_flows_known_answers() {
     assert_eq!(a["balancing"]["active_pool"], "failover");
     let a = &explain_json(&["-c", cfg, "--json", "udp 10.9.0.1:5000 -> 203.0.113.53:53"])[0];
     assert_eq!(a["balancing"]["hashed_fields"], "client IP, VIP");
+    // Configuration values, never the program's type names.
+    assert_eq!(a["balancing"]["affinity"], "CLIENT_IP");
     let b = &explain_json(&["-c", cfg, "--json", "icmp 10.9.0.1 -> 203.0.113.53"])[0];
     assert_eq!(
         a["backend"], b["backend"],
@@ -138,6 +142,9 @@ fn explain_flows_known_answers() {
     assert!(ok);
     for line in [
         "rule:          \"web-vip\"",
+        "affinity:      NONE (hashes client IP, client port, protocol, VIP, VIP port)",
+        "(PER_CONNECTION)",
+        "encapsulation: l2",
         "maglev slot:",
         "next hop:",
         "mtu:",

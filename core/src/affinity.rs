@@ -12,3 +12,23 @@ pub enum SessionAffinity {
     ClientIpProto,
     ClientIp,
 }
+
+impl SessionAffinity {
+    /// Every affinity, in the order the configuration reference lists them.
+    pub const ALL: [Self; 4] = [
+        Self::None,
+        Self::ClientIpPortProto,
+        Self::ClientIpProto,
+        Self::ClientIp,
+    ];
+
+    /// The value `session_affinity` takes for it in the configuration.
+    pub const fn config_name(self) -> &'static str {
+        match self {
+            Self::None => "NONE",
+            Self::ClientIpPortProto => "CLIENT_IP_PORT_PROTO",
+            Self::ClientIpProto => "CLIENT_IP_PROTO",
+            Self::ClientIp => "CLIENT_IP",
+        }
+    }
+}

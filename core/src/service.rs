@@ -19,6 +19,19 @@ pub enum TrackingMode {
     PerSession,
 }
 
+impl TrackingMode {
+    /// Both modes, as the configuration reference lists them.
+    pub const ALL: [Self; 2] = [Self::PerConnection, Self::PerSession];
+
+    /// The value `tracking_mode` takes for it in the configuration.
+    pub const fn config_name(self) -> &'static str {
+        match self {
+            Self::PerConnection => "PER_CONNECTION",
+            Self::PerSession => "PER_SESSION",
+        }
+    }
+}
+
 /// `connection_persistence_on_unhealthy_backends` (CT-8).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub enum PersistenceOnUnhealthy {

@@ -89,15 +89,7 @@ fn service(
         .as_ref()
         .and_then(|v| {
             cx.parse(v, format_args!("{at}.session_affinity"), |t| {
-                values::choice(
-                    t,
-                    &[
-                        ("NONE", SessionAffinity::None),
-                        ("CLIENT_IP_PORT_PROTO", SessionAffinity::ClientIpPortProto),
-                        ("CLIENT_IP_PROTO", SessionAffinity::ClientIpProto),
-                        ("CLIENT_IP", SessionAffinity::ClientIp),
-                    ],
-                )
+                values::choice(t, &SessionAffinity::ALL.map(|a| (a.config_name(), a)))
             })
         })
         .unwrap_or_default();
@@ -244,13 +236,7 @@ fn tracking(cx: &mut Ctx<'_>, t: Option<&RawTracking>, at: &str) -> ConnectionTr
     if let Some(v) = &t.tracking_mode {
         out.tracking_mode = cx
             .parse(v, format_args!("{at}.tracking_mode"), |s| {
-                values::choice(
-                    s,
-                    &[
-                        ("PER_CONNECTION", TrackingMode::PerConnection),
-                        ("PER_SESSION", TrackingMode::PerSession),
-                    ],
-                )
+                values::choice(s, &TrackingMode::ALL.map(|m| (m.config_name(), m)))
             })
             .unwrap_or_default();
     }

@@ -155,11 +155,11 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
             .collect();
         json!({
             "service": svc.map(|s| s.name.clone()),
-            "affinity": format!("{:?}", b.affinity),
+            "affinity": b.affinity.config_name(),
             "hashed_fields": hashed_fields(b.tuple),
             "flow_hash": format!("{:#018x}", b.hash),
             "tracked": b.tracked,
-            "tracking_mode": svc.map(|s| format!("{:?}", s.tracking.mode)),
+            "tracking_mode": svc.map(|s| s.tracking.mode.config_name()),
             "zone": b.zone.and_then(|z| state.zones.zones.get(usize::from(z))).map(|z| z.name.clone()),
             "table": b.table,
             "table_size": b.table_len,
@@ -167,7 +167,7 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
             "pool_epoch": report.map(|r| r.pool_epoch),
             "slot": b.slot,
             "slot_owner": b.slot_owner.and_then(|id| state.backend(id)).map(|s| s.address.to_string()),
-            "encapsulation": svc.map(|s| format!("{:?}", s.encapsulation)),
+            "encapsulation": svc.map(|s| s.encapsulation.name()),
             "backends": backends,
             "backend_counts": backend_counts(&ex.backend_lines(b)),
             "quic_lb": b.quic.map(|q| quic_json(ex, &q)),
