@@ -37,7 +37,9 @@ directory) and without it (`--no-handoff`, the control).
      open on b2 and b3. Without the hand-off the looping group fails: a
      new sluice with every backend unhealthy sends to the primaries
      (EL-4), b1, which resets them; the idle group need not (once the
-     probes agree, the failover pool serves again)
+     probes agree, the failover pool serves again). The looping group's
+     first packets reach the new sluice at TCP's next retransmission
+     after /ready, well within the second its probes need for a verdict
   D  worker count: 1 worker before, 2 after (qpairs=2, software steering),
      with b3 added as in A so that an entry restored to the wrong worker
      shows as a move; without the hand-off both groups fail
