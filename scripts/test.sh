@@ -2,8 +2,9 @@
 # The whole test suite: formatting, lints, unit/property tests, golden pcaps
 # through the real binary on real DPDK (net_pcap, --no-huge), config checks,
 # fuzz smoke, the Debian package, the live end-to-end suite in namespaces
-# (QUIC-LB with a real QUIC stack included),
-# and the appliance image booted in QEMU with traffic through it.
+# (QUIC-LB with a real QUIC stack and the conntrack hand-off across a
+# restart included), and the appliance image booted in QEMU with traffic
+# through it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,6 +72,18 @@ done
 # port and a new address mid-transfer and must all survive with QUIC-LB.
 echo "== QUIC-LB live test"
 if python3 scripts/e2e/quic_lb.py --sluice target/debug/sluice --peer target/debug/quic-peer; then
+  e2e_passed=$((e2e_passed + 1))
+else
+  e2e_failed=$((e2e_failed + 1))
+fi
+
+# The conntrack hand-off live: keep-alive connections across a SIGTERM and
+# a new `sluice run` of the same configuration path (table change, CT-8 on
+# an unhealthy backend, failover pool, 1 -> 2 workers): none may fail with
+# the hand-off, and the same restarts without it (--no-handoff) must cost
+# connections.
+echo "== conntrack hand-off live test"
+if python3 scripts/e2e/handoff.py --sluice target/debug/sluice; then
   e2e_passed=$((e2e_passed + 1))
 else
   e2e_failed=$((e2e_failed + 1))

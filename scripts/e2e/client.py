@@ -4,18 +4,27 @@ client namespace). Every command prints one JSON object on stdout.
 
   spread N            N requests, each on a new TCP connection (new port)
   spread6 N           the same to the IPv6 VIP
-  hold SECONDS K      K keep-alive connections, each looping requests for
+  hold SECONDS K [--timeout S] [--pause-file PATH] [--sources A,B,...]
+                      K keep-alive connections, each looping requests for
                       SECONDS; reports per connection the backends it saw
                       and its failures (a connection that fails reconnects,
-                      and the failure is counted)
+                      and the failure is counted), and the longest stall:
+                      the longest time between two answers on one
+                      connection. --timeout: seconds a request may take
+                      (default 2). While the pause file exists no request
+                      is sent (the connections stay open and idle; paused
+                      time is not a stall). --sources: the connections'
+                      source addresses, in turn (default: the kernel's)
   stream SECONDS      new connections in a loop; one JSON line per second
                       with that second's answers per backend and failures
   udp SIZE COUNT      COUNT datagrams of SIZE bytes from COUNT source ports;
                       reports which backend answered and the length it got
 """
 
+import argparse
 import http.client
 import json
+import os
 import socket
 import sys
 import time
@@ -52,28 +61,52 @@ def spread(n, vip=VIP):
     return tally
 
 
-def hold(seconds, k):
-    conns = [http.client.HTTPConnection(VIP, 80, timeout=2) for _ in range(k)]
+def hold(seconds, k, timeout=2, pause_file=None, sources=()):
+    def connection(i):
+        source = (sources[i % len(sources)], 0) if sources else None
+        return http.client.HTTPConnection(VIP, 80, timeout=timeout, source_address=source)
+    conns = [connection(i) for i in range(k)]
     seen = [[] for _ in range(k)]
     failures = [0] * k
+    failed_at = [[] for _ in range(k)]
     requests = 0
+    # The longest time between two answers on one connection, when (wall
+    # clock) it ended, and on which connection.
+    last = [None] * k
+    stall, stall_end, stall_conn = 0.0, None, None
+    paused = 0.0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        if pause_file and os.path.exists(pause_file):
+            t = time.monotonic()
+            while os.path.exists(pause_file) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            paused += time.monotonic() - t
+            last = [None] * k
+            continue
         for i, c in enumerate(conns):
             try:
                 b = get(c)
                 requests += 1
+                now = time.monotonic()
+                if last[i] is not None and now - last[i] > stall:
+                    stall, stall_end, stall_conn = now - last[i], time.time(), i
+                last[i] = now
                 if not seen[i] or seen[i][-1] != b:
                     seen[i].append(b)
             except (OSError, RuntimeError, http.client.HTTPException) as e:
                 failures[i] += 1
+                failed_at[i].append(time.time())
+                last[i] = None
                 print(f"hold: connection {i}: {e!r}", file=sys.stderr)
                 c.close()
-                conns[i] = http.client.HTTPConnection(VIP, 80, timeout=2)
+                conns[i] = connection(i)
         time.sleep(0.05)
     for c in conns:
         c.close()
-    return {"backends": seen, "failures": failures, "requests": requests}
+    return {"backends": seen, "failures": failures, "requests": requests,
+            "failed_at": failed_at, "max_stall": round(stall, 3), "max_stall_end": stall_end,
+            "max_stall_connection": stall_conn, "paused": round(paused, 3)}
 
 
 def stream(seconds):
@@ -106,14 +139,28 @@ def udp(size, count):
     return {"counts": counts, "lengths": sorted(lengths), "lost": lost}
 
 
+def hold_command(argv):
+    p = argparse.ArgumentParser(prog="client.py hold")
+    p.add_argument("seconds", type=float)
+    p.add_argument("k", type=int)
+    p.add_argument("--timeout", type=float, default=2)
+    p.add_argument("--pause-file")
+    p.add_argument("--sources", default="")
+    a = p.parse_args(argv)
+    return hold(a.seconds, a.k, a.timeout, a.pause_file,
+                [s for s in a.sources.split(",") if s])
+
+
 def main():
-    cmd, args = sys.argv[1], [int(float(a)) if a.isdigit() else float(a) for a in sys.argv[2:]]
+    cmd = sys.argv[1]
+    if cmd == "hold":
+        print(json.dumps(hold_command(sys.argv[2:])))
+        return
+    args = [int(float(a)) if a.isdigit() else float(a) for a in sys.argv[2:]]
     if cmd == "spread":
         out = spread(int(args[0]))
     elif cmd == "spread6":
         out = spread(int(args[0]), VIP6)
-    elif cmd == "hold":
-        out = hold(args[0], int(args[1]))
     elif cmd == "stream":
         out = stream(args[0])
     elif cmd == "udp":

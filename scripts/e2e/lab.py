@@ -8,6 +8,11 @@ namespace on net_af_packet over a veth, real kernel clients and backends.
 The client routes the VIP via the appliance (10.99.0.2); backends answer
 clients directly (layer-2 DSR). Everything is torn down on exit, on a
 signal, and — for namespaces left by a killed earlier run — at start.
+
+sluice's conntrack hand-off file is `conntrack.handoff` in the lab's
+temporary directory (never the default under /run/sluice): a stop by
+SIGTERM writes it, the next start of the same configuration path takes
+it. `start_sluice(handoff=False)` runs with `--no-handoff`.
 """
 
 import atexit
@@ -35,6 +40,8 @@ VIP6 = "fd99:1::10"
 # address behind it (nothing answers there: its next hop is the gateway).
 GATEWAY = f"{SUBNET}.1"
 REMOTE_BACKEND = "10.98.0.5"
+# The admin listener inside the appliance's namespace (/metrics, /ready).
+METRICS = "127.0.0.1:9064"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PREFIX = "sle"
@@ -48,8 +55,9 @@ def sh(*cmd, check=True, capture=False):
 
 
 class Lab:
-    def __init__(self, workers=1, backends=3, sluice=None, quiet=False):
-        self.tag = f"{PREFIX}{os.getpid()}"
+    def __init__(self, workers=1, backends=3, sluice=None, quiet=False, prefix=PREFIX):
+        self.prefix = prefix
+        self.tag = f"{prefix}{os.getpid()}"
         self.workers = workers
         self.nbackends = backends
         self.quiet = quiet
@@ -59,6 +67,8 @@ class Lab:
         os.makedirs(self.state)
         self.config = os.path.join(self.dir, "sluice.toml")
         self.socket = os.path.join(self.dir, "sluice.sock")
+        self.handoff_file = os.path.join(self.dir, "conntrack.handoff")
+        self.sluice_log = os.path.join(self.dir, "sluice.log")
         self.namespaces = []
         self.procs = {}
         self.sluice = None
@@ -84,7 +94,7 @@ class Lab:
     # ---- topology -------------------------------------------------------
 
     def build(self):
-        netns.remove_stale(PREFIX)
+        netns.remove_stale(self.prefix)
         for role in ["sw", "lb", "c"] + [f"b{i}" for i in range(1, 5)]:
             sh("ip", "netns", "add", self.ns(role))
             self.namespaces.append(self.ns(role))
@@ -172,7 +182,12 @@ class Lab:
 
     # ---- sluice -------------------------------------------------------------
 
-    def write_config(self, backends):
+    def write_config(self, backends, failover=()):
+        """The lab's configuration with `backends`; those also in `failover`
+        are the web service's failover pool (`failover = true`)."""
+        web = ",\n  ".join(
+            f'{{ address = "{self.backend_ip(i)}"' + (", failover = true" if i in failover else "")
+            + " }" for i in backends)
         bl = ",\n  ".join(f'{{ address = "{self.backend_ip(i)}" }}' for i in backends)
         bl6 = ",\n  ".join(f'{{ address = "{SUBNET6}{10 + i}" }}' for i in backends)
         qpairs = f",qpairs={self.workers}" if self.workers > 1 else ""
@@ -192,7 +207,7 @@ tap = "sl-up"
 gateway = "{GATEWAY}"
 
 [metrics]
-listen = "127.0.0.1:9064"
+listen = "{METRICS}"
 
 [[health_check]]
 name = "http"
@@ -209,7 +224,7 @@ name = "web"
 encapsulation = "l2"
 health_check = "http"
 backend = [
-  {bl},
+  {web},
 ]
 
 [[backend_service]]
@@ -261,13 +276,25 @@ backend_service = "udp"
         with open(self.config, "w") as f:
             f.write(text)
 
-    def start_sluice(self):
-        self.sluice_log = os.path.join(self.dir, "sluice.log")
+    def handoff_args(self, handoff=True):
+        """The hand-off options of `sluice run`: True, the lab's file; a
+        path, that file; False, `--no-handoff`."""
+        if handoff is False:
+            return ["--no-handoff"]
+        return ["--handoff-file", self.handoff_file if handoff is True else handoff]
+
+    def start_sluice(self, handoff=True, wait=True):
+        """Starts `sluice run` on the lab's configuration path; with `wait`,
+        returns once its control socket exists and /metrics answers."""
         log = open(self.sluice_log, "a")
+        self.sluice_log_start = log.tell()
         self.sluice = subprocess.Popen(
             ["ip", "netns", "exec", self.ns("lb"), self.sluice_bin, "run",
-             "--config", self.config, "--control-socket", self.socket],
+             "--config", self.config, "--control-socket", self.socket,
+             *self.handoff_args(handoff)],
             stdout=log, stderr=log)
+        if not wait:
+            return
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.sluice.poll() is not None:
@@ -277,8 +304,10 @@ backend_service = "udp"
             time.sleep(0.1)
         raise RuntimeError("sluice did not come up:\n" + self.sluice_output())
 
-    def sluice_output(self):
+    def sluice_output(self, since=0):
+        """sluice's log (every run of the lab), from byte offset `since`."""
         with open(self.sluice_log) as f:
+            f.seek(since)
             return f.read()
 
     def stop_sluice(self):
@@ -293,6 +322,45 @@ backend_service = "udp"
         self.sluice = None
         return rc
 
+    def ready(self):
+        """Whether sluice's /ready answers 200 (ports started, workers
+        running, first snapshot published, links up)."""
+        r = self.run_in("lb", "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "1",
+                        f"http://{METRICS}/ready", check=False)
+        return isinstance(r, str) and r.strip() == "200"
+
+    def restart_sluice(self, rewrite=None, handoff=True, timeout=30):
+        """SIGTERM, wait for the exit, `rewrite()` (e.g. a new configuration
+        at the same path), start again. Returns the exit code, the log of
+        the stop and the times in seconds from the SIGTERM to the exit and
+        to the new process's /ready (polled every 20 ms)."""
+        mark = os.path.getsize(self.sluice_log)
+        t0 = time.monotonic()
+        rc = self.stop_sluice()
+        exited = time.monotonic() - t0
+        stop_log = self.sluice_output(mark)
+        if rewrite is not None:
+            rewrite()
+        self.start_sluice(handoff, wait=False)
+        while not self.ready():
+            if self.sluice.poll() is not None:
+                raise RuntimeError(f"sluice exited {self.sluice.returncode}:\n"
+                                   f"{self.sluice_output(self.sluice_log_start)}")
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError("restarted sluice not ready:\n"
+                                   + self.sluice_output(self.sluice_log_start))
+            time.sleep(0.02)
+        ready = time.monotonic() - t0
+        while not os.path.exists(self.socket) and time.monotonic() - t0 < timeout:
+            time.sleep(0.02)
+        return {"rc": rc, "exited": exited, "ready": ready, "stop_log": stop_log}
+
+    def discard_handoff(self):
+        """Removes a hand-off file left by the last stop, so that the next
+        start begins with empty conntrack."""
+        if os.path.exists(self.handoff_file):
+            os.remove(self.handoff_file)
+
     def status(self):
         return sh(self.sluice_bin, "status", "--control-socket", self.socket, capture=True)
 
@@ -304,7 +372,7 @@ backend_service = "udp"
         r = self.run_in("lb", sys.executable, "-c",
                         "import urllib.request,sys;"
                         "sys.stdout.write(urllib.request.urlopen("
-                        "'http://127.0.0.1:9064/metrics', timeout=2).read().decode())",
+                        f"'http://{METRICS}/metrics', timeout=2).read().decode())",
                         check=not quiet)
         out = {}
         text = r if isinstance(r, str) else ""
