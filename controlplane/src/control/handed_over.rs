@@ -44,6 +44,9 @@ pub struct DrainingBackend {
 pub struct HandedOver<'a> {
     pub health: HashMap<(&'a str, IpAddr), HealthSeed>,
     pub draining: Vec<DrainingBackend>,
+    /// Each backend's resolved egress at the stop, for the next hops
+    /// the kernel must resolve again through the new TAP.
+    pub next_hops: HashMap<IpAddr, Egress>,
     /// Milliseconds between the stop and this start.
     pub gap_ms: u64,
 }
@@ -54,13 +57,21 @@ impl Controller {
         self.shared.lock().handoff = report;
     }
 
-    /// Seeds the probes and adds the draining backends of `over`, then
-    /// publishes the snapshot built on them. Returns (probes seeded,
-    /// draining backends added).
+    /// Seeds the probes and the next hops, adds the draining backends of
+    /// `over`, then publishes the snapshot built on them. Returns (probes
+    /// seeded, draining backends added).
     pub fn take_over(&mut self, over: &HandedOver<'_>) -> (usize, usize) {
         let seeded = self.seed_health(&over.health);
         let draining = self.add_draining(&over.draining, over.gap_ms);
-        if seeded + draining > 0 {
+        let ports = self.cfg.dataplane.ports.len();
+        let next_hops: HashMap<IpAddr, Egress> = over
+            .next_hops
+            .iter()
+            .filter(|(_, e)| usize::from(e.port) < ports)
+            .map(|(a, e)| (*a, *e))
+            .collect();
+        let hops = self.neighbours.as_ref().map_or(0, |n| n.seed(&next_hops));
+        if seeded + draining + hops > 0 {
             self.rebuild(ProbeStates::Copy, Rules::Published);
         }
         (seeded, draining)

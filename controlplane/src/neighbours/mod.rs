@@ -61,7 +61,18 @@ pub struct NeighbourResolver {
     pub events: Receiver<()>,
     stop: Arc<AtomicBool>,
     waker: Waker,
+    /// Next hops the previous process had resolved, used for a target
+    /// the kernel has not resolved yet, until their deadline.
+    seeds: Seeds,
 }
+
+/// Egress per backend address, each until its deadline.
+type Seeds = Arc<Mutex<HashMap<IpAddr, (Egress, Instant)>>>;
+
+/// How long a seeded next hop stands in for an unresolved one: long
+/// enough for the kernel's first resolution through a new TAP, short
+/// enough that a backend that moved is not sent to for long.
+pub const SEED_HOLD: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for NeighbourResolver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,6 +102,7 @@ impl NeighbourResolver {
         )?;
         let targets = Arc::new(Mutex::new(Vec::new()));
         let table = Arc::new(Mutex::new(HashMap::new()));
+        let seeds: Seeds = Arc::default();
         let (events_tx, events) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let mut resolver = Resolver {
@@ -104,6 +116,7 @@ impl NeighbourResolver {
             targets: Arc::clone(&targets),
             table: Arc::clone(&table),
             events: events_tx,
+            seeds: Arc::clone(&seeds),
         };
         let s = Arc::clone(&stop);
         thread::Builder::new()
@@ -115,7 +128,35 @@ impl NeighbourResolver {
             events,
             stop,
             waker,
+            seeds,
         })
+    }
+
+    /// Next hops the previous process resolved (the conntrack hand-off):
+    /// each stands for its address while the kernel has not resolved it
+    /// (the TAP is new, its neighbour table empty), for [`SEED_HOLD`] at
+    /// most, so the first packets after a restart are not dropped as
+    /// `next_hop_unresolved`. Returns how many the table took.
+    pub fn seed(&self, next_hops: &HashMap<IpAddr, Egress>) -> usize {
+        let until = Instant::now() + SEED_HOLD;
+        let mut seeds = self.seeds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut taken = 0;
+        for (&addr, &egress) in next_hops {
+            if egress.next_hop_mac.is_none() {
+                continue;
+            }
+            seeds.insert(addr, (egress, until));
+            let entry = table.entry(addr).or_insert(egress);
+            if entry.next_hop_mac.is_none() {
+                *entry = egress;
+            }
+            taken += 1;
+        }
+        drop(table);
+        drop(seeds);
+        let _ = self.waker.wake();
+        taken
     }
 
     /// The backend addresses to resolve (replaces the previous set).
@@ -139,6 +180,7 @@ struct Resolver {
     targets: Arc<Mutex<Vec<IpAddr>>>,
     table: Arc<Mutex<HashMap<IpAddr, Egress>>>,
     events: Sender<()>,
+    seeds: Seeds,
 }
 
 impl Resolver {
@@ -219,6 +261,9 @@ impl Resolver {
         self.nudger.retain(|a| addrs.binary_search(a).is_ok());
         let mut next = HashMap::with_capacity(addrs.len());
         let mut attention = false;
+        let now = Instant::now();
+        let mut seeds = self.seeds.lock().unwrap_or_else(|p| p.into_inner());
+        seeds.retain(|_, (_, until)| now < *until);
         for &addr in &addrs {
             let lookup = &mut self.lookup;
             let (_, route) = self
@@ -233,6 +278,7 @@ impl Resolver {
                         attention = true;
                         self.nudger.nudge(addr);
                     }
+                    seeds.remove(&addr);
                     egress
                 }
                 Err((egress, why)) => {
@@ -240,11 +286,12 @@ impl Resolver {
                         .record(addr, Outcome::Unresolved(why.to_string()));
                     attention = true;
                     self.nudger.nudge(addr);
-                    egress
+                    seeds.get(&addr).map_or(egress, |&(seeded, _)| seeded)
                 }
             };
             next.insert(addr, egress);
         }
+        drop(seeds);
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
         if *t != next {
             *t = next;

@@ -140,6 +140,13 @@ fn take(
             weight: b.weight,
         };
         over.health.insert((service.as_str(), b.address), seed);
+        if let Some(mac) = b.mac {
+            let egress = sluice_core::backend::Egress {
+                port: b.port,
+                next_hop_mac: Some(mac),
+            };
+            over.next_hops.insert(b.address, egress);
+        }
         if let Some(left) = b.draining_ms {
             over.draining.push(DrainingBackend {
                 service: service.clone(),
