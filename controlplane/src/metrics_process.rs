@@ -18,7 +18,8 @@ pub const GIT_COMMIT: &str = env!("SLUICE_GIT_COMMIT");
 /// architecture sluice runs on.
 const USER_HZ: f64 = 100.0;
 
-/// `sluice_build_info{version,git,dpdk} 1`.
+/// `sluice_build_info{version,revision,dpdk} 1`: `revision` is the git
+/// commit, named as build-info metrics conventionally name it.
 pub fn build_info() -> Vec<MetricFamily> {
     let g = IntGaugeVec::new(
         Opts::new(
@@ -26,7 +27,7 @@ pub fn build_info() -> Vec<MetricFamily> {
             "Always 1: the sluice version, the git commit it was built from and the DPDK \
              version it was built against, as labels.",
         ),
-        &["version", "git", "dpdk"],
+        &["version", "revision", "dpdk"],
     )
     .expect("valid metric definition");
     g.with_label_values(&[VERSION, GIT_COMMIT, dataplane::dpdk::DPDK_VERSION])

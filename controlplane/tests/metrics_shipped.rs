@@ -161,6 +161,15 @@ fn shipped_alerts_and_dashboard_name_only_exported_metrics() {
 #[test]
 fn build_process_link_pool_reload_and_control_loop_families() {
     let m = scraped();
+    // The commit under the label build-info metrics conventionally use.
+    let info = m
+        .lines()
+        .find(|l| l.starts_with("sluice_build_info{"))
+        .unwrap_or_default();
+    assert!(
+        info.contains(",revision=\"") && !info.contains("git="),
+        "{info}"
+    );
     for prefix in [
         "sluice_build_info{dpdk=\"22.11",
         "process_cpu_seconds_total ",

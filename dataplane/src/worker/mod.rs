@@ -11,6 +11,10 @@
 //! found nothing, polls again at once or backs off ([`idle`]). Nothing
 //! shared is written but its own stats block.
 
+// The worker is safe code over the DPDK layer's safe types: what needs
+// `unsafe` lives in `crate::dpdk`.
+#![forbid(unsafe_code)]
+
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
