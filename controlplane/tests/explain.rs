@@ -81,7 +81,7 @@ fn explain_pcap_equals_what_the_dataplane_does() {
     assert!(answers[n - 2]["rule"]["why"]
         .as_str()
         .unwrap()
-        .contains("no rule takes"));
+        .contains("no TCP rule takes port 443"));
 }
 
 /// Known answers for flows written on the command line: the rule, the
@@ -263,5 +263,93 @@ fn explain_live_reports_the_conntrack_entry() {
         Some(mac_str(out[0][..6].try_into().unwrap()).as_str()),
         a["next_hop_mac"].as_str(),
         "the entry's backend is where the SYN went"
+    );
+}
+
+/// HA-4: an ICMP error about a VIP flow (a router's "fragmentation
+/// needed" quoting a packet the backend sent the client) is explained as
+/// that flow: the client's flow is named, its rule taken, its fields
+/// hashed (5-tuple under NONE), and it reaches the flow's backend. FR-1,
+/// FR-4: a packet no rule takes is told which rule would take it.
+#[test]
+fn explain_icmp_errors_as_their_flow_and_says_which_rule_a_miss_lacks() {
+    let dir = tempdir("explain_icmp_error");
+    std::fs::write(dir.join("sluice.toml"), config(&dir)).unwrap();
+    let cfg = dir.join("sluice.toml");
+    let cfg = cfg.to_str().unwrap();
+    // The packet the backend sent: VIP:80 -> client:40000, quoted.
+    let mut quoted = Vec::new();
+    etherparse::PacketBuilder::ipv4([203, 0, 113, 10], [198, 51, 100, 7], 64)
+        .tcp(80, 40000, 1, 65535)
+        .ack(1)
+        .write(&mut quoted, &[0u8; 8])
+        .unwrap();
+    let mut error = Vec::new();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, PORT_MAC)
+        .ipv4([10, 99, 99, 1], [203, 0, 113, 10], 64)
+        .icmpv4(etherparse::Icmpv4Type::DestinationUnreachable(
+            etherparse::icmpv4::DestUnreachableHeader::FragmentationNeeded { next_hop_mtu: 1400 },
+        ))
+        .write(&mut error, &quoted[..28])
+        .unwrap();
+    // A UDP fragment past the first (no ports) to the TCP-only VIP.
+    let mut fragment = Vec::new();
+    let mut ip = etherparse::Ipv4Header::new(
+        16,
+        64,
+        etherparse::IpNumber::UDP,
+        [10, 9, 0, 1],
+        [203, 0, 113, 10],
+    )
+    .unwrap();
+    ip.fragment_offset = etherparse::IpFragOffset::try_new(100).unwrap();
+    etherparse::PacketBuilder::ethernet2(CLIENT_MAC, PORT_MAC)
+        .ip(etherparse::IpHeaders::Ipv4(ip, Default::default()))
+        .write(&mut fragment, etherparse::IpNumber::UDP, &[0u8; 16])
+        .unwrap();
+    let pcap = dir.join("in.pcap");
+    write_pcap(&pcap, &[error, fragment]);
+    let answers = explain_json(&["-c", cfg, "--json", "--pcap", pcap.to_str().unwrap()]);
+    let e = &answers[0];
+    assert_eq!(e["icmp_error_about"]["protocol"], "tcp", "{e}");
+    assert_eq!(e["icmp_error_about"]["src"], "198.51.100.7:40000");
+    assert_eq!(e["icmp_error_about"]["dst"], "203.0.113.10:80");
+    assert_eq!(e["rule"]["matched"], "web-vip");
+    assert_eq!(
+        e["balancing"]["hashed_fields"],
+        "client IP, client port, protocol, VIP, VIP port"
+    );
+    let flow = &explain_json(&[
+        "-c",
+        cfg,
+        "--json",
+        "tcp 198.51.100.7:40000 -> 203.0.113.10:80",
+    ])[0];
+    assert_eq!(e["backend"], flow["backend"], "the flow's own backend");
+    let f = &answers[1];
+    let why = f["rule"]["why"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("non-first fragment")
+            && why.contains("FR-4")
+            && why.contains("UDP rule over ALL"),
+        "{f}"
+    );
+    let (ok, text, _) = explain(&["-c", cfg, "--pcap", pcap.to_str().unwrap()]);
+    assert!(ok);
+    assert!(
+        text.contains(
+            "icmp error:    about the client's flow tcp 198.51.100.7:40000 -> 203.0.113.10:80"
+        ),
+        "{text}"
+    );
+    let (_, text, _) = explain(&["-c", cfg, "icmp 198.51.100.7 -> 203.0.113.10"]);
+    assert!(
+        text.contains("icmp is neither TCP nor UDP: only an L3_DEFAULT rule takes it"),
+        "{text}"
+    );
+    let (_, text, _) = explain(&["-c", cfg, "tcp 198.51.100.7:40000 -> 203.0.113.10:443"]);
+    assert!(
+        text.contains("no TCP rule takes port 443 and no L3_DEFAULT rule takes the VIP"),
+        "{text}"
     );
 }

@@ -98,6 +98,9 @@ pub struct QuicExplained {
 pub struct Explanation {
     pub rx_port: u16,
     pub flow: Option<Flow>,
+    /// An ICMP error about a VIP flow (HA-4): the client's flow its
+    /// quoted packet belongs to (client to VIP), which it is balanced as.
+    pub quoted: Option<Flow>,
     pub rule: RuleOutcome,
     pub balancing: Option<Balancing>,
     /// The pipeline's verdict for the frame opening its flow.
@@ -117,6 +120,7 @@ pub fn explain(frame: &[u8], rx_port: u16, state: &ForwardingState) -> Explanati
         return Explanation {
             rx_port,
             flow: None,
+            quoted: None,
             rule: RuleOutcome::NotIp,
             balancing: None,
             verdict,
@@ -131,18 +135,34 @@ pub fn explain(frame: &[u8], rx_port: u16, state: &ForwardingState) -> Explanati
         fragmented: ip.fragment.is_fragmented(),
         tcp_flags: ip.tcp_flags,
     };
-    let rule = match state
-        .rules
-        .lookup(ip.dst, ip.protocol, ip.ports.map(|p| p.dst))
-    {
+    // HA-4: an ICMP error about a VIP flow takes that flow's rule and is
+    // hashed as that flow.
+    let quoted = crate::icmp_error::quoted_flow_of_frame(frame, state).map(|(r, q)| {
+        let f = Flow {
+            src: q.src,
+            dst: q.dst,
+            protocol: q.protocol,
+            ports: q.ports.map(|p| (p.src, p.dst)),
+            fragmented: q.fragment.is_fragmented(),
+            tcp_flags: 0,
+        };
+        (r, f)
+    });
+    let rule = match quoted.as_ref().map(|(r, _)| Ok(*r)).unwrap_or_else(|| {
+        state
+            .rules
+            .lookup(ip.dst, ip.protocol, ip.ports.map(|p| p.dst))
+    }) {
         Ok(r) => RuleOutcome::Matched {
             name: r.name.clone(),
             service: r.service,
         },
         Err(miss) => RuleOutcome::Missed(miss),
     };
+    let quoted = quoted.map(|(_, f)| f);
+    let hashed = quoted.as_ref().unwrap_or(&flow);
     let balancing = match classify(frame, state) {
-        Stage::Balance(b) => balancing(&b, &flow, state).map(|mut out| {
+        Stage::Balance(b) => balancing(&b, hashed, state).map(|mut out| {
             out.quic = quic(&b, frame, state, ctx.now);
             out
         }),
@@ -151,6 +171,7 @@ pub fn explain(frame: &[u8], rx_port: u16, state: &ForwardingState) -> Explanati
     Explanation {
         rx_port,
         flow: Some(flow),
+        quoted,
         rule,
         balancing,
         verdict,

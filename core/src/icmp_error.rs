@@ -86,7 +86,7 @@ fn quoted_client_flow<'s>(
 
 /// The quoted client flow of a steered ICMP error, re-derived from the
 /// frame (stage 2 and steering; rare, so not carried through the burst).
-fn quoted_flow_of_frame<'s>(
+pub(crate) fn quoted_flow_of_frame<'s>(
     frame: &[u8],
     state: &'s ForwardingState,
 ) -> Option<(&'s ForwardingRule, IpInfo)> {

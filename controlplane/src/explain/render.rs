@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 use sluice_core::backend::Pool;
-use sluice_core::explain::{BackendLine, Balancing, Explanation, QuicExplained, RuleOutcome};
+use sluice_core::explain::{BackendLine, Balancing, Explanation, Flow, QuicExplained, RuleOutcome};
 use sluice_core::flow::TupleKind;
 use sluice_core::rules::RuleMiss;
 use sluice_core::stage::Verdict;
@@ -38,16 +38,37 @@ fn hashed_fields(t: TupleKind) -> &'static str {
     }
 }
 
-fn rule_text(r: &RuleOutcome) -> String {
+fn rule_text(r: &RuleOutcome, flow: Option<&Flow>) -> String {
     match r {
         RuleOutcome::Matched { name, .. } => format!("{name:?}"),
         RuleOutcome::Missed(RuleMiss::NotVip) => {
             "none: the destination is no VIP (for the appliance itself: the kernel, else dropped as not_for_us)".into()
         }
-        RuleOutcome::Missed(RuleMiss::NoRule) => {
-            "none: the destination is a VIP, but no rule takes this protocol and port (dropped as no_rule)".into()
-        }
+        RuleOutcome::Missed(RuleMiss::NoRule) => format!(
+            "none: the destination is a VIP, but {} (dropped as no_rule)",
+            flow.map_or_else(|| "no rule takes it".into(), no_rule_why)
+        ),
         RuleOutcome::NotIp => "none: not an IP packet".into(),
+    }
+}
+
+/// Which rule would take a packet no rule of its VIP takes (FR-1, FR-4).
+fn no_rule_why(f: &Flow) -> String {
+    match (f.protocol, f.ports) {
+        (6 | 17, Some((_, port))) => format!(
+            "no {} rule takes port {port} and no L3_DEFAULT rule takes the VIP",
+            protocol_name(f.protocol).to_uppercase()
+        ),
+        // A non-first fragment carries no ports (FR-4).
+        (6 | 17, None) => format!(
+            "a non-first fragment carries no port: only a {} rule over ALL ports or an \
+             L3_DEFAULT rule takes it (FR-4), and the VIP has neither",
+            protocol_name(f.protocol).to_uppercase()
+        ),
+        _ => format!(
+            "{} is neither TCP nor UDP: only an L3_DEFAULT rule takes it, and the VIP has none",
+            protocol_name(f.protocol)
+        ),
     }
 }
 
@@ -131,8 +152,16 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
     });
     let rule = match &e.rule {
         RuleOutcome::Matched { name, .. } => json!({"matched": name}),
-        _ => json!({"matched": null, "why": rule_text(&e.rule)}),
+        _ => json!({"matched": null, "why": rule_text(&e.rule, e.flow.as_ref())}),
     };
+    let quoted = e.quoted.as_ref().map(|f| {
+        json!({
+            "protocol": protocol_name(f.protocol),
+            "src": endpoint(f.src, f.ports.map(|p| p.0)),
+            "dst": endpoint(f.dst, f.ports.map(|p| p.1)),
+            "fragmented": f.fragmented,
+        })
+    });
     let balancing = e.balancing.as_ref().map(|b| {
         let svc = state.service(b.service);
         let report = ex.reports.get(usize::from(b.service.0));
@@ -184,6 +213,7 @@ pub fn json(ex: &Explainer<'_>, e: &Explanation) -> Value {
     json!({
         "ingress_port": port(e.rx_port),
         "flow": flow,
+        "icmp_error_about": quoted,
         "rule": rule,
         "balancing": balancing,
         "verdict": verdict_text(&e.verdict),
@@ -287,6 +317,17 @@ pub fn text(ex: &Explainer<'_>, e: &Explanation) -> String {
             }
         );
     }
+    let q = &v["icmp_error_about"];
+    if !q.is_null() {
+        let _ = writeln!(
+            o,
+            "icmp error:    about the client's flow {} {} -> {} (its quoted packet, reversed): \
+             balanced as that flow (HA-4)",
+            s(&q["protocol"]),
+            s(&q["src"]),
+            s(&q["dst"]),
+        );
+    }
     let _ = writeln!(o, "ingress port:  {}", s(&v["ingress_port"]));
     let assumed = ex.assumed_unhealthy();
     if !assumed.is_empty() {
@@ -297,7 +338,7 @@ pub fn text(ex: &Explainer<'_>, e: &Explanation) -> String {
             list.join(", ")
         );
     }
-    let _ = writeln!(o, "rule:          {}", rule_text(&e.rule));
+    let _ = writeln!(o, "rule:          {}", rule_text(&e.rule, e.flow.as_ref()));
     let b = &v["balancing"];
     if !b.is_null() {
         let _ = writeln!(o, "service:       {}", s(&b["service"]));
