@@ -22,7 +22,13 @@ served by both backends; /metrics from the host counts the traffic;
 `systemctl reload` with a good configuration (b1 only) applies it; with a
 bad one it fails ("Reload failed", diagnostics in the journal) and the
 running configuration stays; `kill -9` of sluice is followed by a restart
-by systemd, after which new connections flow again.
+by systemd, which keeps /run/sluice, after which new connections flow
+again; keep-alive connections held through the VIP (hold_client.py) stay
+on their backends across `systemctl restart` through the conntrack
+hand-off, although the configuration written before it moves them in the
+Maglev table, and are reset across `systemctl stop` and `start`, which
+lose the file; with [bgp], `systemctl stop` drains for drain_time past
+TimeoutStopSec.
 
 Usage: boot_traffic.py --tap TAP --ssh-port P --ssh-key KEY --metrics-port M
 Prints one line per check and `boot-traffic: N passed, 0 failed`; exits 1 on
@@ -66,13 +72,17 @@ class CheckFailed(Exception):
 class BootTraffic:
     def __init__(self, args):
         self.tap = args.tap
-        self.ssh_base = ["ssh", "-i", args.ssh_key, "-p", str(args.ssh_port),
+        self.dir = tempfile.mkdtemp(prefix="sluice-boot-traffic.")
+        # One SSH connection (a control master) carries every command: a
+        # new connection's key exchange takes a second or more under TCG.
+        self.ssh_opts = ["-i", args.ssh_key, "-p", str(args.ssh_port),
                          "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
                          "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=20",
-                         "-o", "BatchMode=yes", "root@127.0.0.1"]
+                         "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
+                         "-o", f"ControlPath={self.dir}/ssh-%C", "-o", "ControlPersist=300"]
+        self.ssh_base = ["ssh", *self.ssh_opts, "root@127.0.0.1"]
         self.metrics_url = f"http://127.0.0.1:{args.metrics_port}/metrics"
         self.tag = f"{PREFIX}{os.getpid()}"
-        self.dir = tempfile.mkdtemp(prefix="sluice-boot-traffic.")
         self.state = os.path.join(self.dir, "state")
         os.makedirs(self.state)
         self.namespaces = []
@@ -179,6 +189,11 @@ class BootTraffic:
         for ns in reversed(self.namespaces):
             sh("ip", "netns", "del", ns, check=False)
         self.namespaces = []
+        try:
+            subprocess.run(["ssh", *self.ssh_opts, "-O", "exit", "root@127.0.0.1"],
+                           capture_output=True, timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            pass
         subprocess.run(["rm", "-rf", self.dir], check=False)
 
     # ---- observations -------------------------------------------------------------
@@ -233,6 +248,53 @@ class BootTraffic:
         _, out = self.vm("systemctl show -p MainPID --value sluice.service")
         return int(out.strip() or 0)
 
+    def unit_show(self, *props):
+        """{property: value} of sluice.service from `systemctl show`."""
+        _, out = self.vm("systemctl show " + " ".join(f"-p {p}" for p in props)
+                         + " sluice.service")
+        return dict(line.split("=", 1) for line in out.strip().splitlines() if "=" in line)
+
+    def journal_of(self, invocation):
+        """sluice's journal of one invocation of the unit (InvocationID)."""
+        _, out = self.vm(f"journalctl _SYSTEMD_INVOCATION_ID={invocation} --no-pager -o cat")
+        return out
+
+    def gap(self):
+        """Seconds from the last stop's SIGTERM (the unit left active) to
+        READY=1 of the process that followed, and its stop and start parts."""
+        t = {k: int(v) / 1e6 for k, v in self.unit_show(
+            "ActiveExitTimestampMonotonic", "InactiveEnterTimestampMonotonic",
+            "InactiveExitTimestampMonotonic", "ActiveEnterTimestampMonotonic").items()}
+        return (t["ActiveEnterTimestampMonotonic"] - t["ActiveExitTimestampMonotonic"],
+                t["InactiveEnterTimestampMonotonic"] - t["ActiveExitTimestampMonotonic"],
+                t["ActiveEnterTimestampMonotonic"] - t["InactiveExitTimestampMonotonic"])
+
+    def hold(self, k):
+        """K keep-alive connections held open through the VIP
+        (hold_client.py), once each has its first answer: (process,
+        backend name per connection)."""
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns("c"), sys.executable,
+                              os.path.join(HERE, "hold_client.py"), str(k)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        ready = json.loads(p.stdout.readline() or "{}").get("ready")
+        if not ready or None in ready:
+            raise CheckFailed(f"{k} held connections through the VIP did not all get an "
+                              f"answer: {ready}")
+        return p, ready
+
+    def release(self, p):
+        """Ends held connections: each completes one more request; their
+        report."""
+        p.stdin.write("stop\n")
+        p.stdin.flush()
+        out = p.stdout.readline()
+        p.wait(timeout=30)
+        self.procs.remove(p)
+        if not out:
+            raise CheckFailed("the holding client reported nothing")
+        return json.loads(out)
+
     # ---- the checks -----------------------------------------------------------------
 
     def unit_sandbox(self):
@@ -268,6 +330,96 @@ class BootTraffic:
         m = re.search(r"exposure level for sluice.service: ([0-9.]+)", score)
         self.expect(m is not None and float(m.group(1)) <= 3.0,
                     f"systemd-analyze security on the running unit: {score.strip()}", score)
+
+    def handoff_across_restart(self, good):
+        """`systemctl restart` of the packaged unit keeps established
+        connections on their backends: the stopping sluice writes its
+        conntrack to /run/sluice/conntrack.handoff, the unit's
+        RuntimeDirectoryPreserve=restart keeps /run/sluice, and the new
+        process takes the file before its workers start. The configuration
+        written (not reloaded) before the restart gives the backend holding
+        the most connections weight 0, so the new Maglev table sends none
+        of its flows there: only the handed-over entries keep them on it.
+        Then the same change the other way with `systemctl stop` and
+        `start`: systemd removes /run/sluice at the stop, the file with it,
+        and the connections the table moves are reset."""
+        t0 = time.monotonic()
+        k = 8
+        ip_of = {name: ip for name, ip in BACKENDS.items()}
+        held, ready = self.hold(k)
+        moved = max(sorted(BACKENDS), key=ready.count)
+        other = next(b for b in sorted(BACKENDS) if b != moved)
+        entry = f'{{ address = "{ip_of[moved]}" }}'
+        assert entry in good
+        self.write_config(good.replace(entry, f'{{ address = "{ip_of[moved]}", weight = 0 }}'))
+        old = self.unit_show("InvocationID", "MainPID")
+        t = time.monotonic()
+        rc, out = self.vm("systemctl restart sluice.service", check=False, timeout=180)
+        took = time.monotonic() - t
+        new = self.unit_show("InvocationID", "MainPID")
+        gap, stopping, starting = self.gap()
+        res = self.release(held)
+        self.expect(rc == 0 and new["MainPID"] != old["MainPID"],
+                    f"systemctl restart sluice.service with {moved} at weight 0 in the file "
+                    f"(pid {old['MainPID']} -> {new['MainPID']}, {took:.1f}s): SIGTERM to READY=1 "
+                    f"{gap:.1f}s (stop {stopping:.1f}s, start {starting:.1f}s)", out)
+        on_moved = ready.count(moved)
+        self.expect(res["failures"] == [0] * k
+                    and all(seen == [first] for seen, first in zip(res["backends"], ready)),
+                    f"{k} keep-alive connections held across the restart each saw one backend "
+                    f"and 0 failures ({on_moved} on {moved}, which the new table gives no flow; "
+                    f"{res['requests']} requests, longest {res['max_stall']}s)", json.dumps(res))
+        stop_log = self.journal_of(old["InvocationID"])
+        m = re.search(r"conntrack hand-off /run/sluice/conntrack\.handoff: (\d+) connection\(s\) "
+                      r"written for the next start \((\d+) bytes, (\d+) ms\)", stop_log)
+        self.expect(m is not None and int(m.group(1)) >= k,
+                    f"the stop wrote the hand-off file: {m.group(0) if m else ''}",
+                    stop_log[-1500:])
+        start_log = self.journal_of(new["InvocationID"])
+        m = re.search(r"conntrack hand-off /run/sluice/conntrack\.handoff: (\d+) of (\d+) "
+                      r"connection\(s\) taken from sluice \S+ \((\d+) ms before this start\)"
+                      r".*", start_log)
+        taken = int(m.group(1)) if m else 0
+        rc_file, _ = self.vm("test -e /run/sluice/conntrack.handoff", check=False)
+        self.expect(m is not None and taken >= k and rc_file != 0,
+                    f"the new start took it, and removed it: {m.group(0) if m else ''}",
+                    start_log[-1500:])
+        metrics = self.metrics()
+        metric_taken = metrics.get('sluice_handoff_connections{outcome="taken"}')
+        metric_gap = metrics.get("sluice_handoff_gap_seconds")
+        self.expect(metric_taken == taken and metric_gap is not None,
+                    f"/metrics: sluice_handoff_connections{{outcome=\"taken\"}} {metric_taken}, "
+                    f"sluice_handoff_gap_seconds {metric_gap}",
+                    f"taken {metric_taken} gap {metric_gap}")
+        res = self.spread(10)
+        self.expect(res["failures"] == 0 and set(res["counts"]) == {other},
+                    f"new connections go to {other} only: the table did move ({res['counts']})",
+                    json.dumps(res))
+
+        # Without the file: stop and start.
+        held, ready = self.hold(k)
+        entry = f'{{ address = "{ip_of[other]}" }}'
+        self.write_config(good.replace(entry, f'{{ address = "{ip_of[other]}", weight = 0 }}'))
+        old = self.unit_show("InvocationID")
+        self.vm("systemctl stop sluice.service", timeout=180)
+        rc_dir, _ = self.vm("test -e /run/sluice", check=False)
+        self.vm("systemctl start sluice.service", timeout=180)
+        new = self.unit_show("InvocationID")
+        _, stopping, starting = self.gap()
+        res = self.release(held)
+        stop_log = self.journal_of(old["InvocationID"])
+        start_log = self.journal_of(new["InvocationID"])
+        reset = sum(1 for f in res["failures"] if f > 0)
+        after = sorted({seen[-1] for seen in res["backends"]})
+        self.expect(ready == [other] * k and "written for the next start" in stop_log
+                    and rc_dir != 0 and "hand-off" not in start_log and reset == k,
+                    f"systemctl stop + start with {other} at weight 0 in the file: the stop wrote "
+                    f"the file, systemd removed /run/sluice with it, the start took none, and "
+                    f"{reset} of {k} held connections on {other} were reset (reconnected to "
+                    f"{', '.join(after)}); stop {stopping:.1f}s, start {starting:.1f}s",
+                    f"ready {ready} dir kept {rc_dir == 0} {json.dumps(res)} "
+                    f"stop: {stop_log[-600:]} start: {start_log[-600:]}")
+        print(f"boot-traffic: hand-off checks took {time.monotonic() - t0:.0f}s", flush=True)
 
     def drain_outlasts_the_stop_timeout(self, good):
         """With [bgp], `systemctl stop` withdraws the VIPs and forwards for
@@ -375,6 +527,7 @@ class BootTraffic:
 
         old_pid = self.main_pid()
         _, restarts0 = self.vm("systemctl show -p NRestarts --value sluice.service")
+        self.vm("touch /run/sluice/kept-by-restart")
         t_kill = time.monotonic()
         self.vm(f"kill -9 {old_pid}")
         deadline = t_kill + 180
@@ -393,6 +546,13 @@ class BootTraffic:
                     f"NRestarts {restarts0.strip()} -> {restarts1.strip()}), active again "
                     f"{t_active:.0f}s after the kill",
                     f"state {state.strip()} pid {new_pid} restarts {restarts1.strip()}")
+        rc_kept, _ = self.vm("test -e /run/sluice/kept-by-restart", check=False)
+        rc_file, _ = self.vm("test -e /run/sluice/conntrack.handoff", check=False)
+        self.expect(rc_kept == 0 and rc_file != 0,
+                    "the restart by systemd kept /run/sluice (RuntimeDirectoryPreserve=restart); "
+                    "kill -9 left no hand-off file",
+                    f"marker kept {rc_kept == 0}, hand-off file there {rc_file == 0}")
+        self.vm("rm -f /run/sluice/kept-by-restart")
         self.wait_healthy(ips, timeout=120)
         res = self.spread(20)
         t_flow = time.monotonic() - t_kill
@@ -407,6 +567,7 @@ class BootTraffic:
                     f"({sw['trunk_to_access']} tagged, {sw['trunk_untagged']} untagged, "
                     f"{sw['trunk_other_vlan']} other VLAN; {sw['access_to_trunk']} tagged towards it)",
                     json.dumps(sw))
+        self.handoff_across_restart(good)
         self.drain_outlasts_the_stop_timeout(good)
         print(f"boot-traffic: {self.passed} passed, 0 failed "
               f"({time.monotonic() - t0:.0f}s)", flush=True)

@@ -235,6 +235,19 @@ done
 # EXTEND_TIMEOUT_USEC covers bgp.drain_time: TimeoutStopSec is the stop
 # after it, which the binary assumes (service_manager::STOP_AFTER_DRAIN).
 grep -qx 'TimeoutStopSec=30s' "$unit" && ok "TimeoutStopSec=30s" || fail "TimeoutStopSec is not 30s"
+# The conntrack hand-off file is in /run/sluice, a RuntimeDirectory that a
+# restart keeps; ExecStart names it, as RUNTIME_DIRECTORY (where sluice
+# would look by default) is unset for EAL.
+grep -qx 'RuntimeDirectoryPreserve=restart' "$unit" && ok "RuntimeDirectoryPreserve=restart" \
+  || fail "unit lacks RuntimeDirectoryPreserve=restart"
+handoff=$(sed -n 's/^ExecStart=.* --handoff-file \([^ ]*\).*$/\1/p' "$unit")
+if [ "$handoff" = /run/sluice/conntrack.handoff ] \
+   && sed -n 's/^RuntimeDirectory=//p' "$unit" | tr ' ' '\n' | grep -qx sluice; then
+  ok "ExecStart's --handoff-file $handoff is in RuntimeDirectory=sluice"
+else
+  fail "ExecStart's --handoff-file is '$handoff', not /run/sluice/conntrack.handoff in RuntimeDirectory=sluice"
+fi
+grep -qE '^ExecStart=.* --no-handoff( |$)' "$unit" && fail "ExecStart has --no-handoff" || ok "ExecStart keeps the hand-off on"
 if command -v systemd-analyze >/dev/null; then
   mkdir -p "$work/verify"
   # ExecStart must name an existing binary: the packaged one.
@@ -257,6 +270,37 @@ fi
 for s in postinst prerm postrm; do
   sh -n "$work/DEBIAN/$s" && ok "$s parses" || fail "$s does not parse"
 done
+
+# An upgrade restarts a running service (postinst: try-restart, which
+# keeps /run/sluice and the hand-off file in it) and never stops it first
+# (prerm stops on remove only; a stop would remove them). The scripts run
+# with systemctl, deb-systemd-invoke, deb-systemd-helper and getent
+# stubbed (each logs its arguments), in a mount namespace of their own
+# where /run/systemd/system exists, as on a host booted with systemd.
+mkdir -p "$work/stubs"
+for tool in systemctl deb-systemd-invoke deb-systemd-helper getent; do
+  printf '#!/bin/sh\necho "%s $*" >>"%s"\n' "$tool" "$work/stubs.log" >"$work/stubs/$tool"
+  chmod 0755 "$work/stubs/$tool"
+done
+maintscript() {
+  : >"$work/stubs.log"
+  unshare --mount sh -c 'mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/system && exec "$@"' \
+    _ env PATH="$work/stubs:$PATH" sh "$work/DEBIAN/$1" "${@:2}" >/dev/null 2>&1
+}
+if maintscript prerm remove && grep -qx 'deb-systemd-invoke stop sluice.service' "$work/stubs.log"; then
+  maintscript prerm upgrade 0.0.1-1 \
+    && ! grep -q 'deb-systemd-invoke' "$work/stubs.log" && ok "prerm upgrade does not stop sluice.service" \
+    || fail "prerm upgrade: $(tr '\n' ';' <"$work/stubs.log")"
+  maintscript postinst configure 0.0.1-1 \
+    && [ "$(grep 'deb-systemd-invoke' "$work/stubs.log")" = 'deb-systemd-invoke try-restart sluice.service' ] \
+    && ok "postinst configure (upgrade) runs try-restart sluice.service, no stop" \
+    || fail "postinst configure 0.0.1-1: $(tr '\n' ';' <"$work/stubs.log")"
+  maintscript postinst configure \
+    && ! grep -q 'deb-systemd-invoke' "$work/stubs.log" && ok "postinst configure (first install) starts nothing" \
+    || fail "postinst configure: $(tr '\n' ';' <"$work/stubs.log")"
+else
+  echo "test-deb: skipped: maintainer scripts under stubs (no mount namespace here: $(tr '\n' ';' <"$work/stubs.log"))"
+fi
 
 # The maintainer scripts for real: dpkg installs the package into a
 # scratch root, running them outside a chroot with DPKG_ROOT set (the
