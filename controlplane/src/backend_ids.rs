@@ -217,8 +217,12 @@ impl BackendIds {
     }
 
     /// Ends the build of `generation`: what it did not mark is leaving.
+    /// That includes indexes first marked by builds of only some services
+    /// since the last sweep ([`Self::keep`]): one those builds named and
+    /// this one does not leaves now, as after a run of full builds.
     pub fn sweep(&mut self, generation: u64) {
-        for index in std::mem::take(&mut self.in_use) {
+        let marked = std::mem::take(&mut self.marked);
+        for &index in std::mem::take(&mut self.in_use).iter().chain(&marked) {
             let slot = &mut self.indexes[index as usize];
             if let State::InUse { seen } = slot.state {
                 if seen < generation {
@@ -227,7 +231,12 @@ impl BackendIds {
                 }
             }
         }
-        self.in_use = std::mem::take(&mut self.marked);
+        self.in_use = marked
+            .into_iter()
+            .filter(|&i| {
+                matches!(self.indexes[i as usize].state, State::InUse { seen } if seen == generation)
+            })
+            .collect();
     }
 
     /// Frees the leaving indexes no snapshot still in use can name (every
