@@ -124,6 +124,8 @@ fn port(device: &str, errno: i32, facts: &Facts) -> Option<String> {
         } else {
             uio_without_sys_admin(dev)
         }),
+        // Bifurcated: these stay on their kernel driver (no VFIO, no IOMMU).
+        Some(kernel @ ("mlx5_core" | "mlx4_core")) => Some(mellanox(&address, kernel)),
         _ if facts.iommu_groups == Some(0) => Some(no_iommu(Some(&address))),
         Some(kernel) => Some(format!(
             "{address} is bound to the kernel driver {kernel}, not to vfio-pci, so EAL did not \
@@ -157,6 +159,24 @@ fn tap(message: &str, facts: &Facts) -> Option<String> {
          read-only (`systemctl cat sluice` shows the unit and its drop-ins)"
             .into()
     })
+}
+
+/// A Mellanox/NVIDIA ConnectX NIC EAL did not probe. DPDK's mlx4/mlx5
+/// PMDs drive it beside its kernel driver, through rdma-core: binding it
+/// to vfio-pci would take it from both.
+fn mellanox(address: &str, kernel: &str) -> String {
+    let pmd = if kernel == "mlx4_core" {
+        "mlx4"
+    } else {
+        "mlx5"
+    };
+    format!(
+        "{address} is a Mellanox/NVIDIA NIC on {kernel}: keep it on that driver (do not bind it \
+         to vfio-pci), and install DPDK's {pmd} driver and rdma-core: `apt-get install \
+         librte-net-{pmd}-23 ibverbs-providers` (the {pmd} PMD opens /dev/infiniband/uverbs*: \
+         the packaged unit needs a drop-in with DeviceAllow=char-infiniband_verbs rw); \
+         deployment.md, \"Mellanox/NVIDIA NICs\""
+    )
 }
 
 /// How to bind `address` to vfio-pci for good, and how to check it.

@@ -334,6 +334,33 @@ fn a_nic_on_a_kernel_driver_or_none_says_how_to_bind_it() {
     );
 }
 
+/// A ConnectX NIC is never told to go to vfio-pci: its PMD works beside
+/// the kernel driver, with or without an IOMMU.
+#[test]
+fn a_mellanox_nic_is_told_to_stay_on_its_kernel_driver() {
+    for iommu in [None, Some(0)] {
+        let facts = Facts {
+            iommu_groups: iommu,
+            ..with_nic(nic(Some("mlx5_core")))
+        };
+        let text = port("0000:03:00.0", &facts);
+        has(
+            &text,
+            &[
+                "0000:03:00.0 is a Mellanox/NVIDIA NIC on mlx5_core",
+                "do not bind it to vfio-pci",
+                "librte-net-mlx5-23 ibverbs-providers",
+                "DeviceAllow=char-infiniband_verbs",
+            ],
+        );
+        assert!(!text.contains("/etc/dpdk/interfaces"), "{text}");
+    }
+    has(
+        &port("0000:03:00.0", &with_nic(nic(Some("mlx4_core")))),
+        &["librte-net-mlx4-23"],
+    );
+}
+
 #[test]
 fn a_nic_on_a_host_without_iommu_says_to_enable_it() {
     let no_iommu = Facts {
