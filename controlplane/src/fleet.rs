@@ -545,6 +545,7 @@ backend_service = "web"
             .set(vec![crate::announce::status::VipStatus {
                 vip: "203.0.113.10".parse().unwrap(),
                 announced: false,
+                servable: true,
                 reason: "stopping".into(),
             }]);
         // What the control thread does after a publish.
@@ -572,6 +573,7 @@ backend_service = "web"
                 table_digest(&snap, &snap.services[0])
             ),
             "sluice_vip_announced{vip=\"203.0.113.10\"} 0".to_string(),
+            "sluice_vip_servable{vip=\"203.0.113.10\"} 1".to_string(),
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -139,9 +139,21 @@ fn mentioned(path: &Path) -> BTreeSet<String> {
     names
 }
 
+/// Families this run cannot export, and where they are checked: the
+/// VIP families exist only with `[bgp]` (no routers, no kernel table of
+/// its own here: `fleet::tests::families_export_digests_and_announcements`
+/// and, live, scripts/e2e/scaleout.py); the hand-off's connections only
+/// after a start that took a hand-off file (tests/handoff.rs).
+const CONDITIONAL: [&str; 3] = [
+    "sluice_vip_announced",
+    "sluice_vip_servable",
+    "sluice_handoff_connections",
+];
+
 #[test]
 fn shipped_alerts_and_dashboard_name_only_exported_metrics() {
-    let have = exported(scraped());
+    let mut have = exported(scraped());
+    have.extend(CONDITIONAL.iter().map(|s| s.to_string()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for file in [
         "contrib/prometheus/sluice.rules.yml",

@@ -520,6 +520,9 @@ def case_one_vip_unhealthy(fleet):
     check(m.get(f'sluice_vip_announced{{vip="{VIP_ALT}"}}') == 0
           and m.get(f'sluice_vip_announced{{vip="{VIP_WEB}"}}') == 1,
           "a1's sluice_vip_announced: 0 for the withdrawn VIP, 1 for the other")
+    check(m.get(f'sluice_vip_servable{{vip="{VIP_ALT}"}}') == 0
+          and m.get(f'sluice_vip_servable{{vip="{VIP_WEB}"}}') == 1,
+          "a1's sluice_vip_servable: 0 for the VIP it cannot serve, 1 for the other")
     r = fleet.client("spread", 60, VIP_ALT)
     check(r["failures"] == 0 and r["counts"] == {"b4": 60},
           f"{VIP_ALT} served through a2: {r['counts']}, failures {r['failures']}")

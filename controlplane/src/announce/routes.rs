@@ -248,6 +248,7 @@ impl RouteKeeper {
                 VipStatus {
                     vip: *vip,
                     announced,
+                    servable: *verdict == Verdict::Servable,
                     reason,
                 }
             })

@@ -15,6 +15,10 @@ pub struct Status {
 pub struct VipStatus {
     pub vip: IpAddr,
     pub announced: bool,
+    /// A service of the VIP has a healthy, eligible backend with a next
+    /// hop: the appliance could serve it (withdrawn anyway, it is for
+    /// another reason: stopping, not ready, the route not installed).
+    pub servable: bool,
     /// Why not (empty when announced).
     pub reason: String,
 }

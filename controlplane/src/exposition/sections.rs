@@ -65,6 +65,7 @@ pub static SECTIONS: &[Section] = &[
     service_table_digest,
     rule_packets,
     vip_announced,
+    vip_servable,
 ];
 
 /// A family's rows being written: the header goes out with the first.
@@ -687,6 +688,34 @@ fn rule_packets(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: u
         cur.i += 1;
         let n = sum(cx.workers, |w| w.rule_packets.get(rule.counter));
         rows.sample(&[("rule", Label::Text(&rule.name))], Value::Int(n));
+    }
+    true
+}
+
+fn vip_servable(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
+    let f = family!(
+        "sluice_vip_servable",
+        Gauge,
+        "1 while a service of the VIP has a healthy, eligible backend with a known next hop \
+         (the appliance could serve it), else 0. Announced or not: a servable VIP that is \
+         withdrawn is withdrawn for another reason (stopping, not ready, the route not \
+         installed)."
+    );
+    let Some(vips) = cx.view.and_then(|v| v.fleet.announce.vips()) else {
+        return true;
+    };
+    let mut rows = Rows {
+        out,
+        family: f,
+        started: &mut cur.started,
+    };
+    for v in vips.iter().skip(cur.i) {
+        if rows.out.len() >= budget {
+            return false;
+        }
+        cur.i += 1;
+        let labels = [("vip", Label::Ip(v.vip))];
+        rows.sample(&labels, Value::Int(u64::from(v.servable)));
     }
     true
 }
