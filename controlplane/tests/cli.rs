@@ -224,7 +224,39 @@ fn man_pages_cover_every_subcommand_and_option() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(files.len(), subs.len() + 1, "{files:?}");
+    // sluice.1, a page per subcommand, and sluice.toml(5).
+    assert_eq!(files.len(), subs.len() + 2, "{files:?}");
+    for section in [
+        ".SH \"EXIT STATUS\"",
+        ".SH ENVIRONMENT",
+        ".SH SIGNALS",
+        ".SH FILES",
+        ".SH \"SEE ALSO\"",
+    ] {
+        assert!(top.contains(section), "sluice.1 has {section}");
+    }
+    // Every key the configuration reference tables name is in the page.
+    let toml5 = page("sluice.toml.5");
+    assert!(toml5.starts_with(".TH SLUICE.TOML 5"), "{toml5}");
+    let reference = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md"),
+    )
+    .unwrap();
+    let keys: Vec<&str> = reference
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `")?.split('`').next())
+        .collect();
+    assert!(keys.len() > 60, "{keys:?}");
+    for key in keys {
+        let roff = format!(
+            ".TP\n\\fB{}\\fR",
+            key.replace('\\', "\\e").replace('-', "\\-")
+        );
+        assert!(
+            toml5.contains(&roff),
+            "sluice.toml.5 lacks {key} ({roff:?})"
+        );
+    }
     assert!(!files
         .iter()
         .any(|f| f.contains("generate") || f.contains("help")));

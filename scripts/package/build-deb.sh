@@ -101,6 +101,10 @@ for page in "$stage"/man/*.1; do
   gzip -9n <"$page" >"$man1/$(basename "$page").gz"
 done
 chmod 0644 "$man1"/*.1.gz
+# sluice.toml(5): the configuration reference (docs/configuration.md).
+install -d "$root/usr/share/man/man5"
+gzip -9n <"$stage/man/sluice.toml.5" >"$root/usr/share/man/man5/sluice.toml.5.gz"
+chmod 0644 "$root/usr/share/man/man5/sluice.toml.5.gz"
 "$bindir/sluice" generate completions bash >"$root/usr/share/bash-completion/completions/sluice"
 "$bindir/sluice" generate completions zsh >"$root/usr/share/zsh/vendor-completions/_sluice"
 "$bindir/sluice" generate completions fish >"$root/usr/share/fish/vendor_completions.d/sluice.fish"

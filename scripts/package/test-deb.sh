@@ -173,6 +173,16 @@ for sub in $subcommands; do
 done
 pages=$(ls "$man1" | wc -l)
 [ "$pages" -eq $(($(wc -w <<<"$subcommands") + 1)) ] && ok "$pages man pages" || fail "$pages man pages for: $subcommands"
+for section in '"EXIT STATUS"' ENVIRONMENT SIGNALS FILES '"SEE ALSO"'; do
+  grep -qx "\.SH $section" <<<"$top" && ok "sluice(1) has $section" || fail "sluice(1) lacks $section"
+done
+toml5=$work/root/usr/share/man/man5/sluice.toml.5.gz
+if [ -f "$toml5" ] && zcat "$toml5" | grep -q '^\.TH SLUICE.TOML 5 ' \
+   && zcat "$toml5" | grep -qF 'conntrack_capacity' && zcat "$toml5" | grep -qF 'flow_hash_key_file'; then
+  ok "sluice.toml(5): the configuration reference"
+else
+  fail "no sluice.toml.5.gz with the configuration reference"
+fi
 modes=$(dpkg-deb -c "$deb" | awk '$NF ~ /(man1\/|completions)/ && $1 !~ /^d/ {print $1}' | sort -u)
 [ "$modes" = "-rw-r--r--" ] && ok "man pages and completions are 0644" || fail "modes: $modes"
 if command -v man >/dev/null; then
