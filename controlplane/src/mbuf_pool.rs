@@ -263,6 +263,24 @@ mod tests {
         assert_eq!(Steering::expected(&one), Steering::Off);
     }
 
+    /// deployment.md's worked example: 4 workers, 2 ports with a TAP each,
+    /// 32,767 mbufs on RSS NICs, 65,535 when the workers steer.
+    #[test]
+    fn the_deployment_worked_example() {
+        let text = "[dataplane]\nworkers = 4\n\
+                    [[dataplane.port]]\nname = \"a\"\ndevice = \"0000:03:00.0\"\n\
+                    address = \"192.0.2.1/24\"\ntap = \"sl-a\"\n\
+                    [[dataplane.port]]\nname = \"b\"\ndevice = \"0000:03:00.1\"\n\
+                    address = \"198.51.100.1/24\"\ntap = \"sl-b\"\n";
+        let dp = crate::config::load_str(text, "test.toml")
+            .unwrap()
+            .dataplane;
+        assert_eq!(Steering::expected(&dp), Steering::Off);
+        assert_eq!(mbuf_count(&dp, Steering::Off), 32_767);
+        assert_eq!(mbuf_count(&dp, Steering::On), 65_535);
+        assert_eq!(data_room(&dp.ports), 2_176);
+    }
+
     /// AP-4: a worker without a TAP queue pair holds at most its relay ring
     /// and a burst, which the pool counts for every worker on every TAP:
     /// 64 workers on a TAP of 16 queue pairs get room for 16 pairs and 48
