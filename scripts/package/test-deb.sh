@@ -177,8 +177,11 @@ for section in '"EXIT STATUS"' ENVIRONMENT SIGNALS FILES '"SEE ALSO"'; do
   grep -qx "\.SH $section" <<<"$top" && ok "sluice(1) has $section" || fail "sluice(1) lacks $section"
 done
 toml5=$work/root/usr/share/man/man5/sluice.toml.5.gz
-if [ -f "$toml5" ] && zcat "$toml5" | grep -q '^\.TH SLUICE.TOML 5 ' \
-   && zcat "$toml5" | grep -qF 'conntrack_capacity' && zcat "$toml5" | grep -qF 'flow_hash_key_file'; then
+# Read whole, then searched: `zcat | grep -q` fails under pipefail when
+# grep stops reading early.
+page5=$( [ -f "$toml5" ] && zcat "$toml5" || true)
+if grep -q '^\.TH SLUICE.TOML 5 ' <<<"$page5" && grep -qF 'conntrack_capacity' <<<"$page5" \
+   && grep -qF 'flow_hash_key_file' <<<"$page5"; then
   ok "sluice.toml(5): the configuration reference"
 else
   fail "no sluice.toml.5.gz with the configuration reference"
