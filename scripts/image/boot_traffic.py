@@ -377,7 +377,7 @@ class BootTraffic:
                     stop_log[-1500:])
         start_log = self.journal_of(new["InvocationID"])
         m = re.search(r"conntrack hand-off /run/sluice/conntrack\.handoff: (\d+) of (\d+) "
-                      r"connection\(s\) taken from sluice \S+ \((\d+) ms before this start\)"
+                      r"connection\(s\) taken from sluice \S+ \((\d+) ms before this start[;)]"
                       r".*", start_log)
         taken = int(m.group(1)) if m else 0
         rc_file, _ = self.vm("test -e /run/sluice/conntrack.handoff", check=False)
