@@ -418,19 +418,47 @@ fn round(dir: &Path, dim: Dimension, n: usize, r: usize) -> Times {
 }
 
 /// Rounds at n and 2n, interleaved; asserts every ratio of the best times
-/// is within [`MAX_RATIO`].
+/// is within [`MAX_RATIO`]. A ratio past it is measured again with as
+/// many more rounds (the best of all counts) before it fails: a machine
+/// busy with other work during one round makes a single best-of-few
+/// noisy, while growth that is really super-linear stays past the limit
+/// however often it is measured.
 fn within_ratio(dim: Dimension, n: usize, rounds: usize) {
     let _serial = serial();
     let dir = tempdir(&format!("control-scale-{dim:?}"));
     let mut best = [[Cost::MAX; 6]; 2];
-    for r in 0..rounds {
-        for (i, size) in [n, 2 * n].into_iter().enumerate() {
-            let t = round(&dir, dim, size, r);
-            for (b, t) in best[i].iter_mut().zip(t) {
-                *b = b.min(t);
+    let measure = |from: usize, best: &mut [[Cost; 6]; 2]| {
+        for r in from..from + rounds {
+            for (i, size) in [n, 2 * n].into_iter().enumerate() {
+                let t = round(&dir, dim, size, r);
+                for (b, t) in best[i].iter_mut().zip(t) {
+                    *b = b.min(t);
+                }
             }
         }
+    };
+    measure(0, &mut best);
+    let mut failed = ratios_past_limit(dim, n, rounds, &best);
+    if !failed.is_empty() {
+        eprintln!("{dim:?}: a ratio past x{MAX_RATIO}: {rounds} more rounds");
+        measure(rounds, &mut best);
+        failed = ratios_past_limit(dim, n, 2 * rounds, &best);
     }
+    assert!(
+        failed.is_empty(),
+        "{dim:?}: super-linear (2n within {MAX_RATIO}x of n):\n{}",
+        failed.join("\n")
+    );
+}
+
+/// Prints the best times of `rounds` rounds at n and 2n and their ratios;
+/// the operations whose ratio is past [`MAX_RATIO`] (above [`FLOOR`]).
+fn ratios_past_limit(
+    dim: Dimension,
+    n: usize,
+    rounds: usize,
+    best: &[[Cost; 6]; 2],
+) -> Vec<String> {
     let mut failed = Vec::new();
     eprintln!(
         "{dim:?}: best of {rounds}, n = {n} vs 2n = {}; CPU ms (client + server) and wall ms",
@@ -456,11 +484,7 @@ fn within_ratio(dim: Dimension, n: usize, rounds: usize) {
             ));
         }
     }
-    assert!(
-        failed.is_empty(),
-        "{dim:?}: super-linear (2n within {MAX_RATIO}x of n):\n{}",
-        failed.join("\n")
-    );
+    failed
 }
 
 fn ms(d: Duration) -> f64 {
