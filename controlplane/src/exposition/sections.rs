@@ -692,6 +692,34 @@ fn rule_packets(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: u
     true
 }
 
+/// One row per announced-or-not VIP of `f`, valued by `value`.
+fn vip_rows(
+    cx: &Context<'_>,
+    cur: &mut Cursor,
+    out: &mut Vec<u8>,
+    budget: usize,
+    f: &'static Family,
+    value: fn(&crate::announce::status::VipStatus) -> bool,
+) -> bool {
+    let Some(vips) = cx.view.and_then(|v| v.fleet.announce.vips()) else {
+        return true;
+    };
+    let mut rows = Rows {
+        out,
+        family: f,
+        started: &mut cur.started,
+    };
+    for v in vips.iter().skip(cur.i) {
+        if rows.out.len() >= budget {
+            return false;
+        }
+        cur.i += 1;
+        let labels = [("vip", Label::Ip(v.vip))];
+        rows.sample(&labels, Value::Int(u64::from(value(v))));
+    }
+    true
+}
+
 fn vip_servable(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
     let f = family!(
         "sluice_vip_servable",
@@ -701,23 +729,7 @@ fn vip_servable(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: u
          withdrawn is withdrawn for another reason (stopping, not ready, the route not \
          installed)."
     );
-    let Some(vips) = cx.view.and_then(|v| v.fleet.announce.vips()) else {
-        return true;
-    };
-    let mut rows = Rows {
-        out,
-        family: f,
-        started: &mut cur.started,
-    };
-    for v in vips.iter().skip(cur.i) {
-        if rows.out.len() >= budget {
-            return false;
-        }
-        cur.i += 1;
-        let labels = [("vip", Label::Ip(v.vip))];
-        rows.sample(&labels, Value::Int(u64::from(v.servable)));
-    }
-    true
+    vip_rows(cx, cur, out, budget, f, |v| v.servable)
 }
 
 fn vip_announced(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
@@ -727,21 +739,5 @@ fn vip_announced(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: 
         "1 while the VIP's route is in bgp.kernel_table for BIRD to announce, \
          0 while it is withdrawn (`sluice status` says why)."
     );
-    let Some(vips) = cx.view.and_then(|v| v.fleet.announce.vips()) else {
-        return true;
-    };
-    let mut rows = Rows {
-        out,
-        family: f,
-        started: &mut cur.started,
-    };
-    for v in vips.iter().skip(cur.i) {
-        if rows.out.len() >= budget {
-            return false;
-        }
-        cur.i += 1;
-        let labels = [("vip", Label::Ip(v.vip))];
-        rows.sample(&labels, Value::Int(u64::from(v.announced)));
-    }
-    true
+    vip_rows(cx, cur, out, budget, f, |v| v.announced)
 }
