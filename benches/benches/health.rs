@@ -14,6 +14,7 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
+use controlplane::config::TcpCheck;
 use controlplane::health::driver::Input;
 use controlplane::health::drivers::Driver;
 use controlplane::health::scheduler::{Io, Scheduler};
@@ -71,7 +72,7 @@ fn keys(n: u32, port: u16) -> Vec<ProbeKey> {
                 Ipv4Addr::new(127, 1 + (i >> 16) as u8, (i >> 8) as u8, i as u8).into(),
                 port,
             ),
-            kind: ProbeKind::Tcp,
+            kind: ProbeKind::Tcp(TcpCheck),
             interval: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
             healthy_threshold: 2,

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use controlplane::config::{HttpCheck, TcpCheck, UdpCheck};
 use controlplane::health::{FailureReason, HealthChecker, InitialState, ProbeKey, ProbeKind};
 
 /// A tiny HTTP server: answers every request with `status` and, when set,
@@ -73,11 +74,11 @@ fn key(addr: SocketAddr, kind: ProbeKind) -> ProbeKey {
 }
 
 fn http() -> ProbeKind {
-    ProbeKind::Http {
+    ProbeKind::Http(HttpCheck {
         request_path: "/healthz".into(),
         host: None,
         response_codes: vec![200],
-    }
+    })
 }
 
 fn wait_for(
@@ -144,8 +145,8 @@ fn hc_1_tcp_probe_marks_a_closed_listener_down() {
         .unwrap();
     let dead = closed.local_addr().unwrap().as_socket().unwrap();
     let hc = HealthChecker::spawn().unwrap();
-    let k = key(addr, ProbeKind::Tcp);
-    let kd = key(dead, ProbeKind::Tcp);
+    let k = key(addr, ProbeKind::Tcp(TcpCheck));
+    let kd = key(dead, ProbeKind::Tcp(TcpCheck));
     hc.set_targets(vec![k.clone(), kd.clone(), k.clone()]);
     wait_for(&hc, &k, "up", |st| st.state.healthy);
     assert_eq!(hc.status.lock().unwrap().len(), 2, "shared probe");
@@ -179,7 +180,7 @@ fn hc_1_half_open_probe_completes_no_handshake() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.set_nonblocking(true).unwrap();
     let hc = HealthChecker::spawn().unwrap();
-    let k = key(l.local_addr().unwrap(), ProbeKind::Tcp);
+    let k = key(l.local_addr().unwrap(), ProbeKind::Tcp(TcpCheck));
     hc.set_targets(vec![k.clone()]);
     wait_for(&hc, &k, "up", |st| st.state.healthy && st.probes >= 3);
     match l.accept() {
@@ -203,10 +204,10 @@ fn udp_echo() -> SocketAddr {
 }
 
 fn udp(response: Option<&str>) -> ProbeKind {
-    ProbeKind::Udp {
+    ProbeKind::Udp(UdpCheck {
         request: b"ping".to_vec(),
         response: response.map(|r| r.as_bytes().to_vec()),
-    }
+    })
 }
 
 /// The UDP probe on real sockets: an echo backend is healthy; a reply

@@ -5,7 +5,7 @@ mod common;
 
 use common::diagnostics::{check, replaced, Case};
 use controlplane::config;
-use controlplane::health::ProbeKind;
+use controlplane::config::{ProbeKind, UdpCheck};
 
 const BASE: &str = r#"
 [dataplane]
@@ -43,30 +43,30 @@ fn kind(text: &str) -> ProbeKind {
 fn udp_check_request_and_response_text_or_hex() {
     assert_eq!(
         kind(BASE),
-        ProbeKind::Udp {
+        ProbeKind::Udp(UdpCheck {
             request: b"ping".to_vec(),
             response: None
-        }
+        })
     );
     assert_eq!(
         kind(&with(
             "request = \"ping\"\n",
             "request_hex = \"00 0A1b ff\"\nresponse = \"pong\"\n"
         )),
-        ProbeKind::Udp {
+        ProbeKind::Udp(UdpCheck {
             request: vec![0x00, 0x0a, 0x1b, 0xff],
             response: Some(b"pong".to_vec())
-        }
+        })
     );
     assert_eq!(
         kind(&with(
             "request = \"ping\"\n",
             "request = \"ping\\n\"\nresponse_hex = \"504f4e47\"\n"
         )),
-        ProbeKind::Udp {
+        ProbeKind::Udp(UdpCheck {
             request: b"ping\n".to_vec(),
             response: Some(b"PONG".to_vec())
-        }
+        })
     );
 }
 
@@ -213,7 +213,7 @@ fn udp_example_in_the_docs_validates() {
         .and_then(|s| s.split("[[backend_service]]").next())
         .unwrap();
     let text = BASE.replace(&format!("[[health_check]]{check}"), &format!("{example}\n"));
-    let ProbeKind::Udp { request, response } = kind(&text) else {
+    let ProbeKind::Udp(UdpCheck { request, response }) = kind(&text) else {
         panic!("not UDP");
     };
     assert_eq!(request.len(), 17, "a 12-byte header and one question");

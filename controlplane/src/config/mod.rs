@@ -30,6 +30,7 @@ mod values;
 use std::path::Path;
 
 pub use diagnostics::{Diagnostic, Diagnostics, Shown, KEPT};
+pub use health_check::{HttpCheck, ProbeKind, TcpCheck, UdpCheck};
 pub use loader::Loader;
 pub use model::*;
 pub(crate) use values::mac_text;

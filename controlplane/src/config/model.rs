@@ -219,7 +219,7 @@ pub struct ZoneConfig {
 pub struct HealthCheckConfig {
     pub name: String,
     /// The validated `type` and its fields: what the prober runs.
-    pub kind: crate::health::kind::ProbeKind,
+    pub kind: super::health_check::ProbeKind,
     pub port: u16,
     /// HC-3 defaults: 5 s, 5 s, 2, 3.
     pub check_interval: Duration,
@@ -234,7 +234,7 @@ pub struct HealthCheckConfig {
 
 impl HealthCheckConfig {
     pub fn is_http(&self) -> bool {
-        matches!(self.kind, crate::health::kind::ProbeKind::Http { .. })
+        matches!(self.kind, super::health_check::ProbeKind::Http(_))
     }
 }
 

@@ -3,6 +3,8 @@
 //! parsed in `validate`, where a bad value becomes a diagnostic with a hint
 //! instead of an opaque serde error that stops at the first problem.
 
+use std::ops::Range;
+
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -115,6 +117,22 @@ pub(crate) struct RawService {
     /// `[[backend_service.quic_lb]]`: QUIC-LB configurations.
     #[serde(default)]
     pub quic_lb: Vec<S<RawQuicLb>>,
+}
+
+impl RawHealthCheck {
+    /// The fields that belong to one `type` or another (each type's
+    /// `CheckType::FIELDS`), with the span of each one set.
+    pub fn type_fields(&self) -> [(&'static str, Option<Range<usize>>); 7] {
+        [
+            ("request_path", self.request_path.as_ref().map(S::span)),
+            ("host", self.host.as_ref().map(S::span)),
+            ("response_codes", self.response_codes.as_ref().map(S::span)),
+            ("request", self.request.as_ref().map(S::span)),
+            ("request_hex", self.request_hex.as_ref().map(S::span)),
+            ("response", self.response.as_ref().map(S::span)),
+            ("response_hex", self.response_hex.as_ref().map(S::span)),
+        ]
+    }
 }
 
 impl RawService {

@@ -9,9 +9,9 @@
 //! arguments, so a driver runs the same on the wall clock and on the
 //! virtual time of the tests.
 //!
-//! A new probe kind is a driver file plus a `ProbeKind` variant and its
-//! arm in `drivers::Driver`; it needs shell work only if it needs a
-//! transport the shell lacks.
+//! A new probe kind is a driver file plus one line in `drivers.rs`'s
+//! list (its configuration side is one file in `config/health_check/`);
+//! it needs shell work only if it needs a transport the shell lacks.
 
 use std::time::Instant;
 

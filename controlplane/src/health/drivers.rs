@@ -7,63 +7,55 @@ use std::time::Instant;
 
 use super::driver::{Input, Probe, Step, Transport};
 use super::http::HttpProbe;
-use super::kind::ProbeKind;
 use super::state::ProbeResult;
 use super::tcp::TcpProbe;
 use super::udp::UdpProbe;
+use crate::config::ProbeKind;
 
-/// The driver of each [`ProbeKind`]: what the running scheduler uses.
-#[derive(Debug)]
-pub enum Driver {
-    Tcp(TcpProbe),
-    Http(HttpProbe),
-    Udp(UdpProbe),
-}
+/// The driver enum and its dispatch from one list: each `ProbeKind`
+/// variant and the driver that runs it, built by `Driver::new(&check,
+/// addr)`.
+macro_rules! drivers {
+    ($($kind:ident => $probe:ident),* $(,)?) => {
+        /// The driver of each [`ProbeKind`]: what the running scheduler uses.
+        #[derive(Debug)]
+        pub enum Driver {
+            $($kind($probe),)*
+        }
 
-impl Driver {
-    /// A fresh driver for one run against `addr`.
-    pub fn new(kind: &ProbeKind, addr: SocketAddr) -> Self {
-        match kind {
-            ProbeKind::Tcp => Driver::Tcp(TcpProbe),
-            ProbeKind::Http {
-                request_path,
-                host,
-                response_codes,
-            } => Driver::Http(HttpProbe::new(
-                request_path,
-                host.as_deref(),
-                response_codes,
-                addr,
-            )),
-            ProbeKind::Udp { request, response } => {
-                Driver::Udp(UdpProbe::new(request.clone(), response.clone()))
+        impl Driver {
+            /// A fresh driver for one run against `addr`.
+            pub fn new(kind: &ProbeKind, addr: SocketAddr) -> Self {
+                match kind {
+                    $(ProbeKind::$kind(check) => Driver::$kind($probe::new(check, addr)),)*
+                }
             }
         }
-    }
+
+        impl Probe for Driver {
+            fn start(&mut self, now: Instant) -> Transport {
+                match self {
+                    $(Driver::$kind(p) => p.start(now),)*
+                }
+            }
+
+            fn on_input(&mut self, input: Input<'_>, now: Instant) -> Step {
+                match self {
+                    $(Driver::$kind(p) => p.on_input(input, now),)*
+                }
+            }
+
+            fn on_timeout(&mut self, now: Instant) -> ProbeResult {
+                match self {
+                    $(Driver::$kind(p) => p.on_timeout(now),)*
+                }
+            }
+        }
+    };
 }
 
-impl Probe for Driver {
-    fn start(&mut self, now: Instant) -> Transport {
-        match self {
-            Driver::Tcp(p) => p.start(now),
-            Driver::Http(p) => p.start(now),
-            Driver::Udp(p) => p.start(now),
-        }
-    }
-
-    fn on_input(&mut self, input: Input<'_>, now: Instant) -> Step {
-        match self {
-            Driver::Tcp(p) => p.on_input(input, now),
-            Driver::Http(p) => p.on_input(input, now),
-            Driver::Udp(p) => p.on_input(input, now),
-        }
-    }
-
-    fn on_timeout(&mut self, now: Instant) -> ProbeResult {
-        match self {
-            Driver::Tcp(p) => p.on_timeout(now),
-            Driver::Http(p) => p.on_timeout(now),
-            Driver::Udp(p) => p.on_timeout(now),
-        }
-    }
+drivers! {
+    Tcp => TcpProbe,
+    Http => HttpProbe,
+    Udp => UdpProbe,
 }

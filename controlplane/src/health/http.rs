@@ -10,6 +10,7 @@ use std::time::Instant;
 use super::driver::{tcp_failure, Input, Probe, Step, Transport};
 use super::failure::FailureReason;
 use super::state::{parse_weight, ProbeResult, WeightReport};
+use crate::config::HttpCheck;
 
 /// Largest response head read; a longer one is judged as it stands
 /// (its status line decides).
@@ -24,21 +25,18 @@ pub struct HttpProbe {
 }
 
 impl HttpProbe {
-    /// `host` None: `Host: <ip>:<port>` (HC-2).
-    pub fn new(
-        request_path: &str,
-        host: Option<&str>,
-        response_codes: &[u16],
-        addr: SocketAddr,
-    ) -> Self {
-        let host = host.map_or_else(|| addr.to_string(), str::to_string);
+    /// The check's request to `addr`; without a `host`, `Host:
+    /// <ip>:<port>` (HC-2).
+    pub fn new(check: &HttpCheck, addr: SocketAddr) -> Self {
+        let host = check.host.clone().unwrap_or_else(|| addr.to_string());
         let request = format!(
-            "GET {request_path} HTTP/1.1\r\nHost: {host}\r\n\
-             User-Agent: sluice-health-check\r\nConnection: close\r\n\r\n"
+            "GET {} HTTP/1.1\r\nHost: {host}\r\n\
+             User-Agent: sluice-health-check\r\nConnection: close\r\n\r\n",
+            check.request_path
         );
         Self {
             request: request.into_bytes(),
-            response_codes: response_codes.to_vec(),
+            response_codes: check.response_codes.clone(),
             head: Vec::new(),
         }
     }
@@ -100,6 +98,14 @@ pub fn judge_http(head: &[u8], response_codes: &[u16]) -> ProbeResult {
 mod tests {
     use super::*;
 
+    fn check(request_path: &str, host: Option<&str>) -> HttpCheck {
+        HttpCheck {
+            request_path: request_path.into(),
+            host: host.map(str::to_string),
+            response_codes: vec![200],
+        }
+    }
+
     /// HC-2 status codes and HC-7 header parsing on canned responses.
     #[test]
     fn hc_2_and_hc_7_judge_responses() {
@@ -137,7 +143,7 @@ mod tests {
     fn hc_2_request_then_head_in_pieces() {
         let now = Instant::now();
         let addr: SocketAddr = "192.0.2.10:8080".parse().unwrap();
-        let mut p = HttpProbe::new("/healthz", None, &[200], addr);
+        let mut p = HttpProbe::new(&check("/healthz", None), addr);
         assert_eq!(p.start(now), Transport::Stream);
         let Step::Send(req) = p.on_input(Input::Connected, now) else {
             panic!("no request");
@@ -159,7 +165,7 @@ mod tests {
             })
         );
 
-        let mut p = HttpProbe::new("/", Some("example.test"), &[200], addr);
+        let mut p = HttpProbe::new(&check("/", Some("example.test")), addr);
         let Step::Send(req) = p.on_input(Input::Connected, now) else {
             panic!("no request");
         };
@@ -176,7 +182,7 @@ mod tests {
                 weight: WeightReport::Invalid
             })
         );
-        let mut p = HttpProbe::new("/", None, &[200], addr);
+        let mut p = HttpProbe::new(&check("/", None), addr);
         assert_eq!(
             p.on_input(Input::Reset, now),
             Step::fail(FailureReason::Reset)

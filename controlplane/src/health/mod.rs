@@ -1,8 +1,8 @@
 //! Health checking (SPEC §7), sans-IO at the core:
 //! - [`state`]: one probe's health state machine (HC-3 … HC-5, HC-7);
 //! - [`driver`]: the probe interface; one driver per [`ProbeKind`]
-//!   ([`tcp`], [`http`], [`udp`]) turns network events into a verdict
-//!   ([`failure`] names why a probe failed);
+//!   ([`tcp`], [`http`], [`udp`]; [`drivers`] lists them) turns network
+//!   events into a verdict ([`failure`] names why a probe failed);
 //! - [`scheduler`]: every probe's timers and runs on injected time;
 //! - [`checker`]: the I/O shell, one thread owning every socket
 //!   ([`syn_socket`] for HC-1's half-open SYNs, coded by [`halfopen`]).
@@ -13,7 +13,6 @@ pub mod drivers;
 pub mod failure;
 pub mod halfopen;
 pub mod http;
-pub mod kind;
 pub mod scheduler;
 #[cfg(test)]
 pub mod sim;
@@ -24,9 +23,9 @@ pub mod udp;
 
 use std::net::{IpAddr, SocketAddr};
 
+pub use crate::config::ProbeKind;
 pub use checker::HealthChecker;
 pub use failure::FailureReason;
-pub use kind::ProbeKind;
 pub use scheduler::{Event, ProbeKey, ProbeStatus, ProbeStatuses, StatusMap};
 pub use state::{HealthState, InitialState, ProbeResult, Thresholds, WeightReport};
 

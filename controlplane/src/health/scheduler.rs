@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use super::driver::{Input, Probe, Step, Transport};
 use super::failure::FailureReason;
-use super::kind::ProbeKind;
 use super::state::{Change, HealthState, InitialState, ProbeResult, Thresholds};
+use crate::config::ProbeKind;
 
 /// Identity of a shared probe.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -3,13 +3,22 @@
 //! out. The shell answers the SYN-ACK with RST, so no handshake completes
 //! (see [`super::halfopen`] for the raw SYN it sends when it can).
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::driver::{tcp_failure, Input, Probe, Step, Transport};
 use super::state::{ProbeResult, WeightReport};
+use crate::config::TcpCheck;
 
 #[derive(Debug, Default)]
 pub struct TcpProbe;
+
+impl TcpProbe {
+    /// A TCP check has nothing to configure: the handshake decides.
+    pub fn new(_: &TcpCheck, _: SocketAddr) -> Self {
+        TcpProbe
+    }
+}
 
 impl Probe for TcpProbe {
     fn start(&mut self, _now: Instant) -> Transport {

@@ -13,11 +13,13 @@
 //! A fresh socket per run (a new source port) means a late reply to an
 //! earlier run never counts for this one.
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::driver::{Input, Probe, Step, Transport};
 use super::failure::FailureReason;
 use super::state::{ProbeResult, WeightReport};
+use crate::config::UdpCheck;
 
 #[derive(Debug)]
 pub struct UdpProbe {
@@ -26,8 +28,13 @@ pub struct UdpProbe {
 }
 
 impl UdpProbe {
-    pub fn new(request: Vec<u8>, response: Option<Vec<u8>>) -> Self {
-        Self { request, response }
+    /// The check's datagram; the socket, connected to the backend, is
+    /// the shell's.
+    pub fn new(check: &UdpCheck, _: SocketAddr) -> Self {
+        Self {
+            request: check.request.clone(),
+            response: check.response.clone(),
+        }
     }
 }
 
@@ -70,9 +77,17 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 mod tests {
     use super::*;
 
+    fn probe(request: &[u8], response: Option<&[u8]>) -> UdpProbe {
+        let check = UdpCheck {
+            request: request.to_vec(),
+            response: response.map(<[u8]>::to_vec),
+        };
+        UdpProbe::new(&check, "192.0.2.1:53".parse().unwrap())
+    }
+
     fn run(response: Option<&[u8]>, inputs: &[Input<'_>]) -> Vec<Step> {
         let now = Instant::now();
-        let mut p = UdpProbe::new(b"ping".to_vec(), response.map(<[u8]>::to_vec));
+        let mut p = probe(b"ping", response);
         assert_eq!(p.start(now), Transport::Datagram);
         inputs.iter().map(|&i| p.on_input(i, now)).collect()
     }
@@ -113,7 +128,7 @@ mod tests {
             Step::fail(FailureReason::Unreachable)
         );
         assert_eq!(
-            UdpProbe::new(b"x".to_vec(), None).on_timeout(Instant::now()),
+            probe(b"x", None).on_timeout(Instant::now()),
             ProbeResult::Failure(FailureReason::Timeout)
         );
     }

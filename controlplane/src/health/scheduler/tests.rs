@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::config::{HttpCheck, TcpCheck, UdpCheck};
 use crate::health::drivers::Driver;
 use crate::health::sim::{Answer, Backend, Sim};
 
@@ -74,7 +75,7 @@ fn first_open(s: &mut Sim<Driver>, k: &ProbeKey) -> Instant {
 fn hc_4_failure_window_19s_success_window_7s() {
     let mut s = sim();
     let a = addr("192.0.2.10:80");
-    let k = key(a, ProbeKind::Tcp, K);
+    let k = key(a, ProbeKind::Tcp(TcpCheck), K);
     s.backend(a, silent());
     s.set_targets(vec![k.clone()]);
     let first = first_open(&mut s, &k);
@@ -107,7 +108,7 @@ fn hc_3_next_run_starts_interval_after_the_previous_finished() {
     let a = addr("192.0.2.10:80");
     let k = key(
         a,
-        ProbeKind::Tcp,
+        ProbeKind::Tcp(TcpCheck),
         K {
             interval: ms(1000),
             timeout: ms(500),
@@ -148,7 +149,7 @@ fn hc_3_next_run_starts_interval_after_the_previous_finished() {
 fn hc_3_failures_short_of_the_threshold_change_nothing() {
     let mut s = sim();
     let a = addr("192.0.2.10:80");
-    let k = key(a, ProbeKind::Tcp, K);
+    let k = key(a, ProbeKind::Tcp(TcpCheck), K);
     s.backend(a, refuses(ms(1)));
     s.set_targets(vec![k.clone()]);
     let f = first_open(&mut s, &k);
@@ -175,7 +176,7 @@ fn hc_5_unhealthy_backend_is_probed_and_returns() {
     let a = addr("192.0.2.10:80");
     let k = key(
         a,
-        ProbeKind::Tcp,
+        ProbeKind::Tcp(TcpCheck),
         K {
             healthy: 2,
             initial: InitialState::Unhealthy,
@@ -202,7 +203,7 @@ fn hc_4_jitter_spreads_first_runs_over_one_interval() {
             let a = SocketAddr::from(([10, 0, (i >> 8) as u8, i as u8], 80));
             key(
                 a,
-                ProbeKind::Tcp,
+                ProbeKind::Tcp(TcpCheck),
                 K {
                     interval: ms(1000),
                     timeout: ms(500),
@@ -249,8 +250,8 @@ fn ap_5_reload_keeps_unchanged_probes_and_closes_removed_runs() {
         addr("192.0.2.11:80"),
         addr("192.0.2.12:80"),
     );
-    let ka = key(a, ProbeKind::Tcp, K);
-    let kb = key(b, ProbeKind::Tcp, K);
+    let ka = key(a, ProbeKind::Tcp(TcpCheck), K);
+    let kb = key(b, ProbeKind::Tcp(TcpCheck), K);
     s.backend(a, replies(b"", ms(10)));
     s.backend(b, silent());
     s.set_targets(vec![ka.clone(), kb.clone()]);
@@ -263,7 +264,7 @@ fn ap_5_reload_keeps_unchanged_probes_and_closes_removed_runs() {
         .unwrap();
     let kc = key(
         c,
-        ProbeKind::Tcp,
+        ProbeKind::Tcp(TcpCheck),
         K {
             initial: InitialState::Unhealthy,
             ..K
@@ -303,7 +304,7 @@ fn ap_5_reload_keeps_unchanged_probes_and_closes_removed_runs() {
 fn late_answers_are_ignored_and_duplicate_keys_share_a_probe() {
     let mut s = sim();
     let a = addr("192.0.2.10:80");
-    let k = key(a, ProbeKind::Tcp, K);
+    let k = key(a, ProbeKind::Tcp(TcpCheck), K);
     s.backend(a, silent());
     s.set_targets(vec![k.clone(), k.clone()]);
     let f = first_open(&mut s, &k);
@@ -326,7 +327,7 @@ fn lag_is_how_late_a_run_started() {
     let mut sched = Scheduler::new(Arc::clone(&status), |k: &ProbeKey| {
         Driver::new(&k.kind, k.addr)
     });
-    let k = key(addr("192.0.2.10:80"), ProbeKind::Tcp, K);
+    let k = key(addr("192.0.2.10:80"), ProbeKind::Tcp(TcpCheck), K);
     let t0 = Instant::now();
     sched.set_targets(vec![k.clone()], t0);
     let due = sched.poll_timeout().unwrap();
@@ -351,11 +352,11 @@ fn lag_is_how_late_a_run_started() {
 fn hc_2_hc_7_http_probe_on_virtual_time() {
     let mut s = sim();
     let a = addr("192.0.2.10:8080");
-    let kind = ProbeKind::Http {
+    let kind = ProbeKind::Http(HttpCheck {
         request_path: "/healthz".into(),
         host: None,
         response_codes: vec![200],
-    };
+    });
     let k = key(
         a,
         kind,
@@ -394,10 +395,10 @@ fn hc_2_hc_7_http_probe_on_virtual_time() {
 #[test]
 fn udp_echo_closed_silent_and_mismatched_backends() {
     let mut s = sim();
-    let kind = ProbeKind::Udp {
+    let kind = ProbeKind::Udp(UdpCheck {
         request: b"ping".to_vec(),
         response: Some(b"pong".to_vec()),
-    };
+    });
     let k = |a: &str| {
         key(
             addr(a),
@@ -489,7 +490,7 @@ fn the_verdict_at_the_deadline_is_the_drivers() {
     let a = addr("192.0.2.10:80");
     let k = key(
         a,
-        ProbeKind::Tcp,
+        ProbeKind::Tcp(TcpCheck),
         K {
             healthy: 1,
             initial: InitialState::Unhealthy,
