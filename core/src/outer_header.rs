@@ -15,7 +15,8 @@
 //! size class of its length.
 //!
 //! Only the common case has a header here: an inner IPv4 packet that fits
-//! the egress MTU. Everything else — inner IPv6, an IPv6 outer header,
+//! the egress MTU, in a tunnel of up to 16 bytes. Everything else — inner
+//! IPv6, an IPv6 outer header, VXLAN's 30 bytes of tunnel headers,
 //! oversize packets, an unresolved next hop — takes
 //! [`crate::encap::encapsulate`], which writes the same bytes for every
 //! packet this one accepts (property-tested in `tests/outer_header.rs`).
@@ -33,10 +34,15 @@ use crate::wire::ipv4::{self, Ipv4Packet, FLAG_DF};
 use crate::wire::udp::{self, UdpDatagram};
 use crate::wire::L3Layout;
 
+/// The longest tunnel headers prebuilt here: GENEVE's UDP and base header.
+/// Longer ones (VXLAN's, with its inner Ethernet header) would take a
+/// second cache line per backend; their packets take the general path.
+const MAX_PREBUILT_TUNNEL_LEN: usize = 16;
+
 /// The longest header: Ethernet with an 802.1Q tag, IPv4 and the longest
-/// tunnel's headers.
+/// prebuilt tunnel headers.
 const MAX_LEN: usize =
-    ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + ipv4::HEADER_LEN + encap::MAX_TUNNEL_LEN;
+    ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + ipv4::HEADER_LEN + MAX_PREBUILT_TUNNEL_LEN;
 
 /// Which fields [`OuterHeader::apply`] patches per packet.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -80,6 +86,9 @@ impl OuterHeader {
     /// the general path must handle it.
     pub fn build(encap: Encapsulation, backend: &BackendState, port: &PortState) -> Option<Self> {
         if encap.is_tunnel() && !matches!((backend.address, port.ipv4), (IpAddr::V4(_), Some(_))) {
+            return None;
+        }
+        if encap.tunnel_len() > MAX_PREBUILT_TUNNEL_LEN {
             return None;
         }
         // The general path's bytes in front of a bare IPv4 header.

@@ -1,6 +1,7 @@
-//! AP-3 delivery: exact output bytes for layer-2 DSR, GRE, IP-in-IP, GUE
-//! and GENEVE (outer IPv4 checksum verified independently, GENEVE's header
-//! written out from RFC 8926's layout), and the named drops.
+//! AP-3 delivery: exact output bytes for layer-2 DSR, GRE, IP-in-IP, GUE,
+//! GENEVE and VXLAN (outer IPv4 checksum verified independently, GENEVE's
+//! and VXLAN's headers written out from RFC 8926's and RFC 7348's
+//! layouts), and the named drops.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::net::IpAddr;
 
 use common::*;
 use sluice_core::backend::BackendState;
-use sluice_core::encap::{encapsulate, udp_src_port, Encapsulation, Geneve, Gre, Gue, Ipip};
+use sluice_core::encap::{encapsulate, udp_src_port, Encapsulation, Geneve, Gre, Gue, Ipip, Vxlan};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::port::PortState;
 use sluice_core::wire::{parse, IpInfo, Parsed};
@@ -319,6 +320,93 @@ fn ap_3_geneve_mtu_boundary() {
     assert_eq!(sluice_core::encap::overhead(GENEVE, ip("fd00::5")), 56);
 }
 
+const DEVICE_MAC: [u8; 6] = [0x02, 0x5c, 0, 0, 0, 0x2a];
+
+const VXLAN: Encapsulation = Encapsulation::Vxlan(Vxlan {
+    port: 4789,
+    vni: 0x00_1234,
+    mac: DEVICE_MAC,
+});
+
+/// RFC 7348 §5, written out: flags with only I set, 24 reserved bits, the
+/// 24-bit VNI, a reserved byte; then the inner Ethernet header to the
+/// backends' device MAC from the port's, typed as the inner packet.
+fn vxlan_headers(ethertype: u16) -> Vec<u8> {
+    let mut h = vec![0x08, 0, 0, 0, 0x00, 0x12, 0x34, 0];
+    h.extend_from_slice(&DEVICE_MAC);
+    h.extend_from_slice(&PORT_MAC);
+    h.extend_from_slice(&ethertype.to_be_bytes());
+    h
+}
+
+/// AP-3 VXLAN over IPv4: UDP to the service port from a flow-hash port,
+/// checksum 0 (RFC 7348 §5), the VXLAN header and the inner frame's
+/// Ethernet header, then the inner packet unchanged; DF copied.
+#[test]
+fn ap_3_vxlan_exact_bytes() {
+    let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
+    for (inner, ethertype, df) in [
+        (inner_v4(0), ETH_IPV4, false),
+        (inner_v4(DF), ETH_IPV4, true),
+        (inner_v6(), ETH_IPV6, true),
+    ] {
+        let (r, out) = run(&eth(&[VLAN], ethertype, &inner), VXLAN, &b, &port(1500));
+        assert_eq!(r, Ok(()));
+        let udp_len = (8 + 8 + 14 + inner.len()) as u16;
+        let mut udp_hdr = udp_src_port(HASH).to_be_bytes().to_vec();
+        udp_hdr.extend_from_slice(&4789u16.to_be_bytes());
+        udp_hdr.extend_from_slice(&udp_len.to_be_bytes());
+        udp_hdr.extend_from_slice(&[0, 0]);
+        let want = [
+            l2_header(ETH_IPV4),
+            outer_v4(UDP, df, usize::from(udp_len)),
+            udp_hdr,
+            vxlan_headers(ethertype),
+            inner,
+        ]
+        .concat();
+        assert_eq!(out, want);
+    }
+}
+
+/// AP-3 VXLAN over IPv6: a valid UDP checksum over the whole datagram,
+/// inner frame included.
+#[test]
+fn ap_3_vxlan_over_ipv6_udp_checksum() {
+    let b6 = backend(ip("fd00::5"), Some(NEXT_HOP_MAC));
+    for (inner, ethertype) in [(inner_v4(0), ETH_IPV4), (inner_v6(), ETH_IPV6)] {
+        let (r, out) = run(&eth(&[], ethertype, &inner), VXLAN, &b6, &port(1500));
+        assert_eq!(r, Ok(()));
+        let udp_seg = &out[14 + 40..];
+        assert_eq!(out[14..54], outer_v6(17, udp_seg.len())[..]);
+        assert_eq!(&udp_seg[2..4], &4789u16.to_be_bytes());
+        let mut pseudo = v6("fd00::1").octets().to_vec();
+        pseudo.extend_from_slice(&v6("fd00::5").octets());
+        pseudo.extend_from_slice(&(udp_seg.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 17]);
+        pseudo.extend_from_slice(udp_seg);
+        assert_ne!(&udp_seg[6..8], &[0, 0], "checksum present");
+        assert_eq!(inet_checksum(&pseudo), 0, "checksum verifies");
+        assert_eq!(udp_seg[8..30], vxlan_headers(ethertype)[..]);
+        assert_eq!(&udp_seg[30..], &inner[..]);
+    }
+}
+
+/// AP-3: VXLAN's overhead (outer IPv4 + UDP + 8 + the inner Ethernet
+/// header's 14) counts against the MTU.
+#[test]
+fn ap_3_vxlan_mtu_boundary() {
+    let b = backend(ip("10.1.0.5"), Some(NEXT_HOP_MAC));
+    let ip4 = inner_v4(DF);
+    let frame = eth(&[], ETH_IPV4, &ip4);
+    let outer_len = (20 + 8 + 8 + 14 + ip4.len()) as u16;
+    assert_eq!(run(&frame, VXLAN, &b, &port(outer_len)).0, Ok(()));
+    let (r, out) = run(&frame, VXLAN, &b, &port(outer_len - 1));
+    assert_eq!((r, out), (Err(DropReason::MtuExceeded), frame.clone()));
+    assert_eq!(sluice_core::encap::overhead(VXLAN, ip("10.1.0.5")), 50);
+    assert_eq!(sluice_core::encap::overhead(VXLAN, ip("fd00::5")), 70);
+}
+
 #[test]
 fn unresolved_next_hop_is_named() {
     let b = backend(ip("10.1.0.5"), None);
@@ -347,6 +435,7 @@ fn fr_5_unsupported_families_are_named() {
         Encapsulation::Ipip(Ipip),
         Encapsulation::Gue(Gue { port: 1 }),
         Encapsulation::Geneve(Geneve { port: 1, vni: 1 }),
+        VXLAN,
     ] {
         assert_eq!(
             run(&frame, e, &b6, &no_v6).0,

@@ -19,7 +19,7 @@ use common::*;
 use etherparse::defrag::IpDefragPool;
 use etherparse::SlicedPacket;
 use proptest::prelude::*;
-use sluice_core::encap::{encapsulate, Encapsulation, Geneve, Gre, Gue, Ipip};
+use sluice_core::encap::{encapsulate, Encapsulation, Geneve, Gre, Gue, Ipip, Vxlan};
 use sluice_core::fragment::{self, FragmentIds, MAX_FRAGMENTS};
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
@@ -29,6 +29,11 @@ use sluice_core::wire::{parse, Parsed};
 use sluice_core::DropReason;
 
 const GENEVE: Encapsulation = Encapsulation::Geneve(Geneve { port: 6081, vni: 9 });
+const VXLAN: Encapsulation = Encapsulation::Vxlan(Vxlan {
+    port: 4789,
+    vni: 9,
+    mac: [0x02, 0, 0, 0, 0, 0x09],
+});
 
 /// What a fresh 2 KiB mbuf holds (the runtime's pool).
 const ROOM: usize = 2048;
@@ -370,7 +375,7 @@ fn check_tunnel(encap: Encapsulation, outer_v6: bool) {
     assert_eq!(parse_frag(&out[0]).ident, want_id, "{encap:?}");
 }
 
-/// AP-3 GRE / IP-in-IP / GUE / GENEVE over an outer IPv4 header: the outer packet
+/// AP-3 GRE / IP-in-IP / GUE / GENEVE / VXLAN over an outer IPv4 header: the outer packet
 /// (DF clear, since the inner has none) is fragmented, per-worker IDs.
 #[test]
 fn ap_3_tunnels_over_ipv4_fragment_the_outer_packet() {
@@ -379,14 +384,15 @@ fn ap_3_tunnels_over_ipv4_fragment_the_outer_packet() {
         Encapsulation::Ipip(Ipip),
         Encapsulation::Gue(Gue { port: 6080 }),
         GENEVE,
+        VXLAN,
     ] {
         check_tunnel(encap, false);
     }
 }
 
 /// AP-3, RFC 8200 §4.5, FR-5 (IPv4 in IPv6): the appliance is the source
-/// of the outer IPv6 packet and fragments it with a Fragment header; GUE's
-/// and GENEVE's UDP checksum, computed over the whole datagram, verifies after
+/// of the outer IPv6 packet and fragments it with a Fragment header; GUE's,
+/// GENEVE's and VXLAN's UDP checksum, computed over the whole datagram, verifies after
 /// reassembly (it equals the unfragmented packet's).
 #[test]
 fn ap_3_tunnels_over_ipv6_use_a_fragment_header() {
@@ -395,6 +401,7 @@ fn ap_3_tunnels_over_ipv6_use_a_fragment_header() {
         Encapsulation::Ipip(Ipip),
         Encapsulation::Gue(Gue { port: 6080 }),
         GENEVE,
+        VXLAN,
     ] {
         check_tunnel(encap, true);
     }
@@ -559,6 +566,8 @@ fn ap_3_small_ipv6_packets_fragment_the_tunnel() {
         (Encapsulation::Gre(Gre), false, 1000),
         (GENEVE, true, 1300),
         (GENEVE, false, 576),
+        (VXLAN, true, 1300),
+        (VXLAN, false, 576),
     ] {
         let st = v6_service(mtu, encap, outer_v6);
         let tunnel_mtu = usize::from(mtu)

@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use common::*;
 use proptest::prelude::*;
 use sluice_core::backend::BackendState;
-use sluice_core::encap::{encapsulate, Encapsulation, Geneve, Gre, Gue, Ipip};
+use sluice_core::encap::{encapsulate, Encapsulation, Geneve, Gre, Gue, Ipip, Vxlan};
 use sluice_core::outer_header::OuterHeader;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::port::PortState;
@@ -105,6 +105,21 @@ fn all() -> [Encapsulation; 5] {
             vni: 0xab_cdef,
         }),
     ]
+}
+
+/// VXLAN's 30 bytes of tunnel headers are not prebuilt (a second cache
+/// line per backend): its packets take the general path.
+#[test]
+fn ap_3_vxlan_takes_the_general_path() {
+    let b4 = backend(ip("10.9.0.5"), Some(NEXT_HOP_MAC));
+    let vxlan = Encapsulation::Vxlan(Vxlan {
+        port: 4789,
+        vni: 7,
+        mac: [0x02, 0, 0, 0, 0, 7],
+    });
+    let f = frame(false, false, true, 100, 6);
+    let (applied, _, ok, _) = both(&f, 64, vxlan, &b4, &port(1500, true), HASH);
+    assert_eq!((applied, ok), (None, true));
 }
 
 /// The common cases take the prebuilt header, so the property below is

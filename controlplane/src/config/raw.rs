@@ -104,6 +104,9 @@ pub(crate) struct RawService {
     pub gue_port: Option<S<i64>>,
     pub geneve_port: Option<S<i64>>,
     pub geneve_vni: Option<S<i64>>,
+    pub vxlan_port: Option<S<i64>>,
+    pub vxlan_vni: Option<S<i64>>,
+    pub vxlan_mac: Option<S<String>>,
     pub maglev_table_size: Option<S<i64>>,
     pub session_affinity: Option<S<String>>,
     pub health_check: Option<S<String>>,
@@ -138,12 +141,33 @@ impl RawHealthCheck {
 impl RawService {
     /// The tunnel keys (`sluice_core::encap::Tunnel::KEYS`) by name, each
     /// checked against the service's `encapsulation`.
-    pub fn tunnel_keys(&self) -> [(&'static str, &Option<S<i64>>); 3] {
+    pub fn tunnel_keys(&self) -> [(&'static str, TunnelKey<'_>); 6] {
+        use TunnelKey::{Int, Text};
         [
-            ("gue_port", &self.gue_port),
-            ("geneve_port", &self.geneve_port),
-            ("geneve_vni", &self.geneve_vni),
+            ("gue_port", Int(&self.gue_port)),
+            ("geneve_port", Int(&self.geneve_port)),
+            ("geneve_vni", Int(&self.geneve_vni)),
+            ("vxlan_port", Int(&self.vxlan_port)),
+            ("vxlan_vni", Int(&self.vxlan_vni)),
+            ("vxlan_mac", Text(&self.vxlan_mac)),
         ]
+    }
+}
+
+/// A tunnel key's field in the file: an integer or a string (a MAC).
+#[derive(Clone, Copy)]
+pub(crate) enum TunnelKey<'a> {
+    Int(&'a Option<S<i64>>),
+    Text(&'a Option<S<String>>),
+}
+
+impl TunnelKey<'_> {
+    /// Where the key is set, if it is.
+    pub fn span(self) -> Option<Range<usize>> {
+        match self {
+            TunnelKey::Int(v) => v.as_ref().map(S::span),
+            TunnelKey::Text(v) => v.as_ref().map(S::span),
+        }
     }
 }
 

@@ -28,23 +28,17 @@
 
 use super::tunnel::{Carrier, ConfigKey, Tunnel};
 use crate::drop_reason::DropReason;
+use crate::wire::ethernet::MacAddr;
 use crate::wire::geneve::{GeneveRepr, HEADER_LEN, VNI_MASK};
 
 /// `geneve_port`: the UDP destination port.
-const PORT: ConfigKey = ConfigKey {
-    name: "geneve_port",
-    default: 6081,
-    min: 1,
-    max: 65535,
-};
+const PORT: ConfigKey = ConfigKey::int("geneve_port", DEFAULT_PORT as u32, 1, 65535);
+
+/// IANA's GENEVE port.
+const DEFAULT_PORT: u16 = 6081;
 
 /// `geneve_vni`: the Virtual Network Identifier, 24 bits.
-const VNI: ConfigKey = ConfigKey {
-    name: "geneve_vni",
-    default: 0,
-    min: 0,
-    max: VNI_MASK,
-};
+const VNI: ConfigKey = ConfigKey::int("geneve_vni", 0, 0, VNI_MASK);
 
 /// GENEVE to a UDP port, in one virtual network.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -58,8 +52,8 @@ impl Tunnel for Geneve {
     const NAME: &'static str = "geneve";
     const KEYS: &'static [ConfigKey] = &[PORT, VNI];
     const DEFAULT: Self = Geneve {
-        port: PORT.default as u16,
-        vni: VNI.default,
+        port: DEFAULT_PORT,
+        vni: 0,
     };
     const HEADER_LEN: usize = HEADER_LEN;
 
@@ -69,7 +63,7 @@ impl Tunnel for Geneve {
     }
 
     #[inline(always)]
-    fn emit(self, hdr: &mut [u8], inner_ethertype: u16) -> Result<(), DropReason> {
+    fn emit(self, hdr: &mut [u8], inner_ethertype: u16, _: MacAddr) -> Result<(), DropReason> {
         let h = hdr
             .first_chunk_mut::<HEADER_LEN>()
             .ok_or(DropReason::NoHeadroom)?;
@@ -81,10 +75,10 @@ impl Tunnel for Geneve {
         Ok(())
     }
 
-    fn configure(self, value: &mut impl FnMut(&ConfigKey) -> u32) -> Self {
+    fn configure(self, value: &mut impl FnMut(&ConfigKey) -> u64) -> Self {
         Geneve {
             port: u16::try_from(value(&PORT)).unwrap_or(self.port),
-            vni: value(&VNI) & VNI.max,
+            vni: u32::try_from(value(&VNI) & u64::from(VNI_MASK)).unwrap_or(self.vni),
         }
     }
 }
@@ -104,7 +98,7 @@ mod tests {
             port: 6081,
             vni: 0x12_3456,
         };
-        g.emit(&mut h, ETHERTYPE_IPV4).unwrap();
+        g.emit(&mut h, ETHERTYPE_IPV4, [0; 6]).unwrap();
         assert_eq!(h, [0x00, 0x00, 0x08, 0x00, 0x12, 0x34, 0x56, 0x00]);
         let ver = h[0] >> 6;
         let opt_len_words = h[0] & 0x3f;
@@ -116,10 +110,10 @@ mod tests {
         let vni = u32::from_be_bytes([0, h[4], h[5], h[6]]);
         assert_eq!((vni, h[7]), (0x12_3456, 0));
 
-        g.emit(&mut h, ETHERTYPE_IPV6).unwrap();
+        g.emit(&mut h, ETHERTYPE_IPV6, [0; 6]).unwrap();
         assert_eq!(&h[2..4], &[0x86, 0xdd]);
         assert_eq!(
-            g.emit(&mut [0u8; HEADER_LEN - 1], ETHERTYPE_IPV4),
+            g.emit(&mut [0u8; HEADER_LEN - 1], ETHERTYPE_IPV4, [0; 6]),
             Err(DropReason::NoHeadroom)
         );
     }
@@ -128,7 +122,7 @@ mod tests {
     fn carrier_is_udp_to_the_configured_port() {
         let g = Geneve::DEFAULT.configure(&mut |k| match k.name {
             "geneve_port" => 7000,
-            _ => VNI.max,
+            _ => u64::from(VNI_MASK),
         });
         assert_eq!(
             g,

@@ -5,6 +5,7 @@
 
 use super::tunnel::{Carrier, Tunnel};
 use crate::drop_reason::DropReason;
+use crate::wire::ethernet::MacAddr;
 use crate::wire::gre::{self, GreRepr};
 use crate::wire::proto::GRE;
 
@@ -23,7 +24,7 @@ impl Tunnel for Gre {
     }
 
     #[inline(always)]
-    fn emit(self, hdr: &mut [u8], inner_ethertype: u16) -> Result<(), DropReason> {
+    fn emit(self, hdr: &mut [u8], inner_ethertype: u16, _: MacAddr) -> Result<(), DropReason> {
         let h = hdr
             .first_chunk_mut::<{ gre::HEADER_LEN }>()
             .ok_or(DropReason::NoHeadroom)?;

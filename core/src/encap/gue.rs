@@ -6,17 +6,16 @@
 
 use super::tunnel::{Carrier, ConfigKey, Tunnel};
 use crate::drop_reason::DropReason;
+use crate::wire::ethernet::MacAddr;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::gue::{self, GueRepr};
 use crate::wire::proto::{IPV4_IN_IP, IPV6_IN_IP};
 
 /// `gue_port`: the UDP destination port.
-const PORT: ConfigKey = ConfigKey {
-    name: "gue_port",
-    default: 6080,
-    min: 1,
-    max: 65535,
-};
+const PORT: ConfigKey = ConfigKey::int("gue_port", DEFAULT_PORT as u32, 1, 65535);
+
+/// The port Linux's `fou`/`gue` examples use; GUE has no IANA port.
+const DEFAULT_PORT: u16 = 6080;
 
 /// GUE to a UDP port.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -27,9 +26,7 @@ pub struct Gue {
 impl Tunnel for Gue {
     const NAME: &'static str = "gue";
     const KEYS: &'static [ConfigKey] = &[PORT];
-    const DEFAULT: Self = Gue {
-        port: PORT.default as u16,
-    };
+    const DEFAULT: Self = Gue { port: DEFAULT_PORT };
     const HEADER_LEN: usize = gue::HEADER_LEN;
 
     #[inline(always)]
@@ -38,7 +35,7 @@ impl Tunnel for Gue {
     }
 
     #[inline(always)]
-    fn emit(self, hdr: &mut [u8], inner_ethertype: u16) -> Result<(), DropReason> {
+    fn emit(self, hdr: &mut [u8], inner_ethertype: u16, _: MacAddr) -> Result<(), DropReason> {
         let h = hdr
             .first_chunk_mut::<{ gue::HEADER_LEN }>()
             .ok_or(DropReason::NoHeadroom)?;
@@ -51,7 +48,7 @@ impl Tunnel for Gue {
         Ok(())
     }
 
-    fn configure(self, value: &mut impl FnMut(&ConfigKey) -> u32) -> Self {
+    fn configure(self, value: &mut impl FnMut(&ConfigKey) -> u64) -> Self {
         Gue {
             port: u16::try_from(value(&PORT)).unwrap_or(self.port),
         }

@@ -5,6 +5,7 @@
 
 use super::tunnel::{Carrier, Tunnel};
 use crate::drop_reason::DropReason;
+use crate::wire::ethernet::MacAddr;
 
 /// IP-in-IP: no keys.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -21,7 +22,7 @@ impl Tunnel for Ipip {
     }
 
     #[inline(always)]
-    fn emit(self, _hdr: &mut [u8], _inner_ethertype: u16) -> Result<(), DropReason> {
+    fn emit(self, _: &mut [u8], _: u16, _: MacAddr) -> Result<(), DropReason> {
         Ok(())
     }
 }

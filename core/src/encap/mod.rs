@@ -39,6 +39,7 @@ mod l2;
 mod outer;
 mod tunnel;
 mod udp;
+mod vxlan;
 
 pub use geneve::Geneve;
 pub use gre::Gre;
@@ -46,12 +47,13 @@ pub use gue::Gue;
 pub use ipip::Ipip;
 use l2::Egress;
 pub use outer::{flow_label, OUTER_TTL};
-pub use tunnel::{Carrier, ConfigKey, Tunnel};
+pub use tunnel::{mac_value, value_mac, Carrier, ConfigKey, KeyKind, Tunnel};
 pub use udp::{udp_src_port, UDP_SRC_PORT_BASE};
+pub use vxlan::Vxlan;
 
-/// The longest [`Encapsulation::tunnel_len`] (GENEVE: UDP and its base
-/// header), which sizes the prebuilt headers' buffer.
-pub const MAX_TUNNEL_LEN: usize = 16;
+/// The longest [`Encapsulation::tunnel_len`] (VXLAN: UDP, its header and
+/// the inner Ethernet header).
+pub const MAX_TUNNEL_LEN: usize = 30;
 
 /// How a service's packets reach its backends (AP-3).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -62,6 +64,7 @@ pub enum Encapsulation {
     Ipip(Ipip),
     Gue(Gue),
     Geneve(Geneve),
+    Vxlan(Vxlan),
 }
 
 /// The one `match` over [`Encapsulation`]: evaluates `$tunnel` with `$t`
@@ -75,6 +78,7 @@ macro_rules! dispatch {
             $crate::encap::Encapsulation::Ipip($t) => $tunnel,
             $crate::encap::Encapsulation::Gue($t) => $tunnel,
             $crate::encap::Encapsulation::Geneve($t) => $tunnel,
+            $crate::encap::Encapsulation::Vxlan($t) => $tunnel,
         }
     };
     (map $encap:expr, |$t:ident| $tunnel:expr) => {{
@@ -85,6 +89,7 @@ macro_rules! dispatch {
             E::Ipip($t) => E::Ipip($tunnel),
             E::Gue($t) => E::Gue($tunnel),
             E::Geneve($t) => E::Geneve($tunnel),
+            E::Vxlan($t) => E::Vxlan($tunnel),
         }
     }};
 }
@@ -92,12 +97,13 @@ macro_rules! dispatch {
 impl Encapsulation {
     /// Every encapsulation, tunnels with their keys' defaults: the
     /// configuration's choices, in the order the documentation lists them.
-    pub const ALL: [Encapsulation; 5] = [
+    pub const ALL: [Encapsulation; 6] = [
         Encapsulation::L2,
         Encapsulation::Gre(Gre::DEFAULT),
         Encapsulation::Ipip(Ipip::DEFAULT),
         Encapsulation::Gue(Gue::DEFAULT),
         Encapsulation::Geneve(Geneve::DEFAULT),
+        Encapsulation::Vxlan(Vxlan::DEFAULT),
     ];
 
     /// Its `encapsulation` value in the configuration.
@@ -112,7 +118,7 @@ impl Encapsulation {
 
     /// The same encapsulation with each of its [`keys`](Self::keys) set to
     /// `value(key)` (within the key's range).
-    pub fn configure(self, mut value: impl FnMut(&ConfigKey) -> u32) -> Self {
+    pub fn configure(self, mut value: impl FnMut(&ConfigKey) -> u64) -> Self {
         dispatch!(map self, |t| t.configure(&mut value))
     }
 
@@ -241,10 +247,12 @@ mod tests {
         assert_eq!((names.len(), keys.len()), (n, k));
         for e in Encapsulation::ALL {
             for key in e.keys() {
-                assert!(key.min <= key.default && key.default <= key.max, "{key:?}");
+                if let KeyKind::Int { default, min, max } = key.kind {
+                    assert!(min <= default && default <= max, "{key:?}");
+                }
             }
             // The defaults are what `configure` gives from the defaults.
-            assert_eq!(e.configure(|k| k.default), e);
+            assert_eq!(e.configure(|k| k.default_value()), e);
             assert!(e.tunnel_len() <= MAX_TUNNEL_LEN, "{}", e.name());
         }
     }
@@ -253,7 +261,7 @@ mod tests {
     fn overhead_is_outer_header_plus_tunnel() {
         let v4: IpAddr = "10.0.0.1".parse().unwrap();
         let v6: IpAddr = "fd00::1".parse().unwrap();
-        let want = [(0, 0), (24, 44), (20, 40), (32, 52), (36, 56)];
+        let want = [(0, 0), (24, 44), (20, 40), (32, 52), (36, 56), (50, 70)];
         for (e, (o4, o6)) in Encapsulation::ALL.into_iter().zip(want) {
             assert_eq!((overhead(e, v4), overhead(e, v6)), (o4, o6), "{}", e.name());
         }

@@ -138,7 +138,7 @@ pub(super) fn tunnel<P: PacketBuf, T: Tunnel>(
     let hdr = rest
         .get_mut(carrier.header_len()..tunnel_len)
         .ok_or(DropReason::NoHeadroom)?;
-    t.emit(hdr, ip.ethertype)?;
+    t.emit(hdr, ip.ethertype, port.mac)?;
     if let Carrier::Udp { port } = carrier {
         let over_v6 = match outer {
             Outer::V4 { .. } => None,

@@ -3,6 +3,7 @@
 //! protocol field names, and its integer [`ConfigKey`]s.
 
 use crate::drop_reason::DropReason;
+use crate::wire::ethernet::MacAddr;
 use crate::wire::proto::{IPV4_IN_IP, IPV6_IN_IP, UDP};
 use crate::wire::udp;
 
@@ -24,12 +25,19 @@ pub trait Tunnel: Copy {
     fn carrier(self) -> Carrier;
 
     /// Writes its header into `hdr` (`HEADER_LEN` bytes) in front of an
-    /// inner packet of `inner_ethertype` (IPv4 or IPv6).
-    fn emit(self, hdr: &mut [u8], inner_ethertype: u16) -> Result<(), DropReason>;
+    /// inner packet of `inner_ethertype` (IPv4 or IPv6), sent from a port
+    /// whose MAC is `port_mac` (what a tunnel carrying Ethernet frames
+    /// names as their source).
+    fn emit(
+        self,
+        hdr: &mut [u8],
+        inner_ethertype: u16,
+        port_mac: MacAddr,
+    ) -> Result<(), DropReason>;
 
     /// The tunnel with each of [`Self::KEYS`] set to `value(key)`, which
-    /// the caller has checked against the key's range.
-    fn configure(self, value: &mut impl FnMut(&ConfigKey) -> u32) -> Self {
+    /// the caller has checked against the key's kind and range.
+    fn configure(self, value: &mut impl FnMut(&ConfigKey) -> u64) -> Self {
         let _ = value;
         self
     }
@@ -87,11 +95,59 @@ impl Carrier {
     }
 }
 
-/// An integer configuration key of a tunnel (`gue_port`, `geneve_vni`).
+/// A configuration key of a tunnel (`gue_port`, `geneve_vni`,
+/// `vxlan_mac`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct ConfigKey {
     pub name: &'static str,
-    pub default: u32,
-    pub min: u32,
-    pub max: u32,
+    pub kind: KeyKind,
+}
+
+/// What a [`ConfigKey`] holds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    /// An integer in `min..=max`, `default` when not set.
+    Int { default: u32, min: u32, max: u32 },
+    /// A MAC address, passed to [`Tunnel::configure`] as the low 48 bits
+    /// of the value (first byte most significant). It has no default:
+    /// the configuration must set it.
+    Mac,
+}
+
+impl ConfigKey {
+    /// An integer key.
+    pub const fn int(name: &'static str, default: u32, min: u32, max: u32) -> Self {
+        ConfigKey {
+            name,
+            kind: KeyKind::Int { default, min, max },
+        }
+    }
+
+    /// A MAC address key.
+    pub const fn mac(name: &'static str) -> Self {
+        ConfigKey {
+            name,
+            kind: KeyKind::Mac,
+        }
+    }
+
+    /// The value [`Tunnel::DEFAULT`] holds for it (0 for a MAC: unset).
+    pub const fn default_value(&self) -> u64 {
+        match self.kind {
+            KeyKind::Int { default, .. } => default as u64,
+            KeyKind::Mac => 0,
+        }
+    }
+}
+
+/// A MAC address as a [`KeyKind::Mac`] value carries it.
+pub const fn mac_value(mac: MacAddr) -> u64 {
+    let [a, b, c, d, e, f] = mac;
+    u64::from_be_bytes([0, 0, a, b, c, d, e, f])
+}
+
+/// The MAC address in a [`KeyKind::Mac`] value.
+pub const fn value_mac(value: u64) -> MacAddr {
+    let [_, _, a, b, c, d, e, f] = value.to_be_bytes();
+    [a, b, c, d, e, f]
 }

@@ -26,6 +26,7 @@ pub mod ipv6_ext;
 pub mod parse;
 pub mod tcp;
 pub mod udp;
+pub mod vxlan;
 
 pub use parse::{parse, Fragment, IpInfo, L3Layout, ParseError, Parsed, Ports};
 
