@@ -89,6 +89,16 @@ else
   e2e_failed=$((e2e_failed + 1))
 fi
 
+# VXLAN live: HTTP to both VIPs through real kernel vxlan devices on the
+# backends (IPv4 and IPv6 outer headers), and a backend whose device has
+# another MAC losing its share until it takes the service's vxlan_mac.
+echo "== VXLAN live test"
+if python3 scripts/e2e/vxlan.py --sluice target/debug/sluice; then
+  e2e_passed=$((e2e_passed + 1))
+else
+  e2e_failed=$((e2e_failed + 1))
+fi
+
 # The scale-out suite: two appliances behind a BIRD router with ECMP, each
 # announcing the VIPs over BGP through its own BIRD; kill -9, SIGTERM,
 # restart and a per-VIP withdrawal under traffic (docs/scale-out.md). The

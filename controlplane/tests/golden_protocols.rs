@@ -1,5 +1,5 @@
 //! Golden pcaps through the real `sluice` binary, per encapsulation (`l2`,
-//! `gre`, `ipip`, `gue`, `geneve`): one mixed input of every protocol to an IPv4 and
+//! `gre`, `ipip`, `gue`, `geneve`, `vxlan`): one mixed input of every protocol to an IPv4 and
 //! an IPv6 VIP (and to VIPs whose backends are of the other family), fragment
 //! trains out of order, ICMP errors quoting a flow, oversize packets, a
 //! double-tagged frame and one packet per drop reason. The output is compared
@@ -11,8 +11,9 @@
 //! backend per flow; ESP's SPI not hashed), HA-4 (ICMP frag-needed /
 //! packet-too-big quoting a flow → that flow's backend), FR-5 and AP-3
 //! (every encapsulation, outer IPv4 and IPv6, mixed families, outer
-//! checksums, GUE- and GENEVE-over-IPv6 UDP checksums, GENEVE's header
-//! and configured VNI (RFC 8926); oversize + DF → ICMP reply with
+//! checksums, GUE-, GENEVE- and VXLAN-over-IPv6 UDP checksums, GENEVE's
+//! header and configured VNI (RFC 8926), VXLAN's header, VNI and inner
+//! Ethernet header (RFC 7348); oversize + DF → ICMP reply with
 //! the MTU left after the tunnel; oversize without DF → IP fragments ≤ MTU:
 //! the client's packet under `l2`, the outer IPv4 packet, or the outer IPv6
 //! packet with a Fragment header, reassembling to exactly what the backend
@@ -92,6 +93,7 @@ backend = [ {b4} ]
 [[backend_service]]
 name = "v6"
 encapsulation = "{encap}"
+{v6_keys}
 backend = [ {b6} ]
 
 {r1}
@@ -103,8 +105,17 @@ backend = [ {b6} ]
         dir = dir.display(),
         port_mac = mac_str(&PORT_MAC),
         // The IPv4 backends' service sets a VNI; the IPv6 one keeps 0.
-        v4_keys = if encap == "geneve" {
-            format!("geneve_vni = {GENEVE_VNI4}")
+        v4_keys = match encap {
+            "geneve" => format!("geneve_vni = {GENEVE_VNI4}"),
+            "vxlan" => format!(
+                "vxlan_vni = {VXLAN_VNI4}\nvxlan_mac = \"{}\"",
+                mac_str(&VXLAN_MAC4)
+            ),
+            _ => String::new(),
+        },
+        // VXLAN's MAC has no default; the VNI keeps 0.
+        v6_keys = if encap == "vxlan" {
+            format!("vxlan_mac = \"{}\"", mac_str(&VXLAN_MAC6))
         } else {
             String::new()
         },
@@ -408,12 +419,20 @@ fn overhead(encap: &str, family: u8) -> u16 {
         "ipip" => outer,
         "gue" => outer + 12,
         "geneve" => outer + 16,
+        "vxlan" => outer + 30,
         e => panic!("{e}"),
     }
 }
 
 /// The VNI of the `v4` service under `geneve`.
 const GENEVE_VNI4: u32 = 0x12_3456;
+
+/// The VNI of the `v4` service under `vxlan`.
+const VXLAN_VNI4: u32 = 0x00_2a2a;
+
+/// Each service's `vxlan_mac`: the inner frames' destination.
+const VXLAN_MAC4: [u8; 6] = [0x02, 0x5c, 0, 0, 0, 0x04];
+const VXLAN_MAC6: [u8; 6] = [0x02, 0x5c, 0, 0, 0, 0x06];
 
 /// The UDP checksum over IPv6 of `segment` (header and payload) from the
 /// port to `dst` verifies.
@@ -522,6 +541,39 @@ fn check_forward(encap: &str, family: u8, frame: &[u8]) -> (String, Vec<u8>) {
             );
             let vni = if family == 4 { GENEVE_VNI4 } else { 0 };
             assert_eq!(&g[4..8], &(vni << 8).to_be_bytes(), "VNI, reserved byte");
+            inner.to_vec()
+        }
+        "vxlan" => {
+            // RFC 7348 §5 by hand (etherparse has no VXLAN).
+            assert_eq!(proto, 17);
+            let (udp, v) = payload.split_at(8);
+            assert!(
+                u16::from_be_bytes([udp[0], udp[1]]) >= 49152,
+                "flow-hash port"
+            );
+            assert_eq!(&udp[2..4], &4789u16.to_be_bytes(), "IANA VXLAN port");
+            assert_eq!(
+                usize::from(u16::from_be_bytes([udp[4], udp[5]])),
+                payload.len()
+            );
+            if family == 6 {
+                assert!(
+                    udp_v6_checksum_ok(&want_dst, payload),
+                    "VXLAN over IPv6: UDP checksum"
+                );
+            } else {
+                assert_eq!(&udp[6..8], &[0, 0], "no UDP checksum over IPv4");
+            }
+            assert_eq!(&v[..4], &[0x08, 0, 0, 0], "I flag only, reserved zero");
+            let vni = if family == 4 { VXLAN_VNI4 } else { 0 };
+            assert_eq!(&v[4..8], &(vni << 8).to_be_bytes(), "VNI, reserved byte");
+            let frame = &v[8..];
+            let inner = &frame[14..];
+            let ethertype: u16 = if inner[0] >> 4 == 4 { 0x0800 } else { 0x86dd };
+            let device = if family == 4 { VXLAN_MAC4 } else { VXLAN_MAC6 };
+            assert_eq!(&frame[..6], &device, "inner destination: vxlan_mac");
+            assert_eq!(&frame[6..12], &PORT_MAC, "inner source: the port");
+            assert_eq!(&frame[12..14], &ethertype.to_be_bytes(), "inner type");
             inner.to_vec()
         }
         e => panic!("{e}"),
@@ -857,4 +909,13 @@ fn golden_protocols_gue() {
 #[test]
 fn golden_protocols_geneve() {
     check("geneve");
+}
+
+/// AP-3 VXLAN (RFC 7348): the header with the service's VNI, an inner
+/// Ethernet header from the port to the service's `vxlan_mac`, UDP
+/// checksum over IPv6, ICMP answers with its 50/70-byte overhead, IPv4
+/// without DF fragmented (HA-1/2/4, FR-1/3/4/5).
+#[test]
+fn golden_protocols_vxlan() {
+    check("vxlan");
 }

@@ -2,8 +2,9 @@
 """Client traffic for the live end-to-end suite and the demo (runs in the
 client namespace). Every command prints one JSON object on stdout.
 
-  spread N            N requests, each on a new TCP connection (new port)
-  spread6 N           the same to the IPv6 VIP
+  spread N [T]        N requests, each on a new TCP connection (new port),
+                      each given T seconds (default 2)
+  spread6 N [T]       the same to the IPv6 VIP
   hold SECONDS K [--timeout S] [--pause-file PATH] [--sources A,B,...]
                       K keep-alive connections, each looping requests for
                       SECONDS; reports per connection the backends it saw
@@ -54,10 +55,10 @@ def new_connection(vip, timeout, tally):
         conn.close()
 
 
-def spread(n, vip=VIP):
+def spread(n, vip=VIP, timeout=2.0):
     tally = {"counts": {}, "failures": 0}
     for _ in range(n):
-        new_connection(vip, 2, tally)
+        new_connection(vip, timeout, tally)
     return tally
 
 
@@ -158,9 +159,9 @@ def main():
         return
     args = [int(float(a)) if a.isdigit() else float(a) for a in sys.argv[2:]]
     if cmd == "spread":
-        out = spread(int(args[0]))
+        out = spread(int(args[0]), timeout=float(args[1]) if len(args) > 1 else 2.0)
     elif cmd == "spread6":
-        out = spread(int(args[0]), VIP6)
+        out = spread(int(args[0]), VIP6, float(args[1]) if len(args) > 1 else 2.0)
     elif cmd == "stream":
         out = stream(args[0])
     elif cmd == "udp":

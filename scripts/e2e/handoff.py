@@ -76,6 +76,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, failures, wait_for  # noqa: E402
 from lab import CLIENT, SUBNET, Lab  # noqa: E402
 
 PREFIX = "slh"
@@ -92,24 +93,7 @@ AFTER = 4.0
 # (interval 1 s, 2 successes) has its verdicts by then.
 VERDICTS = 3.0
 
-failures = []
 report = []
-
-
-def check(ok, what):
-    print(f"  {'ok  ' if ok else 'FAIL'} {what}", flush=True)
-    if not ok:
-        failures.append(what)
-    return ok
-
-
-def wait_for(pred, timeout, step=0.05):
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if pred():
-            return time.monotonic() - start
-        time.sleep(step)
-    return None
 
 
 def name_of(lab, ip):

@@ -182,9 +182,12 @@ class Lab:
 
     # ---- sluice -------------------------------------------------------------
 
-    def write_config(self, backends, failover=()):
+    def write_config(self, backends, failover=(), delivery=('encapsulation = "l2"',) * 2):
         """The lab's configuration with `backends`; those also in `failover`
-        are the web service's failover pool (`failover = true`)."""
+        are the web service's failover pool (`failover = true`). `delivery`:
+        the TOML lines choosing the encapsulation of the web and web6
+        services (layer-2 DSR by default)."""
+        web_delivery, web6_delivery = delivery
         web = ",\n  ".join(
             f'{{ address = "{self.backend_ip(i)}"' + (", failover = true" if i in failover else "")
             + " }" for i in backends)
@@ -221,7 +224,7 @@ unhealthy_threshold = 2
 
 [[backend_service]]
 name = "web"
-encapsulation = "l2"
+{web_delivery}
 health_check = "http"
 backend = [
   {web},
@@ -253,7 +256,7 @@ backend_service = "web"
 # next hops are resolved by neighbour discovery through the TAP.
 [[backend_service]]
 name = "web6"
-encapsulation = "l2"
+{web6_delivery}
 health_check = "http"
 backend = [
   {bl6},

@@ -36,6 +36,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, failures  # noqa: E402
 import lab  # noqa: E402
 import netns  # noqa: E402
 
@@ -52,14 +53,8 @@ NONCE_LENGTH = 6
 # Test keys (the draft's example key, and another), not secrets.
 KEYS = {0: "8f95f09245765f80256934e50c66207f", 1: "fdf726a9893ec05c0632d3956680baf0"}
 
-failures = []
 report = []
 
-
-def check(ok, what):
-    print(f"  {'ok  ' if ok else 'FAIL'} {what}", flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def server_id(i):

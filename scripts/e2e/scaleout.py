@@ -48,6 +48,7 @@ import tempfile
 import time
 
 import netns
+from checks import check, failures, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -67,14 +68,7 @@ DRAIN = 3.0
 # HC-4 with the appliances' check: timeout 0.5 s x 2 + interval 1 s.
 FAIL_WINDOW = 2.0
 
-failures = []
 report = []
-
-
-def check(ok, what):
-    print(f"  {'ok  ' if ok else 'FAIL'} {what}", flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def sh(*cmd, check=True):
@@ -82,15 +76,6 @@ def sh(*cmd, check=True):
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
     return r.stdout
-
-
-def wait_for(pred, timeout, step=0.05):
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if pred():
-            return time.monotonic() - start
-        time.sleep(step)
-    return None
 
 
 def cpu_seconds(pid):

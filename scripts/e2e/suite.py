@@ -29,6 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, failures, wait_for  # noqa: E402
 from lab import APPLIANCE, APPLIANCE6, GATEWAY, REMOTE_BACKEND, Lab  # noqa: E402
 
 # HC-4 with the suite's check: timeout 0.5 s × 2 + interval 1 s × 1.
@@ -38,23 +39,7 @@ SUCCESS_WINDOW = 1.0 * 1
 # Slack for probe jitter (HC-3 spreads probes) and the status poll.
 SLACK = 1.5
 
-failures = []
 report = []
-
-
-def check(ok, what):
-    print(f"  {'ok  ' if ok else 'FAIL'} {what}", flush=True)
-    if not ok:
-        failures.append(what)
-
-
-def wait_for(pred, timeout, step=0.05):
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if pred():
-            return time.monotonic() - start
-        time.sleep(step)
-    return None
 
 
 def case_exception_path(lab):
