@@ -29,6 +29,7 @@ pub mod outer_header;
 pub mod packet;
 pub mod pipeline;
 pub mod port;
+pub mod probe_path;
 pub mod quic_lb;
 pub mod rules;
 pub mod service;
