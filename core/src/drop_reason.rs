@@ -64,6 +64,10 @@ drop_reasons! {
     /// it would need more than `fragment::MAX_FRAGMENTS` fragments, or the
     /// outer packet would pass 65,535 bytes (AP-3).
     MtuExceeded => "mtu_exceeded",
+    /// A data-path health probe's packet came from the kernel through the
+    /// TAP of another port than its backend's egress port (a reload moved
+    /// the backend while the probe ran); the probe fails and runs again.
+    ProbeWrongPort => "probe_wrong_port",
     /// Addressed to the appliance but no exception path is configured.
     NoExceptionPath => "no_exception_path",
     /// Addressed to the appliance, but the exception path's TAP queue was full.

@@ -20,7 +20,7 @@
 //! packets and the appliance's own are looked at.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::drop_reason::DropReason;
 use crate::encap;
@@ -97,6 +97,8 @@ pub struct Seen {
 /// Which backend each probe socket is for, and what the workers saw of it.
 pub struct ProbeTable {
     words: Box<[AtomicU64]>,
+    /// Ports registered: while none is, the workers look at nothing.
+    active: AtomicUsize,
 }
 
 impl std::fmt::Debug for ProbeTable {
@@ -116,6 +118,7 @@ impl ProbeTable {
     pub fn new() -> Self {
         Self {
             words: (0..2 * PORTS).map(|_| AtomicU64::new(0)).collect(),
+            active: AtomicUsize::new(0),
         }
     }
 
@@ -128,7 +131,10 @@ impl ProbeTable {
     /// earlier socket on the port is forgotten. Call before it sends.
     pub fn register(&self, proto: ProbeProto, port: u16, backend: BackendId) {
         if let Some(w) = self.word(proto, port) {
-            w.store(u64::from(backend.0) + 1, Ordering::Release);
+            let was = w.swap(u64::from(backend.0) + 1, Ordering::AcqRel);
+            if was & BACKEND_MASK == 0 {
+                self.active.fetch_add(1, Ordering::Release);
+            }
         }
     }
 
@@ -136,8 +142,17 @@ impl ProbeTable {
     /// again.
     pub fn release(&self, proto: ProbeProto, port: u16) {
         if let Some(w) = self.word(proto, port) {
-            w.store(0, Ordering::Release);
+            if w.swap(0, Ordering::AcqRel) & BACKEND_MASK != 0 {
+                self.active.fetch_sub(1, Ordering::Release);
+            }
         }
+    }
+
+    /// Whether any probe socket is registered: the workers' one check on
+    /// the kernel's packets and the appliance's answers while none is.
+    #[inline]
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed) != 0
     }
 
     /// What the workers saw of the socket on local `port`.
@@ -285,13 +300,18 @@ mod tests {
     fn a_registered_port_names_its_backend_until_released() {
         let t = ProbeTable::new();
         assert_eq!(t.backend(ProbeProto::Tcp, 40000), None);
+        assert!(!t.is_active());
         t.register(ProbeProto::Tcp, 40000, BackendId(0));
+        t.register(ProbeProto::Tcp, 40000, BackendId(0));
+        assert!(t.is_active());
         assert_eq!(t.backend(ProbeProto::Tcp, 40000), Some(BackendId(0)));
         assert_eq!(t.backend(ProbeProto::Udp, 40000), None, "port spaces apart");
         t.mark(ProbeProto::Tcp, 40000, SENT | FROM_VIP);
         let seen = t.seen(ProbeProto::Tcp, 40000);
         assert!(seen.sent && seen.answer_from_vip && !seen.answer_from_backend);
         t.release(ProbeProto::Tcp, 40000);
+        t.release(ProbeProto::Tcp, 40000);
+        assert!(!t.is_active(), "counted once per port");
         assert_eq!(t.backend(ProbeProto::Tcp, 40000), None);
         // A flag after the release is lost, not kept for the next socket.
         t.mark(ProbeProto::Tcp, 40000, FROM_OTHER);

@@ -69,6 +69,9 @@ pub struct Controller {
     clock: Box<dyn Fn() -> Millis + Send>,
     view_refreshed: Instant,
     pub shared: Arc<Shared>,
+    /// Data-path health probes' sockets: registered by the health
+    /// checker, read by the workers.
+    pub probes: Arc<sluice_core::probe_path::ProbeTable>,
     /// The workers' counters: per-backend ones cover every index before a
     /// snapshot naming it is published, and restart at zero on reuse.
     stats: Vec<Arc<CachePadded<WorkerStats>>>,
@@ -120,6 +123,7 @@ impl Controller {
             Some(c)
         };
         let mut c = Self {
+            probes: Arc::default(),
             cell: Arc::new(SnapshotCell::new(ForwardingState::default())),
             id_hold_ms: retire::id_hold_ms(&cfg, 0),
             probe_services: probe_services(&cfg),

@@ -76,6 +76,7 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
             cfg: &cfg,
             stats: &control.stats,
             snapshots: &control.snapshots,
+            probes: &control.controller.probes,
             #[cfg(feature = "test-hooks")]
             pause_after_rx,
         },

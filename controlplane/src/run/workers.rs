@@ -3,6 +3,7 @@
 //! a relay ring to a worker that owns one (AP-4), its steering rings,
 //! its counters, the snapshot cell and the runtime's clock.
 
+use sluice_core::probe_path::ProbeTable;
 use std::sync::Arc;
 
 use controlplane::config::Config;
@@ -26,6 +27,8 @@ pub struct Shared<'a> {
     /// One block per worker.
     pub stats: &'a [Arc<CachePadded<WorkerStats>>],
     pub snapshots: &'a Arc<SnapshotCell>,
+    /// Data-path health probes' sockets, shared with the health checker.
+    pub probes: &'a Arc<ProbeTable>,
     /// TEST HOOK: the worker pauses RX after this many packets.
     #[cfg(feature = "test-hooks")]
     pub pause_after_rx: Option<u64>,
@@ -70,6 +73,7 @@ pub fn build(
             exception: exception_paths(q.exception, relays.get_mut(index)),
             stats: Arc::clone(stats),
             snapshots: Arc::clone(shared.snapshots),
+            probes: Arc::clone(shared.probes),
             stop: Arc::clone(&stop),
             clock,
             burst_size,

@@ -137,7 +137,7 @@ impl BurstPath {
                 if state.ports.get(port).is_some_and(|p| p.vlan.is_some()) {
                     vlan::pop_tag(&mut m);
                 }
-                return self.lanes.punt(port, m);
+                return self.lanes.punt(port, m, state);
             }
             Verdict::Drop(reason) => return self.lanes.discard(reason, m),
         };

@@ -9,8 +9,11 @@
 //! to its TAP queue with its own. Only owners read the TAP (the kernel's
 //! traffic, injected on the owner's TX queue of the port).
 
+use super::probes::{kernel_frame, KernelFrame};
 use crate::dpdk::{Mbuf, MbufBurst, RingConsumer, RingProducer, RxQueue, TxQueue, MAX_BURST};
 use sluice_core::drop_reason::DropReason;
+use sluice_core::probe_path::ProbeTable;
+use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
 use sluice_core::vlan;
 
@@ -103,15 +106,18 @@ impl ExceptionLane {
 
     /// Transmits on the data port (`txq`) what the kernel sent on the TAP
     /// (ARP and ND answers, ICMP, health-check probes, BGP, management),
-    /// with the port's 802.1Q tag pushed on a trunk port. One burst per
-    /// poll: the kernel's traffic is light, and the data path comes first.
-    /// Returns the frames read from the TAP (none without a queue pair).
+    /// with the port's 802.1Q tag pushed on a trunk port; a data-path
+    /// probe's packets leave encapsulated to their backend instead
+    /// (`probes`). One burst per poll: the kernel's traffic is light, and
+    /// the data path comes first. Returns the frames read from the TAP
+    /// (none without a queue pair).
     pub(super) fn inject(
         &mut self,
         txq: &mut TxQueue,
         burst: &mut MbufBurst,
         stats: &WorkerStats,
-        vlan: Option<u16>,
+        state: &ForwardingState,
+        probes: &ProbeTable,
     ) -> usize {
         let ExceptionPath::Tap { queues, .. } = &mut self.path else {
             return 0;
@@ -121,17 +127,34 @@ impl ExceptionLane {
             return 0;
         }
         let counters = stats.ports.get(self.port);
-        if let Some(vid) = vlan {
-            // Cannot fail: the TAP's buffers come with the pool's headroom.
-            // If one did, the burst is not sent half untagged onto the VLAN.
-            let tagged = burst.iter_mut().all(|m| vlan::push_tag(m, vid));
-            if !tagged {
-                let n = burst.clear() as u64;
-                if let Some(pc) = counters {
-                    pc.inject_failed.add(n);
+        let vlan = state.ports.get(self.port).and_then(|p| p.vlan);
+        if vlan.is_some() || probes.is_active() {
+            let mut out = MbufBurst::default();
+            let mut untagged = 0;
+            for mut m in burst.drain() {
+                match kernel_frame(&mut m, self.port, state, probes) {
+                    KernelFrame::Probe => {}
+                    KernelFrame::Dropped(reason) => {
+                        stats.count_drop(reason, 1);
+                        continue;
+                    }
+                    KernelFrame::Kernel => {
+                        // Cannot fail: the TAP's buffers come with the
+                        // pool's headroom. If one did, it is not sent
+                        // untagged onto the VLAN.
+                        if vlan.is_some_and(|vid| !vlan::push_tag(&mut m, vid)) {
+                            untagged += 1;
+                            continue;
+                        }
+                    }
                 }
-                return n as usize;
+                // Cannot be full: it holds what the burst held.
+                let _ = out.push(m);
             }
+            if let Some(pc) = counters {
+                pc.inject_failed.add(untagged);
+            }
+            std::mem::swap(burst, &mut out);
         }
         let sent = txq.tx_burst(burst) as u64;
         let unsent = burst.clear() as u64;
@@ -223,7 +246,8 @@ pub(crate) fn a_full_relay_ring_is_a_counted_drop_and_the_owner_drains_it(
     assert_eq!(relay.flush(&relaying), 0, "a relay reads no ring");
     // A 16-slot ring takes 15.
     assert_eq!(relaying.total_drops(), 25);
-    let injected = relay.inject(&mut data_port.tx, &mut burst, &relaying, None);
+    let (state, probes) = (ForwardingState::default(), ProbeTable::new());
+    let injected = relay.inject(&mut data_port.tx, &mut burst, &relaying, &state, &probes);
     assert_eq!(injected, 0, "only owners read the TAP");
     assert_eq!(owner.flush(&owning), 15, "the relayed packets are work");
     assert_eq!(owning.ports[0].punted.get(), 15, "written to the TAP");

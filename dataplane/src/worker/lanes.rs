@@ -15,6 +15,7 @@ use super::steering::{self, SteerLane};
 use super::transmit::TxLane;
 use crate::dpdk::{Mbuf, MbufBurst, RingProducer, TxQueue};
 use sluice_core::drop_reason::DropReason;
+use sluice_core::probe_path::ProbeTable;
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
 
@@ -30,6 +31,9 @@ pub(super) struct Lanes {
     /// This burst's dropped packets, freed together at its end: a flood
     /// of unwanted packets costs one mempool put per burst.
     dropped: MbufBurst,
+    /// Data-path probe sockets: whose packets from the kernel leave
+    /// encapsulated, and whose answers are noted on the way to it.
+    probes: Arc<ProbeTable>,
     stats: Arc<CachePadded<WorkerStats>>,
 }
 
@@ -40,6 +44,7 @@ impl Lanes {
         tx: Vec<TxQueue>,
         exception: Vec<Option<ExceptionPath>>,
         to: Vec<Option<RingProducer>>,
+        probes: Arc<ProbeTable>,
         stats: Arc<CachePadded<WorkerStats>>,
     ) -> Self {
         Self {
@@ -55,6 +60,7 @@ impl Lanes {
                 .collect(),
             steer: to.into_iter().map(SteerLane::new).collect(),
             dropped: MbufBurst::default(),
+            probes,
             stats,
         }
     }
@@ -88,9 +94,13 @@ impl Lanes {
     }
 
     /// AP-4: hands a packet for the appliance to `port`'s TAP, or drops it
-    /// (counted) when the port has no exception path.
+    /// (counted) when the port has no exception path. An answer to a
+    /// data-path probe is noted on the way.
     #[inline]
-    pub(super) fn punt(&mut self, port: usize, m: Mbuf) {
+    pub(super) fn punt(&mut self, port: usize, m: Mbuf, state: &ForwardingState) {
+        if self.probes.is_active() {
+            super::probes::note_answer(&m, state, &self.probes);
+        }
         match self.exception.get_mut(port) {
             Some(Some(lane)) => lane.punt(m, &self.stats),
             _ => self.stats.count_drop(DropReason::NoExceptionPath, 1),
@@ -140,8 +150,7 @@ impl Lanes {
             if let Some(lane) = lane {
                 injected += lane.flush(stats);
                 if let Some(tx) = self.tx.get_mut(port) {
-                    let vlan = state.ports.get(port).and_then(|p| p.vlan);
-                    injected += lane.inject(tx.queue_mut(), scratch, stats, vlan);
+                    injected += lane.inject(tx.queue_mut(), scratch, stats, state, &self.probes);
                 }
             }
         }

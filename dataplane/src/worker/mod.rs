@@ -15,6 +15,7 @@
 // `unsafe` lives in `crate::dpdk`.
 #![forbid(unsafe_code)]
 
+use sluice_core::probe_path::ProbeTable;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -33,6 +34,7 @@ mod idle;
 mod lanes;
 pub mod mailbox;
 mod poll;
+mod probes;
 mod steering;
 #[cfg(feature = "test-hooks")]
 mod test_pause;
@@ -66,6 +68,8 @@ pub struct Worker {
     pub exception: Vec<Option<ExceptionPath>>,
     pub stats: Arc<CachePadded<WorkerStats>>,
     pub snapshots: Arc<SnapshotCell>,
+    /// Data-path health probes' sockets (`sluice_core::probe_path`).
+    pub probes: Arc<ProbeTable>,
     pub stop: Arc<AtomicBool>,
     pub clock: TscClock,
     /// Packets per RX poll (1..=MAX_BURST).

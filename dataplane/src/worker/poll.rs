@@ -90,6 +90,7 @@ impl Polling {
             steering,
             stats,
             snapshots,
+            probes,
             stop: _,
             clock,
             burst_size,
@@ -109,7 +110,7 @@ impl Polling {
         ctx.fragment_ids = sluice_core::fragment::FragmentIds::for_worker(index);
         handoff.restore_into(index, &mut ctx.conntrack, Millis(clock.now_ms()));
         stats.conntrack.publish(&ctx.conntrack);
-        let lanes = Lanes::new(tx, exception, to, Arc::clone(&stats));
+        let lanes = Lanes::new(tx, exception, to, probes, Arc::clone(&stats));
         let version = snapshots.version();
         let state = snapshots.load();
         stats.snapshot_generation.set(state.generation);
