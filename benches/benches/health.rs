@@ -18,6 +18,7 @@ use controlplane::config::TcpCheck;
 use controlplane::health::driver::Input;
 use controlplane::health::drivers::Driver;
 use controlplane::health::scheduler::{Io, Scheduler};
+use controlplane::health::Route;
 use controlplane::health::{HealthChecker, InitialState, ProbeKey, ProbeKind, StatusMap};
 
 fn main() {
@@ -68,6 +69,7 @@ fn main() {
 fn keys(n: u32, port: u16) -> Vec<ProbeKey> {
     (0..n)
         .map(|i| ProbeKey {
+            route: Route::Direct,
             addr: SocketAddr::new(
                 Ipv4Addr::new(127, 1 + (i >> 16) as u8, (i >> 8) as u8, i as u8).into(),
                 port,

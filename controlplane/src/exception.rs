@@ -235,7 +235,7 @@ fn family(a: IpAddr) -> AddressFamily {
 }
 
 /// The index of interface `name` (an ioctl on any socket).
-fn interface_index(name: &str) -> io::Result<u32> {
+pub(crate) fn interface_index(name: &str) -> io::Result<u32> {
     let probe = rustix::net::socket_with(
         rustix::net::AddressFamily::INET,
         rustix::net::SocketType::DGRAM,

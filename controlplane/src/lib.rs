@@ -27,6 +27,7 @@ pub mod metrics_control;
 pub mod metrics_process;
 pub mod neighbours;
 pub mod policy;
+pub mod probe_routes;
 pub mod publish;
 pub mod rtnetlink;
 pub mod service_manager;

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use controlplane::config::{HttpCheck, TcpCheck, UdpCheck};
+use controlplane::health::Route;
 use controlplane::health::{FailureReason, HealthChecker, InitialState, ProbeKey, ProbeKind};
 
 /// A tiny HTTP server: answers every request with `status` and, when set,
@@ -63,6 +64,7 @@ fn server() -> Server {
 
 fn key(addr: SocketAddr, kind: ProbeKind) -> ProbeKey {
     ProbeKey {
+        route: Route::Direct,
         addr,
         kind,
         interval: Duration::from_millis(50),

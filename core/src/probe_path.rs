@@ -20,7 +20,7 @@
 //! packets and the appliance's own are looked at.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 
 use crate::drop_reason::DropReason;
 use crate::encap;
@@ -59,8 +59,10 @@ impl ProbeProto {
 const PORTS: usize = 1 << 16;
 
 /// A word: the backend id + 1 in the low 32 bits (0: the port is not a
-/// probe's), what the workers saw in the flag bits above.
+/// probe's), what the workers saw in the flag bits above, and the
+/// registration's tag in the top 16 bits.
 const BACKEND_MASK: u64 = 0xffff_ffff;
+const TAG_SHIFT: u32 = 48;
 /// At least one of the probe's packets left, encapsulated.
 const SENT: u64 = 1 << 32;
 /// One of its packets could not be sent (next hop unresolved, the backend
@@ -99,6 +101,17 @@ pub struct ProbeTable {
     words: Box<[AtomicU64]>,
     /// Ports registered: while none is, the workers look at nothing.
     active: AtomicUsize,
+    /// The next registration's tag.
+    tags: AtomicU16,
+}
+
+/// One registration of a local port: what releases it, and only it (the
+/// kernel may give the port to another probe socket meanwhile).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    pub proto: ProbeProto,
+    pub port: u16,
+    tag: u16,
 }
 
 impl std::fmt::Debug for ProbeTable {
@@ -119,6 +132,7 @@ impl ProbeTable {
         Self {
             words: (0..2 * PORTS).map(|_| AtomicU64::new(0)).collect(),
             active: AtomicUsize::new(0),
+            tags: AtomicU16::new(0),
         }
     }
 
@@ -129,22 +143,33 @@ impl ProbeTable {
 
     /// The socket on local `port` probes `backend`; what was seen of an
     /// earlier socket on the port is forgotten. Call before it sends.
-    pub fn register(&self, proto: ProbeProto, port: u16, backend: BackendId) {
+    pub fn register(&self, proto: ProbeProto, port: u16, backend: BackendId) -> Ticket {
+        let tag = self.tags.fetch_add(1, Ordering::Relaxed);
         if let Some(w) = self.word(proto, port) {
-            let was = w.swap(u64::from(backend.0) + 1, Ordering::AcqRel);
+            let word = u64::from(tag) << TAG_SHIFT | (u64::from(backend.0) + 1);
+            let was = w.swap(word, Ordering::AcqRel);
             if was & BACKEND_MASK == 0 {
                 self.active.fetch_add(1, Ordering::Release);
             }
         }
+        Ticket { proto, port, tag }
     }
 
-    /// The socket on local `port` is closed: its packets are the kernel's
-    /// again.
-    pub fn release(&self, proto: ProbeProto, port: u16) {
-        if let Some(w) = self.word(proto, port) {
-            if w.swap(0, Ordering::AcqRel) & BACKEND_MASK != 0 {
-                self.active.fetch_sub(1, Ordering::Release);
-            }
+    /// The registration is over: the port's packets are the kernel's
+    /// again — unless another registration of the port came since, which
+    /// stays.
+    pub fn release(&self, ticket: Ticket) {
+        let Some(w) = self.word(ticket.proto, ticket.port) else {
+            return;
+        };
+        let mine = |v: u64| v & BACKEND_MASK != 0 && (v >> TAG_SHIFT) as u16 == ticket.tag;
+        let released = w
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                mine(v).then_some(0)
+            })
+            .is_ok();
+        if released {
+            self.active.fetch_sub(1, Ordering::Release);
         }
     }
 
@@ -301,16 +326,19 @@ mod tests {
         let t = ProbeTable::new();
         assert_eq!(t.backend(ProbeProto::Tcp, 40000), None);
         assert!(!t.is_active());
-        t.register(ProbeProto::Tcp, 40000, BackendId(0));
-        t.register(ProbeProto::Tcp, 40000, BackendId(0));
+        let first = t.register(ProbeProto::Tcp, 40000, BackendId(0));
+        let ticket = t.register(ProbeProto::Tcp, 40000, BackendId(0));
         assert!(t.is_active());
+        // A later registration of the port outlives the earlier's release.
+        t.release(first);
+        assert_eq!(t.backend(ProbeProto::Tcp, 40000), Some(BackendId(0)));
         assert_eq!(t.backend(ProbeProto::Tcp, 40000), Some(BackendId(0)));
         assert_eq!(t.backend(ProbeProto::Udp, 40000), None, "port spaces apart");
         t.mark(ProbeProto::Tcp, 40000, SENT | FROM_VIP);
         let seen = t.seen(ProbeProto::Tcp, 40000);
         assert!(seen.sent && seen.answer_from_vip && !seen.answer_from_backend);
-        t.release(ProbeProto::Tcp, 40000);
-        t.release(ProbeProto::Tcp, 40000);
+        t.release(ticket);
+        t.release(ticket);
         assert!(!t.is_active(), "counted once per port");
         assert_eq!(t.backend(ProbeProto::Tcp, 40000), None);
         // A flag after the release is lost, not kept for the next socket.

@@ -182,11 +182,13 @@ class Lab:
 
     # ---- sluice -------------------------------------------------------------
 
-    def write_config(self, backends, failover=(), delivery=('encapsulation = "l2"',) * 2):
+    def write_config(self, backends, failover=(), delivery=('encapsulation = "l2"',) * 2,
+                     check_path="direct"):
         """The lab's configuration with `backends`; those also in `failover`
         are the web service's failover pool (`failover = true`). `delivery`:
         the TOML lines choosing the encapsulation of the web and web6
-        services (layer-2 DSR by default)."""
+        services (layer-2 DSR by default). `check_path`: the HTTP check's
+        `path` ("direct", or "data": through the data path to each VIP)."""
         web_delivery, web6_delivery = delivery
         web = ",\n  ".join(
             f'{{ address = "{self.backend_ip(i)}"' + (", failover = true" if i in failover else "")
@@ -217,6 +219,19 @@ name = "http"
 type = "HTTP"
 port = 80
 request_path = "/health"
+path = "{check_path}"
+check_interval = "1s"
+timeout = "500ms"
+healthy_threshold = 2
+unhealthy_threshold = 2
+
+# The UDP service's: always direct (its rule takes no TCP port 80). The
+# same probe as "http" when that one is direct too.
+[[health_check]]
+name = "http-direct"
+type = "HTTP"
+port = 80
+request_path = "/health"
 check_interval = "1s"
 timeout = "500ms"
 healthy_threshold = 2
@@ -234,7 +249,7 @@ backend = [
 name = "udp"
 encapsulation = "l2"
 session_affinity = "CLIENT_IP"
-health_check = "http"
+health_check = "http-direct"
 backend = [
   {bl},
 ]

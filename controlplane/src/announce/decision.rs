@@ -31,7 +31,7 @@ use sluice_core::maglev_table::MaglevTable;
 use sluice_core::snapshot::ForwardingState;
 
 use crate::config::Config;
-use crate::health::{probe_key, ProbeStatus, ProbeStatuses};
+use crate::health::{backend_probe_keys, ProbeStatus, ProbeStatuses};
 
 /// Why a VIP is or is not announced.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,9 +109,11 @@ impl TableMembers {
         }
         let settled = match (svc.health_check.map(|i| &cfg.health_checks[i]), health) {
             (Some(hc), Some(health)) => svc.backends.iter().all(|b| {
-                health
-                    .get(&probe_key(hc, b.address))
-                    .is_some_and(|st| has_verdict(st, hc.unhealthy_threshold))
+                backend_probe_keys(cfg, si, hc, b.address).all(|key| {
+                    health
+                        .get(&key)
+                        .is_some_and(|st| has_verdict(st, hc.unhealthy_threshold))
+                })
             }),
             // Checked, but no probe status yet: the checker has just started.
             (Some(_), None) => false,

@@ -105,6 +105,11 @@ pub struct Config {
     pub forwarding_rules: Vec<Arc<ForwardingRuleConfig>>,
     /// `[bgp]`: VIP announcement through BIRD (None: not announced).
     pub bgp: Option<BgpConfig>,
+    /// Per service (by index): the VIPs its data-path health check probes
+    /// — those of its rules that take the check's protocol and port —
+    /// empty for a service without one. Derived from the services and
+    /// rules at every validation.
+    pub probe_vips: Vec<Vec<IpAddr>>,
 }
 
 impl Config {
@@ -230,6 +235,22 @@ pub struct HealthCheckConfig {
     /// default UNHEALTHY: a new backend proves itself before it gets
     /// traffic; see `health::InitialState`).
     pub initially_healthy: bool,
+    /// Which way probes travel (`path`).
+    pub path: CheckPath,
+}
+
+/// Which way a health check's probes travel.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CheckPath {
+    /// `"direct"`: from the appliance's address to the backend's own,
+    /// through the kernel (HC-8).
+    #[default]
+    Direct,
+    /// `"data"`: as a client's packets to each VIP of the service travel —
+    /// from a port's address to the VIP, encapsulated by the service's
+    /// encapsulation through the data port to the backend, whose answer
+    /// must come back from the VIP to the appliance.
+    Data,
 }
 
 impl HealthCheckConfig {

@@ -94,6 +94,7 @@ pub(crate) struct RawHealthCheck {
     pub healthy_threshold: Option<S<i64>>,
     pub unhealthy_threshold: Option<S<i64>>,
     pub initial_state: Option<S<String>>,
+    pub path: Option<S<String>>,
 }
 
 #[derive(Deserialize, Debug)]

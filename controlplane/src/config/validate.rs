@@ -104,6 +104,13 @@ fn validate_all(
         &dataplane.ports,
         &forwarding_rules,
     );
+    let probe_vips = super::health_check::probe_vips(
+        &mut cx,
+        &raw.backend_service,
+        &health_checks,
+        &backend_services,
+        &forwarding_rules,
+    );
     if !cx.diags.is_empty() {
         return Err(cx.diags);
     }
@@ -115,6 +122,7 @@ fn validate_all(
         backend_services,
         forwarding_rules,
         bgp,
+        probe_vips,
     };
     Ok((config, cx.warnings))
 }

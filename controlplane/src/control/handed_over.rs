@@ -13,7 +13,7 @@ use sluice_core::backend::{BackendState, Egress, Pool};
 use sluice_core::ids::ServiceId;
 use sluice_core::time::Millis;
 
-use crate::health::{probe_key, ProbeStatus};
+use crate::health::{backend_probe_keys, ProbeStatus};
 
 use super::rebuild::{ProbeStates, Rules};
 use super::Controller;
@@ -85,7 +85,7 @@ impl Controller {
         };
         let mut seeded = 0;
         let mut status = checker.status.lock().unwrap_or_else(|p| p.into_inner());
-        for svc in &self.cfg.backend_services {
+        for (si, svc) in self.cfg.backend_services.iter().enumerate() {
             let Some(hc) = svc.health_check.map(|i| &self.cfg.health_checks[i]) else {
                 continue;
             };
@@ -93,15 +93,18 @@ impl Controller {
                 let Some(seed) = seeds.get(&(svc.name.as_str(), b.address)) else {
                     continue;
                 };
-                let key = probe_key(hc, b.address);
-                let st = status
-                    .entry(key.clone())
-                    .or_insert_with(|| ProbeStatus::new(key.initial));
-                // A probe that has a verdict of its own keeps it.
-                if st.probes == 0 {
-                    st.state.healthy = seed.healthy;
-                    st.state.weight = seed.weight;
-                    seeded += 1;
+                // Under a data-path check, each VIP's probe starts from
+                // the backend's state.
+                for key in backend_probe_keys(&self.cfg, si, hc, b.address) {
+                    let st = status
+                        .entry(key.clone())
+                        .or_insert_with(|| ProbeStatus::new(key.initial));
+                    // A probe that has a verdict of its own keeps it.
+                    if st.probes == 0 {
+                        st.state.healthy = seed.healthy;
+                        st.state.weight = seed.weight;
+                        seeded += 1;
+                    }
                 }
             }
         }

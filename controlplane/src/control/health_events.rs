@@ -193,9 +193,9 @@ pub fn probe_services(cfg: &Config) -> ProbeServices {
             continue;
         };
         for (position, b) in s.backends.iter().enumerate() {
-            out.entry(health::probe_key(hc, b.address))
-                .or_default()
-                .push((si, position));
+            for key in health::backend_probe_keys(cfg, si, hc, b.address) {
+                out.entry(key).or_default().push((si, position));
+            }
         }
     }
     out

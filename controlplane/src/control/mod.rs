@@ -28,6 +28,7 @@ use sluice_core::stats::WorkerStats;
 use sluice_core::time::Millis;
 
 use crate::config::Config;
+use crate::health::data_socket::DataPathContext;
 use crate::health::{self, HealthChecker};
 use crate::neighbours::NeighbourResolver;
 use crate::publish::{BackendIds, PolicyMemory};
@@ -105,6 +106,14 @@ impl std::fmt::Debug for Controller {
 }
 
 impl Controller {
+    /// What the health checker's data-path probes share with the workers.
+    fn data_path(&self) -> DataPathContext {
+        DataPathContext {
+            probes: Arc::clone(&self.probes),
+            snapshots: Arc::clone(&self.cell),
+        }
+    }
+
     /// Builds and publishes the first snapshot and starts the health
     /// checker (when any service has a health check).
     pub fn new(
@@ -114,17 +123,22 @@ impl Controller {
         clock: Box<dyn Fn() -> Millis + Send>,
     ) -> std::io::Result<Self> {
         let cfg = Arc::new(cfg);
+        let probes = Arc::default();
+        let cell = Arc::new(SnapshotCell::new(ForwardingState::default()));
         let keys = health::probe_keys(&cfg);
         let checker = if keys.is_empty() {
             None
         } else {
-            let c = HealthChecker::spawn()?;
+            let c = HealthChecker::spawn_with(Some(DataPathContext {
+                probes: Arc::clone(&probes),
+                snapshots: Arc::clone(&cell),
+            }))?;
             c.set_targets(keys);
             Some(c)
         };
         let mut c = Self {
-            probes: Arc::default(),
-            cell: Arc::new(SnapshotCell::new(ForwardingState::default())),
+            probes,
+            cell,
             id_hold_ms: retire::id_hold_ms(&cfg, 0),
             probe_services: probe_services(&cfg),
             cfg,

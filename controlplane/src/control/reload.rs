@@ -130,7 +130,8 @@ impl Controller {
             match &self.checker {
                 Some(c) => c.set_targets(keys),
                 None if !keys.is_empty() => {
-                    let c = HealthChecker::spawn().map_err(ReloadError::HealthChecker)?;
+                    let c = HealthChecker::spawn_with(Some(self.data_path()))
+                        .map_err(ReloadError::HealthChecker)?;
                     c.set_targets(keys);
                     self.checker = Some(c);
                 }
@@ -167,6 +168,7 @@ impl Controller {
 /// of. One pass over the backends, no key built.
 fn same_probes(old: &Config, new: &Config) -> bool {
     old.health_checks == new.health_checks
+        && old.probe_vips == new.probe_vips
         && old.backend_services.len() == new.backend_services.len()
         && old
             .backend_services

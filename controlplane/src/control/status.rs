@@ -250,10 +250,15 @@ fn last_failures(
     if view.health.is_empty() {
         return HashMap::new();
     }
+    let si = cfg
+        .backend_services
+        .iter()
+        .position(|s| s.name == svc.name)
+        .unwrap_or_default();
     svc.backends
         .iter()
         .filter_map(|b| {
-            let st = view.health.get(&health::probe_key(hc, b.address))?;
+            let st = health::backend_status(&view.health, cfg, si, hc, b.address)?;
             Some((b.address, st.last_failure?))
         })
         .collect()

@@ -15,7 +15,7 @@ use sluice_core::stats::WorkerStats;
 use super::text::{self, Family, Kind, Label, Value};
 use crate::config::{BackendConfig, BackendServiceConfig, HealthCheckConfig, LocalityLbPolicy};
 use crate::control::View;
-use crate::health::{probe_key, FailureReason, ProbeStatus};
+use crate::health::{backend_status, FailureReason, ProbeStatus};
 
 /// What a scrape reads.
 pub struct Context<'a> {
@@ -250,8 +250,8 @@ fn checked_backends(
                 return false;
             }
             cur.j += 1;
-            let key = probe_key(check.expect("checked above"), backend.address);
-            if let Some(status) = view.health.get(&key) {
+            let check = check.expect("checked above");
+            if let Some(status) = backend_status(&view.health, cfg, cur.i, check, backend.address) {
                 let c = Checked {
                     svc,
                     backend,

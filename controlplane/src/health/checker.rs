@@ -12,6 +12,12 @@
 //!   probes a second leave no TIME_WAIT on the appliance.
 //! - Datagram: a UDP socket bound to an ephemeral port and connected to
 //!   the backend, fresh for each run.
+//!
+//! A data-path probe's run opens the same transports to the VIP instead,
+//! from a port's address, marked and registered so that its packets take
+//! a client's way to the backend ([`super::data_socket`]); what the
+//! workers saw of it is read before every timeout, so that one names
+//! where along the path the probe stopped.
 
 use std::io::{self, Read as _, Write as _};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -23,9 +29,15 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpStream, UdpSocket};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use std::collections::{HashMap, VecDeque};
+
+use sluice_core::probe_path::{ProbeProto, Ticket};
+
+use super::data_socket::{self, DataPathContext};
 use super::driver::{Input, Transport};
 use super::drivers::Driver;
 use super::halfopen::Answer;
+use super::route::Route;
 use super::scheduler::{Event, Io, ProbeKey, RunId, Scheduler, StatusMap};
 use super::syn_socket::SynSocket;
 
@@ -56,9 +68,19 @@ const SYN: Token = Token(usize::MAX - 1);
 const MAX_DATAGRAM: usize = 65_535;
 /// Bytes read from a stream at a time.
 const STREAM_CHUNK: usize = 2048;
+/// How long a closed data-path socket's packets still take the data path.
+const LINGER: Duration = Duration::from_secs(2);
 
 impl HealthChecker {
+    /// A checker of direct probes only (a data-path probe is never
+    /// routed).
     pub fn spawn() -> io::Result<Self> {
+        Self::spawn_with(None)
+    }
+
+    /// A checker whose data-path probes go through `data`'s table and
+    /// snapshots.
+    pub fn spawn_with(data: Option<DataPathContext>) -> io::Result<Self> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let (commands, cmd_rx) = mpsc::channel();
@@ -81,6 +103,9 @@ impl HealthChecker {
             syn,
             syn_owner: std::collections::HashMap::new(),
             conns: Vec::new(),
+            data,
+            data_runs: HashMap::new(),
+            lingering: VecDeque::new(),
             buf: vec![0; MAX_DATAGRAM],
             events: ev_tx,
         };
@@ -139,6 +164,15 @@ struct Shell {
     syn_owner: std::collections::HashMap<u32, RunId>,
     /// Per scheduler slot (the poll token): the run's socket.
     conns: Vec<Option<(RunId, Conn)>>,
+    /// Data-path probes' table and snapshots (None: direct probes only).
+    data: Option<DataPathContext>,
+    /// Each data-path run in flight: its socket's registration in the
+    /// table (None: it could not be routed).
+    data_runs: HashMap<RunId, Option<Ticket>>,
+    /// Registrations of closed data-path sockets, kept [`LINGER`] after
+    /// the close so that the RST the kernel sends then still takes the
+    /// data path (else the backend would keep the connection open).
+    lingering: VecDeque<(Instant, Ticket)>,
     buf: Vec<u8>,
     events: Sender<Event>,
 }
@@ -168,6 +202,7 @@ impl Shell {
                     Command::Stop => return,
                 }
             }
+            self.note_data_paths();
             self.core.handle_timeout(Instant::now());
             self.flush();
         }
@@ -181,8 +216,15 @@ impl Shell {
                 Io::Open {
                     run,
                     addr,
+                    route: Route::Direct,
                     transport,
                 } => self.open(run, addr, transport),
+                Io::Open {
+                    run,
+                    addr,
+                    route: Route::Data { vip },
+                    transport,
+                } => self.open_data(run, addr, SocketAddr::new(vip, addr.port()), transport),
                 Io::Send { run, bytes } => self.send(run, bytes),
                 Io::Close { run } => self.close(run),
             }
@@ -231,6 +273,82 @@ impl Shell {
         }
     }
 
+    /// A data-path run: its socket to `vip` for backend `addr`, or none
+    /// when it cannot be routed (its timeout then says so).
+    fn open_data(&mut self, run: RunId, addr: SocketAddr, vip: SocketAddr, transport: Transport) {
+        if let Some((old, _)) = self.conns.get(run.slot).and_then(Option::as_ref) {
+            let old = *old;
+            self.close(old);
+        }
+        let opened = match &self.data {
+            Some(ctx) => data_socket::open(ctx, transport, vip, addr.ip()),
+            None => Ok(None),
+        };
+        let opened = match opened {
+            Ok(Some(o)) => o,
+            Ok(None) => {
+                self.data_runs.insert(run, None);
+                return;
+            }
+            Err(e) => return self.feed(run, input_of(&e)),
+        };
+        self.data_runs.insert(run, Some(opened.ticket));
+        let token = Token(run.slot);
+        let registered = match opened.ticket.proto {
+            ProbeProto::Tcp => {
+                let mut stream = TcpStream::from_std(opened.socket.into());
+                self.poll
+                    .registry()
+                    .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                    .map(|()| Conn::Stream {
+                        stream,
+                        connected: false,
+                        out: Vec::new(),
+                    })
+            }
+            ProbeProto::Udp => {
+                let mut s = UdpSocket::from_std(opened.socket.into());
+                self.poll
+                    .registry()
+                    .register(&mut s, token, Interest::READABLE)
+                    .map(|()| Conn::Datagram(s))
+            }
+        };
+        match registered {
+            Ok(conn) => {
+                let ready = matches!(conn, Conn::Datagram(_));
+                if self.conns.len() <= run.slot {
+                    self.conns.resize_with(run.slot + 1, || None);
+                }
+                self.conns[run.slot] = Some((run, conn));
+                if ready {
+                    self.feed(run, Input::Connected);
+                }
+            }
+            Err(e) => self.feed(run, input_of(&e)),
+        }
+    }
+
+    /// Tells the scheduler what the workers saw of each data-path run in
+    /// flight, so that a timeout names where along the path it stopped.
+    fn note_data_paths(&mut self) {
+        let Some(ctx) = &self.data else {
+            return;
+        };
+        for (&run, ticket) in &self.data_runs {
+            let seen = ticket.map(|t| ctx.probes.seen(t.proto, t.port));
+            self.core.note_path(run, seen.unwrap_or_default());
+        }
+        let now = Instant::now();
+        while let Some(&(closed, ticket)) = self.lingering.front() {
+            if now.saturating_duration_since(closed) < LINGER {
+                break;
+            }
+            ctx.probes.release(ticket);
+            self.lingering.pop_front();
+        }
+    }
+
     fn send(&mut self, run: RunId, bytes: Vec<u8>) {
         let result = match self.conn(run) {
             Some(Conn::Stream { out, .. }) => {
@@ -247,6 +365,9 @@ impl Shell {
     }
 
     fn close(&mut self, run: RunId) {
+        if let Some(Some(ticket)) = self.data_runs.remove(&run) {
+            self.lingering.push_back((Instant::now(), ticket));
+        }
         let Some(slot) = self.conns.get_mut(run.slot) else {
             return;
         };

@@ -56,6 +56,28 @@ failure_reasons! {
     /// The probe could not run on this host: no socket, no free port, a
     /// send refused locally.
     LocalError => "local_error",
+    /// Data path: the probe's packets never reached the workers (the
+    /// kernel's route for probes through the port's TAP is missing, or the
+    /// port has no TAP or no address of the VIP's family).
+    NotRouted => "not_routed",
+    /// Data path: the workers could not send the probe to the backend
+    /// (next hop unresolved, the backend gone from the tables): see
+    /// `sluice_dropped_packets_total`.
+    NotSent => "not_sent",
+    /// Data path: a probe packet was beyond the egress MTU once
+    /// encapsulated.
+    TooBig => "too_big",
+    /// Data path: the probe went out to the backend and nothing came back
+    /// to the appliance — the backend does not take the VIP (not bound on
+    /// its loopback), cannot decapsulate (no tunnel device, wrong VXLAN
+    /// MAC), drops it (`rp_filter`), or sends its answer elsewhere.
+    NoAnswer => "no_answer",
+    /// Data path: the backend answered from its own address, not from the
+    /// VIP: a client would drop that answer.
+    AnsweredFromBackendAddress => "answered_from_backend_address",
+    /// Data path: the answer came from an address that is neither the VIP
+    /// nor the backend's (a NAT or another host on the way back).
+    AnsweredFromElsewhere => "answered_from_elsewhere",
 }
 
 #[cfg(test)]

@@ -23,13 +23,20 @@ use std::time::{Duration, Instant};
 
 use super::driver::{Input, Probe, Step, Transport};
 use super::failure::FailureReason;
+use sluice_core::probe_path::Seen;
+
+use super::data_path;
+use super::route::Route;
 use super::state::{Change, HealthState, InitialState, ProbeResult, Thresholds};
 use crate::config::ProbeKind;
 
 /// Identity of a shared probe.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ProbeKey {
+    /// The backend's address and the check's port.
     pub addr: SocketAddr,
+    /// Which way the probe travels to it.
+    pub route: Route,
     pub kind: ProbeKind,
     pub interval: Duration,
     pub timeout: Duration,
@@ -111,6 +118,8 @@ pub enum Io {
     Open {
         run: RunId,
         addr: SocketAddr,
+        /// Directly to `addr`, or as a client's packets to a VIP.
+        route: Route,
         transport: Transport,
     },
     /// Write these bytes on the run's stream, or send them as a datagram.
@@ -132,6 +141,8 @@ struct Running<P> {
     id: RunId,
     probe: P,
     started: Instant,
+    /// A data-path run: what the workers saw of its socket so far.
+    path: Option<Seen>,
 }
 
 /// Every probe's schedule and state, generic over the drivers: `make`
@@ -246,7 +257,12 @@ impl<P: Probe> Scheduler<P> {
                 continue;
             };
             if let Some(r) = e.run.as_mut() {
-                let result = r.probe.on_timeout(now);
+                let result = match (r.probe.on_timeout(now), r.path) {
+                    (ProbeResult::Failure(FailureReason::Timeout), Some(seen)) => {
+                        ProbeResult::Failure(data_path::timeout_reason(seen))
+                    }
+                    (result, _) => result,
+                };
                 self.finish(i, result, now);
             } else {
                 let lag = now.saturating_duration_since(due).as_secs_f64();
@@ -260,6 +276,16 @@ impl<P: Probe> Scheduler<P> {
                     st.lag_max = st.lag_max.max(lag);
                 }
                 self.start(i, now);
+            }
+        }
+    }
+
+    /// What the workers saw so far of data-path run `run`'s socket: its
+    /// timeout is then named by where along the path it stopped.
+    pub fn note_path(&mut self, run: RunId, seen: Seen) {
+        if let Some(Some(e)) = self.entries.get_mut(run.slot) {
+            if let Some(r) = e.run.as_mut().filter(|r| r.id == run) {
+                r.path = Some(seen);
             }
         }
     }
@@ -310,11 +336,13 @@ impl<P: Probe> Scheduler<P> {
             id,
             probe,
             started: now,
+            path: None,
         });
         self.timers.push(Reverse((now + e.key.timeout, i, e.seq)));
         self.io.push_back(Io::Open {
             run: id,
             addr: e.key.addr,
+            route: e.key.route,
             transport,
         });
     }

@@ -184,6 +184,7 @@ impl<P: Probe> Sim<P> {
                     run,
                     addr,
                     transport,
+                    ..
                 } => {
                     self.transports.insert(run, (addr, transport));
                     match transport {

@@ -53,7 +53,7 @@ pub(super) fn members<'c>(
     ids: &mut BackendIds,
     mut mark: impl FnMut(&mut BackendIds, BackendId),
 ) -> Members<'c> {
-    let all_views = backend_views(cfg, svc, inputs);
+    let all_views = backend_views(cfg, svc, usize::from(service_id.0), inputs);
     let mut m = Members {
         ids: Vec::with_capacity(svc.backends.len()),
         views: Vec::with_capacity(svc.backends.len()),
@@ -93,6 +93,7 @@ pub(super) fn members<'c>(
 fn backend_views(
     cfg: &Config,
     svc: &BackendServiceConfig,
+    si: usize,
     inputs: &BuildInputs<'_>,
 ) -> Vec<BackendView> {
     let weighted = svc.locality_lb_policy == LocalityLbPolicy::WeightedMaglev;
@@ -102,7 +103,7 @@ fn backend_views(
         .map(|b| {
             let status = check
                 .zip(inputs.health)
-                .and_then(|(hc, h)| h.get(&probe_key(hc, b.address)));
+                .and_then(|(hc, h)| backend_status(h, cfg, si, hc, b.address));
             let healthy = match (check, inputs.health, status) {
                 (None, _, _) | (_, None, _) => true,
                 (Some(_), Some(_), Some(s)) => s.state.healthy,

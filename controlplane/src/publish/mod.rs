@@ -31,7 +31,7 @@ use sluice_core::time::Millis;
 use sluice_core::zones::{Zone, ZoneMap};
 
 use crate::config::{BackendServiceConfig, Config, LocalityLbPolicy, Pool, Spillover};
-use crate::health::{probe_key, ProbeStatuses};
+use crate::health::{backend_status, ProbeStatuses};
 use crate::policy::{client_variants, eligible, BackendView, PolicyParams};
 use crate::table_cache::{TableCache, TableInputs};
 

@@ -2,6 +2,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::config::load_str;
+use crate::health::probe_key;
 use crate::synthetic::{all_healthy, big_config, probe_status};
 
 const CFG: &str = r#"

@@ -2,6 +2,7 @@
 //! controller (health, policy, publishing), neighbour resolution, the
 //! workers' counters, the metrics sources and the control socket.
 
+use controlplane::probe_routes::{ProbeRoutes, ProbeTap};
 use std::sync::Arc;
 
 use controlplane::config::Config;
@@ -82,6 +83,41 @@ pub fn start(
         sources,
         requests,
     })
+}
+
+/// The kernel's routes for data-path probes into each port's TAP
+/// (`controlplane::probe_routes`); None without TAPs, or when the kernel
+/// refuses them (warned: data-path probes then fail as `not_routed`).
+pub fn probe_routes(cfg: &Config, runtime: &Runtime) -> Option<ProbeRoutes> {
+    if !runtime.has_taps() {
+        return None;
+    }
+    let taps: Vec<ProbeTap<'_>> = cfg
+        .dataplane
+        .ports
+        .iter()
+        .zip(runtime.ports())
+        .enumerate()
+        .filter_map(|(i, (p, port))| {
+            Some(ProbeTap {
+                port: u32::try_from(i).ok()?,
+                iface: p.tap.as_deref()?,
+                mac: p.mac.unwrap_or_else(|| port.mac()),
+                ipv4: p.ipv4.is_some(),
+                ipv6: p.ipv6.is_some(),
+            })
+        })
+        .collect();
+    match ProbeRoutes::install(&taps) {
+        Ok(routes) => Some(routes),
+        Err(e) => {
+            controlplane::warn!(
+                "sluice: routes for data-path health checks: {e}; checks with path = \"data\" \
+                 fail as not_routed"
+            );
+            None
+        }
+    }
 }
 
 /// The control socket (AP-5). Another sluice answering at its path is

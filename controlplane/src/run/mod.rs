@@ -58,6 +58,8 @@ pub fn run(cfg: Config, mut opts: RunOptions) -> Result<(), RunError> {
     }
     admin.beat();
     let mut control = control_plane::start(&cfg, &mut opts, &runtime)?;
+    // Data-path probes' way into the TAPs, for as long as sluice runs.
+    let _probe_routes = control_plane::probe_routes(&cfg, &runtime);
     #[cfg(feature = "test-hooks")]
     let pause_after_rx = runtime.hooks().and_then(|h| h.pause_after_rx());
     // Before the workers start: the connections the previous process

@@ -8,6 +8,8 @@ mod kind;
 mod tcp;
 mod udp;
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use http::HttpCheck;
@@ -16,8 +18,10 @@ pub use tcp::TcpCheck;
 pub use udp::UdpCheck;
 
 use super::context::Ctx;
-use super::model::HealthCheckConfig;
-use super::raw::RawHealthCheck;
+use super::model::{
+    BackendServiceConfig, CheckPath, ForwardingRuleConfig, HealthCheckConfig, RuleProtocol,
+};
+use super::raw::{RawHealthCheck, RawService};
 use super::values;
 use kind::{Type, TYPES};
 
@@ -76,6 +80,18 @@ fn health_check(cx: &mut Ctx<'_>, h: &RawHealthCheck) -> HealthCheckConfig {
             })
         })
         .unwrap_or(false);
+    let path = h
+        .path
+        .as_ref()
+        .and_then(|v| {
+            cx.parse(v, format_args!("{at}.path"), |t| {
+                values::choice(
+                    t,
+                    &[("direct", CheckPath::Direct), ("data", CheckPath::Data)],
+                )
+            })
+        })
+        .unwrap_or_default();
     HealthCheckConfig {
         name: h.name.get_ref().clone(),
         kind,
@@ -85,7 +101,68 @@ fn health_check(cx: &mut Ctx<'_>, h: &RawHealthCheck) -> HealthCheckConfig {
         healthy_threshold,
         unhealthy_threshold,
         initially_healthy,
+        path,
     }
+}
+
+/// Per service, the VIPs its data-path check probes: those of its rules
+/// that take the check's protocol (UDP for a UDP check, TCP otherwise)
+/// and port. A service whose data-path check no rule takes is an error:
+/// its backends could never pass.
+pub(crate) fn probe_vips(
+    cx: &mut Ctx<'_>,
+    raw: &[Box<RawService>],
+    checks: &[HealthCheckConfig],
+    services: &[Arc<BackendServiceConfig>],
+    rules: &[Arc<ForwardingRuleConfig>],
+) -> Vec<Vec<IpAddr>> {
+    let mut out = vec![Vec::new(); services.len()];
+    for (si, (svc, vips)) in services.iter().zip(&mut out).enumerate() {
+        let Some(hc) = svc.health_check.and_then(|i| checks.get(i)) else {
+            continue;
+        };
+        if hc.path != CheckPath::Data {
+            continue;
+        }
+        let protocol = match hc.kind {
+            ProbeKind::Udp(_) => RuleProtocol::Udp,
+            ProbeKind::Tcp(_) | ProbeKind::Http(_) => RuleProtocol::Tcp,
+        };
+        for r in rules.iter().filter(|r| r.backend_service == si) {
+            let takes = matches!(r.protocol, RuleProtocol::L3Default) || r.protocol == protocol;
+            if takes && r.ports.matches(Some(hc.port)) && !vips.contains(&r.vip) {
+                vips.push(r.vip);
+            }
+        }
+        if vips.is_empty() {
+            let span = raw
+                .get(si)
+                .and_then(|s| s.health_check.as_ref())
+                .map_or(0..0, |v| v.span());
+            let proto = if protocol == RuleProtocol::Udp {
+                "UDP"
+            } else {
+                "TCP"
+            };
+            cx.err(
+                span,
+                format_args!("backend_service {:?}.health_check", svc.name),
+                (
+                    format!(
+                        "health check {:?} probes through the data path (path = \"data\"), \
+                         but no forwarding rule of this service takes {proto} port {}",
+                        hc.name, hc.port
+                    ),
+                    format!(
+                        "add a forwarding rule for {proto} port {} to this service, set the \
+                         check's port to one its rules take, or use path = \"direct\"",
+                        hc.port
+                    ),
+                ),
+            );
+        }
+    }
+    out
 }
 
 /// The check's `type`. An unknown one is an error, and the fields are

@@ -8,6 +8,7 @@ use super::*;
 use crate::config::{HttpCheck, TcpCheck, UdpCheck};
 use crate::health::drivers::Driver;
 use crate::health::sim::{Answer, Backend, Sim};
+use crate::health::Route;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -39,6 +40,7 @@ const K: K = K {
 
 fn key(addr: SocketAddr, kind: ProbeKind, k: K) -> ProbeKey {
     ProbeKey {
+        route: Route::Direct,
         addr,
         kind,
         interval: k.interval,
