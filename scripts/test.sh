@@ -99,6 +99,17 @@ else
   e2e_failed=$((e2e_failed + 1))
 fi
 
+# Health checks through the data path live: backends misconfigured one
+# way each (VXLAN device MAC, VIP not bound, no VXLAN device, strict
+# rp_filter, answers from the backend's own address) each caught with its
+# reason while the direct check passes them; the right ones carry traffic.
+echo "== data-path health checks live test"
+if python3 scripts/e2e/data_path.py --sluice target/debug/sluice; then
+  e2e_passed=$((e2e_passed + 1))
+else
+  e2e_failed=$((e2e_failed + 1))
+fi
+
 # The scale-out suite: two appliances behind a BIRD router with ECMP, each
 # announcing the VIPs over BGP through its own BIRD; kill -9, SIGTERM,
 # restart and a per-VIP withdrawal under traffic (docs/scale-out.md). The

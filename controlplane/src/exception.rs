@@ -249,7 +249,7 @@ fn cidr(c: Cidr) -> String {
     format!("{}/{}", c.addr, c.prefix)
 }
 
-fn sysctl(key: &str, value: &'static str) -> Result<(), TapSetupError> {
+pub(crate) fn sysctl(key: &str, value: &'static str) -> Result<(), TapSetupError> {
     let path = format!("/proc/sys/{key}");
     std::fs::write(&path, value).map_err(|source| TapSetupError::Sysctl {
         path,

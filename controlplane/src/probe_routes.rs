@@ -103,6 +103,16 @@ impl ProbeRoutes {
                     NLM_F_CREATE,
                 )?;
                 out.rules.push((family, tap.port));
+                if family == AddressFamily::Inet {
+                    // The answers come from VIPs, which the kernel may
+                    // route out of another interface: a strict
+                    // reverse-path filter on the TAP would drop them.
+                    let key = format!("net/ipv4/conf/{}/rp_filter", tap.iface);
+                    crate::exception::sysctl(&key, "2").map_err(|e| KernelRequestError {
+                        what: format!("sysctl {key}=2"),
+                        source: std::io::Error::other(e.to_string()),
+                    })?;
+                }
                 apply(
                     format!("neigh replace {gateway} dev {} nud permanent", tap.iface),
                     RouteNetlinkMessage::NewNeighbour(neighbour(index, gateway, tap.mac)),

@@ -82,11 +82,16 @@ impl Controller {
                 continue;
             };
             let services = self.services_of(&e.key);
+            // A data-path probe is one VIP's: the line says which.
+            let via = match e.key.route {
+                health::Route::Direct => String::new(),
+                health::Route::Data { vip } => format!(" through VIP {vip}"),
+            };
             if s.state.healthy {
                 crate::info!(
                     backend = %e.key.addr,
                     service = %services,
-                    "sluice: health: backend {} is healthy (weight {}, {} consecutive successes)",
+                    "sluice: health: backend {}{via} is healthy (weight {}, {} consecutive successes)",
                     e.key.addr,
                     s.state.weight,
                     s.state.consecutive_successes
@@ -97,7 +102,7 @@ impl Controller {
                     backend = %e.key.addr,
                     service = %services,
                     reason,
-                    "sluice: health: backend {} is unhealthy (reason {reason}, {} consecutive failures)",
+                    "sluice: health: backend {}{via} is unhealthy (reason {reason}, {} consecutive failures)",
                     e.key.addr,
                     s.state.consecutive_failures
                 );

@@ -33,6 +33,7 @@ use std::collections::{HashMap, VecDeque};
 
 use sluice_core::probe_path::{ProbeProto, Ticket};
 
+use super::data_path::PathReport;
 use super::data_socket::{self, DataPathContext};
 use super::driver::{Input, Transport};
 use super::drivers::Driver;
@@ -337,7 +338,15 @@ impl Shell {
         };
         for (&run, ticket) in &self.data_runs {
             let seen = ticket.map(|t| ctx.probes.seen(t.proto, t.port));
-            self.core.note_path(run, seen.unwrap_or_default());
+            let connected = matches!(
+                self.conns.get(run.slot),
+                Some(Some((r, Conn::Stream { connected: true, .. }))) if *r == run
+            );
+            let report = PathReport {
+                seen: seen.unwrap_or_default(),
+                connected,
+            };
+            self.core.note_path(run, report);
         }
         let now = Instant::now();
         while let Some(&(closed, ticket)) = self.lingering.front() {

@@ -7,18 +7,28 @@ use sluice_core::probe_path::Seen;
 
 use super::failure::FailureReason;
 
-/// Why a data-path probe that got no verdict in time failed, from what
-/// the workers saw of it.
-pub fn timeout_reason(seen: Seen) -> FailureReason {
-    if seen.answer_from_backend {
+/// What is known of a data-path run in flight: what the workers saw of
+/// its socket, and whether its transport came up (a stream's handshake
+/// completed).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathReport {
+    pub seen: Seen,
+    pub connected: bool,
+}
+
+/// Why a data-path probe that got no verdict in time failed.
+pub fn timeout_reason(report: PathReport) -> FailureReason {
+    let PathReport { seen, connected } = report;
+    if connected {
+        // The path works both ways: the server is slow or silent.
+        FailureReason::Timeout
+    } else if seen.answer_from_backend {
         FailureReason::AnsweredFromBackendAddress
     } else if seen.answer_from_other {
         FailureReason::AnsweredFromElsewhere
     } else if seen.answer_from_vip {
-        // The answer came, from the VIP, and the socket still had no
-        // verdict: the kernel did not hand it over (its reverse-path
-        // filter on the TAP), or the server went quiet after connecting.
-        FailureReason::Timeout
+        // The answer came, from the VIP, and the socket never saw it.
+        FailureReason::AnswerNotTaken
     } else if seen.too_big {
         FailureReason::TooBig
     } else if seen.sent {
@@ -34,43 +44,50 @@ pub fn timeout_reason(seen: Seen) -> FailureReason {
 mod tests {
     use super::*;
 
-    /// Each stage of the path names its own reason; an answer from the
-    /// wrong address wins over what else was seen.
+    /// Each stop along the path has its own reason; an answer from the
+    /// wrong address wins over what else was seen; once connected, the
+    /// path is not what failed.
     #[test]
     fn each_stop_along_the_path_has_its_reason() {
+        let r = |seen| {
+            timeout_reason(PathReport {
+                seen,
+                connected: false,
+            })
+        };
         let s = Seen::default();
-        assert_eq!(timeout_reason(s), FailureReason::NotRouted);
+        assert_eq!(r(s), FailureReason::NotRouted);
         let not_sent = Seen {
             not_sent: true,
             ..s
         };
-        assert_eq!(timeout_reason(not_sent), FailureReason::NotSent);
+        assert_eq!(r(not_sent), FailureReason::NotSent);
         let sent = Seen { sent: true, ..s };
-        assert_eq!(timeout_reason(sent), FailureReason::NoAnswer);
+        assert_eq!(r(sent), FailureReason::NoAnswer);
         let big = Seen {
-            sent: true,
             too_big: true,
-            ..s
+            ..sent
         };
-        assert_eq!(timeout_reason(big), FailureReason::TooBig);
+        assert_eq!(r(big), FailureReason::TooBig);
         let from_vip = Seen {
             answer_from_vip: true,
             ..sent
         };
-        assert_eq!(timeout_reason(from_vip), FailureReason::Timeout);
+        assert_eq!(r(from_vip), FailureReason::AnswerNotTaken);
         let wrong = Seen {
             answer_from_backend: true,
-            answer_from_vip: true,
-            ..sent
+            ..from_vip
         };
-        assert_eq!(
-            timeout_reason(wrong),
-            FailureReason::AnsweredFromBackendAddress
-        );
+        assert_eq!(r(wrong), FailureReason::AnsweredFromBackendAddress);
         let other = Seen {
             answer_from_other: true,
             ..sent
         };
-        assert_eq!(timeout_reason(other), FailureReason::AnsweredFromElsewhere);
+        assert_eq!(r(other), FailureReason::AnsweredFromElsewhere);
+        let up = PathReport {
+            seen: from_vip,
+            connected: true,
+        };
+        assert_eq!(timeout_reason(up), FailureReason::Timeout);
     }
 }

@@ -72,6 +72,12 @@ failure_reasons! {
     /// its loopback), cannot decapsulate (no tunnel device, wrong VXLAN
     /// MAC), drops it (`rp_filter`), or sends its answer elsewhere.
     NoAnswer => "no_answer",
+    /// Data path: the backend answered from the VIP, as it should, but the
+    /// appliance's kernel did not take the answer: its reverse-path filter
+    /// found no route to the VIP (sluice makes the TAP's filter loose; the
+    /// appliance needs a route that covers the VIPs — a default route
+    /// does).
+    AnswerNotTaken => "answer_not_taken",
     /// Data path: the backend answered from its own address, not from the
     /// VIP: a client would drop that answer.
     AnsweredFromBackendAddress => "answered_from_backend_address",

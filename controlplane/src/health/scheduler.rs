@@ -21,11 +21,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::data_path::{self, PathReport};
 use super::driver::{Input, Probe, Step, Transport};
 use super::failure::FailureReason;
-use sluice_core::probe_path::Seen;
-
-use super::data_path;
 use super::route::Route;
 use super::state::{Change, HealthState, InitialState, ProbeResult, Thresholds};
 use crate::config::ProbeKind;
@@ -141,8 +139,8 @@ struct Running<P> {
     id: RunId,
     probe: P,
     started: Instant,
-    /// A data-path run: what the workers saw of its socket so far.
-    path: Option<Seen>,
+    /// A data-path run: what is known of its way so far.
+    path: Option<PathReport>,
 }
 
 /// Every probe's schedule and state, generic over the drivers: `make`
@@ -282,10 +280,10 @@ impl<P: Probe> Scheduler<P> {
 
     /// What the workers saw so far of data-path run `run`'s socket: its
     /// timeout is then named by where along the path it stopped.
-    pub fn note_path(&mut self, run: RunId, seen: Seen) {
+    pub fn note_path(&mut self, run: RunId, report: PathReport) {
         if let Some(Some(e)) = self.entries.get_mut(run.slot) {
             if let Some(r) = e.run.as_mut().filter(|r| r.id == run) {
-                r.path = Some(seen);
+                r.path = Some(report);
             }
         }
     }

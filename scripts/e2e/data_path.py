@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""The live test of health checks through the data path (`path = "data"`):
+real Linux backends behind VXLAN, each misconfigured one way, each caught
+by the data-path probe — with the reason that names it — while the direct
+check (HC-8) of the same backends passes them. Run as root:
+
+    scripts/e2e/data_path.py [--sluice target/debug/sluice]
+
+The lab of lab.py, with a configuration of its own: `web` (TCP 80 on the
+IPv4 VIP) and `web6` (the IPv6 VIP) over VXLAN with an HTTP check through
+the data path; `dns` (UDP 5300 on the IPv4 VIP) over VXLAN with a UDP
+check through the data path; `plain` (UDP 5000, layer 2) with the same
+HTTP check, direct — the classic view of the same hosts.
+
+Round 1:
+  b1  configured right: healthy everywhere, carries the VIPs' traffic
+  b2  its vxlan devices have another MAC than vxlan_mac  -> no_answer
+  b3  the VIP not bound on its loopback                  -> no_answer
+  b4  no vxlan device at all                             -> no_answer
+Round 2, the hosts changed under the running sluice:
+  b2  MAC set right                                      -> healthy
+  b3  VIP bound again, but a strict reverse-path filter on the vxlan
+      device: the appliance's address routes out eth0     -> no_answer
+  b4  vxlan devices added: healthy for HTTP; its UDP server answers from
+      its own address, not the VIP               -> answered_from_backend_address
+and new connections to both VIPs reach only b1, b2, b4, none failing.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vxlan  # noqa: E402
+from checks import check, failures, wait_for  # noqa: E402
+from lab import APPLIANCE, APPLIANCE6, GATEWAY, METRICS, SUBNET6, VIP, VIP6, Lab  # noqa: E402
+
+PREFIX = "sld"
+BACKENDS = (1, 2, 3, 4)
+DNS_PORT = 5300
+CONNECTIONS = 60
+# A verdict needs 2 failures of a 1 s interval; slack for jitter.
+VERDICT = 8
+
+report = []
+
+
+def config(lab):
+    web = ", ".join(f'{{ address = "{lab.backend_ip(i)}" }}' for i in BACKENDS)
+    web6 = ", ".join(f'{{ address = "{SUBNET6}{10 + i}" }}' for i in BACKENDS)
+    dns = ", ".join(f'{{ address = "{lab.backend_ip(i)}" }}' for i in (1, 4))
+    check = """type = "HTTP"
+port = 80
+request_path = "/health"
+check_interval = "1s"
+timeout = "500ms"
+healthy_threshold = 2
+unhealthy_threshold = 2"""
+    vx4, vx6 = vxlan.DELIVERY
+    return f"""# Written by scripts/e2e/data_path.py
+[dataplane]
+eal_args = ["--no-huge", "-m", "512", "--no-pci", "--log-level=error"]
+workers = 1
+
+[[dataplane.port]]
+name = "uplink"
+device = "net_af_packet0,iface=lb0"
+address = "{APPLIANCE}/24"
+address6 = "{APPLIANCE6}/64"
+tap = "sl-up"
+# The appliance's route to the VIPs' clients (and so to the VIPs, whose
+# answers to the probes its kernel then takes).
+gateway = "{GATEWAY}"
+
+[metrics]
+listen = "{METRICS}"
+
+[[health_check]]
+name = "http-data"
+path = "data"
+{check}
+
+[[health_check]]
+name = "http-direct"
+{check}
+
+[[health_check]]
+name = "udp-data"
+path = "data"
+type = "UDP"
+port = {DNS_PORT}
+request = "ping"
+check_interval = "1s"
+timeout = "500ms"
+healthy_threshold = 2
+unhealthy_threshold = 2
+
+[[backend_service]]
+name = "web"
+{vx4}
+health_check = "http-data"
+backend = [ {web} ]
+
+[[backend_service]]
+name = "web6"
+{vx6}
+health_check = "http-data"
+backend = [ {web6} ]
+
+[[backend_service]]
+name = "dns"
+{vx4}
+health_check = "udp-data"
+backend = [ {dns} ]
+
+[[backend_service]]
+name = "plain"
+health_check = "http-direct"
+backend = [ {web} ]
+
+[[forwarding_rule]]
+name = "web"
+vip = "{VIP}"
+protocol = "TCP"
+ports = "80"
+backend_service = "web"
+
+[[forwarding_rule]]
+name = "web6"
+vip = "{VIP6}"
+protocol = "TCP"
+ports = "80"
+backend_service = "web6"
+
+[[forwarding_rule]]
+name = "dns"
+vip = "{VIP}"
+protocol = "UDP"
+ports = "{DNS_PORT}"
+backend_service = "dns"
+
+[[forwarding_rule]]
+name = "plain"
+vip = "{VIP}"
+protocol = "UDP"
+ports = "5000"
+backend_service = "plain"
+"""
+
+
+def udp_responder(lab, i, bind):
+    """A UDP server on backend i at `bind`:5300 answering `pong` to each
+    datagram. Bound to the VIP it answers from the VIP; bound to 0.0.0.0
+    the kernel picks its own address for the answer."""
+    code = ("import socket\n"
+            "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+            f"s.bind(({bind!r}, {DNS_PORT}))\n"
+            "while True:\n"
+            "    d, a = s.recvfrom(2048)\n"
+            "    s.sendto(b'pong ' + d, a)\n")
+    name = f"udp-b{i}"
+    lab.procs[name] = subprocess.Popen(
+        ["ip", "netns", "exec", lab.ns(f"b{i}"), sys.executable, "-c", code],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def reasons(lab, service):
+    """{backend: last-failure reason or None} from `sluice status`."""
+    out = {}
+    for ip, f in lab.backend_lines(service).items():
+        out[ip] = f[f.index("last-failure") + 1] if "last-failure" in f else None
+    return out
+
+
+def name(lab, ip):
+    for i in BACKENDS:
+        if ip in (lab.backend_ip(i), f"{SUBNET6}{10 + i}"):
+            return f"b{i}"
+    return ip
+
+
+def verdicts(lab, service):
+    """{bN: "healthy" | the unhealthy backend's last failure}."""
+    states = lab.backend_states(service)
+    why = reasons(lab, service)
+    return {name(lab, ip): ("healthy" if s == "healthy" else why.get(ip) or s)
+            for ip, s in states.items()}
+
+
+def expect(lab, want, what):
+    """Waits until every service's verdicts are `want`'s, then checks."""
+    def now():
+        return {svc: verdicts(lab, svc) for svc in want}
+    wait_for(lambda: now() == want, 3 * VERDICT, step=0.5)
+    got = now()
+    for svc, w in want.items():
+        report.append(f"{what}, {svc}: {got[svc]}")
+        check(got[svc] == w, f"{what}: {svc} {got[svc]} (want {w})")
+
+
+def probe_failures(lab, backend, reason):
+    m = lab.metrics(quiet=True)
+    return sum(v for k, v in m.items()
+               if k.startswith("sluice_backend_probe_failures_total")
+               and f'backend="{backend}"' in k and f'reason="{reason}"' in k)
+
+
+def round_one(lab):
+    print("round 1: one misconfiguration per backend")
+    for i in BACKENDS:
+        if i != 4:
+            vxlan.add_vxlan_devices(lab, i, vxlan.WRONG_MAC if i == 2 else vxlan.VXLAN_MAC)
+        lab.start_backend(i)
+    lab.run_in("b3", "ip", "addr", "del", f"{VIP}/32", "dev", "lo")
+    lab.run_in("b3", "ip", "addr", "del", f"{VIP6}/128", "dev", "lo")
+    udp_responder(lab, 1, VIP)
+    with open(lab.config, "w") as f:
+        f.write(config(lab))
+    lab.start_sluice()
+    all_healthy = {f"b{i}": "healthy" for i in BACKENDS}
+    broken = {"b1": "healthy", "b2": "no_answer", "b3": "no_answer", "b4": "no_answer"}
+    # IPv6: b3, not holding the VIP, answers with an ICMPv6 unreachable.
+    broken6 = {**broken, "b3": "unreachable"}
+    expect(lab, {"web": broken, "web6": broken6,
+                 "dns": {"b1": "healthy", "b4": "no_answer"},
+                 "plain": all_healthy}, "round 1")
+    r = lab.client("spread", 20, 0.5)
+    check(r["counts"] == {"b1": 20} and r["failures"] == 0,
+          f"IPv4 VIP served by b1 alone: {r['counts']}, failures {r['failures']}")
+
+
+def round_two(lab):
+    print("round 2: the hosts changed under the running sluice")
+    for d in ("vx4", "vx6"):
+        lab.run_in("b2", "ip", "link", "set", d, "address", vxlan.VXLAN_MAC)
+    lab.run_in("b3", "ip", "addr", "add", f"{VIP}/32", "dev", "lo")
+    lab.run_in("b3", "ip", "addr", "add", f"{VIP6}/128", "dev", "lo")
+    lab._sysctl("b3", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.vx4.rp_filter=1")
+    vxlan.add_vxlan_devices(lab, 4, vxlan.VXLAN_MAC)
+    udp_responder(lab, 4, "0.0.0.0")
+    good = {"b1": "healthy", "b2": "healthy", "b4": "healthy"}
+    expect(lab, {"web": {**good, "b3": "no_answer"},
+                 # IPv6 has no reverse-path filter: b3 serves the IPv6 VIP.
+                 "web6": {**good, "b3": "healthy"},
+                 "dns": {"b1": "healthy", "b4": "answered_from_backend_address"}},
+           "round 2")
+    check(probe_failures(lab, lab.backend_ip(4), "answered_from_backend_address") > 0,
+          "the failure counted by reason (sluice_backend_probe_failures_total)")
+    r4 = lab.client("spread", CONNECTIONS)
+    r6 = lab.client("spread6", CONNECTIONS)
+    report.append(f"round 2 traffic: IPv4 {r4['counts']} failures {r4['failures']}; "
+                  f"IPv6 {r6['counts']} failures {r6['failures']}")
+    check(set(r4["counts"]) == {"b1", "b2", "b4"} and r4["failures"] == 0,
+          f"IPv4: {CONNECTIONS} connections over b1, b2, b4 ({r4['counts']}), none failed")
+    check(set(r6["counts"]) == {"b1", "b2", "b3", "b4"} and r6["failures"] == 0,
+          f"IPv6: {CONNECTIONS} connections over all four ({r6['counts']}), none failed")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", help="binary (default target/debug/sluice)")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("data_path: needs root (network namespaces)")
+    lab = Lab(workers=1, sluice=a.sluice and os.path.abspath(a.sluice), prefix=PREFIX)
+    if not os.access(lab.sluice_bin, os.X_OK):
+        sys.exit(f"data_path: {lab.sluice_bin} not built")
+    started = time.monotonic()
+    try:
+        lab.build()
+        round_one(lab)
+        round_two(lab)
+    except Exception as e:  # noqa: BLE001 — reported as a failure below
+        failures.append(f"data_path error: {e}")
+        print(f"  FAIL {e}")
+    finally:
+        if failures and lab.sluice is not None:
+            print("--- sluice log ---\n"
+                  + lab.sluice_output(getattr(lab, "sluice_log_start", 0))[-4000:])
+        lab.close()
+    print(f"data_path ({time.monotonic() - started:.0f} s):")
+    for line in report:
+        print(f"  {line}")
+    if failures:
+        print(f"data_path: {len(failures)} failure(s)")
+        for f in failures:
+            print(f"  - {f}")
+        sys.exit(1)
+    print("data_path: all passed")
+
+
+if __name__ == "__main__":
+    main()
