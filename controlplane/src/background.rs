@@ -6,7 +6,7 @@
 //! the core is free it runs as before; when a thread at the default
 //! priority needs it, that one gets three quarters of it. Not lower: the
 //! prober must keep its own checks on time while someone polls `sluice
-//! status` in a loop (nice 10 starved it: `docs/performance.md`).
+//! status` in a loop (nice 10 starved it: `docs/performance-log.md`).
 
 /// The nice value of background threads.
 pub const BACKGROUND_NICE: i32 = 5;
