@@ -101,6 +101,22 @@ fn cases() -> Vec<Case> {
             hint: "keep one: request for text, request_hex for bytes",
         },
         Case {
+            name: "HC-9: a data-path check no rule of the service takes",
+            text: with("request = \"ping\"\n", "request = \"ping\"\npath = \"data\"\n"),
+            at_line_with: "health_check = \"dns\"",
+            path: "backend_service \"dns\".health_check",
+            message: "health check \"dns\" probes through the data path (path = \"data\"), but no forwarding rule of this service takes UDP port 53",
+            hint: "add a forwarding rule for UDP port 53 to this service",
+        },
+        Case {
+            name: "HC-9: path is direct or data",
+            text: with("request = \"ping\"\n", "request = \"ping\"\npath = \"DATA\"\n"),
+            at_line_with: "path = ",
+            path: "health_check \"dns\".path",
+            message: "unknown value \"DATA\"",
+            hint: "did you mean \"data\"? use one of \"direct\", \"data\"",
+        },
+        Case {
             name: "not hex",
             text: with("request = \"ping\"\n", "request_hex = \"0g\"\n"),
             at_line_with: "request_hex",
@@ -218,4 +234,40 @@ fn udp_example_in_the_docs_validates() {
     };
     assert_eq!(request.len(), 17, "a 12-byte header and one question");
     assert_eq!(response.as_deref(), Some(&[0x5d, 0x1c][..]));
+}
+
+/// HC-9: with a rule that takes the check's protocol and port, each of
+/// its VIPs is probed (a TCP rule does not take a UDP check).
+#[test]
+fn hc_9_a_data_path_check_probes_the_vips_whose_rules_take_it() {
+    let text = with(
+        "request = \"ping\"\n",
+        "request = \"ping\"\npath = \"data\"\n",
+    ) + r#"
+[[forwarding_rule]]
+name = "dns-udp"
+vip = "203.0.113.53"
+protocol = "UDP"
+ports = "53"
+backend_service = "dns"
+
+[[forwarding_rule]]
+name = "dns-tcp"
+vip = "203.0.113.54"
+protocol = "TCP"
+ports = "53"
+backend_service = "dns"
+
+[[forwarding_rule]]
+name = "dns-all"
+vip = "2001:db8::53"
+protocol = "L3_DEFAULT"
+backend_service = "dns"
+"#;
+    let cfg = config::load_str(&text, "t.toml").unwrap_or_else(|d| panic!("{d}"));
+    let want: Vec<std::net::IpAddr> = vec![
+        "203.0.113.53".parse().unwrap(),
+        "2001:db8::53".parse().unwrap(),
+    ];
+    assert_eq!(cfg.probe_vips, vec![want]);
 }

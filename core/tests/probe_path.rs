@@ -1,4 +1,4 @@
-//! Data-path probes (`probe_path`): a probe socket's packet from the
+//! HC-9, data-path probes (`probe_path`): a probe socket's packet from the
 //! kernel leaves encapsulated to its backend exactly as a client's packet
 //! to that backend would (AP-3, the same bytes as `encap::encapsulate`);
 //! anything else the kernel sends is left alone; a probe packet that cannot
@@ -54,7 +54,7 @@ fn kernel_syn(sport: u16) -> Vec<u8> {
 /// The probe's packet leaves as the service's encapsulation to the
 /// registered backend: byte for byte what the client path writes.
 #[test]
-fn ap_3_a_probe_packet_leaves_encapsulated_to_its_backend() {
+fn hc_9_a_probe_packet_leaves_encapsulated_to_its_backend() {
     let st = state_with_gre_backend();
     let table = ProbeTable::new();
     // Backend 0 of service 0 (layer 2); a GRE service's backend below.
@@ -97,7 +97,7 @@ fn ap_3_a_probe_packet_leaves_encapsulated_to_its_backend() {
 /// What is not a registered probe socket's is the kernel's own traffic:
 /// untouched.
 #[test]
-fn other_kernel_packets_are_left_alone() {
+fn hc_9_other_kernel_packets_are_left_alone() {
     let st = state();
     let table = ProbeTable::new();
     table.register(ProbeProto::Udp, PROBE_PORT, BackendId(0));
@@ -126,7 +126,7 @@ fn other_kernel_packets_are_left_alone() {
 /// A probe whose backend cannot be reached from here is a named drop, and
 /// the table says it was not sent; one beyond the MTU says so too.
 #[test]
-fn a_probe_that_cannot_leave_is_a_named_drop() {
+fn hc_9_a_probe_that_cannot_leave_is_a_named_drop() {
     let st = state_with_gre_backend();
     let table = ProbeTable::new();
     table.register(ProbeProto::Tcp, PROBE_PORT, BackendId(2)); // unresolved
@@ -170,7 +170,7 @@ fn a_probe_that_cannot_leave_is_a_named_drop() {
 /// answer), the backend's own address (it answers from the wrong one), or
 /// another address; packets to other ports are not probes' answers.
 #[test]
-fn answers_are_told_apart_by_their_source() {
+fn hc_9_answers_are_told_apart_by_their_source() {
     let st = state();
     let table = ProbeTable::new();
     let answer = |src: &str, dport: u16| {

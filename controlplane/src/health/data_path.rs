@@ -48,7 +48,7 @@ mod tests {
     /// wrong address wins over what else was seen; once connected, the
     /// path is not what failed.
     #[test]
-    fn each_stop_along_the_path_has_its_reason() {
+    fn hc_9_each_stop_along_the_path_has_its_reason() {
         let r = |seen| {
             timeout_reason(PathReport {
                 seen,
