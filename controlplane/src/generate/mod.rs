@@ -48,7 +48,7 @@ fn man(dir: &Path) -> Result<(), String> {
 }
 
 /// The configuration reference this binary was built with.
-const CONFIGURATION_MD: &str = include_str!("../../docs/configuration.md");
+const CONFIGURATION_MD: &str = include_str!("../../../docs/configuration.md");
 
 /// sluice.toml(5): docs/configuration.md as a man page.
 fn config_page() -> String {
