@@ -3,9 +3,7 @@
 //! No unsafe code: DPDK is reached through the `dataplane` crate's safe layer.
 #![forbid(unsafe_code)]
 
-pub mod admin_http;
-pub mod admin_request;
-pub mod admin_state;
+pub mod admin;
 pub mod announce;
 pub mod backend_ids;
 pub mod background;

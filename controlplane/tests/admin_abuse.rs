@@ -207,7 +207,7 @@ fn settled_rss(run: &AdminRun) -> u64 {
 /// past the 10 s answer timeout), and 4 more read one byte a second;
 /// meanwhile 20 scrapes in a row each get the whole exposition within
 /// 10 s, correctly framed and complete, and the process grows less than
-/// 100 MiB. Checked to fail: before the fix in `admin_http` that came
+/// 100 MiB. Checked to fail: before the fix in `admin::http` that came
 /// with it (kernel-autotuned send buffers let each reader that never reads
 /// take ~500 KiB of the loop's rendering; an unanswered connection was
 /// evicted before any stalled reader), the first scrape timed out at 10 s

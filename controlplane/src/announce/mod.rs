@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::admin_state::AdminState;
+use crate::admin::AdminState;
 use crate::control::Controller;
 use crate::fleet::Fleet;
 use decision::TableMembers;

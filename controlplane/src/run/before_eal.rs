@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use controlplane::admin_http::{self, AdminServer, AdminState};
+use controlplane::admin::{self, AdminServer, AdminState};
 use controlplane::config::Config;
 use controlplane::exception;
 use controlplane::memory_budget;
@@ -21,7 +21,7 @@ pub fn check_host(cfg: &Config) -> Result<(), RunError> {
     {
         return Err(RunError::TapExists(tap));
     }
-    if let Err(e) = admin_http::raise_open_files_limit() {
+    if let Err(e) = admin::raise_open_files_limit() {
         controlplane::warn!("sluice: cannot raise the open files limit to its hard limit: {e}");
     }
     Ok(())

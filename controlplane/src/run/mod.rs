@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use controlplane::admin_http::AdminState;
+use controlplane::admin::AdminState;
 use controlplane::config::Config;
 use controlplane::service_manager::ServiceManager;
 use dataplane::dpdk::LcoreId;

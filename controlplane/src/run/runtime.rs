@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use controlplane::admin_http::AdminState;
+use controlplane::admin::AdminState;
 use controlplane::config::{self, Config};
 use controlplane::exception;
 use controlplane::mbuf_pool::{self, Steering};

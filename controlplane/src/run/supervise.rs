@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use controlplane::admin_http::AdminState;
+use controlplane::admin::AdminState;
 use controlplane::announce::{Announcer, Stop};
 use controlplane::control::{Controller, ReloadError};
 use controlplane::control_socket::{ControlSocket, Reload};

@@ -1,7 +1,7 @@
 //! What the admin endpoint reports: the control loop's heartbeat
 //! (`/healthz`) and, once the appliance runs, the sources `/metrics` and
 //! `/ready` answer from. The control thread writes it; the endpoint's
-//! thread (`admin_http`) reads it through `admin_request`.
+//! thread ([`super::http`]) reads it through [`super::request`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

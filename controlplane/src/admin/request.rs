@@ -1,10 +1,10 @@
 //! What the admin endpoint answers to one request head (AP-5): parsing,
 //! the bodiless-`GET` rule and the three routes. Pure apart from reading
-//! the [`AdminState`]; the socket side is in `admin_http`.
+//! the [`AdminState`]; the socket side is in [`super::http`].
 
 use std::time::Duration;
 
-use crate::admin_state::{AdminState, LIVENESS_WINDOW};
+use super::state::{AdminState, LIVENESS_WINDOW};
 use crate::exposition::Exposition;
 use crate::metrics::MetricsSources;
 
