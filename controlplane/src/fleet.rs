@@ -354,7 +354,7 @@ fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
 }
 
 /// The configuration digest's family; the per-service table digests and
-/// per-VIP announcements are written by `crate::exposition`.
+/// per-VIP announcements are written by `crate::metrics::exposition`.
 pub fn families(view: &View) -> Vec<MetricFamily> {
     use prometheus::core::Collector as _;
     let Some(cfg) = &view.config else {
@@ -562,7 +562,7 @@ backend_service = "web"
             kernel_drops: vec![],
             pool: None,
         };
-        let text = crate::exposition::render(&src, None);
+        let text = crate::metrics::exposition::render(&src, None);
         for line in [
             format!(
                 "sluice_config_digest_info{{digest=\"{}\"}} 1",

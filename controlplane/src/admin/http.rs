@@ -4,7 +4,7 @@
 //!
 //! One thread runs a mio event loop over non-blocking sockets, so a client
 //! that stalls holds a connection slot, never the thread. `/metrics` is
-//! streamed (`crate::exposition`): each connection gets at most
+//! streamed (`crate::metrics::exposition`): each connection gets at most
 //! [`PARTS_PER_TURN`] parts of 64 KiB per turn of the loop, written only
 //! as its socket takes them, so `/healthz` and `/ready` are answered while
 //! scrapes render, and a reader that stops costs one part of memory.
@@ -29,7 +29,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::request::{answer, Response};
 use super::state::AdminState;
-use crate::exposition::{Exposition, PART_BYTES};
+use crate::metrics::exposition::{Exposition, PART_BYTES};
 
 /// What one client may make the admin endpoint hold.
 #[derive(Clone, Copy, Debug)]

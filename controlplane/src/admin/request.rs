@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::state::{AdminState, LIVENESS_WINDOW};
-use crate::exposition::Exposition;
+use crate::metrics::exposition::Exposition;
 use crate::metrics::MetricsSources;
 
 /// Headers parsed per request; more gets 431.

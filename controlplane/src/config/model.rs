@@ -210,7 +210,7 @@ pub struct MetricsConfig {
     pub listen: SocketAddr,
     /// Per-backend series are exported while the configuration has at
     /// most this many backends; above it only per-service aggregates
-    /// (default `crate::exposition::DEFAULT_BACKEND_SERIES_LIMIT`).
+    /// (default `crate::metrics::exposition::DEFAULT_BACKEND_SERIES_LIMIT`).
     pub backend_series_limit: usize,
 }
 

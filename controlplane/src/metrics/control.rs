@@ -20,7 +20,7 @@ fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
 
 /// The control thread's families whose size does not grow with the
 /// configuration (reloads, the last build, health publication latency);
-/// the per-backend and per-service ones are in `crate::exposition`.
+/// the per-backend and per-service ones are in `crate::metrics::exposition`.
 pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     let mut out = Vec::new();
     let reloads = counter(

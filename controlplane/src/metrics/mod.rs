@@ -5,6 +5,17 @@
 //! families are rebuilt on every scrape from fresh metric objects rather
 //! than kept in a registry and updated, so a scrape never writes anything a
 //! worker reads and two concurrent scrapes cannot interfere.
+//!
+//! - this module: the worker counters and the assembly of the fixed
+//!   families;
+//! - [`control`]: the control thread's families and the ports' devices;
+//! - [`process`]: the process itself (build, `/proc/self`, packet pool);
+//! - [`exposition`]: `/metrics` as a stream, with the families that grow
+//!   with the configuration.
+
+pub mod control;
+pub mod exposition;
+pub mod process;
 
 use std::sync::Arc;
 
@@ -69,7 +80,7 @@ fn sum(src: &MetricsSources, f: impl Fn(&WorkerStats) -> u64) -> u64 {
 
 /// The metric families whose size does not grow with the configuration,
 /// summed over every worker; the per-backend, per-service and per-rule
-/// families are written by `crate::exposition`.
+/// families are written by `crate::metrics::exposition`.
 pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamily> {
     let mut out = Vec::new();
 
@@ -145,10 +156,10 @@ pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamil
 
     if let Some(c) = &src.control {
         let view = c.view();
-        out.extend(crate::metrics_control::families(&view, snap.generation));
+        out.extend(crate::metrics::control::families(&view, snap.generation));
         out.extend(crate::fleet::families(&view));
     }
-    out.extend(crate::metrics_control::port_hw_families(
+    out.extend(crate::metrics::control::port_hw_families(
         &src.ports,
         &src.port_names,
     ));
@@ -178,10 +189,10 @@ pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamil
         src.workers.len() as u64,
     ));
     if let Some((pool, size)) = &src.pool {
-        out.extend(crate::metrics_process::mbuf_pool(pool.in_use(), *size));
+        out.extend(crate::metrics::process::mbuf_pool(pool.in_use(), *size));
     }
-    out.extend(crate::metrics_process::build_info());
-    out.extend(crate::metrics_process::process());
+    out.extend(crate::metrics::process::build_info());
+    out.extend(crate::metrics::process::process());
     out
 }
 
@@ -273,9 +284,9 @@ fn block_families<B: 'static>(
     families.iter().flat_map(|(_, f)| f.collect()).collect()
 }
 
-/// The whole exposition (`crate::exposition`) as one string.
+/// The whole exposition (`crate::metrics::exposition`) as one string.
 pub fn render(src: &MetricsSources) -> String {
-    crate::exposition::render(src, None)
+    crate::metrics::exposition::render(src, None)
 }
 
 /// The text format of `families`.

@@ -79,7 +79,7 @@ impl Exposition {
         let mut head = crate::metrics::encode(&crate::metrics::families(src, &snap));
         if let Some(age) = since_beat {
             head.extend(crate::metrics::encode(
-                &crate::metrics_process::control_loop(age),
+                &crate::metrics::process::control_loop(age),
             ));
         }
         Self {
