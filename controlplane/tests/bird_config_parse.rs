@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use controlplane::announce::bird;
 use controlplane::config;
+use controlplane::config::bird_syntax;
 use proptest::prelude::*;
 
 const BIRD: &str = "/usr/sbin/bird";
@@ -416,7 +417,7 @@ fn ap_6_documented_edge_cases_parse_or_are_refused() {
             || ["bfd", "announce", "vips4", "kernel6"]
                 .iter()
                 .any(|n| p.starts_with(&format!("sluice_{n}_")));
-        assert!(p.len() <= bird::SYMBOL_MAX && recognisable, "{p}");
+        assert!(p.len() <= bird_syntax::SYMBOL_MAX && recognisable, "{p}");
     }
 
     // Passwords BIRD's strings cannot carry: refused, at the password.
@@ -468,10 +469,10 @@ fn ap_6_colliding_protocol_names_are_refused() {
     // name is cut to 48 and ends in `_` and its hash: write the first as
     // exactly that.
     let long = format!("r{}", "x".repeat(62));
-    let protocol = bird::protocol_name(&long);
-    assert_eq!(protocol.len(), bird::SYMBOL_MAX);
+    let protocol = bird_syntax::protocol_name(&long);
+    assert_eq!(protocol.len(), bird_syntax::SYMBOL_MAX);
     let twin = protocol["sluice_".len()..].replace('_', "-");
-    assert_eq!(bird::protocol_name(&twin), protocol);
+    assert_eq!(bird_syntax::protocol_name(&twin), protocol);
     let text = format!(
         "{PORTS}\n[bgp]\nasn = 65001\n\n[[bgp.peer]]\nname = \"{long}\"\naddress = \"192.0.2.1\"\n\
          asn = 65000\n\n[[bgp.peer]]\nname = \"{twin}\"\naddress = \"192.0.2.3\"\nasn = 65000\n"

@@ -13,6 +13,7 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
+use crate::config::bird_syntax::{protocol_name, ANNOUNCE, BFD, KERNEL4, KERNEL6, VIPS4, VIPS6};
 use crate::config::{BgpConfig, BgpPeer, Community, Config};
 
 /// `rtm_protocol` of sluice's VIP routes (`ip route` shows `proto 83`);
@@ -46,7 +47,7 @@ pub fn render(cfg: &Config, origin: &str) -> Option<String> {
         kernel_protocol(&mut out, bgp, *f);
     }
     if let Some(bfd) = bgp.bfd {
-        out.push_str("protocol bfd sluice_bfd {\n");
+        let _ = writeln!(out, "protocol bfd {BFD} {{");
         let mut taps: Vec<&str> = bgp.peers.iter().map(|p| p.tap.as_str()).collect();
         taps.sort_unstable();
         taps.dedup();
@@ -89,16 +90,16 @@ impl Family {
     /// The BIRD table (and kernel protocol) holding this family's VIPs.
     fn table(self) -> &'static str {
         match self {
-            Family::V4 => "sluice_vips4",
-            Family::V6 => "sluice_vips6",
+            Family::V4 => VIPS4,
+            Family::V6 => VIPS6,
         }
     }
 
     /// The kernel protocol learning this family's VIP routes.
     fn kernel(self) -> &'static str {
         match self {
-            Family::V4 => "sluice_kernel4",
-            Family::V6 => "sluice_kernel6",
+            Family::V4 => KERNEL4,
+            Family::V6 => KERNEL6,
         }
     }
 }
@@ -127,7 +128,7 @@ fn kernel_protocol(out: &mut String, bgp: &BgpConfig, f: Family) {
 
 /// Per-VIP attributes, then accept: the table holds nothing but VIPs.
 fn export_filter(out: &mut String, bgp: &BgpConfig) {
-    out.push_str("filter sluice_announce {\n");
+    let _ = writeln!(out, "filter {ANNOUNCE} {{");
     for v in &bgp.vips {
         if v.communities.is_empty() && v.med.is_none() {
             continue;
@@ -198,73 +199,16 @@ fn bgp_protocol(out: &mut String, bgp: &BgpConfig, p: &BgpPeer) {
     }
     if let Some(pw) = &p.password {
         // `crate::config` accepts only passwords BIRD's strings hold as
-        // they are (`fits_bird_string`).
+        // they are (`bird_syntax::fits_bird_string`).
         let _ = writeln!(out, "  password \"{}\";", pw.0);
     }
     let _ = writeln!(
         out,
-        "  {} {{\n    table {};\n    import none;\n    export filter sluice_announce;\n    \
+        "  {} {{\n    table {};\n    import none;\n    export filter {ANNOUNCE};\n    \
          next hop self;\n  }};\n}}\n",
         f.name(),
         f.table()
     );
-}
-
-/// The longest symbol BIRD 2 accepts (`SYM_MAX_LEN`; a longer one is a
-/// parse error, "Symbol too long").
-pub const SYMBOL_MAX: usize = 64;
-
-/// The symbols the rendered configuration defines besides the peers'
-/// protocols.
-const FIXED_SYMBOLS: [&str; 6] = [
-    "sluice_vips4",
-    "sluice_vips6",
-    "sluice_kernel4",
-    "sluice_kernel6",
-    "sluice_bfd",
-    "sluice_announce",
-];
-
-/// Characters of a `*_name` hash suffix: `_` and 8 hex digits.
-const HASH_SUFFIX: usize = 9;
-
-/// The BIRD protocol name of a peer: `sluice_` and the peer's name with
-/// hyphens as underscores (`[[bgp.peer]]` names are RFC 1035 labels, which
-/// hold no underscore, so distinct names stay distinct). A name that would
-/// exceed [`SYMBOL_MAX`] or take one of the configuration's own symbols
-/// (`sluice_bfd` for a peer named "bfd") is cut to fit and ends in `_` and
-/// a hash of the whole name instead, e.g. `sluice_tor_a_2f1c09e4`: still
-/// recognisable, stable across renders (a renamed protocol restarts its
-/// session on `birdc configure`), and distinct from every other peer's
-/// name unless two hashes collide, which `crate::config` refuses.
-pub fn protocol_name(peer: &str) -> String {
-    let plain = format!("sluice_{}", peer.replace('-', "_"));
-    if plain.len() <= SYMBOL_MAX && !FIXED_SYMBOLS.contains(&plain.as_str()) {
-        return plain;
-    }
-    // The name is ASCII (a label): any byte offset is a char boundary.
-    let keep = plain.len().min(SYMBOL_MAX - HASH_SUFFIX);
-    let cut = plain[..keep].trim_end_matches('_');
-    format!("{cut}_{:08x}", fnv1a(peer.as_bytes()) as u32)
-}
-
-/// 64-bit FNV-1a: a hash that, unlike std's, stays the same across Rust
-/// releases, so a peer keeps its protocol name.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-/// Whether BIRD 2's string syntax holds `s` as it is (AP-6). A BIRD 2.0
-/// string is every byte between two double quotes, without escapes: it
-/// cannot hold `"` or a newline at all, and a NUL in it silently ends the
-/// value BIRD uses. A backslash is taken literally, but reads as an escape
-/// to anyone (or any tool) used to C-like strings, so it is refused rather
-/// than left ambiguous; other control characters would reach the kernel
-/// as key bytes no router's configuration can be typed to match.
-pub fn fits_bird_string(s: &str) -> bool {
-    !s.chars().any(|c| c == '"' || c == '\\' || c.is_control())
 }
 
 #[cfg(test)]

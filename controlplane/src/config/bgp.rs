@@ -1,6 +1,7 @@
 //! `[bgp]`: announcing the VIPs to routers (AP-6) through BIRD 2 on the
 //! appliance's kernel side. The validation of the raw tables (`raw.rs`)
-//! into the model (`model.rs`); `crate::announce::bird` renders the BIRD
+//! into the model (`model.rs`), within what BIRD's syntax can carry
+//! (`bird_syntax.rs`); `crate::announce::bird` renders the BIRD
 //! configuration from it, `crate::announce` keeps the VIP routes BIRD
 //! exports.
 
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::bird_syntax;
 use super::context::Ctx;
 use super::model::{
     BfdConfig, BgpConfig, BgpPeer, Community, ForwardingRuleConfig, PortConfig, Secret,
@@ -17,7 +19,6 @@ use super::model::{
 };
 use super::raw::{RawBgp, RawPeer, RawVip};
 use super::values::{self, Problem};
-use crate::announce::bird;
 
 type S<T> = Spanned<T>;
 
@@ -314,7 +315,7 @@ fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPee
             ))
         } else {
             s.char_indices()
-                .find(|&(_, c)| !bird::fits_bird_string(c.encode_utf8(&mut [0; 4])))
+                .find(|&(_, c)| !bird_syntax::fits_bird_string(c.encode_utf8(&mut [0; 4])))
                 .map(|(i, c)| {
                     format!(
                         "the password holds {} at byte {i}, which the BIRD configuration \
@@ -374,14 +375,14 @@ fn peer(cx: &mut Ctx<'_>, p: &S<RawPeer>, ports: &[PortConfig]) -> Option<BgpPee
     })
 }
 
-/// Peers whose BIRD protocol names (`bird::protocol_name`) coincide
+/// Peers whose BIRD protocol names (`bird_syntax::protocol_name`) coincide
 /// although their names differ: a long name is cut and ends in a hash of
 /// the whole, which another peer's name can match.
 fn protocol_names(cx: &mut Ctx<'_>, peers: &[S<RawPeer>]) {
     let mut seen: Vec<(String, &S<String>)> = Vec::new();
     for p in peers {
         let name = &p.get_ref().name;
-        let protocol = bird::protocol_name(name.get_ref());
+        let protocol = bird_syntax::protocol_name(name.get_ref());
         match seen.iter().find(|(q, _)| *q == protocol) {
             Some((_, first)) if first.get_ref() != name.get_ref() => {
                 let (line, _) = cx.map.line_col(first.span().start);
@@ -398,8 +399,8 @@ fn protocol_names(cx: &mut Ctx<'_>, peers: &[S<RawPeer>]) {
                         format!(
                             "rename one of them: BIRD symbols are at most {} characters, \
                              so a name past {} is cut and ends in a hash",
-                            bird::SYMBOL_MAX,
-                            bird::SYMBOL_MAX - "sluice_".len()
+                            bird_syntax::SYMBOL_MAX,
+                            bird_syntax::SYMBOL_MAX - "sluice_".len()
                         ),
                     ),
                 );

@@ -9,6 +9,7 @@
 mod addresses;
 mod backend_lines;
 mod bgp;
+pub mod bird_syntax;
 mod context;
 mod diagnostics;
 mod encapsulation;
