@@ -210,8 +210,13 @@ pub struct MetricsConfig {
     pub listen: SocketAddr,
     /// Per-backend series are exported while the configuration has at
     /// most this many backends; above it only per-service aggregates
-    /// (default `crate::metrics::exposition::DEFAULT_BACKEND_SERIES_LIMIT`).
+    /// (default [`Self::DEFAULT_BACKEND_SERIES_LIMIT`]).
     pub backend_series_limit: usize,
+}
+
+impl MetricsConfig {
+    /// `[metrics] backend_series_limit`'s default.
+    pub const DEFAULT_BACKEND_SERIES_LIMIT: usize = 10_000;
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -391,7 +391,7 @@ fn metrics_section(cx: &mut Ctx<'_>, m: Option<&RawMetrics>) -> MetricsConfig {
         .unwrap_or(default);
     let backend_series_limit = cx.int(
         &m.and_then(|m| m.backend_series_limit.clone()),
-        crate::metrics::exposition::DEFAULT_BACKEND_SERIES_LIMIT,
+        MetricsConfig::DEFAULT_BACKEND_SERIES_LIMIT,
         (0, i64::from(u32::MAX)),
         "metrics.backend_series_limit",
         "backend_series_limit",

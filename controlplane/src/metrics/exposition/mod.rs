@@ -25,12 +25,9 @@ use crossbeam_utils::CachePadded;
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
 
+use crate::config::MetricsConfig;
 use crate::control::View;
 use crate::metrics::MetricsSources;
-
-/// Per-backend series exported while the configuration has at most this
-/// many backends (`[metrics] backend_series_limit`'s default).
-pub const DEFAULT_BACKEND_SERIES_LIMIT: usize = 10_000;
 
 /// The size a part aims at: one part is written per turn of the admin
 /// endpoint's loop for each connection whose socket has room.
@@ -70,7 +67,7 @@ impl Exposition {
         let limit = view
             .as_ref()
             .and_then(|v| v.config.as_ref())
-            .map_or(DEFAULT_BACKEND_SERIES_LIMIT, |c| {
+            .map_or(MetricsConfig::DEFAULT_BACKEND_SERIES_LIMIT, |c| {
                 c.metrics.backend_series_limit
             });
         let backends: usize = snap.services.iter().map(|s| s.backends.len()).sum();
