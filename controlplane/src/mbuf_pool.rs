@@ -9,8 +9,11 @@
 //! header, minus the client's own Ethernet header it replaces). A
 //! `net_af_packet` port also needs its whole frame slot (`framesz`) to fit:
 //! the PMD refuses queues whose slot an mbuf cannot take.
+//!
+//! The pool is sized from a [`Demand`], the dataplane as the pool sees it,
+//! which the configuration's `[dataplane]` gives: its validation checks the
+//! pool against the EAL memory, and the run makes the pool.
 
-use crate::config::model::{DataplaneConfig, PortConfig};
 use dataplane::dpdk::MBUF_HEADROOM;
 
 /// Ethernet header plus two VLAN tags (802.1ad + 802.1Q), which the
@@ -39,6 +42,29 @@ pub const AF_PACKET_SLOT_OVERHEAD: usize = 66;
 /// `framesz - (TPACKET2_HDRLEN - sizeof(sockaddr_ll))`. Its queue setup
 /// refuses a pool whose mbufs cannot take that much.
 const AF_PACKET_SLOT_DATA_OVERHEAD: usize = 32;
+
+/// What the pool serves: the dataplane's ports, workers and bursts.
+#[derive(Clone, Debug)]
+pub struct Demand<'a> {
+    /// In port order.
+    pub ports: Vec<PortDemand<'a>>,
+    /// Packet workers (≥ 1).
+    pub workers: u16,
+    /// Packets per RX/TX burst.
+    pub burst_size: u16,
+    /// Mbufs asked for (`dataplane.mbufs`); 0: sized by [`mbuf_count`].
+    pub mbufs: u32,
+}
+
+/// One port as the pool sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct PortDemand<'a> {
+    /// A DPDK vdev string or a PCI address.
+    pub device: &'a str,
+    pub mtu: u16,
+    /// The port has a TAP (the exception path).
+    pub tap: bool,
+}
 
 /// The largest frame, VLAN tags included, that a port of `mtu` receives.
 pub fn frame_len(mtu: u16) -> usize {
@@ -72,8 +98,8 @@ pub fn af_packet_framesz(device: &str) -> Option<usize> {
 }
 
 /// Frame bytes one mbuf must hold for `port`.
-fn port_frame_room(port: &PortConfig) -> usize {
-    let slot = af_packet_framesz(&port.device)
+fn port_frame_room(port: &PortDemand<'_>) -> usize {
+    let slot = af_packet_framesz(port.device)
         .map_or(0, |f| f.saturating_sub(AF_PACKET_SLOT_DATA_OVERHEAD));
     frame_len(port.mtu).max(slot)
 }
@@ -81,7 +107,7 @@ fn port_frame_room(port: &PortConfig) -> usize {
 /// The mbuf data room for these ports: headroom plus the largest frame
 /// room, rounded up to a cache line. At most 128 + 9216 + 22 (and what a
 /// `framesz` asks, capped so the result stays a `u16`).
-pub fn data_room(ports: &[PortConfig]) -> u16 {
+pub fn data_room(ports: &[PortDemand<'_>]) -> u16 {
     let frame = ports
         .iter()
         .map(port_frame_room)
@@ -106,9 +132,9 @@ impl Steering {
     /// does RSS on addresses (`sluice run` asks the device itself, and a
     /// NIC that cannot, such as virtio-net, then gets a larger pool);
     /// every virtual device sluice drives is treated as one that cannot.
-    pub fn expected(dp: &DataplaneConfig) -> Steering {
+    pub fn expected(dp: &Demand<'_>) -> Steering {
         let several = dp.workers > 1;
-        let rss_less = |p: &PortConfig| crate::start_hints::pci_address(&p.device).is_none();
+        let rss_less = |p: &PortDemand<'_>| crate::start_hints::pci_address(p.device).is_none();
         if several && dp.ports.iter().any(rss_less) {
             Steering::On
         } else {
@@ -117,16 +143,16 @@ impl Steering {
     }
 }
 
-/// Mbufs in the pool: `dataplane.mbufs`, or (0) enough for every RX and TX
+/// Mbufs in the pool: `dp.mbufs`, or (0) enough for every RX and TX
 /// ring, each TAP's rings or relay rings ([`tap_share`]), the steering rings when `steering` is on, and
 /// the per-lcore caches and bursts in flight.
-pub fn mbuf_count(dp: &DataplaneConfig, steering: Steering) -> u32 {
+pub fn mbuf_count(dp: &Demand<'_>, steering: Steering) -> u32 {
     if dp.mbufs != 0 {
         return dp.mbufs;
     }
     let workers = u32::from(dp.workers);
     let nports = dp.ports.len() as u32;
-    let ntaps = dp.ports.iter().filter(|p| p.tap.is_some()).count() as u32;
+    let ntaps = dp.ports.iter().filter(|p| p.tap).count() as u32;
     let burst = usize::from(dp.burst_size);
     // Every steering ring into a worker full, and a burst held for each peer.
     let steered = match steering {
@@ -181,17 +207,11 @@ pub fn eal_memory_mib(eal_args: &[String]) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn port(device: &str, mtu: u16) -> PortConfig {
-        PortConfig {
-            name: "p".into(),
-            device: device.into(),
-            mac: None,
-            ipv4: None,
-            ipv6: None,
+    fn port(device: &str, mtu: u16) -> PortDemand<'_> {
+        PortDemand {
+            device,
             mtu,
-            vlan: None,
-            tap: None,
-            gateways: Vec::new(),
+            tap: false,
         }
     }
 
@@ -234,16 +254,15 @@ mod tests {
         assert_eq!(eal_memory_mib(&args(&["--no-huge", "--no-pci"])), None);
     }
 
-    fn dataplane(workers: u16, devices: &[&str]) -> DataplaneConfig {
-        let ports: String = devices
-            .iter()
-            .enumerate()
-            .map(|(i, d)| format!("[[dataplane.port]]\nname = \"p{i}\"\ndevice = \"{d}\"\n"))
-            .collect();
-        let text = format!("[dataplane]\nworkers = {workers}\n{ports}");
-        crate::config::load_str(&text, "test.toml")
-            .unwrap()
-            .dataplane
+    /// `workers` over ports of `devices` (MTU 1500, no TAP), bursts of 32
+    /// and the pool sized here: `[dataplane]`'s defaults.
+    fn dataplane<'a>(workers: u16, devices: &[&'a str]) -> Demand<'a> {
+        Demand {
+            ports: devices.iter().map(|d| port(d, 1500)).collect(),
+            workers,
+            burst_size: 32,
+            mbufs: 0,
+        }
     }
 
     /// The steering rings' mbufs grow with the square of the workers, so
@@ -263,24 +282,6 @@ mod tests {
         assert_eq!(Steering::expected(&one), Steering::Off);
     }
 
-    /// deployment.md's worked example: 4 workers, 2 ports with a TAP each,
-    /// 32,767 mbufs on RSS NICs, 65,535 when the workers steer.
-    #[test]
-    fn the_deployment_worked_example() {
-        let text = "[dataplane]\nworkers = 4\n\
-                    [[dataplane.port]]\nname = \"a\"\ndevice = \"0000:03:00.0\"\n\
-                    address = \"192.0.2.1/24\"\ntap = \"sl-a\"\n\
-                    [[dataplane.port]]\nname = \"b\"\ndevice = \"0000:03:00.1\"\n\
-                    address = \"198.51.100.1/24\"\ntap = \"sl-b\"\n";
-        let dp = crate::config::load_str(text, "test.toml")
-            .unwrap()
-            .dataplane;
-        assert_eq!(Steering::expected(&dp), Steering::Off);
-        assert_eq!(mbuf_count(&dp, Steering::Off), 32_767);
-        assert_eq!(mbuf_count(&dp, Steering::On), 65_535);
-        assert_eq!(data_room(&dp.ports), 2_176);
-    }
-
     /// AP-4: a worker without a TAP queue pair holds at most its relay ring
     /// and a burst, which the pool counts for every worker on every TAP:
     /// 64 workers on a TAP of 16 queue pairs get room for 16 pairs and 48
@@ -289,11 +290,8 @@ mod tests {
     fn the_pool_holds_the_tap_queues_and_relay_rings_of_every_worker() {
         let relay = dataplane::worker::RELAY_SLOTS + dataplane::dpdk::MAX_BURST as u32;
         assert!(tap_share() >= 512 + 512 && tap_share() >= relay);
-        let text = "[dataplane]\nworkers = 64\n[[dataplane.port]]\nname = \"p\"\n\
-                    device = \"0000:03:00.0\"\naddress = \"192.0.2.1/24\"\ntap = \"sl-p\"\n";
-        let tap = crate::config::load_str(text, "test.toml")
-            .unwrap()
-            .dataplane;
+        let mut tap = dataplane(64, &["0000:03:00.0"]);
+        tap.ports[0].tap = true;
         let port_rings = 64 * (1024 + 1024);
         let count = mbuf_count(&tap, Steering::Off);
         assert!(

@@ -32,11 +32,12 @@ fn pool_of(name: &str, device: &str) -> (u32, bool, u32, u32) {
         .unwrap()
         .dataplane;
     let steers = stderr.contains("software steering between 2 workers");
+    let demand = dp.pool_demand();
     (
         logged,
         steers,
-        mbuf_count(&dp, Steering::Off),
-        mbuf_count(&dp, Steering::On),
+        mbuf_count(&demand, Steering::Off),
+        mbuf_count(&demand, Steering::On),
     )
 }
 

@@ -100,8 +100,9 @@ fn eal_memory(cx: &mut Ctx<'_>, raw: &RawDataplane, dp: &DataplaneConfig) {
     }
     let given = mbuf_pool::eal_memory_mib(args.get_ref());
     let mib = given.unwrap_or(NO_HUGE_DEFAULT_MIB);
-    let count = mbuf_pool::mbuf_count(dp, mbuf_pool::Steering::expected(dp));
-    let room = mbuf_pool::data_room(&dp.ports);
+    let demand = dp.pool_demand();
+    let count = mbuf_pool::mbuf_count(&demand, mbuf_pool::Steering::expected(&demand));
+    let room = mbuf_pool::data_room(&demand.ports);
     let need = mbuf_pool::pool_bytes_at_least(count, room);
     if need <= mib * MIB {
         return;
@@ -158,5 +159,25 @@ mod tests {
         let (msg, hint) = af_packet_slot("net_af_packet0,iface=lb0", 1965, true).unwrap();
         assert!(msg.contains("1983-byte frames"), "{msg}");
         assert!(hint.contains("at most 1964"), "{hint}");
+    }
+
+    /// deployment.md's worked example: 4 workers, 2 ports with a TAP each,
+    /// 32,767 mbufs on RSS NICs, 65,535 when the workers steer.
+    #[test]
+    fn the_deployment_worked_example() {
+        use mbuf_pool::{data_room, mbuf_count, Steering};
+        let text = "[dataplane]\nworkers = 4\n\
+                    [[dataplane.port]]\nname = \"a\"\ndevice = \"0000:03:00.0\"\n\
+                    address = \"192.0.2.1/24\"\ntap = \"sl-a\"\n\
+                    [[dataplane.port]]\nname = \"b\"\ndevice = \"0000:03:00.1\"\n\
+                    address = \"198.51.100.1/24\"\ntap = \"sl-b\"\n";
+        let dp = crate::config::load_str(text, "test.toml")
+            .unwrap()
+            .dataplane;
+        let demand = dp.pool_demand();
+        assert_eq!(Steering::expected(&demand), Steering::Off);
+        assert_eq!(mbuf_count(&demand, Steering::Off), 32_767);
+        assert_eq!(mbuf_count(&demand, Steering::On), 65_535);
+        assert_eq!(data_room(&demand.ports), 2_176);
     }
 }

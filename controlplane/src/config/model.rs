@@ -150,6 +150,26 @@ pub struct DataplaneConfig {
     pub ports: Vec<PortConfig>,
 }
 
+impl DataplaneConfig {
+    /// What the packet pool must serve (`crate::mbuf_pool` sizes it).
+    pub fn pool_demand(&self) -> crate::mbuf_pool::Demand<'_> {
+        crate::mbuf_pool::Demand {
+            ports: self
+                .ports
+                .iter()
+                .map(|p| crate::mbuf_pool::PortDemand {
+                    device: &p.device,
+                    mtu: p.mtu,
+                    tap: p.tap.is_some(),
+                })
+                .collect(),
+            workers: self.workers,
+            burst_size: self.burst_size,
+            mbufs: self.mbufs,
+        }
+    }
+}
+
 /// A fleet key for the flow hash (16 to 64 bytes). Its `Debug` does not
 /// show it, so no log or error message carries the secret.
 #[derive(Clone, PartialEq, Eq)]

@@ -354,8 +354,9 @@ fn packet_pool(
     args: &[String],
     steering: Steering,
 ) -> Result<Mempool, RunError> {
-    let mbufs = mbuf_pool::mbuf_count(&cfg.dataplane, steering);
-    let data_room = mbuf_pool::data_room(&cfg.dataplane.ports);
+    let demand = cfg.dataplane.pool_demand();
+    let mbufs = mbuf_pool::mbuf_count(&demand, steering);
+    let data_room = mbuf_pool::data_room(&demand.ports);
     let pool = Mempool::new(eal, "sluice_mbufs", mbufs, 256, data_room).map_err(|e| {
         let bytes = mbuf_pool::pool_bytes_at_least(mbufs, data_room);
         hinted(
