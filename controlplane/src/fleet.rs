@@ -25,15 +25,12 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, Weak};
 
-use prometheus::proto::MetricFamily;
-use prometheus::{IntGaugeVec, Opts};
 use sluice_core::hash::stable_hash_bytes;
 use sluice_core::maglev_table::MaglevTable;
 use sluice_core::service::ServiceState;
 use sluice_core::snapshot::ForwardingState;
 
 use crate::config::Config;
-use crate::control::View;
 
 /// Shared by the control thread, the announcer, status and metrics.
 #[derive(Debug, Default)]
@@ -321,56 +318,36 @@ impl Fleet {
         *cache = Some((Arc::downgrade(cfg), d));
         d
     }
-}
 
-/// The lines `sluice status` ends with: the digests, then each VIP's
-/// announcement when `[bgp]` is configured.
-pub fn write_status(out: &mut String, snap: &ForwardingState, view: &View) {
-    let fleet = &view.fleet;
-    if let Some(cfg) = &view.config {
-        let _ = writeln!(out, "config digest {}", fleet.config_digest(cfg));
-    }
-    // Digests of tables published a moment ago may still be computing on
-    // the control thread: a status never waits for them.
-    for svc in &snap.services {
-        match fleet.cached_table_digest(svc) {
-            Some(d) => writeln!(out, "service {} table digest {d}", svc.name),
-            None => writeln!(out, "service {} table digest pending", svc.name),
+    /// The lines `sluice status` ends with: the digests (of `config`,
+    /// the running configuration, and of `snap`'s tables), then each
+    /// VIP's announcement when `[bgp]` is configured.
+    pub fn write_status(
+        &self,
+        out: &mut String,
+        snap: &ForwardingState,
+        config: Option<&Arc<Config>>,
+    ) {
+        if let Some(cfg) = config {
+            let _ = writeln!(out, "config digest {}", self.config_digest(cfg));
         }
-        .unwrap_or(());
-    }
-    for v in fleet.announce.vips().into_iter().flatten() {
-        if v.announced {
-            let _ = writeln!(out, "vip {} announced", v.vip);
-        } else {
-            let _ = writeln!(out, "vip {} withdrawn: {}", v.vip, v.reason);
+        // Digests of tables published a moment ago may still be computing on
+        // the control thread: a status never waits for them.
+        for svc in &snap.services {
+            match self.cached_table_digest(svc) {
+                Some(d) => writeln!(out, "service {} table digest {d}", svc.name),
+                None => writeln!(out, "service {} table digest pending", svc.name),
+            }
+            .unwrap_or(());
+        }
+        for v in self.announce.vips().into_iter().flatten() {
+            if v.announced {
+                let _ = writeln!(out, "vip {} announced", v.vip);
+            } else {
+                let _ = writeln!(out, "vip {} withdrawn: {}", v.vip, v.reason);
+            }
         }
     }
-}
-
-fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    // Names and labels are compile-time constants checked by the tests.
-    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric definition")
-}
-
-/// The configuration digest's family; the per-service table digests and
-/// per-VIP announcements are written by `crate::metrics::exposition`.
-pub fn families(view: &View) -> Vec<MetricFamily> {
-    use prometheus::core::Collector as _;
-    let Some(cfg) = &view.config else {
-        return Vec::new();
-    };
-    let config = gauge(
-        "sluice_config_digest_info",
-        "Always 1; `digest` identifies the fleet-wide part of the published \
-         configuration (services, backends, rules, checks, zones, flow key): \
-         appliances behind the same VIPs must show the same.",
-        &["digest"],
-    );
-    config
-        .with_label_values(&[&view.fleet.config_digest(cfg).to_string()])
-        .set(1);
-    config.collect()
 }
 
 #[cfg(test)]
@@ -530,61 +507,36 @@ backend_service = "web"
         assert_ne!(fleet.table_digest(&changed, &changed.services[0]), d);
     }
 
-    /// `/metrics` (the whole exposition): one info series per digest, one
-    /// gauge per VIP.
+    /// `sluice status` ends with the digests and each VIP's announcement.
     #[test]
-    fn families_export_digests_and_announcements() {
+    fn status_lines_show_digests_and_announcements() {
         let c = Arc::new(cfg(CFG));
         let snap = build_forwarding_state(&c, &[[2, 0, 0, 0, 0, 1]], &mut BackendIds::new(), 1);
-        let view = View {
-            config: Some(Arc::clone(&c)),
-            ..View::default()
-        };
-        view.fleet
-            .announce
-            .set(vec![crate::announce::status::VipStatus {
-                vip: "203.0.113.10".parse().unwrap(),
-                announced: false,
-                servable: true,
-                reason: "stopping".into(),
-            }]);
-        // What the control thread does after a publish.
-        view.fleet.table_digest(&snap, &snap.services[0]);
-        let shared = crate::control::Shared {
-            view: std::sync::Mutex::new(view.clone()),
-        };
-        let src = crate::metrics::MetricsSources {
-            workers: vec![],
-            snapshot: Arc::new(sluice_core::snapshot::SnapshotCell::new(snap.clone())),
-            port_names: vec![],
-            control: Some(Arc::new(shared)),
-            ports: vec![],
-            kernel_drops: vec![],
-            pool: None,
-        };
-        let text = crate::metrics::exposition::render(&src, None);
-        for line in [
-            format!(
-                "sluice_config_digest_info{{digest=\"{}\"}} 1",
-                config_digest(&c)
-            ),
-            format!(
-                "sluice_service_table_digest_info{{digest=\"{}\",service=\"web\"}} 1",
-                table_digest(&snap, &snap.services[0])
-            ),
-            "sluice_vip_announced{vip=\"203.0.113.10\"} 0".to_string(),
-            "sluice_vip_servable{vip=\"203.0.113.10\"} 1".to_string(),
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "missing {line:?} in\n{text}"
-            );
-        }
-        let mut status = String::new();
-        write_status(&mut status, &snap, &view);
+        let fleet = Fleet::default();
+        fleet.announce.set(vec![crate::announce::status::VipStatus {
+            vip: "203.0.113.10".parse().unwrap(),
+            announced: false,
+            servable: true,
+            reason: "stopping".into(),
+        }]);
+        let mut pending = String::new();
+        fleet.write_status(&mut pending, &snap, Some(&c));
         assert!(
-            status.ends_with("vip 203.0.113.10 withdrawn: stopping\n"),
-            "{status}"
+            pending.contains("service web table digest pending\n"),
+            "{pending}"
+        );
+        // What the control thread does after a publish.
+        fleet.table_digest(&snap, &snap.services[0]);
+        let mut status = String::new();
+        fleet.write_status(&mut status, &snap, Some(&c));
+        assert_eq!(
+            status,
+            format!(
+                "config digest {}\nservice web table digest {}\n\
+                 vip 203.0.113.10 withdrawn: stopping\n",
+                config_digest(&c),
+                table_digest(&snap, &snap.services[0])
+            )
         );
     }
 }

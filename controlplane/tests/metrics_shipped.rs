@@ -141,7 +141,7 @@ fn mentioned(path: &Path) -> BTreeSet<String> {
 
 /// Families this run cannot export, and where they are checked: the
 /// VIP families exist only with `[bgp]` (no routers, no kernel table of
-/// its own here: `fleet::tests::families_export_digests_and_announcements`
+/// its own here: `metrics::exposition::tests::fleet_digests_and_announcements_are_exported`
 /// and, live, scripts/e2e/scaleout.py); the hand-off's connections only
 /// after a start that took a hand-off file (tests/handoff.rs).
 const CONDITIONAL: [&str; 3] = [

@@ -50,7 +50,8 @@ pub fn render_status_counting(snap: &ForwardingState, view: &View, work: &mut u6
         "reloads ok {} failed {}",
         view.reloads_ok, view.reloads_failed
     );
-    crate::fleet::write_status(&mut r.out, snap, view);
+    view.fleet
+        .write_status(&mut r.out, snap, view.config.as_ref());
     r.out
 }
 

@@ -68,7 +68,27 @@ pub fn families(view: &View, generation: u64) -> Vec<MetricFamily> {
     out.extend(b.collect());
     out.push(health_publish_family(&view.health_publish));
     out.extend(handoff_families(view.handoff));
+    out.extend(config_digest_family(view));
     out
+}
+
+/// The configuration digest (`crate::fleet`); the per-service table
+/// digests and per-VIP announcements are written by the exposition.
+fn config_digest_family(view: &View) -> Vec<MetricFamily> {
+    let Some(cfg) = &view.config else {
+        return Vec::new();
+    };
+    let config = gauge(
+        "sluice_config_digest_info",
+        "Always 1; `digest` identifies the fleet-wide part of the published \
+         configuration (services, backends, rules, checks, zones, flow key): \
+         appliances behind the same VIPs must show the same.",
+        &["digest"],
+    );
+    config
+        .with_label_values(&[&view.fleet.config_digest(cfg).to_string()])
+        .set(1);
+    config.collect()
 }
 
 /// The start's conntrack hand-off: whether a file was refused, and the

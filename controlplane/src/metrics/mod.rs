@@ -157,7 +157,6 @@ pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamil
     if let Some(c) = &src.control {
         let view = c.view();
         out.extend(crate::metrics::control::families(&view, snap.generation));
-        out.extend(crate::fleet::families(&view));
     }
     out.extend(crate::metrics::control::port_hw_families(
         &src.ports,

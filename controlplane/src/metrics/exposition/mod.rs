@@ -491,4 +491,49 @@ backend_service = "dns"
         assert!(text.contains("# TYPE sluice_rule_packets_total counter"));
         assert_no_empty_or_repeated_family(&text);
     }
+
+    /// The fleet's families: one info series per digest (the
+    /// configuration's, each service's tables once computed), one gauge
+    /// per VIP and what it says.
+    #[test]
+    fn fleet_digests_and_announcements_are_exported() {
+        let src = sources(None);
+        let view = src.control.as_ref().unwrap().view();
+        let cfg = view.config.clone().unwrap();
+        let snap = src.snapshot.load();
+        view.fleet
+            .announce
+            .set(vec![crate::announce::status::VipStatus {
+                vip: "203.0.113.10".parse().unwrap(),
+                announced: false,
+                servable: true,
+                reason: "stopping".into(),
+            }]);
+        let pending = render(&src, None);
+        assert!(
+            !pending.contains("sluice_service_table_digest_info{"),
+            "a digest still computing is left out:\n{pending}"
+        );
+        // What the control thread does after a publish.
+        view.fleet.table_digest(&snap, &snap.services[0]);
+        let text = render(&src, None);
+        for line in [
+            format!(
+                "sluice_config_digest_info{{digest=\"{}\"}} 1",
+                crate::fleet::config_digest(&cfg)
+            ),
+            format!(
+                "sluice_service_table_digest_info{{digest=\"{}\",service=\"web\"}} 1",
+                crate::fleet::table_digest(&snap, &snap.services[0])
+            ),
+            "sluice_vip_announced{vip=\"203.0.113.10\"} 0".to_string(),
+            "sluice_vip_servable{vip=\"203.0.113.10\"} 1".to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert_no_empty_or_repeated_family(&text);
+    }
 }
