@@ -14,6 +14,7 @@ use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
 
 use super::{render_status, status_json, Controller, Shared};
+use crate::control_socket::Answers;
 
 /// The published state, for any thread: cheap to clone (reference
 /// counts), each method renders afresh.
@@ -41,14 +42,14 @@ impl Controller {
     }
 }
 
-impl Readers {
+impl Answers for Readers {
     /// `sluice status`.
-    pub fn status(&self) -> String {
+    fn status(&self) -> String {
         render_status(&self.cell.load(), &self.shared.view())
     }
 
     /// `sluice status --json`.
-    pub fn status_json(&self) -> String {
+    fn status_json(&self) -> String {
         let config_path = self.path.as_ref().map(|p| p.display().to_string());
         let (snap, view) = (self.cell.load(), self.shared.view());
         let doc = status_json::render(&snap, &view, &self.stats, config_path);
@@ -62,7 +63,7 @@ impl Readers {
 
     /// `sluice explain`'s answer (`crate::explain::live`), the conntrack
     /// entries asked of the workers.
-    pub fn explain(&self, args: &str) -> Result<String, String> {
+    fn explain(&self, args: &str) -> Result<String, String> {
         let view = self.shared.view();
         let cfg = view.config.ok_or("no configuration published yet")?;
         let ask = |frames: &[Vec<u8>]| ask_workers(&self.mailboxes, frames);

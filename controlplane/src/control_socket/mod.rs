@@ -116,18 +116,6 @@ pub trait Answers: Send + Sync + 'static {
     fn explain(&self, args: &str) -> Result<String, String>;
 }
 
-impl Answers for crate::control::Readers {
-    fn status(&self) -> String {
-        crate::control::Readers::status(self)
-    }
-    fn status_json(&self) -> String {
-        crate::control::Readers::status_json(self)
-    }
-    fn explain(&self, args: &str) -> Result<String, String> {
-        crate::control::Readers::explain(self, args)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
