@@ -15,7 +15,6 @@ pub mod bird;
 pub mod decision;
 pub mod netlink;
 mod routes;
-pub mod status;
 
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;

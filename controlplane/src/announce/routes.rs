@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use super::decision::Verdict;
 use super::netlink::{Op, Route, RouteSocket};
-use super::status::VipStatus;
 use crate::admin::AdminState;
+use crate::fleet::announced::VipStatus;
 use crate::fleet::Fleet;
 
 /// How often the gates are checked when nothing arrives.

@@ -503,7 +503,7 @@ backend_service = "dns"
         let snap = src.snapshot.load();
         view.fleet
             .announce
-            .set(vec![crate::announce::status::VipStatus {
+            .set(vec![crate::fleet::announced::VipStatus {
                 vip: "203.0.113.10".parse().unwrap(),
                 announced: false,
                 servable: true,

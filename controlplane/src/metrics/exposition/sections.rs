@@ -699,7 +699,7 @@ fn vip_rows(
     out: &mut Vec<u8>,
     budget: usize,
     f: &'static Family,
-    value: fn(&crate::announce::status::VipStatus) -> bool,
+    value: fn(&crate::fleet::announced::VipStatus) -> bool,
 ) -> bool {
     let Some(vips) = cx.view.and_then(|v| v.fleet.announce.vips()) else {
         return true;

@@ -1,6 +1,6 @@
-//! What is announced, per VIP: written by the announcer, read by
-//! `sluice status` and the metrics (through [`crate::fleet`]). A leaf, so
-//! the fleet view can hold it without depending on the announcer.
+//! What is announced, per VIP: written by the announcer
+//! (`crate::announce`), read by `sluice status` and the metrics through
+//! the [`super::Fleet`] they share.
 
 use std::net::IpAddr;
 use std::sync::Mutex;

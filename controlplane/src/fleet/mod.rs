@@ -20,6 +20,8 @@
 //! scrape) and kept while the service's tables are the same `Arc`s, so
 //! a scrape hashes only tables built since the last one.
 
+pub mod announced;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -35,7 +37,7 @@ use crate::config::Config;
 /// Shared by the control thread, the announcer, status and metrics.
 #[derive(Debug, Default)]
 pub struct Fleet {
-    pub announce: crate::announce::status::Status,
+    pub announce: announced::Status,
     tables: Mutex<HashMap<String, TableDigest>>,
     config: Mutex<Option<(Weak<Config>, Digest)>>,
     /// Only the thread computing a configuration digest holds it.
@@ -481,7 +483,7 @@ backend_service = "web"
     /// their digests differ, though no `Debug` text shows a key.
     #[test]
     fn ap_6_config_digest_follows_quic_lb_keys() {
-        let text = include_str!("../../conf/quic-lb.toml");
+        let text = include_str!("../../../conf/quic-lb.toml");
         let key = "8f95f09245765f80256934e50c66207f";
         assert!(text.contains(key));
         let base = cfg(text);
@@ -513,7 +515,7 @@ backend_service = "web"
         let c = Arc::new(cfg(CFG));
         let snap = build_forwarding_state(&c, &[[2, 0, 0, 0, 0, 1]], &mut BackendIds::new(), 1);
         let fleet = Fleet::default();
-        fleet.announce.set(vec![crate::announce::status::VipStatus {
+        fleet.announce.set(vec![announced::VipStatus {
             vip: "203.0.113.10".parse().unwrap(),
             announced: false,
             servable: true,
