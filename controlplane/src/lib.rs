@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod neighbours;
 pub mod policy;
 pub mod probe_routes;
+pub mod proc_self;
 pub mod publish;
 pub mod rtnetlink;
 pub mod service_manager;

@@ -12,7 +12,7 @@ use sluice_core::service::ServiceState;
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
 
-use crate::metrics::process::{uptime_seconds, GIT_COMMIT, VERSION};
+use crate::proc_self::{uptime_seconds, GIT_COMMIT, VERSION};
 
 use super::View;
 

@@ -1,7 +1,7 @@
 //! The process's own metrics: what binary runs (`sluice_build_info`), the
-//! standard `process_*` families read from `/proc/self` (CPU time,
-//! resident memory, open descriptors, start time), how long ago the
-//! control loop last ran, and the packet pool's mbufs in use.
+//! standard `process_*` families (`crate::proc_self`: CPU time, resident
+//! memory, open descriptors, start time), how long ago the control loop
+//! last ran, and the packet pool's mbufs in use.
 
 use std::time::Duration;
 
@@ -9,14 +9,7 @@ use prometheus::core::Collector as _;
 use prometheus::proto::MetricFamily;
 use prometheus::{Gauge, IntGauge, IntGaugeVec, Opts};
 
-/// The crate version of the binary.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// The git commit the binary was built from ("unknown" outside git).
-pub const GIT_COMMIT: &str = env!("SLUICE_GIT_COMMIT");
-
-/// Linux reports process times in clock ticks of `USER_HZ`, 100 on every
-/// architecture sluice runs on.
-const USER_HZ: f64 = 100.0;
+use crate::proc_self::{self, GIT_COMMIT, VERSION};
 
 /// `sluice_build_info{version,revision,dpdk} 1`: `revision` is the git
 /// commit, named as build-info metrics conventionally name it.
@@ -45,54 +38,37 @@ fn gauge(name: &str, help: &str, v: f64) -> Vec<MetricFamily> {
 /// names; a file that cannot be read leaves its family out.
 pub fn process() -> Vec<MetricFamily> {
     let mut out = Vec::new();
-    let stat = std::fs::read_to_string("/proc/self/stat").ok();
-    let fields = stat.as_deref().and_then(stat_fields);
-    if let Some(f) = &fields {
+    if let Some(seconds) = proc_self::cpu_seconds() {
         let c = prometheus::Counter::new(
             "process_cpu_seconds_total",
             "CPU time the process used, user and system, in seconds.",
         )
         .expect("valid metric definition");
-        c.inc_by((f.utime + f.stime) as f64 / USER_HZ);
+        c.inc_by(seconds);
         out.extend(c.collect());
     }
-    if let Some(rss) = status_kib("VmRSS") {
+    if let Some(bytes) = proc_self::resident_bytes() {
         out.extend(gauge(
             "process_resident_memory_bytes",
             "Resident memory of the process in bytes (hugepages not included).",
-            (rss * 1024) as f64,
+            bytes as f64,
         ));
     }
-    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+    if let Some(fds) = proc_self::open_fds() {
         out.extend(gauge(
             "process_open_fds",
             "File descriptors the process has open.",
-            dir.count() as f64,
+            fds as f64,
         ));
     }
-    if let (Some(f), Some(boot)) = (&fields, boot_time()) {
+    if let Some(start) = proc_self::start_time_seconds() {
         out.extend(gauge(
             "process_start_time_seconds",
             "When the process started, in seconds since the Unix epoch.",
-            boot as f64 + f.starttime as f64 / USER_HZ,
+            start,
         ));
     }
     out
-}
-
-/// Seconds since the process started (`/proc/uptime` less the process's
-/// start time after boot), None where `/proc` cannot be read.
-pub fn uptime_seconds() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let started = stat_fields(&stat)?.starttime as f64 / USER_HZ;
-    let up: f64 = std::fs::read_to_string("/proc/uptime")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    // Both are in hundredths of a second.
-    Some(((up - started) * 100.0).round().max(0.0) / 100.0)
 }
 
 /// `sluice_control_loop_last_run_age_seconds`: the `/healthz` liveness
@@ -129,53 +105,9 @@ pub fn mbuf_pool(in_use: usize, size: usize) -> Vec<MetricFamily> {
     out
 }
 
-/// The fields of `/proc/self/stat` used here.
-struct StatFields {
-    utime: u64,
-    stime: u64,
-    starttime: u64,
-}
-
-/// Parses `/proc/<pid>/stat`: fields after the command name (which may
-/// hold spaces and parentheses) counted from field 3, per proc(5).
-fn stat_fields(text: &str) -> Option<StatFields> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // f[0] is field 3 (state): field n is f[n - 3].
-    let at = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
-    Some(StatFields {
-        utime: at(14)?,
-        stime: at(15)?,
-        starttime: at(22)?,
-    })
-}
-
-/// A `kB` line of `/proc/self/status`.
-fn status_kib(key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
-
-/// The boot time from `/proc/stat` (`btime`), seconds since the epoch.
-fn boot_time() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/stat").ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse().ok())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_fields_skip_a_command_with_spaces_and_parentheses() {
-        let text = "42 (sl (x) y) S 1 2 3 4 5 6 7 8 9 10 110 220 0 0 20 0 3 0 4242 0 0";
-        let f = stat_fields(text).unwrap();
-        assert_eq!((f.utime, f.stime, f.starttime), (110, 220, 4242));
-    }
 
     #[test]
     fn process_families_are_read_here() {
