@@ -10,6 +10,7 @@ pub mod background;
 pub mod config;
 pub mod control;
 pub mod control_socket;
+pub mod dpdk_args;
 pub mod exception;
 pub mod explain;
 pub mod fleet;

@@ -16,6 +16,8 @@
 
 use dataplane::dpdk::MBUF_HEADROOM;
 
+use crate::dpdk_args::{devarg, is_af_packet, pci_address};
+
 /// Ethernet header plus two VLAN tags (802.1ad + 802.1Q), which the
 /// pipeline accepts in front of the IP packet.
 pub const MAX_L2_LEN: usize = 14 + 2 * 4;
@@ -71,20 +73,6 @@ pub fn frame_len(mtu: u16) -> usize {
     usize::from(mtu) + MAX_L2_LEN
 }
 
-/// The value of `key` in a DPDK vdev string (`net_x0,key=value,...`).
-pub fn devarg<'a>(device: &'a str, key: &str) -> Option<&'a str> {
-    device
-        .split(',')
-        .skip(1)
-        .find_map(|kv| kv.split_once('=').filter(|(k, _)| k.trim() == key))
-        .map(|(_, v)| v.trim())
-}
-
-/// Whether the port's device is DPDK's `net_af_packet` driver.
-pub fn is_af_packet(device: &str) -> bool {
-    device.starts_with("net_af_packet")
-}
-
 /// A `net_af_packet` port's frame slot in bytes (its `framesz` devarg or
 /// the default). None for other drivers, or when `framesz` is not a number.
 pub fn af_packet_framesz(device: &str) -> Option<usize> {
@@ -134,7 +122,7 @@ impl Steering {
     /// every virtual device sluice drives is treated as one that cannot.
     pub fn expected(dp: &Demand<'_>) -> Steering {
         let several = dp.workers > 1;
-        let rss_less = |p: &PortDemand<'_>| crate::start_hints::pci_address(p.device).is_none();
+        let rss_less = |p: &PortDemand<'_>| pci_address(p.device).is_none();
         if several && dp.ports.iter().any(rss_less) {
             Steering::On
         } else {
@@ -186,23 +174,6 @@ pub fn pool_bytes_at_least(count: u32, data_room: u16) -> u64 {
     u64::from(count) * per_mbuf
 }
 
-/// The EAL memory the arguments ask for, in MiB: `-m N` / `-m=N` / `-mN`
-/// (under `--no-huge`, all the memory EAL has). None when not given.
-pub fn eal_memory_mib(eal_args: &[String]) -> Option<u64> {
-    let mut it = eal_args.iter();
-    while let Some(a) = it.next() {
-        let value = match a.strip_prefix("-m") {
-            Some("") => it.next().map(String::as_str),
-            Some(rest) => Some(rest.strip_prefix('=').unwrap_or(rest)),
-            None => None,
-        };
-        if let Some(v) = value {
-            return v.trim().parse().ok();
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,18 +211,6 @@ mod tests {
         assert!(usize::from(data_room(&[p])) >= MBUF_HEADROOM + 16384 - 32);
         assert_eq!(af_packet_framesz("net_af_packet0,iface=lb0"), Some(2048));
         assert_eq!(af_packet_framesz("net_pcap0,framesz=4096"), None);
-    }
-
-    #[test]
-    fn eal_memory_is_read_in_every_spelling() {
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            eal_memory_mib(&args(&["--no-huge", "-m", "256"])),
-            Some(256)
-        );
-        assert_eq!(eal_memory_mib(&args(&["-m=512"])), Some(512));
-        assert_eq!(eal_memory_mib(&args(&["-m64"])), Some(64));
-        assert_eq!(eal_memory_mib(&args(&["--no-huge", "--no-pci"])), None);
     }
 
     /// `workers` over ports of `devices` (MTU 1500, no TAP), bursts of 32

@@ -12,6 +12,7 @@
 use super::context::Ctx;
 use super::model::DataplaneConfig;
 use super::raw::RawDataplane;
+use crate::dpdk_args::{devarg, eal_memory_mib, is_af_packet};
 use crate::mbuf_pool::{self, AF_PACKET_SLOT_OVERHEAD};
 
 /// `net_af_packet`'s default `blocksz`.
@@ -34,7 +35,7 @@ pub(crate) fn check(cx: &mut Ctx<'_>, raw: &RawDataplane, dp: &DataplaneConfig) 
 /// A `net_af_packet` device whose frame slot cannot hold a frame of the
 /// port's MTU (or whose slot does not fit its block).
 fn af_packet_slot(device: &str, mtu: u16, tagged: bool) -> Option<(String, String)> {
-    if !mbuf_pool::is_af_packet(device) {
+    if !is_af_packet(device) {
         return None;
     }
     // A trunk port's frames carry the 802.1Q tag on the wire.
@@ -48,7 +49,7 @@ fn af_packet_slot(device: &str, mtu: u16, tagged: bool) -> Option<(String, Strin
             format!("write framesz={need},blocksz={}", block_for(need)),
         ));
     };
-    let blocksz = match mbuf_pool::devarg(device, "blocksz") {
+    let blocksz = match devarg(device, "blocksz") {
         None => Some(AF_PACKET_DEFAULT_BLOCKSZ),
         Some(v) => v.parse::<usize>().ok(),
     };
@@ -98,7 +99,7 @@ fn eal_memory(cx: &mut Ctx<'_>, raw: &RawDataplane, dp: &DataplaneConfig) {
     if !args.get_ref().iter().any(|a| a == "--no-huge") {
         return;
     }
-    let given = mbuf_pool::eal_memory_mib(args.get_ref());
+    let given = eal_memory_mib(args.get_ref());
     let mib = given.unwrap_or(NO_HUGE_DEFAULT_MIB);
     let demand = dp.pool_demand();
     let count = mbuf_pool::mbuf_count(&demand, mbuf_pool::Steering::expected(&demand));

@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use crate::dpdk_args::{eal_arg_value, eal_memory_mib, pci_address};
+
 /// The host, as far as the hints need it.
 #[derive(Clone, Debug, Default)]
 pub struct Facts {
@@ -72,7 +74,7 @@ impl Facts {
                 .as_deref()
                 .and_then(effective_capabilities),
             no_huge: eal_args.iter().any(|a| a == "--no-huge"),
-            eal_memory_mib: crate::mbuf_pool::eal_memory_mib(eal_args),
+            eal_memory_mib: eal_memory_mib(eal_args),
             hugepages: hugepage_sizes(&mounts, huge_dir.as_deref()),
             huge_dir,
             iommu_groups: std::fs::read_dir("/sys/kernel/iommu_groups")
@@ -100,42 +102,6 @@ impl Facts {
     pub(super) fn lacks(&self, cap: u32) -> bool {
         !self.has(cap)
     }
-}
-
-/// The full form `DDDD:BB:DD.F` (lower case) of a PCI address, for the
-/// short form `BB:DD.F` the domain EAL assumes, 0000; None for anything
-/// else (a vdev). Device arguments after a comma are ignored.
-pub fn pci_address(device: &str) -> Option<String> {
-    let addr = device.split(',').next()?.trim();
-    let (domain, rest) = match addr.matches(':').count() {
-        2 => addr.split_once(':')?,
-        1 => ("0", addr),
-        _ => return None,
-    };
-    let (bus, rest) = rest.split_once(':')?;
-    let (dev, func) = rest.split_once('.')?;
-    let hex = |s: &str, digits: usize| {
-        (!s.is_empty() && s.len() <= digits && s.bytes().all(|b| b.is_ascii_hexdigit()))
-            .then(|| u32::from_str_radix(s, 16).ok())
-            .flatten()
-    };
-    let (domain, bus, dev) = (hex(domain, 8)?, hex(bus, 2)?, hex(dev, 2)?);
-    let func = hex(func, 1).filter(|&f| f <= 7 && dev <= 0x1f)?;
-    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func}"))
-}
-
-/// The value of an EAL option given as `--opt VALUE` or `--opt=VALUE`.
-fn eal_arg_value(args: &[String], opt: &str) -> Option<String> {
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == opt {
-            return it.next().cloned();
-        }
-        if let Some(v) = a.strip_prefix(opt).and_then(|r| r.strip_prefix('=')) {
-            return Some(v.to_string());
-        }
-    }
-    None
 }
 
 /// `CapEff:\t000001ffffffffff` in /proc/self/status.
@@ -254,42 +220,6 @@ fn pci_device(address: &str) -> PciDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pci_addresses_are_written_in_full_and_vdevs_are_not_addresses() {
-        assert_eq!(pci_address("0000:03:00.0").as_deref(), Some("0000:03:00.0"));
-        assert_eq!(pci_address("03:00.1").as_deref(), Some("0000:03:00.1"));
-        assert_eq!(pci_address("0000:7F:1F.7").as_deref(), Some("0000:7f:1f.7"));
-        assert_eq!(
-            pci_address("0000:03:00.0,rxq_pkt_fill=1").as_deref(),
-            Some("0000:03:00.0")
-        );
-        for not in [
-            "net_null0",
-            "net_pcap0,rx_pcap=a:b.pcap",
-            "net_tap0,iface=sl0",
-            "0000:03:00.8",
-            "0000:03:20.0",
-            "0000:003:00.0",
-            "",
-        ] {
-            assert_eq!(pci_address(not), None, "{not}");
-        }
-    }
-
-    #[test]
-    fn eal_options_are_read_in_both_spellings() {
-        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            eal_arg_value(&args(&["-l", "0", "--huge-dir", "/mnt/h"]), "--huge-dir").as_deref(),
-            Some("/mnt/h")
-        );
-        assert_eq!(
-            eal_arg_value(&args(&["--huge-dir=/mnt/h"]), "--huge-dir").as_deref(),
-            Some("/mnt/h")
-        );
-        assert_eq!(eal_arg_value(&args(&["--huge-unlink"]), "--huge-dir"), None);
-    }
 
     #[test]
     fn capabilities_and_page_sizes_are_parsed_from_proc() {

@@ -12,7 +12,9 @@
 
 mod facts;
 
-pub use facts::{pci_address, Facts, HugePages, PciDevice};
+pub use facts::{Facts, HugePages, PciDevice};
+
+use crate::dpdk_args::pci_address;
 
 /// The start-up step that failed.
 #[derive(Clone, Copy, Debug)]
