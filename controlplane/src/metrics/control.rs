@@ -1,7 +1,8 @@
-//! Control-plane metrics: health per backend, weights, probe
-//! latency, transitions; eligible sets, active pool, table generation and
-//! build time per service; health flip to publish latency; reloads; DPDK
-//! port counters and links.
+//! The control thread's families whose size is fixed, read from its view:
+//! reloads, the last build, health flip to publish latency, the start's
+//! hand-off and the configuration digest. Its per-backend and per-service
+//! families grow with the configuration and are written by the
+//! exposition.
 
 use prometheus::core::Collector as _;
 use prometheus::proto::{self, MetricFamily, MetricType};
@@ -134,73 +135,6 @@ fn handoff_families(report: crate::handoff::StartReport) -> Vec<MetricFamily> {
         gap.set(gap_ms as f64 / 1000.0);
         out.extend(gap.collect());
     }
-    out
-}
-
-/// The DPDK port counters (`rte_eth_stats`), one family per quantity and
-/// unit, and each port's link state and speed (thread-safe reads).
-pub fn port_hw_families(
-    ports: &[dataplane::dpdk::PortMonitor],
-    names: &[String],
-) -> Vec<MetricFamily> {
-    if ports.is_empty() {
-        return Vec::new(); // an empty family fails the whole scrape
-    }
-    let families = [
-        ("sluice_port_hw_rx_packets_total", "Packets the port's device received (rte_eth_stats ipackets)."),
-        ("sluice_port_hw_tx_packets_total", "Packets the port's device sent (rte_eth_stats opackets)."),
-        ("sluice_port_hw_rx_bytes_total", "Bytes the port's device received (rte_eth_stats ibytes)."),
-        ("sluice_port_hw_tx_bytes_total", "Bytes the port's device sent (rte_eth_stats obytes)."),
-        ("sluice_port_hw_rx_missed_packets_total", "Packets the device dropped because its receive queues were full (rte_eth_stats imissed)."),
-        ("sluice_port_hw_rx_errors_total", "Erroneous packets the device received (rte_eth_stats ierrors)."),
-        ("sluice_port_hw_tx_errors_total", "Packets the device failed to send (rte_eth_stats oerrors)."),
-        ("sluice_port_hw_rx_no_mbuf_total", "Receive failures for want of a free mbuf in the packet pool (rte_eth_stats rx_nombuf)."),
-    ]
-    .map(|(name, help)| counter(name, help, &["port"]));
-    let up = gauge(
-        "sluice_port_link_up",
-        "1 while the port's link is up, 0 while it is down.",
-        &["port"],
-    );
-    let speed = gauge(
-        "sluice_port_link_speed_bytes",
-        "The port's link speed in bytes per second (0: unknown or down).",
-        &["port"],
-    );
-    for (i, monitor) in ports.iter().enumerate() {
-        let s = monitor.hw_stats();
-        let port = names
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| monitor.id().to_string());
-        let values = [
-            s.ipackets,
-            s.opackets,
-            s.ibytes,
-            s.obytes,
-            s.imissed,
-            s.ierrors,
-            s.oerrors,
-            s.rx_nombuf,
-        ];
-        for (family, v) in families.iter().zip(values) {
-            family.with_label_values(&[port.as_str()]).inc_by(v);
-        }
-        let link = monitor.link();
-        up.with_label_values(&[port.as_str()])
-            .set(i64::from(link.up));
-        let mbps = if link.up {
-            link.speed_mbps.unwrap_or(0)
-        } else {
-            0
-        };
-        speed
-            .with_label_values(&[port.as_str()])
-            .set(i64::from(mbps) * 1_000_000 / 8);
-    }
-    let mut out: Vec<MetricFamily> = families.iter().flat_map(|f| f.collect()).collect();
-    out.extend(up.collect());
-    out.extend(speed.collect());
     out
 }
 

@@ -255,7 +255,7 @@ impl Runtime {
     /// After [`Runtime::stop_workers`]: the final metrics, read while the
     /// ports are still open (closing a port resets its counters).
     pub fn final_metrics(&self) -> Option<String> {
-        self.sources.as_deref().map(metrics::render)
+        self.sources.as_deref().map(|s| metrics::render(s, None))
     }
 }
 
