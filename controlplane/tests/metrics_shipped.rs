@@ -1,12 +1,14 @@
 //! What the real binary's `/metrics` exports (AP-5): the shipped alerts
 //! (`contrib/prometheus/sluice.rules.yml`) and dashboard
 //! (`contrib/grafana/sluice.json`) name only metrics it exports; each
-//! family measures one quantity in one unit under a help text that says
-//! what it is; build, process, link, pool and reload families exist.
+//! family is exported as declared (`controlplane::metrics::catalog`, the
+//! workers' counter blocks), measures one quantity in one unit under a
+//! help text that says what it is; build, process, link, pool and reload
+//! families exist.
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
@@ -14,6 +16,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
+use controlplane::metrics::catalog;
+use controlplane::metrics::family::Family;
+use controlplane::metrics::ports::DEVICE_COUNTERS;
+use sluice_core::stats::{ConntrackStats, Export, PortCounters, QuicLbStats, WorkerStats};
 
 /// An HTTP health-check target that passes without the weight header.
 fn plain_target() -> u16 {
@@ -142,18 +148,25 @@ fn mentioned(path: &Path) -> BTreeSet<String> {
 /// Families this run cannot export, and where they are checked: the
 /// VIP families exist only with `[bgp]` (no routers, no kernel table of
 /// its own here: `metrics::exposition::tests::fleet_digests_and_announcements_are_exported`
-/// and, live, scripts/e2e/scaleout.py); the hand-off's connections only
-/// after a start that took a hand-off file (tests/handoff.rs).
-const CONDITIONAL: [&str; 3] = [
-    "sluice_vip_announced",
-    "sluice_vip_servable",
-    "sluice_handoff_connections",
+/// and, live, scripts/e2e/scaleout.py); the hand-off's connections and
+/// gap only after a start that took a hand-off file (tests/handoff.rs);
+/// the kernel's drops only for a `net_af_packet` port (scripts/e2e/suite.py);
+/// invalid weight headers only for a `WEIGHTED_MAGLEV` service (the
+/// exposition's tests; here the service is `MAGLEV`, see
+/// `weight_header_is_counted_only_where_weights_are_used`).
+static CONDITIONAL: [&Family; 6] = [
+    &catalog::VIP_ANNOUNCED,
+    &catalog::VIP_SERVABLE,
+    &catalog::HANDOFF_CONNECTIONS,
+    &catalog::HANDOFF_GAP_SECONDS,
+    &catalog::PORT_KERNEL_DROPS,
+    &catalog::BACKEND_WEIGHT_HEADER_INVALID,
 ];
 
 #[test]
 fn shipped_alerts_and_dashboard_name_only_exported_metrics() {
     let mut have = exported(scraped());
-    have.extend(CONDITIONAL.iter().map(|s| s.to_string()));
+    have.extend(CONDITIONAL.iter().map(|f| f.name.to_string()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for file in [
         "contrib/prometheus/sluice.rules.yml",
@@ -209,22 +222,79 @@ fn build_process_link_pool_reload_and_control_loop_families() {
 fn port_device_counters_are_one_family_per_quantity() {
     let m = scraped();
     assert!(!m.contains("sluice_port_hw_total"), "{m}");
-    for family in [
-        "sluice_port_hw_rx_packets_total",
-        "sluice_port_hw_tx_packets_total",
-        "sluice_port_hw_rx_bytes_total",
-        "sluice_port_hw_tx_bytes_total",
-        "sluice_port_hw_rx_missed_packets_total",
-        "sluice_port_hw_rx_errors_total",
-        "sluice_port_hw_tx_errors_total",
-        "sluice_port_hw_rx_no_mbuf_total",
-    ] {
+    for family in DEVICE_COUNTERS.map(|f| f.name) {
         assert!(m.contains(&format!("# TYPE {family} counter")), "{family}");
         assert!(
             m.contains(&format!("{family}{{port=\"p0\"}} 0")),
             "{family}"
         );
     }
+}
+
+/// Every declared family: the control plane's, and those of the workers'
+/// counter blocks, as `# HELP` and `# TYPE` write them.
+fn declared() -> BTreeMap<&'static str, (&'static str, String)> {
+    let mut out: BTreeMap<_, _> = catalog::ALL
+        .iter()
+        .map(|f| (f.name, (f.kind.name(), f.help.to_string())))
+        .collect();
+    let blocks = PortCounters::METRICS
+        .iter()
+        .map(|m| (m.name, m.export, m.help()))
+        .chain(
+            WorkerStats::METRICS
+                .iter()
+                .map(|m| (m.name, m.export, m.help())),
+        )
+        .chain(
+            ConntrackStats::METRICS
+                .iter()
+                .map(|m| (m.name, m.export, m.help())),
+        )
+        .chain(
+            QuicLbStats::METRICS
+                .iter()
+                .map(|m| (m.name, m.export, m.help())),
+        );
+    for (name, export, help) in blocks {
+        let kind = match export {
+            Export::Total | Export::WorkerCounter => "counter",
+            Export::WorkerGauge => "gauge",
+        };
+        out.insert(name, (kind, help));
+    }
+    out
+}
+
+/// Each family of the scrape is declared, with the type and the help text
+/// of its declaration, and each declared family is in the scrape unless
+/// this run cannot export it.
+#[test]
+fn every_family_is_exported_as_declared() {
+    let m = scraped();
+    let declared = declared();
+    let mut seen = BTreeSet::new();
+    for line in m.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            let want = declared.get(name).map(|(k, _)| *k);
+            assert_eq!(want, Some(kind), "{line}: not declared so");
+            seen.insert(name);
+        } else if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap();
+            let want = declared
+                .get(name)
+                .map(|(_, h)| h.replace('\\', "\\\\").replace('\n', "\\n"));
+            assert_eq!(want.as_deref(), Some(help), "{name}'s help");
+        }
+    }
+    let conditional: Vec<&str> = CONDITIONAL.iter().map(|f| f.name).collect();
+    let missing: Vec<&str> = catalog::ALL
+        .iter()
+        .map(|f| f.name)
+        .filter(|n| !seen.contains(n) && !conditional.contains(n))
+        .collect();
+    assert!(missing.is_empty(), "declared, not exported: {missing:?}");
 }
 
 /// CT-11's flips are a count: a counter named `_total`.

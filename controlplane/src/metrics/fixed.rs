@@ -10,9 +10,8 @@
 //! updated, so a scrape never writes anything a worker reads and two
 //! concurrent scrapes cannot interfere.
 
-use prometheus::core::Collector as _;
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder as _, IntCounter, IntCounterVec, IntGauge, Opts, TextEncoder};
+use prometheus::{Encoder as _, TextEncoder};
 use sluice_core::quic_lb::Fallback;
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::{
@@ -20,27 +19,9 @@ use sluice_core::stats::{
 };
 use sluice_core::DropReason;
 
+use super::catalog;
+use super::family::{Ints, Kind};
 use super::sources::MetricsSources;
-
-fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    // Names and labels are compile-time constants checked by the tests.
-    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition")
-}
-
-/// One unlabelled counter family with value `v`.
-fn counter(name: &str, help: &str, v: u64) -> Vec<MetricFamily> {
-    // Names are compile-time constants checked by the tests.
-    let c = IntCounter::new(name, help).expect("valid metric definition");
-    c.inc_by(v);
-    c.collect()
-}
-
-/// One unlabelled gauge family with value `v`.
-fn gauge(name: &str, help: &str, v: u64) -> Vec<MetricFamily> {
-    let g = IntGauge::new(name, help).expect("valid metric definition");
-    g.set(i64::try_from(v).unwrap_or(i64::MAX));
-    g.collect()
-}
 
 fn sum(src: &MetricsSources, f: impl Fn(&WorkerStats) -> u64) -> u64 {
     src.workers
@@ -63,41 +44,27 @@ pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamil
         |w, i| &w.ports[i],
     ));
 
-    let drops = counter_vec(
-        "sluice_dropped_packets_total",
-        "Packets dropped, by reason (every reason listed, zeros included).",
-        &["reason"],
-    );
+    let drops = catalog::DROPPED_PACKETS.ints();
     for &reason in DropReason::ALL {
-        drops
-            .with_label_values(&[reason.name()])
-            .inc_by(sum(src, |w| w.drops[reason.index()].get()));
+        drops.put(
+            &[reason.name()],
+            sum(src, |w| w.drops[reason.index()].get()),
+        );
     }
     out.extend(drops.collect());
 
-    out.extend(counter(
-        "sluice_punted_packets_total",
-        "Packets handed to the host's kernel through a port's TAP (ARP, ping, \
-         BGP, ...), all ports.",
-        sum(src, |w| w.ports.iter().map(|p| p.punted.get()).sum()),
-    ));
+    out.extend(
+        catalog::PUNTED_PACKETS.int(sum(src, |w| w.ports.iter().map(|p| p.punted.get()).sum())),
+    );
 
     // Steering, ICMP answers, fragments (AP-3: with these two, RX = TX +
     // punted + drops - (fragments created - packets fragmented)), polls.
     out.extend(block_families(src, WorkerStats::METRICS, None, |w, _| w));
 
-    out.extend(counter(
-        "sluice_backend_packets_uncounted_total",
-        "Packets forwarded to a backend whose per-backend counter did not exist \
-         (should stay 0: the control plane sizes the counters before it publishes).",
-        sum(src, |w| w.backend_packets.uncounted.get()),
-    ));
-
-    out.extend(gauge(
-        "sluice_snapshot_generation",
-        "Generation of the currently published forwarding snapshot.",
-        snap.generation,
-    ));
+    out.extend(
+        catalog::BACKEND_PACKETS_UNCOUNTED.int(sum(src, |w| w.backend_packets.uncounted.get())),
+    );
+    out.extend(catalog::SNAPSHOT_GENERATION.int(snap.generation));
 
     // SPEC §3: occupancy and size per worker, event counts summed.
     out.extend(block_families(
@@ -111,17 +78,12 @@ pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamil
     out.extend(block_families(src, QuicLbStats::METRICS, None, |w, _| {
         &w.quic_lb
     }));
-    let fallbacks = counter_vec(
-        "sluice_quic_lb_fallback_packets_total",
-        "UDP packets of QUIC-LB services balanced the ordinary way (affinity, \
-         conntrack, Maglev) instead of by their connection ID, by reason (every \
-         reason listed, zeros included).",
-        &["reason"],
-    );
+    let fallbacks = catalog::QUIC_LB_FALLBACK_PACKETS.ints();
     for &reason in Fallback::ALL {
-        fallbacks
-            .with_label_values(&[reason.name()])
-            .inc_by(sum(src, |w| w.quic_lb.fallback[reason.index()].get()));
+        fallbacks.put(
+            &[reason.name()],
+            sum(src, |w| w.quic_lb.fallback[reason.index()].get()),
+        );
     }
     out.extend(fallbacks.collect());
 
@@ -131,54 +93,13 @@ pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamil
     }
     out.extend(super::ports::families(src));
 
-    out.extend(gauge(
-        "sluice_workers",
-        "Number of packet worker threads.",
-        src.workers.len() as u64,
-    ));
+    out.extend(catalog::WORKERS.int(src.workers.len() as u64));
     if let Some((pool, size)) = &src.pool {
         out.extend(super::process::mbuf_pool(pool.in_use(), *size));
     }
     out.extend(super::process::build_info());
     out.extend(super::process::process());
     out
-}
-
-/// A metric family being filled: the Prometheus type follows the export.
-enum Family {
-    Counter(IntCounterVec),
-    Gauge(prometheus::IntGaugeVec),
-}
-
-impl Family {
-    fn new(name: &str, help: &str, export: Export, labels: &[&str]) -> Self {
-        let opts = Opts::new(name, help);
-        // Names and labels are compile-time constants checked by the tests.
-        match export {
-            Export::Total | Export::WorkerCounter => {
-                Family::Counter(IntCounterVec::new(opts, labels).expect("valid metric definition"))
-            }
-            Export::WorkerGauge => Family::Gauge(
-                prometheus::IntGaugeVec::new(opts, labels).expect("valid metric definition"),
-            ),
-        }
-    }
-
-    fn put(&self, labels: &[&str], v: u64) {
-        match self {
-            Family::Counter(c) => c.with_label_values(labels).inc_by(v),
-            Family::Gauge(g) => g
-                .with_label_values(labels)
-                .set(i64::try_from(v).unwrap_or(i64::MAX)),
-        }
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        match self {
-            Family::Counter(c) => c.collect(),
-            Family::Gauge(g) => g.collect(),
-        }
-    }
 }
 
 /// The families of a counter block declared with `counter_block!`
@@ -197,7 +118,7 @@ fn block_families<B: 'static>(
         Some((_, values)) => values.iter().map(|v| Some(v.as_str())).collect(),
         None => vec![None],
     };
-    let mut families: Vec<(&str, Family)> = Vec::new();
+    let mut families: Vec<(&str, Ints)> = Vec::new();
     for m in metrics {
         let i = match families.iter().position(|(name, _)| *name == m.name) {
             Some(i) => i,
@@ -208,7 +129,11 @@ fn block_families<B: 'static>(
                 if m.export != Export::Total {
                     labels.push("worker");
                 }
-                families.push((m.name, Family::new(m.name, &m.help(), m.export, &labels)));
+                let kind = match m.export {
+                    Export::Total | Export::WorkerCounter => Kind::Counter,
+                    Export::WorkerGauge => Kind::Gauge,
+                };
+                families.push((m.name, Ints::new(m.name, &m.help(), kind, &labels)));
                 families.len() - 1
             }
         };

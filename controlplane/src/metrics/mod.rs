@@ -9,8 +9,10 @@
 //!   with the configuration (per backend, service, rule, VIP) written row
 //!   by row.
 
+pub mod catalog;
 pub mod control;
 pub mod exposition;
+pub mod family;
 pub mod fixed;
 pub mod ports;
 pub mod process;

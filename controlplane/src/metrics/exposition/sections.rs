@@ -12,10 +12,12 @@ use sluice_core::service::ServiceState;
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
 
-use super::text::{self, Family, Kind, Label, Value};
+use super::text::{self, Label, Value, MAX_LABELS};
 use crate::config::{BackendConfig, BackendServiceConfig, HealthCheckConfig, LocalityLbPolicy};
 use crate::control::View;
 use crate::health::{backend_status, FailureReason, ProbeStatus};
+use crate::metrics::catalog;
+use crate::metrics::family::Family;
 
 /// What a scrape reads.
 pub struct Context<'a> {
@@ -83,21 +85,44 @@ impl Rows<'_> {
         }
     }
 
-    fn sample(&mut self, labels: &[(&str, Label<'_>)], value: Value) {
+    /// One sample: `values` are the family's labels' values, in the order
+    /// its declaration names them.
+    fn sample(&mut self, values: &[Label<'_>], value: Value) {
         self.start();
-        text::sample(self.out, self.family.name, labels, value);
+        let (pairs, n) = self.labelled(values);
+        text::sample(self.out, self.family.name, &pairs[..n], value);
     }
 
-    fn histogram(&mut self, labels: &[(&str, Label<'_>)], st: &ProbeStatus) {
+    fn histogram(&mut self, values: &[Label<'_>], st: &ProbeStatus) {
         self.start();
+        let (pairs, n) = self.labelled(values);
         text::histogram(
             self.out,
             self.family.name,
-            labels,
+            &pairs[..n],
             &crate::health::scheduler::LATENCY_BUCKETS,
             &st.latency_counts,
             st.latency_sum,
         );
+    }
+
+    /// `values` named by the family's declared labels.
+    fn labelled<'v>(
+        &self,
+        values: &[Label<'v>],
+    ) -> ([(&'static str, Label<'v>); MAX_LABELS], usize) {
+        debug_assert!(
+            values.len() == self.family.labels.len() && values.len() <= MAX_LABELS,
+            "{}'s labels",
+            self.family.name
+        );
+        let mut pairs = [("", Label::Text("")); MAX_LABELS];
+        let mut n = 0;
+        for (pair, (&name, &value)) in pairs.iter_mut().zip(self.family.labels.iter().zip(values)) {
+            *pair = (name, value);
+            n += 1;
+        }
+        (pairs, n)
     }
 }
 
@@ -139,29 +164,13 @@ fn snapshot_backends(
     true
 }
 
-fn sb<'a>(svc: &'a str, b: &BackendState) -> [(&'static str, Label<'a>); 2] {
-    [
-        ("service", Label::Text(svc)),
-        ("backend", Label::Ip(b.address)),
-    ]
-}
-
-macro_rules! family {
-    ($name:literal, $kind:ident, $help:expr) => {
-        &Family {
-            name: $name,
-            help: $help,
-            kind: Kind::$kind,
-        }
-    };
+/// A backend's labels' values: service, backend.
+fn sb<'a>(svc: &'a str, b: &BackendState) -> [Label<'a>; 2] {
+    [Label::Text(svc), Label::Ip(b.address)]
 }
 
 fn backend_packets(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_backend_packets_total",
-        Counter,
-        "Packets forwarded to a backend of the current configuration."
-    );
+    let f = &catalog::BACKEND_PACKETS;
     snapshot_backends(cx, cur, out, budget, f, |rows, svc, id, b| {
         let n = sum(cx.workers, |w| w.backend_packets.get(id.index()));
         rows.sample(&sb(&svc.name, b), Value::Int(n));
@@ -169,12 +178,7 @@ fn backend_packets(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget
 }
 
 fn backend_bytes(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_backend_bytes_total",
-        Counter,
-        "Bytes (whole frames as sent, before any fragmentation) forwarded to a backend \
-         of the current configuration."
-    );
+    let f = &catalog::BACKEND_BYTES;
     snapshot_backends(cx, cur, out, budget, f, |rows, svc, id, b| {
         let n = sum(cx.workers, |w| w.backend_packets.bytes(id.index()));
         rows.sample(&sb(&svc.name, b), Value::Int(n));
@@ -187,14 +191,7 @@ fn backend_connections(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_backend_new_connections_total",
-        Counter,
-        "New connections sent to a backend of the current configuration: conntrack \
-         entries created (a SYN, or the first packet of a flow the table did not hold) \
-         whose packet was forwarded to it. Tracked traffic only: a backend of a \
-         stateless service (or of untracked UDP) stays at 0."
-    );
+    let f = &catalog::BACKEND_NEW_CONNECTIONS;
     snapshot_backends(cx, cur, out, budget, f, |rows, svc, id, b| {
         let n = sum(cx.workers, |w| w.backend_packets.connections(id.index()));
         rows.sample(&sb(&svc.name, b), Value::Int(n));
@@ -202,13 +199,7 @@ fn backend_connections(
 }
 
 fn backend_next_hop(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_backend_next_hop_resolved",
-        Gauge,
-        "1 when the backend's next-hop MAC is known (static `mac`, or resolved \
-         through the kernel from the port's TAP); 0 while its packets are dropped as \
-         next_hop_unresolved."
-    );
+    let f = &catalog::BACKEND_NEXT_HOP_RESOLVED;
     snapshot_backends(cx, cur, out, budget, f, |rows, svc, _, b| {
         let v = u64::from(b.egress.next_hop_mac.is_some());
         rows.sample(&sb(&svc.name, b), Value::Int(v));
@@ -266,19 +257,13 @@ fn checked_backends(
     true
 }
 
-fn csb<'a>(c: &'a Checked<'_>) -> [(&'static str, Label<'a>); 2] {
-    [
-        ("service", Label::Text(&c.svc.name)),
-        ("backend", Label::Ip(c.backend.address)),
-    ]
+/// A checked backend's labels' values: service, backend.
+fn csb<'a>(c: &'a Checked<'_>) -> [Label<'a>; 2] {
+    [Label::Text(&c.svc.name), Label::Ip(c.backend.address)]
 }
 
 fn health_healthy(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_backend_healthy",
-        Gauge,
-        "1 when the backend's health check passes, 0 while it fails."
-    );
+    let f = &catalog::BACKEND_HEALTHY;
     checked_backends(cx, cur, out, budget, f, |rows, c| {
         let v = u64::from(c.status.state.healthy);
         rows.sample(&csb(c), Value::Int(v));
@@ -286,11 +271,7 @@ fn health_healthy(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget:
 }
 
 fn health_weight(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_backend_weight",
-        Gauge,
-        "The backend's weight: the one its health check reported under WEIGHTED_MAGLEV, else 1."
-    );
+    let f = &catalog::BACKEND_WEIGHT;
     checked_backends(cx, cur, out, budget, f, |rows, c| {
         rows.sample(&csb(c), Value::Int(u64::from(c.status.state.weight)));
     })
@@ -302,11 +283,7 @@ fn health_consecutive(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_backend_consecutive_results",
-        Gauge,
-        "Consecutive probe results of the current kind (result=\"success\" or \"failure\")."
-    );
+    let f = &catalog::BACKEND_CONSECUTIVE_RESULTS;
     checked_backends(cx, cur, out, budget, f, |rows, c| {
         let [s, b] = csb(c);
         let st = &c.status.state;
@@ -314,7 +291,7 @@ fn health_consecutive(
             ("success", st.consecutive_successes),
             ("failure", st.consecutive_failures),
         ] {
-            let labels = [s, b, ("result", Label::Text(result))];
+            let labels = [s, b, Label::Text(result)];
             rows.sample(&labels, Value::Int(u64::from(n)));
         }
     })
@@ -326,11 +303,7 @@ fn health_transitions(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_backend_health_transitions_total",
-        Counter,
-        "Changes of the backend's health state (healthy to unhealthy and back)."
-    );
+    let f = &catalog::BACKEND_HEALTH_TRANSITIONS;
     checked_backends(cx, cur, out, budget, f, |rows, c| {
         rows.sample(&csb(c), Value::Int(c.status.state.transitions));
     })
@@ -342,12 +315,7 @@ fn health_weight_invalid(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_backend_weight_header_invalid_total",
-        Counter,
-        "Passing HTTP probes of a WEIGHTED_MAGLEV service whose X-Load-Balancing-Endpoint-Weight \
-         header was missing or invalid (the backend keeps its last weight)."
-    );
+    let f = &catalog::BACKEND_WEIGHT_HEADER_INVALID;
     // Only WEIGHTED_MAGLEV reads the weight header: elsewhere its absence
     // is normal and not counted.
     checked_backends(cx, cur, out, budget, f, |rows, c| {
@@ -359,29 +327,20 @@ fn health_weight_invalid(
 }
 
 fn health_probes(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_backend_probes_total",
-        Counter,
-        "Health probes completed, passed or failed."
-    );
+    let f = &catalog::BACKEND_PROBES;
     checked_backends(cx, cur, out, budget, f, |rows, c| {
         rows.sample(&csb(c), Value::Int(c.status.probes));
     })
 }
 
 fn health_failures(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_backend_probe_failures_total",
-        Counter,
-        "Failed probes by reason (timeout, refused, port_unreachable, ...); reasons never \
-         seen are not exported."
-    );
+    let f = &catalog::BACKEND_PROBE_FAILURES;
     checked_backends(cx, cur, out, budget, f, |rows, c| {
         let [s, b] = csb(c);
         for r in FailureReason::ALL {
             let n = c.status.failures[r.index()];
             if n > 0 {
-                let labels = [s, b, ("reason", Label::Text(r.name()))];
+                let labels = [s, b, Label::Text(r.name())];
                 rows.sample(&labels, Value::Int(n));
             }
         }
@@ -389,11 +348,7 @@ fn health_failures(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget
 }
 
 fn health_latency(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_backend_probe_latency_seconds",
-        Histogram,
-        "Probe latency (timeouts included)."
-    );
+    let f = &catalog::BACKEND_PROBE_LATENCY_SECONDS;
     checked_backends(cx, cur, out, budget, f, |rows, c| {
         rows.histogram(&csb(c), c.status);
     })
@@ -423,8 +378,9 @@ fn services(
     true
 }
 
-fn service_label(svc: &ServiceState) -> [(&'static str, Label<'_>); 1] {
-    [("service", Label::Text(&svc.name))]
+/// A service's label's value.
+fn service_label(svc: &ServiceState) -> [Label<'_>; 1] {
+    [Label::Text(&svc.name)]
 }
 
 /// The sum over `svc`'s current backends of a per-backend counter.
@@ -440,13 +396,7 @@ fn service_sum(
 }
 
 fn service_packets(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_service_packets_total",
-        Counter,
-        "Packets forwarded to the service's current backends (the sum of their \
-         sluice_backend_packets_total; a backend removed by a reload takes its count \
-         with it)."
-    );
+    let f = &catalog::SERVICE_PACKETS;
     services(cx, cur, out, budget, f, |rows, svc| {
         let n = service_sum(cx, svc, |w, i| w.backend_packets.get(i));
         rows.sample(&service_label(svc), Value::Int(n));
@@ -454,12 +404,7 @@ fn service_packets(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget
 }
 
 fn service_bytes(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_service_bytes_total",
-        Counter,
-        "Bytes forwarded to the service's current backends (the sum of their \
-         sluice_backend_bytes_total)."
-    );
+    let f = &catalog::SERVICE_BYTES;
     services(cx, cur, out, budget, f, |rows, svc| {
         let n = service_sum(cx, svc, |w, i| w.backend_packets.bytes(i));
         rows.sample(&service_label(svc), Value::Int(n));
@@ -472,12 +417,7 @@ fn service_connections(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_service_new_connections_total",
-        Counter,
-        "New connections sent to the service's current backends (the sum of their \
-         sluice_backend_new_connections_total)."
-    );
+    let f = &catalog::SERVICE_NEW_CONNECTIONS;
     services(cx, cur, out, budget, f, |rows, svc| {
         let n = service_sum(cx, svc, |w, i| w.backend_packets.connections(i));
         rows.sample(&service_label(svc), Value::Int(n));
@@ -485,12 +425,7 @@ fn service_connections(
 }
 
 fn service_backends(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_service_backends",
-        Gauge,
-        "The service's backends by state in the published snapshot: healthy, unhealthy \
-         or draining (removed or drained, within their draining timeout)."
-    );
+    let f = &catalog::SERVICE_BACKENDS;
     services(cx, cur, out, budget, f, |rows, svc| {
         let mut counts = [0u64; 3];
         for b in svc.backends.iter().filter_map(|&id| cx.snap.backend(id)) {
@@ -503,7 +438,7 @@ fn service_backends(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budge
         }
         let [s] = service_label(svc);
         for (state, n) in ["healthy", "unhealthy", "draining"].iter().zip(counts) {
-            rows.sample(&[s, ("state", Label::Text(state))], Value::Int(n));
+            rows.sample(&[s, Label::Text(state)], Value::Int(n));
         }
     })
 }
@@ -514,12 +449,7 @@ fn service_unresolved(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_service_backends_next_hop_unresolved",
-        Gauge,
-        "The service's backends whose next-hop MAC is not known: their packets are \
-         dropped as next_hop_unresolved."
-    );
+    let f = &catalog::SERVICE_BACKENDS_NEXT_HOP_UNRESOLVED;
     services(cx, cur, out, budget, f, |rows, svc| {
         let n = svc
             .backends
@@ -559,21 +489,14 @@ fn reports(
 }
 
 fn service_eligible(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_service_eligible_backends",
-        Gauge,
-        "Size of the modified eligible set per client zone (\"-\": no zone)."
-    );
+    let f = &catalog::SERVICE_ELIGIBLE_BACKENDS;
     reports(cx, cur, out, budget, f, |rows, r, cfg| {
         for (v, n) in r.eligible.iter().enumerate() {
             let zone = match v {
                 0 => "-",
                 z => cfg.zones.get(z - 1).map_or("?", |z| z.name.as_str()),
             };
-            let labels = [
-                ("service", Label::Text(&r.name)),
-                ("zone", Label::Text(zone)),
-            ];
+            let labels = [Label::Text(&r.name), Label::Text(zone)];
             rows.sample(&labels, Value::Int(*n as u64));
         }
     })
@@ -585,20 +508,13 @@ fn service_active_pool(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_service_active_pool",
-        Gauge,
-        "1 for the pool new connections go to (primary/failover), 0 for the other."
-    );
+    let f = &catalog::SERVICE_ACTIVE_POOL;
     reports(cx, cur, out, budget, f, |rows, r, _| {
         for (p, name) in [
             (crate::config::Pool::Primary, "primary"),
             (crate::config::Pool::Failover, "failover"),
         ] {
-            let labels = [
-                ("service", Label::Text(&r.name)),
-                ("pool", Label::Text(name)),
-            ];
+            let labels = [Label::Text(&r.name), Label::Text(name)];
             rows.sample(&labels, Value::Int(u64::from(r.active_pool == Some(p))));
         }
     })
@@ -610,13 +526,9 @@ fn service_pool_flips(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_service_pool_flips_total",
-        Counter,
-        "Times the service's new connections moved between its primary and failover pools."
-    );
+    let f = &catalog::SERVICE_POOL_FLIPS;
     reports(cx, cur, out, budget, f, |rows, r, _| {
-        let labels = [("service", Label::Text(&r.name))];
+        let labels = [Label::Text(&r.name)];
         rows.sample(&labels, Value::Int(u64::from(r.pool_epoch)));
     })
 }
@@ -627,13 +539,9 @@ fn service_build_seconds(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_service_table_build_seconds",
-        Gauge,
-        "Duration of the service's last eligibility + Maglev build."
-    );
+    let f = &catalog::SERVICE_TABLE_BUILD_SECONDS;
     reports(cx, cur, out, budget, f, |rows, r, _| {
-        let labels = [("service", Label::Text(&r.name))];
+        let labels = [Label::Text(&r.name)];
         rows.sample(&labels, Value::Float(r.build_seconds));
     })
 }
@@ -644,38 +552,24 @@ fn service_table_digest(
     out: &mut Vec<u8>,
     budget: usize,
 ) -> bool {
-    let f = family!(
-        "sluice_service_table_digest_info",
-        Gauge,
-        "Always 1; `digest` identifies the service's Maglev tables slot by slot: \
-         appliances behind the same VIPs must show the same."
-    );
     let Some(view) = cx.view else {
         return true;
     };
     // A digest still computing (tables published a moment ago) is left
     // out of this scrape rather than waited for.
+    let f = &catalog::SERVICE_TABLE_DIGEST_INFO;
     services(cx, cur, out, budget, f, |rows, svc| {
         let Some(digest) = view.fleet.cached_table_digest(svc) else {
             return;
         };
         let digest = digest.to_string();
-        let labels = [
-            ("service", Label::Text(&svc.name)),
-            ("digest", Label::Text(&digest)),
-        ];
+        let labels = [Label::Text(&svc.name), Label::Text(&digest)];
         rows.sample(&labels, Value::Int(1));
     })
 }
 
 fn rule_packets(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_rule_packets_total",
-        Counter,
-        "Packets that matched a forwarding rule of the current configuration, \
-         forwarded or not (a packet dropped after the match, e.g. no_backend, counts \
-         too). A rule keeps its count across reloads."
-    );
+    let f = &catalog::RULE_PACKETS;
     let mut rows = Rows {
         out,
         family: f,
@@ -687,7 +581,7 @@ fn rule_packets(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: u
         }
         cur.i += 1;
         let n = sum(cx.workers, |w| w.rule_packets.get(rule.counter));
-        rows.sample(&[("rule", Label::Text(&rule.name))], Value::Int(n));
+        rows.sample(&[Label::Text(&rule.name)], Value::Int(n));
     }
     true
 }
@@ -714,30 +608,18 @@ fn vip_rows(
             return false;
         }
         cur.i += 1;
-        let labels = [("vip", Label::Ip(v.vip))];
+        let labels = [Label::Ip(v.vip)];
         rows.sample(&labels, Value::Int(u64::from(value(v))));
     }
     true
 }
 
 fn vip_servable(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_vip_servable",
-        Gauge,
-        "1 while a service of the VIP has a healthy, eligible backend with a known next hop \
-         (the appliance could serve it), else 0. Announced or not: a servable VIP that is \
-         withdrawn is withdrawn for another reason (stopping, not ready, the route not \
-         installed)."
-    );
+    let f = &catalog::VIP_SERVABLE;
     vip_rows(cx, cur, out, budget, f, |v| v.servable)
 }
 
 fn vip_announced(cx: &Context<'_>, cur: &mut Cursor, out: &mut Vec<u8>, budget: usize) -> bool {
-    let f = family!(
-        "sluice_vip_announced",
-        Gauge,
-        "1 while the VIP's route is in bgp.kernel_table for BIRD to announce, \
-         0 while it is withdrawn (`sluice status` says why)."
-    );
+    let f = &catalog::VIP_ANNOUNCED;
     vip_rows(cx, cur, out, budget, f, |v| v.announced)
 }

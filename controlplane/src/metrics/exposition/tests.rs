@@ -258,20 +258,14 @@ fn the_aggregates_sum_the_backends_and_stay_above_the_limit() {
             );
         }
     }
-    for family in [
-        "sluice_backend_packets_total",
-        "sluice_backend_bytes_total",
-        "sluice_backend_new_connections_total",
-        "sluice_backend_next_hop_resolved",
-        "sluice_backend_healthy",
-        "sluice_backend_weight",
-        "sluice_backend_consecutive_results",
-        "sluice_backend_health_transitions_total",
-        "sluice_backend_weight_header_invalid_total",
-        "sluice_backend_probes_total",
-        "sluice_backend_probe_failures_total",
-        "sluice_backend_probe_latency_seconds",
-    ] {
+    // Every family labelled by backend: the ones the limit holds back.
+    let per_backend: Vec<&str> = crate::metrics::catalog::ALL
+        .iter()
+        .filter(|f| f.labels.contains(&"backend"))
+        .map(|f| f.name)
+        .collect();
+    assert!(!per_backend.is_empty());
+    for family in per_backend {
         assert!(
             under.contains(&format!("# TYPE {family} ")),
             "{family} under the limit"

@@ -6,30 +6,7 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Counter,
-    Gauge,
-    Histogram,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Counter => "counter",
-            Kind::Gauge => "gauge",
-            Kind::Histogram => "histogram",
-        }
-    }
-}
-
-/// A family's name, help and type.
-#[derive(Clone, Copy, Debug)]
-pub struct Family {
-    pub name: &'static str,
-    pub help: &'static str,
-    pub kind: Kind,
-}
+use crate::metrics::family::Family;
 
 /// A label value: text (escaped) or an address (written as is).
 #[derive(Clone, Copy, Debug)]
@@ -233,7 +210,8 @@ mod tests {
         let f = Family {
             name: "m_total",
             help: "a\\b\nc",
-            kind: Kind::Counter,
+            kind: crate::metrics::family::Kind::Counter,
+            labels: &[],
         };
         assert_eq!(
             text(|o| header(o, &f)),
