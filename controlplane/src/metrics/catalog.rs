@@ -1,9 +1,10 @@
 //! Every metric family the control plane writes, declared once each: its
 //! name, type, labels and help. The writers (`fixed.rs`, `control.rs`,
-//! `ports.rs`, `process.rs`, `exposition/sections.rs`) take all four from
-//! here, and so do the tests that list families. The workers' counters of
-//! a counter block are declared with the block (`counter_block!` in
-//! `sluice_core::stats`), and written as they are by `fixed.rs`.
+//! `ports.rs`, `process.rs` and the exposition's sections) take all four
+//! from here, and so do the tests that list families. The workers'
+//! counters of a counter block are declared with the block
+//! (`counter_block!` in `sluice_core::stats`), and written as they are by
+//! `fixed.rs`.
 
 use super::family::{Family, Kind};
 
@@ -124,7 +125,7 @@ families! {
         "Seconds since the control loop (health events, reloads, table builds) last ran; it \
          runs at least every few hundred milliseconds, and /healthz fails above 10.";
 
-    // Per backend of the running configuration (`exposition/sections.rs`),
+    // Per backend of the running configuration (`exposition/backends.rs`),
     // while it has at most `[metrics] backend_series_limit` backends.
     BACKEND_PACKETS: Counter "sluice_backend_packets_total" ["service", "backend"]
         "Packets forwarded to a backend of the current configuration.";
@@ -159,7 +160,8 @@ families! {
     BACKEND_PROBE_LATENCY_SECONDS: Histogram "sluice_backend_probe_latency_seconds" ["service", "backend"]
         "Probe latency (timeouts included).";
 
-    // Per service, rule and VIP (`exposition/sections.rs`).
+    // Per service, rule and VIP (`exposition/services.rs`, `rules.rs`,
+    // `vips.rs`).
     SERVICE_PACKETS: Counter "sluice_service_packets_total" ["service"]
         "Packets forwarded to the service's current backends (the sum of their \
          sluice_backend_packets_total; a backend removed by a reload takes its count with it).";

@@ -8,14 +8,19 @@
 //! through the `prometheus` crate's types ([`super::fixed`]);
 //! the families that grow with the configuration — per backend, per
 //! service, per rule, per VIP — are written here row by row from a cursor
-//! ([`sections`]), straight into the text format ([`text`]).
+//! ([`rows`]: [`backends`], [`services`], [`rules`], [`vips`]), straight
+//! into the text format ([`text`]).
 //!
 //! Per-backend series are bounded by `[metrics] backend_series_limit`:
 //! above it, only the per-service aggregates (always exported) describe
 //! the backends, and one log line says so when the choice changes.
 
-mod sections;
+mod backends;
+mod rows;
+mod rules;
+mod services;
 pub mod text;
+mod vips;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -25,6 +30,7 @@ use crossbeam_utils::CachePadded;
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
 
+use self::rows::Section;
 use super::fixed;
 use super::sources::MetricsSources;
 use crate::config::MetricsConfig;
@@ -47,7 +53,7 @@ pub struct Exposition {
     /// The fixed families, until written.
     head: Option<Vec<u8>>,
     step: usize,
-    cursor: sections::Cursor,
+    cursor: rows::Cursor,
 }
 
 impl std::fmt::Debug for Exposition {
@@ -85,7 +91,7 @@ impl Exposition {
             per_backend,
             head: Some(head),
             step: 0,
-            cursor: sections::Cursor::default(),
+            cursor: rows::Cursor::default(),
         }
     }
 
@@ -95,22 +101,22 @@ impl Exposition {
         if let Some(head) = self.head.take() {
             out.extend_from_slice(&head);
         }
-        let cx = sections::Context {
+        let cx = rows::Context {
             workers: &self.workers,
             snap: &self.snap,
             view: self.view.as_ref(),
             per_backend: self.per_backend,
         };
         while out.len() < budget {
-            let Some(section) = sections::SECTIONS.get(self.step) else {
+            let Some(section) = SECTIONS.get(self.step) else {
                 return true;
             };
             if section(&cx, &mut self.cursor, out, budget) {
                 self.step += 1;
-                self.cursor = sections::Cursor::default();
+                self.cursor = rows::Cursor::default();
             }
         }
-        self.step >= sections::SECTIONS.len()
+        self.step >= SECTIONS.len()
     }
 }
 
@@ -121,6 +127,35 @@ pub fn render(src: &MetricsSources, since_beat: Option<Duration>) -> String {
     while !e.fill(&mut out, usize::MAX) {}
     String::from_utf8(out).unwrap_or_default()
 }
+
+/// Every section, in exposition order.
+static SECTIONS: &[Section] = &[
+    backends::backend_packets,
+    backends::backend_bytes,
+    backends::backend_connections,
+    backends::backend_next_hop,
+    backends::health_healthy,
+    backends::health_weight,
+    backends::health_consecutive,
+    backends::health_transitions,
+    backends::health_weight_invalid,
+    backends::health_probes,
+    backends::health_failures,
+    backends::health_latency,
+    services::service_packets,
+    services::service_bytes,
+    services::service_connections,
+    services::service_backends,
+    services::service_unresolved,
+    services::service_eligible,
+    services::service_active_pool,
+    services::service_pool_flips,
+    services::service_build_seconds,
+    services::service_table_digest,
+    rules::rule_packets,
+    vips::vip_announced,
+    vips::vip_servable,
+];
 
 /// The last choice between per-backend series and aggregates (0: none
 /// yet, 1: per backend, 2: aggregates), so it is logged when it changes.
