@@ -5,7 +5,6 @@
 
 pub mod admin;
 pub mod announce;
-pub mod backend_ids;
 pub mod background;
 pub mod config;
 pub mod control;
@@ -30,7 +29,6 @@ pub mod rtnetlink;
 pub mod service_manager;
 pub mod start_hints;
 pub mod synthetic;
-pub mod table_cache;
 
 /// The log's macros (`tracing` events; `log` installs the subscriber).
 pub use tracing::{debug, error, info, trace, warn};

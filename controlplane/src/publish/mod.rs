@@ -33,16 +33,18 @@ use sluice_core::zones::{Zone, ZoneMap};
 use crate::config::{BackendServiceConfig, Config, LocalityLbPolicy, Pool, Spillover};
 use crate::health::{backend_status, ProbeStatuses};
 use crate::policy::{client_variants, eligible, BackendView, PolicyParams};
-use crate::table_cache::{TableCache, TableInputs};
 
-pub use crate::backend_ids::BackendIds;
+pub use backend_ids::BackendIds;
 pub use changed::{changed_in_place, rebuild_changed_services};
 use members::members;
+use table_cache::{TableCache, TableInputs};
 pub use what_if::assume_unhealthy;
 
+mod backend_ids;
 mod changed;
 mod members;
 mod quic_lb;
+mod table_cache;
 mod what_if;
 
 /// What the health checks currently say, and what a build must remember.

@@ -1,7 +1,7 @@
 use super::*;
-use crate::backend_ids::BackendIds;
 use crate::config::{load_str, Config};
 use crate::publish::build_forwarding_state;
+use crate::publish::BackendIds;
 use sluice_core::conntrack::{Addrs, PacketMeta, TrackKey};
 use sluice_core::flow::TupleKind;
 use sluice_core::wire::Ports;
