@@ -102,7 +102,7 @@ impl LastRule {
     /// end of a burst's stage 1, so that every packet is counted before
     /// its burst is over.
     #[inline(always)]
-    pub fn flush(&mut self, rules: Option<&RuleCounters>) {
+    pub(crate) fn flush(&mut self, rules: Option<&RuleCounters>) {
         if self.lane.pending != 0 {
             if let Some(rules) = rules {
                 rules.add_n(self.lane.counter, self.lane.pending);
@@ -114,7 +114,7 @@ impl LastRule {
     /// Whether a packet took the established lane, so that
     /// [`classify_lane`] may take the next ones.
     #[inline(always)]
-    pub fn lane_learnt(&self) -> bool {
+    pub(crate) fn lane_learnt(&self) -> bool {
         self.lane.key != LaneRule::NONE.key
     }
 
@@ -250,7 +250,7 @@ pub fn classify_ipv4_keyed(
 /// tunnel, whose source port is taken from it. The frame is one the fast
 /// path keyed, unchanged; 0 if it is not (it cannot be).
 #[inline]
-pub fn flow_hash(
+pub(crate) fn flow_hash(
     frame: &[u8],
     l3_offset: usize,
     state: &ForwardingState,

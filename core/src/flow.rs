@@ -69,8 +69,8 @@ pub enum TupleKind {
 pub struct FlowKey {
     pub src: IpAddr,
     pub dst: IpAddr,
-    pub proto: Option<u8>,
-    pub ports: Option<Ports>,
+    pub(crate) proto: Option<u8>,
+    pub(crate) ports: Option<Ports>,
 }
 
 /// Which tuple a packet hashes under `affinity` (SPEC §2).
@@ -211,7 +211,7 @@ pub fn packet_hash(ip: &IpInfo, affinity: SessionAffinity) -> u64 {
 
 /// [`packet_hash`] under `seed` (the snapshot's, see [`FlowSeed`]).
 #[inline]
-pub fn packet_hash_seeded(seed: FlowSeed, ip: &IpInfo, affinity: SessionAffinity) -> u64 {
+pub(crate) fn packet_hash_seeded(seed: FlowSeed, ip: &IpInfo, affinity: SessionAffinity) -> u64 {
     let kind = tuple_kind(
         affinity,
         ip.protocol,
@@ -231,7 +231,7 @@ pub fn packet_hash_seeded(seed: FlowSeed, ip: &IpInfo, affinity: SessionAffinity
 /// [`packet_hash_seeded`] gives for it, computed from plain integers for
 /// the worker's IPv4 fast path.
 #[inline(always)]
-pub fn ipv4_ports_hash(
+pub(crate) fn ipv4_ports_hash(
     seed: FlowSeed,
     src: u32,
     dst: u32,

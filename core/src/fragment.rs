@@ -109,13 +109,13 @@ impl Default for FragmentIds {
 }
 
 /// The IPv6 minimum link MTU (RFC 8200 §5).
-pub const IPV6_MIN_MTU: usize = 1280;
+pub(crate) const IPV6_MIN_MTU: usize = 1280;
 
 /// AP-3: whether an IP packet that does not fit the egress MTU with `encap`
 /// leaves as fragments (else it is answered with ICMP): IPv4 without DF,
 /// and an IPv6 packet of at most [`IPV6_MIN_MTU`] bytes in a tunnel, whose
 /// outer packet is fragmented (RFC 2473 §7.1 (a)).
-pub fn fragmentable(ip: &L3Layout, encap: Encapsulation) -> bool {
+pub(crate) fn fragmentable(ip: &L3Layout, encap: Encapsulation) -> bool {
     if ip.ethertype == ETHERTYPE_IPV6 {
         !matches!(encap, Encapsulation::L2) && ip.ip_len <= IPV6_MIN_MTU
     } else {
@@ -132,7 +132,7 @@ pub fn fragmentable(ip: &L3Layout, encap: Encapsulation) -> bool {
 /// packet is as it came, like every dropped packet.
 #[cold]
 #[inline(never)]
-pub fn prepare<P: PacketBuf>(
+pub(crate) fn prepare<P: PacketBuf>(
     pkt: &mut P,
     ip: &L3Layout,
     encap: Encapsulation,

@@ -19,7 +19,7 @@ pub struct BackendId(pub u32);
 impl BackendId {
     /// Bits of the index: at most 2²⁰ = 1,048,576 backends at once
     /// (configured, draining and waiting for reuse together).
-    pub const INDEX_BITS: u32 = 20;
+    pub(crate) const INDEX_BITS: u32 = 20;
     /// Number of distinct indexes.
     pub const INDEXES: usize = 1 << Self::INDEX_BITS;
     /// Number of generations of one index (2¹²) before it wraps.

@@ -26,7 +26,7 @@ impl MaglevTable {
 
     /// Index of `hash`'s slot (None for an empty table).
     #[inline]
-    pub fn slot_index(&self, hash: u64) -> Option<usize> {
+    pub(crate) fn slot_index(&self, hash: u64) -> Option<usize> {
         let n = self.slots.len() as u64;
         if n == 0 {
             return None;
@@ -36,7 +36,7 @@ impl MaglevTable {
 
     /// Hints the cache that `hash`'s slot is about to be read.
     #[inline(always)]
-    pub fn prefetch(&self, hash: u64) {
+    pub(crate) fn prefetch(&self, hash: u64) {
         if let Some(slot) = self.slot_index(hash).and_then(|i| self.slots.get(i)) {
             sluice_platform::prefetch_read(slot);
         }

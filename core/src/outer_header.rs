@@ -67,7 +67,7 @@ pub struct OuterHeader {
     /// Largest inner IP packet that leaves within the egress MTU.
     max_inner_len: u16,
     /// The egress port (config index).
-    pub port: u16,
+    pub(crate) port: u16,
 }
 
 // One cache line per backend on the packet path.
@@ -135,7 +135,7 @@ impl OuterHeader {
     /// Whether [`OuterHeader::apply`] reads its flow hash (a UDP tunnel's
     /// source port): the established lane computes it only then.
     #[inline(always)]
-    pub fn takes_flow_hash(&self) -> bool {
+    pub(crate) fn takes_flow_hash(&self) -> bool {
         self.patch == Patch::Ipv4Udp
     }
 

@@ -15,7 +15,7 @@ use crate::conntrack::{self, Addrs, PacketMeta, Shard, Tracked};
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::established;
-pub use crate::fast_path::LastRule;
+pub(crate) use crate::fast_path::LastRule;
 use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
@@ -24,10 +24,13 @@ use crate::packet::PacketBuf;
 use crate::quic_lb::{Decision, Fallback, QuicLbCounts};
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
+pub use crate::stage::Keyed;
+pub use crate::stage::KeyedOut;
+pub use crate::stage::LanePacket;
+pub use crate::stage::Stage;
+pub use crate::stage::Verdict;
 use crate::stage::{is_own_address, rule_miss};
-pub use crate::stage::{
-    prefetch_table, Balance, Keyed, KeyedOut, LanePacket, QuicAt, Stage, Verdict,
-};
+pub(crate) use crate::stage::{prefetch_table, Balance, QuicAt};
 use crate::stats::RuleCounters;
 use crate::time::Millis;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
@@ -112,7 +115,7 @@ pub fn classify(frame: &[u8], state: &ForwardingState) -> Stage {
 /// a packet that matches a rule is counted under it in `rules` when given
 /// (where the rule is at hand, so no stage carries it).
 #[inline]
-pub fn classify_into(
+pub(crate) fn classify_into(
     frame: &[u8],
     state: &ForwardingState,
     out: &mut Stage,
@@ -131,7 +134,7 @@ pub fn classify_into(
 /// ([`Keyed::Lane`], for `established::forward_lane`). `last`: the rule the
 /// previous packet of the burst matched ([`LastRule`]).
 #[inline(always)]
-pub fn classify_keyed_into(
+pub(crate) fn classify_keyed_into(
     frame: &[u8],
     state: &ForwardingState,
     out: &mut Stage,
@@ -302,7 +305,7 @@ pub fn prefetch_conntrack(
 /// Always inlined: it runs once per tracked packet, and as a call its
 /// prologue and epilogue cost about as much as its body.
 #[inline(always)]
-pub fn conntrack_lookahead(
+pub(crate) fn conntrack_lookahead(
     b: &Balance,
     t: &Tracked,
     state: &ForwardingState,
@@ -321,7 +324,7 @@ pub fn conntrack_lookahead(
 /// Step 2 of the lookahead, for a key away from its home slot (its first
 /// signature line has arrived): requests the entries that line matches.
 #[inline]
-pub fn conntrack_lookahead_fallback(t: &Tracked, ctx: &PipelineCtx) {
+pub(crate) fn conntrack_lookahead_fallback(t: &Tracked, ctx: &PipelineCtx) {
     ctx.conntrack.prefetch_matches(t.hash);
 }
 
@@ -330,7 +333,7 @@ pub fn conntrack_lookahead_fallback(t: &Tracked, ctx: &PipelineCtx) {
 /// (DF, IPv6) or left whole for the worker to fragment (IPv4 without DF,
 /// [`Verdict::Fragment`]), AP-3.
 #[inline]
-pub fn deliver<P: PacketBuf>(
+pub(crate) fn deliver<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     state: &ForwardingState,
@@ -344,7 +347,7 @@ pub fn deliver<P: PacketBuf>(
 /// recorded backend through [`established::forward`], any other through
 /// the general stage 2.
 #[inline(always)]
-pub fn deliver_tracked<P: PacketBuf>(
+pub(crate) fn deliver_tracked<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     t: &Tracked,

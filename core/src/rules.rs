@@ -96,11 +96,11 @@ pub struct RuleTable {
 
 /// Up to this many IPv4 VIPs, the fast path binary-searches `v4` (one VIP:
 /// one compare); above, it uses the hash index.
-pub const SMALL_VIPS: usize = 8;
+pub(crate) const SMALL_VIPS: usize = 8;
 
 /// Up to this many rules on a VIP, the fast path scans them; above, it
 /// binary-searches the VIP's port segments of the packet's protocol.
-pub const SMALL_RULES: usize = 4;
+pub(crate) const SMALL_RULES: usize = 4;
 
 /// One IPv4 VIP's rules in config order, and for more than `SMALL_RULES`
 /// of them each of TCP's and UDP's destination ports resolved to the rule
@@ -406,10 +406,6 @@ impl RuleTable {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.is_empty()
-    }
-
     pub fn rules(&self) -> impl Iterator<Item = &ForwardingRule> {
         let v4 = self.v4.iter().flat_map(|(_, r)| r.rules.iter());
         let v6 = self.v6.iter().flat_map(|(_, r)| r.iter());
@@ -483,7 +479,8 @@ impl RuleTable {
         self.v4.get(pos).map(|v| &v.1)
     }
 
-    pub fn is_vip(&self, addr: IpAddr) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_vip(&self, addr: IpAddr) -> bool {
         self.rules_of(addr).is_some()
     }
 

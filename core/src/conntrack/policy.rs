@@ -34,7 +34,7 @@ pub fn key_kind(mode: M, affinity: A, m: &PacketMeta) -> TupleKind {
 
 /// SYN set, ACK clear.
 #[inline]
-pub fn is_syn(m: &PacketMeta) -> bool {
+pub(crate) fn is_syn(m: &PacketMeta) -> bool {
     m.proto == TCP && m.tcp_flags & 0x12 == 0x02
 }
 
@@ -42,7 +42,7 @@ pub fn is_syn(m: &PacketMeta) -> bool {
 /// always under `PER_CONNECTION`; under `PER_SESSION` only with affinity
 /// `NONE` / `CLIENT_IP_PORT_PROTO`.
 #[inline]
-pub fn syn_is_new_connection(mode: M, affinity: A, m: &PacketMeta) -> bool {
+pub(crate) fn syn_is_new_connection(mode: M, affinity: A, m: &PacketMeta) -> bool {
     is_syn(m)
         && match mode {
             M::PerConnection => true,

@@ -45,13 +45,13 @@ pub use gre::Gre;
 pub use gue::Gue;
 pub use ipip::Ipip;
 use l2::Egress;
-pub use outer::{flow_label, OUTER_TTL};
-pub use tunnel::{Carrier, ConfigKey, Tunnel};
-pub use udp::{udp_src_port, UDP_SRC_PORT_BASE};
+pub use outer::flow_label;
+pub(crate) use tunnel::{Carrier, ConfigKey, Tunnel};
+pub use udp::udp_src_port;
 
 /// The longest [`Encapsulation::tunnel_len`] (GENEVE: UDP and its base
 /// header), which sizes the prebuilt headers' buffer.
-pub const MAX_TUNNEL_LEN: usize = 16;
+pub(crate) const MAX_TUNNEL_LEN: usize = 16;
 
 /// How a service's packets reach its backends (AP-3).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -123,13 +123,13 @@ impl Encapsulation {
     }
 
     /// What the outer IP header's protocol field names; None for layer 2.
-    pub fn carrier(self) -> Option<Carrier> {
+    pub(crate) fn carrier(self) -> Option<Carrier> {
         dispatch!(self, |t| Some(t.carrier()), l2 => None)
     }
 
     /// Bytes between the outer IP header and the inner packet (a UDP
     /// tunnel's UDP header included); 0 for layer 2.
-    pub fn tunnel_len(self) -> usize {
+    pub(crate) fn tunnel_len(self) -> usize {
         dispatch!(self, |t| t.tunnel_len(), l2 => 0)
     }
 }

@@ -15,7 +15,7 @@ use crate::wire::ipv6::{self, Ipv6Repr};
 use crate::wire::L3Layout;
 
 /// TTL of outer headers: the tunnel spans at most a few routed hops.
-pub const OUTER_TTL: u8 = 64;
+pub(crate) const OUTER_TTL: u8 = 64;
 
 /// The outer IP header: the backend's address family.
 #[derive(Copy, Clone, Debug)]

@@ -19,7 +19,7 @@
 //! services (which hold its [`QuicLbRouting`]).
 
 pub mod cid;
-pub mod header;
+pub(crate) mod header;
 
 use hashbrown::HashMap;
 
@@ -192,7 +192,7 @@ pub struct QuicLbCounts {
 
 impl QuicLbCounts {
     #[inline]
-    pub fn count_fallback(&mut self, reason: Fallback) {
+    pub(crate) fn count_fallback(&mut self, reason: Fallback) {
         if let Some(c) = self.fallback.get_mut(reason.index()) {
             *c += 1;
         }

@@ -27,7 +27,7 @@ pub enum ParseError {
 }
 
 impl ParseError {
-    pub const fn drop_reason(self) -> DropReason {
+    pub(crate) const fn drop_reason(self) -> DropReason {
         match self {
             ParseError::TruncatedEthernet => DropReason::TruncatedEthernet,
             ParseError::UnknownEthertype => DropReason::UnknownEthertype,
@@ -103,13 +103,13 @@ pub struct IpInfo {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct L3Layout {
     /// 0x0800 or 0x86DD.
-    pub ethertype: u16,
+    pub(crate) ethertype: u16,
     /// Offset of the IP header in the frame.
-    pub l3_offset: usize,
+    pub(crate) l3_offset: usize,
     /// IP header + payload, excluding Ethernet padding.
-    pub ip_len: usize,
+    pub(crate) ip_len: usize,
     /// IPv4 DF; always true for IPv6.
-    pub dont_fragment: bool,
+    pub(crate) dont_fragment: bool,
 }
 
 impl From<&IpInfo> for L3Layout {
