@@ -57,6 +57,7 @@ use crate::wire::L3Layout;
 /// largest MTU, 9216), which become at most 19 fragments at the smallest
 /// MTU (576, with 40 bytes of copied IPv4 options in each); the bound keeps
 /// the worker's buffer array fixed. Beyond it: `mtu_exceeded`.
+// Public for core/tests/fragment.rs.
 pub const MAX_FRAGMENTS: usize = 64;
 
 /// The Ethernet header in front of every fragment: the oversize

@@ -16,6 +16,7 @@ pub mod drop_reason;
 pub mod encap;
 mod established;
 pub mod explain;
+// Public for core/tests/fast_path.rs, established.rs and quic_lb.rs.
 pub mod fast_path;
 pub mod flow;
 pub mod fragment;
@@ -25,6 +26,7 @@ mod icmp;
 mod icmp_error;
 pub mod ids;
 pub mod maglev_table;
+// Public for core/tests/outer_header.rs.
 pub mod outer_header;
 pub mod packet;
 pub mod pipeline;

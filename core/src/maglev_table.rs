@@ -19,6 +19,7 @@ impl MaglevTable {
     /// division on every packet, equally uniform for M ≪ 2³², and just as
     /// deterministic across machines (MG-2). The high 32 bits of the hash are
     /// left for other uses (GUE source port).
+    // Public for core/tests (pipeline.rs, icmp.rs, conntrack_support).
     #[inline]
     pub fn lookup(&self, hash: u64) -> Option<BackendId> {
         self.slots.get(self.slot_index(hash)?).copied()

@@ -33,6 +33,7 @@ impl PortRange {
     }
 
     /// Whether a packet with destination port `port` (None: no ports) matches.
+    // Public for core/tests/rule_lookup.rs.
     pub fn matches(&self, port: Option<u16>) -> bool {
         match port {
             Some(p) => self.first <= p && p <= self.last,
@@ -427,6 +428,7 @@ impl RuleTable {
 
     /// [`RuleTable::lookup`] for an IPv4 packet with ports, on plain
     /// integers (the worker's IPv4 fast path).
+    // Public for core/tests/rule_lookup.rs.
     #[inline(always)]
     pub fn lookup_v4_ports(
         &self,

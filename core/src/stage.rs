@@ -129,6 +129,7 @@ const _: () = assert!(std::mem::size_of::<Balance>() <= 48);
 /// key and shard hash travel beside it, and nothing else does — no flow
 /// hash (a hit never consults a table) and no [`Balance`]. A packet the
 /// lane declines is classified again from its unchanged frame.
+// Public for core/tests/fast_path.rs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LanePacket {
     /// The IPv4 header's offset in the frame: 14, or 18 behind a tag.
@@ -155,6 +156,7 @@ impl LanePacket {
 
 /// Where stage 1 writes a tracked packet's records: its key and shard
 /// hash, and for the established lane where its IP packet is.
+// Public for core/tests/fast_path.rs.
 #[derive(Debug)]
 pub struct KeyedOut<'a> {
     pub tracked: &'a mut Tracked,
@@ -163,6 +165,7 @@ pub struct KeyedOut<'a> {
 
 /// What stage 1 left for one packet of a burst: which of its records
 /// stage 2 reads.
+// Public for core/tests/fast_path.rs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum Keyed {
     /// Its [`Stage`] only: decided already, or untracked.

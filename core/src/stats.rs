@@ -189,6 +189,7 @@ impl RuleCounters {
     }
 
     /// Packets of rules without a slot of their own.
+    // Public for core/tests/established.rs.
     pub fn uncounted(&self) -> u64 {
         self.get(Self::NONE)
     }

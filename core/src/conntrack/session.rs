@@ -122,6 +122,7 @@ pub(crate) fn tracking_key(
 /// the service's Maglev table for this client (its zone's under zonal affinity,
 /// ZA-3), built by the control plane from the eligible set. Recorded
 /// entries do not consult it (CT-7).
+// Public for the conntrack tests (core/tests/conntrack_*.rs).
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn select<'t>(

@@ -153,6 +153,7 @@ impl Sigs {
 
 /// Worker-local counters (plain integers: one owner). The worker copies
 /// them into its shared stats block once per poll.
+// Fields public for the conntrack tests (core/tests/conntrack_*.rs).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     pub inserts: u64,
@@ -296,6 +297,7 @@ impl Shard {
 
     /// The connections this shard was sized for (it may hold more, up to
     /// its slots, minus the few a full bucket pair cannot place).
+    // Public for core/tests/conntrack_capacity.rs.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -310,6 +312,7 @@ impl Shard {
         self.live
     }
 
+    // Public for the conntrack tests (core/tests/conntrack_*.rs).
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }
@@ -557,6 +560,7 @@ impl Shard {
         Some(slot)
     }
 
+    // Public for core/tests/conntrack_capacity.rs.
     #[inline]
     pub fn entry(&self, slot: usize) -> Option<&Entry> {
         self.entries.get(slot)

@@ -211,6 +211,7 @@ fn encapsulate_within<P: PacketBuf>(
 /// Bytes the encapsulation adds in front of the inner IP packet, counted
 /// against the egress MTU (Ethernet excluded): what the path MTU
 /// advertised to clients is reduced by.
+// Public for core/tests/encap.rs, fragment.rs and icmp_reply.rs.
 pub fn overhead(encap: Encapsulation, backend: IpAddr) -> usize {
     if !encap.is_tunnel() {
         return 0;

@@ -151,6 +151,7 @@ pub(super) fn tunnel<P: PacketBuf, T: Tunnel>(
 
 /// The outer IPv6 flow label of a flow: 20 bits of the flow hash (bits
 /// 44–63, apart from Maglev's low 32), stable per flow (RFC 6438).
+// Public for core/tests/encap.rs.
 pub fn flow_label(flow_hash: u64) -> u32 {
     (flow_hash >> 44) as u32 & 0x000f_ffff
 }

@@ -39,6 +39,7 @@ macro_rules! fallbacks {
         impl Fallback {
             /// Every reason, in counter-index order.
             pub const ALL: &'static [Fallback] = &[$(Fallback::$variant,)*];
+            // Public for core/tests/quic_lb.rs.
             pub const COUNT: usize = Self::ALL.len();
 
             /// The metric label: stable, snake_case.

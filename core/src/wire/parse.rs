@@ -46,6 +46,7 @@ impl From<ParseError> for DropReason {
 }
 
 /// Fragment status (HA-2).
+// Public for core/tests/parse.rs, flow.rs and proptest.rs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Fragment {
     /// Not fragmented.
@@ -59,6 +60,7 @@ pub enum Fragment {
 
 impl Fragment {
     /// HA-2: the first fragment counts as fragmented too.
+    // Public for core/tests/proptest.rs.
     pub fn is_fragmented(self) -> bool {
         self != Fragment::No
     }
@@ -71,6 +73,7 @@ pub struct Ports {
 }
 
 /// What the pipeline needs to know about an IP packet.
+// Every field public: core/tests (flow.rs, parse.rs) build and read it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct IpInfo {
     /// 0x0800 or 0x86DD (after any VLAN tags).
