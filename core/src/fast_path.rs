@@ -139,7 +139,7 @@ impl LastRule {
 /// [`LanePacket`] into `keyed.lane` and its home entry requested — what
 /// [`classify_ipv4_keyed`] writes for it, without the rule search or the
 /// service's policy, which the lane rule answered already. The packet is
-/// counted under its rule by [`LastRule::flush`]. False, with nothing
+/// counted under its rule by `LastRule::flush`. False, with nothing
 /// written, for any other frame: [`classify_ipv4_keyed`] decides it.
 // Public for core/tests/fast_path.rs.
 #[inline(always)]

@@ -27,7 +27,7 @@
 //! are answered with ICMP fragmentation-needed / packet-too-big (`icmp`;
 //! for IPv6 with at least 1280, RFC 2473 §7.1 (b)).
 //!
-//! Sans-IO, in three steps. [`prepare`] (the pipeline's stage 2, cold path)
+//! Sans-IO, in three steps. `prepare` (the pipeline's stage 2, cold path)
 //! encapsulates without the MTU limit and readies the outer header; the
 //! pipeline returns `Verdict::Fragment`. The worker asks [`plan`] how many
 //! buffers the fragments take, allocates the extra ones from the mbuf pool
@@ -249,7 +249,7 @@ impl Plan {
 
 /// Plans the fragments of `frame` (Ethernet + an IPv4 packet without DF or
 /// an IPv6 packet whose first extension header is the Fragment header that
-/// [`prepare`] inserted) so that every fragment's IP packet is at most
+/// `prepare` inserted) so that every fragment's IP packet is at most
 /// `mtu` bytes and every fragment frame at most `room` bytes (what a fresh
 /// buffer holds).
 pub fn plan(frame: &[u8], mtu: u16, room: usize) -> Result<Plan, DropReason> {

@@ -4,7 +4,7 @@
 //! each survives the snapshot it was made under (CT-7, CT-10).
 
 /// A backend's stable identity, assigned by the control plane: an index
-/// (low [`BackendId::INDEX_BITS`] bits) into the snapshot's backend table
+/// (low `BackendId::INDEX_BITS` bits) into the snapshot's backend table
 /// and the per-backend counters, and a generation (high bits) that changes
 /// each time the index is given to another backend. An entry that recorded
 /// an earlier generation of the index matches no backend any more (the

@@ -72,14 +72,14 @@ pub enum RuleMiss {
 ///
 /// VIPs live in two sorted arrays of plain integers — IPv4 as `u32`, IPv6
 /// as `u128` — searched by binary search. With more than
-/// [`SMALL_VIPS`] IPv4 VIPs, the worker's fast path
+/// `SMALL_VIPS` IPv4 VIPs, the worker's fast path
 /// ([`RuleTable::lookup_v4_ports`]) finds its VIP through an open-addressed
 /// hash index instead (a multiply, a shift and usually one probe, where
 /// a search over 10,000 VIPs takes 14 steps on every packet). A VIP's rules are
-/// scanned in config order; with more than [`SMALL_RULES`] of them, the
+/// scanned in config order; with more than `SMALL_RULES` of them, the
 /// fast path searches TCP's or UDP's port segments (the ports resolved to
 /// their first rule in config order when the table is built) instead.
-/// Above [`SMALL_VIPS`], every TCP or UDP port that a rule of its own
+/// Above `SMALL_VIPS`, every TCP or UDP port that a rule of its own
 /// takes on a VIP (a one-port segment: most rules, `ports = "443"`) is
 /// also in one more hash keyed by VIP, protocol and port together, which
 /// the fast path probes first: one probe for a packet to any of 100,000

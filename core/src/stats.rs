@@ -36,7 +36,7 @@ impl Counter {
 }
 
 /// Per-backend counters of one worker, sized by the indexes in use: chunks
-/// of [`BackendCounters::CHUNK`] counters, each allocated by the control
+/// of `BackendCounters::CHUNK` counters, each allocated by the control
 /// plane ([`BackendCounters::cover`]) before it publishes a snapshot with
 /// an index in it, so the worker never allocates and every index a
 /// snapshot can name has its counter. A packet for an index without one

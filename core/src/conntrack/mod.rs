@@ -4,9 +4,9 @@
 //! - [`policy`]: the pure rules — which packets are tracked (CT-2, CT-4),
 //!   their tracking key (CT-3 table), what a SYN does (CT-1), who persists on
 //!   an unhealthy backend (CT-8).
-//! - [`session`]: the per-packet decision against the shard and the
+//! - `session`: the per-packet decision against the shard and the
 //!   snapshot (CT-1 … CT-11).
-//! - [`shard`]: the fixed-capacity table.
+//! - `shard`: the fixed-capacity table.
 
 pub mod policy;
 pub(crate) mod session;

@@ -659,10 +659,10 @@ impl Shard {
     /// Like [`Shard::upsert`] for a key known to be absent (just missed):
     /// takes the key's home slot if free, else a free slot of its first
     /// bucket, then of its second; else reclaims its home slot if expired;
-    /// else, reading at most [`EVICTION_PROBES`] entries, an expired one
+    /// else, reading at most `EVICTION_PROBES` entries, an expired one
     /// or the oldest half-open one (when the pair holds half-open entries,
     /// only those are read); else moves one of at most
-    /// [`RELOCATION_PROBES`] residents to its other bucket. `Full` when
+    /// `RELOCATION_PROBES` residents to its other bucket. `Full` when
     /// none of that frees a slot (the caller forwards statelessly; counted
     /// as `insert_failed`).
     pub fn insert_absent(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {

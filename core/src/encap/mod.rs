@@ -3,10 +3,10 @@
 //! FR-5). The inner IP packet is never modified (DSR: the backend sees the
 //! client's source and the VIP as destination).
 //!
-//! **The registry.** Each tunnel is one file and one [`Tunnel`]
+//! **The registry.** Each tunnel is one file and one `Tunnel`
 //! implementation: its configuration name and keys, the length and bytes
 //! of its own header, and what the outer header's protocol field names
-//! ([`Carrier`]: an IP protocol of its own, the inner packet's family, or
+//! (`Carrier`: an IP protocol of its own, the inner packet's family, or
 //! UDP to a port). Everything else is derived from those, alike for every
 //! tunnel: the outer IP header, a UDP tunnel's UDP header (source port
 //! from the flow hash, checksum), the MTU check, the overhead that ICMP

@@ -84,7 +84,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// Checks only the header: version 4, IHL ≥ 5 and the fixed 20 bytes
     /// present. For a packet quoted by an ICMP error, whose total length
-    /// runs past the quote; [`Ipv4Packet::payload`] is then empty.
+    /// runs past the quote; `Ipv4Packet::payload` is then empty.
     #[inline]
     pub fn new_checked_header(buffer: T) -> Result<Self, Error> {
         let p = Self::new_unchecked(buffer);
