@@ -1,6 +1,8 @@
-//! Runs the sans-IO pipeline (`classify` then `deliver`, as the worker
-//! does) over many distinct flows, for counting instructions per packet
-//! and per function with valgrind:
+//! Runs the sans-IO pipeline over many distinct flows in bursts of 32, as
+//! the worker does (`BurstStages::prepare` over a burst, then `deliver`
+//! for each packet: stage 1, the conntrack lookahead, the established
+//! lane and the general stage 2; no steering, no RX/TX), for counting
+//! instructions per packet and per function with valgrind:
 //!
 //! ```sh
 //! cargo build --release -p sluice-benches --example pipeline_instructions
@@ -16,8 +18,13 @@
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
+use sluice_core::burst::{BurstStages, Outcome};
 use sluice_core::packet::VecPacket;
-use sluice_core::pipeline::{self, PipelineCtx, Stage};
+use sluice_core::pipeline::PipelineCtx;
+use sluice_core::Verdict;
+
+/// Packets per burst: the worker's default RX burst.
+const BURST: usize = 32;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -43,36 +50,20 @@ fn main() {
         .map(|f| VecPacket::with_headroom(f, 128))
         .collect();
     let mut ctx = PipelineCtx::new(1 << 16);
-    let mut stages = vec![Stage::default(); pkts.len()];
-    let mut keys = vec![None; pkts.len()];
+    let mut stages = BurstStages::default();
     let mut forwarded = 0usize;
     for pass in 0..packets.div_ceil(frames.len()) {
         if pass > 0 {
             reset(&mut pkts, &frames);
         }
-        for (p, s) in pkts.iter().zip(stages.iter_mut()) {
-            *s = pipeline::classify(sluice_core::PacketBuf::data(p), &state);
-        }
-        for ((p, s), k) in pkts.iter_mut().zip(stages.iter_mut()).zip(keys.iter_mut()) {
-            let mut t = Default::default();
-            *k = match s {
-                Stage::Balance(b) => pipeline::prefetch_conntrack(
-                    sluice_core::PacketBuf::data(p),
-                    b,
-                    &state,
-                    &ctx,
-                    &mut t,
-                )
-                .then_some(t),
-                Stage::Done(_) => None,
-            };
-        }
-        for ((p, s), k) in pkts.iter_mut().zip(stages.iter()).zip(keys.iter()) {
-            let v = match s {
-                Stage::Done(v) => *v,
-                Stage::Balance(b) => pipeline::deliver_keyed(p, b, k.as_ref(), &state, &mut ctx),
-            };
-            forwarded += usize::from(matches!(v, sluice_core::Verdict::Forward { .. }));
+        for burst in pkts.chunks_mut(BURST) {
+            stages.prepare(burst.iter(), &state, &ctx, None, None, None);
+            for (i, p) in burst.iter_mut().enumerate() {
+                let outcome = stages.deliver(i, p, &state, &mut ctx);
+                forwarded +=
+                    usize::from(matches!(outcome, Outcome::Verdict(Verdict::Forward { .. })));
+            }
+            stages.finish();
         }
     }
     println!("forwarded {}", black_box(forwarded));

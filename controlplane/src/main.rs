@@ -1,5 +1,8 @@
 //! `sluice`: the load balancer appliance's command line.
 #![forbid(unsafe_code)]
+// A binary: nothing in it is reachable from outside, so the workspace's
+// `unreachable_pub` would only ask `pub` to be spelt `pub(crate)`.
+#![allow(unreachable_pub)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -5,15 +5,16 @@
 //! DPDK mbufs and queues each [`Outcome`]; tests and the `burst` fuzz
 //! target drive it over `VecPacket`s.
 
-use crate::conntrack::{Home, TrackKey, Tracked};
+use crate::conntrack::{policy, Home, TrackKey, Tracked};
 use crate::drop_reason::DropReason;
 use crate::established;
-use crate::fast_path;
+use crate::fast_path::{self, LastRule};
 use crate::icmp_error;
 use crate::ids::BackendId;
 use crate::packet::{PacketBuf, VecPacket};
-use crate::pipeline::{self, Keyed, KeyedOut, LanePacket, LastRule, PipelineCtx, Stage, Verdict};
+use crate::pipeline::{self, PipelineCtx};
 use crate::snapshot::ForwardingState;
+use crate::stage::{prefetch_table, Balance, Keyed, KeyedOut, LanePacket, Stage, Verdict};
 use crate::stats::RuleCounters;
 use crate::steering;
 use crate::vlan;
@@ -322,7 +323,7 @@ impl BurstStages {
             Some(Stage::Balance(b)) if slot.keyed == Keyed::StagedTracked => {
                 pipeline::deliver_tracked(pkt, b, &slot.tracked, state, ctx)
             }
-            Some(Stage::Balance(b)) => pipeline::deliver_keyed(pkt, b, None, state, ctx),
+            Some(Stage::Balance(b)) => pipeline::deliver(pkt, b, None, state, ctx),
             Some(Stage::Done(v)) => *v,
             None => Verdict::Drop(DropReason::Internal),
         })
@@ -431,9 +432,7 @@ impl BurstStages {
                 .conntrack
                 .check_home_at(slot.lane.home, slot.tracked.hash),
             Keyed::StagedTracked => match self.stages.get(j) {
-                Some(Stage::Balance(b)) => {
-                    pipeline::conntrack_lookahead(b, &slot.tracked, state, ctx)
-                }
+                Some(Stage::Balance(b)) => lookahead_home(b, &slot.tracked, state, ctx),
                 _ => false,
             },
             Keyed::Staged => false,
@@ -451,7 +450,33 @@ impl BurstStages {
             return;
         }
         if let Some(slot) = self.slots.get(j).filter(|s| s.needs_fallback) {
-            pipeline::conntrack_lookahead_fallback(&slot.tracked, ctx);
+            lookahead_fallback(&slot.tracked, ctx);
         }
     }
+}
+
+/// Lookahead step 1 for a packet with a `Stage` (a few packets before `b`
+/// is delivered; its home entry has arrived): requests the next line its
+/// lookup will read when the home entry is not its key's, and the Maglev
+/// slot when it will need the table. Returns whether step 2
+/// ([`lookahead_fallback`]) is needed, a few packets later. Always
+/// inlined: it runs once per tracked packet, and as a call its prologue
+/// and epilogue cost about as much as its body.
+#[inline(always)]
+fn lookahead_home(b: &Balance, t: &Tracked, state: &ForwardingState, ctx: &PipelineCtx) -> bool {
+    let likely_new = policy::is_syn(&b.meta);
+    let away = ctx.conntrack.check_home(t.hash, likely_new);
+    if likely_new || away {
+        if let Some(service) = state.service(b.service) {
+            prefetch_table(service, b.hash);
+        }
+    }
+    away
+}
+
+/// Lookahead step 2, for a key away from its home slot (its first
+/// signature line has arrived): requests the entries that line matches.
+#[inline]
+fn lookahead_fallback(t: &Tracked, ctx: &PipelineCtx) {
+    ctx.conntrack.prefetch_matches(t.hash);
 }

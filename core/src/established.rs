@@ -31,7 +31,7 @@ use crate::wire::L3Layout;
 /// The packet forwarded on its recorded backend, or None (untouched: the
 /// general stage 2 decides).
 #[inline(always)]
-pub fn forward<P: PacketBuf>(
+pub(crate) fn forward<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     t: &Tracked,
@@ -53,7 +53,7 @@ pub fn forward<P: PacketBuf>(
 /// hash, which is computed from the frame only for a UDP tunnel's source
 /// port. The verdict's port and backend.
 #[inline(always)]
-pub fn forward_lane<P: PacketBuf>(
+pub(crate) fn forward_lane<P: PacketBuf>(
     pkt: &mut P,
     lane: &LanePacket,
     t: &Tracked,

@@ -37,7 +37,7 @@ pub struct Flow {
     /// fragments.
     pub ports: Option<(u16, u16)>,
     pub fragmented: bool,
-    pub tcp_flags: u8,
+    pub(crate) tcp_flags: u8,
 }
 
 /// Which rule took the packet, or why none did.

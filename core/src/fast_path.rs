@@ -39,6 +39,7 @@ const IP_UDP_LEN: usize = IPV4_LEN + udp::HEADER_LEN;
 /// few VIPs, so a match repeats the last one more often than not, and then
 /// costs one compare instead of the rule search. Valid for one snapshot: a
 /// burst starts with [`LastRule::NONE`].
+// Public for core/tests/fast_path.rs and established.rs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LastRule {
     /// Destination (bits 24–55), protocol (16–23), port (0–15); `u64::MAX`
@@ -102,7 +103,7 @@ impl LastRule {
     /// end of a burst's stage 1, so that every packet is counted before
     /// its burst is over.
     #[inline(always)]
-    pub fn flush(&mut self, rules: Option<&RuleCounters>) {
+    pub(crate) fn flush(&mut self, rules: Option<&RuleCounters>) {
         if self.lane.pending != 0 {
             if let Some(rules) = rules {
                 rules.add_n(self.lane.counter, self.lane.pending);
@@ -114,7 +115,7 @@ impl LastRule {
     /// Whether a packet took the established lane, so that
     /// [`classify_lane`] may take the next ones.
     #[inline(always)]
-    pub fn lane_learnt(&self) -> bool {
+    pub(crate) fn lane_learnt(&self) -> bool {
         self.lane.key != LaneRule::NONE.key
     }
 
@@ -138,8 +139,9 @@ impl LastRule {
 /// [`LanePacket`] into `keyed.lane` and its home entry requested — what
 /// [`classify_ipv4_keyed`] writes for it, without the rule search or the
 /// service's policy, which the lane rule answered already. The packet is
-/// counted under its rule by [`LastRule::flush`]. False, with nothing
+/// counted under its rule by `LastRule::flush`. False, with nothing
 /// written, for any other frame: [`classify_ipv4_keyed`] decides it.
+// Public for core/tests/fast_path.rs.
 #[inline(always)]
 pub fn classify_lane(
     frame: &[u8],
@@ -199,6 +201,7 @@ pub fn classify_lane(
 }
 
 /// The stage of a frame this path understands, or None (general path).
+// Public for core/tests/fast_path.rs and quic_lb.rs.
 #[inline(always)]
 pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
     let mut stage = Stage::default();
@@ -213,6 +216,7 @@ pub fn classify_ipv4(frame: &[u8], state: &ForwardingState) -> Option<Stage> {
 /// Every field is read through the wire layer's views over fixed-size
 /// arrays: their offsets are constants and their bounds are proven at
 /// compile time, so each read is one load.
+// Public for core/tests/established.rs.
 #[inline(always)]
 pub fn classify_ipv4_into(
     frame: &[u8],
@@ -232,6 +236,7 @@ pub fn classify_ipv4_into(
 /// its `Stage` too ([`Keyed::StagedTracked`]); any other packet its
 /// `Stage` alone. None, with nothing written or counted, when the
 /// general path must decide.
+// Public for core/tests/fast_path.rs.
 #[inline(always)]
 pub fn classify_ipv4_keyed(
     frame: &[u8],
@@ -250,7 +255,7 @@ pub fn classify_ipv4_keyed(
 /// tunnel, whose source port is taken from it. The frame is one the fast
 /// path keyed, unchanged; 0 if it is not (it cannot be).
 #[inline]
-pub fn flow_hash(
+pub(crate) fn flow_hash(
     frame: &[u8],
     l3_offset: usize,
     state: &ForwardingState,

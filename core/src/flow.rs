@@ -21,6 +21,7 @@ use crate::wire::{IpInfo, Ports};
 
 /// The seed of the flow hash: ASCII "sluiceFH". Part of the wire contract
 /// between appliances; never change it silently.
+// Public for core/tests/flow.rs.
 pub const FLOW_HASH_SEED: u64 = 0x736c_7569_6365_4648;
 
 /// The seed the flow hash runs under: [`FLOW_HASH_SEED`] by default, or
@@ -45,6 +46,7 @@ impl FlowSeed {
         FlowSeed(stable_hash_bytes(FLOW_HASH_SEED, key))
     }
 
+    // Public for core/tests/flow.rs.
     #[inline(always)]
     pub fn get(self) -> u64 {
         self.0
@@ -65,18 +67,20 @@ pub enum TupleKind {
 /// A flow key reduced to the fields its tuple kind uses: `proto` is None for
 /// a 2-tuple, `ports` None for 2- and 3-tuples. The constructors keep that
 /// invariant; conntrack can use the same type as its tracking key.
+// Public, with its constructors, for core/tests/flow.rs, icmp.rs and pipeline.rs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FlowKey {
     pub src: IpAddr,
     pub dst: IpAddr,
-    pub proto: Option<u8>,
-    pub ports: Option<Ports>,
+    pub(crate) proto: Option<u8>,
+    pub(crate) ports: Option<Ports>,
 }
 
 /// Which tuple a packet hashes under `affinity` (SPEC §2).
 ///
 /// `has_ports` means the packet is TCP or UDP and carries its ports;
 /// `fragmented` is HA-2's definition (first fragment included).
+// Public for core/tests/flow.rs.
 pub fn tuple_kind(
     affinity: SessionAffinity,
     proto: u8,
@@ -192,11 +196,13 @@ fn v6_words(a: std::net::Ipv6Addr) -> (u64, u64) {
 ///
 /// Maglev takes the low 32 bits (scaled to the table); GUE takes bits 32–45 for its source
 /// port, so the two users draw on different bits.
+// Public for core/tests/flow.rs, icmp.rs, outer_header.rs and pipeline.rs.
 pub fn flow_hash(key: &FlowKey) -> u64 {
     flow_hash_seeded(FlowSeed::default(), key)
 }
 
 /// [`flow_hash`] under `seed` (a fleet key's, see [`FlowSeed`]).
+// Public for core/tests/flow.rs.
 pub fn flow_hash_seeded(seed: FlowSeed, key: &FlowKey) -> u64 {
     hash_fields(seed, key.src, key.dst, key.proto, key.ports)
 }
@@ -204,6 +210,7 @@ pub fn flow_hash_seeded(seed: FlowSeed, key: &FlowKey) -> u64 {
 /// The flow hash of a parsed packet under `affinity`: exactly
 /// `flow_hash(&FlowKey::for_packet(ip, affinity))`, without building the
 /// key (the per-packet path needs only the hash).
+// Public for core/tests/flow.rs and fragment.rs.
 #[inline]
 pub fn packet_hash(ip: &IpInfo, affinity: SessionAffinity) -> u64 {
     packet_hash_seeded(FlowSeed::default(), ip, affinity)
@@ -211,7 +218,7 @@ pub fn packet_hash(ip: &IpInfo, affinity: SessionAffinity) -> u64 {
 
 /// [`packet_hash`] under `seed` (the snapshot's, see [`FlowSeed`]).
 #[inline]
-pub fn packet_hash_seeded(seed: FlowSeed, ip: &IpInfo, affinity: SessionAffinity) -> u64 {
+pub(crate) fn packet_hash_seeded(seed: FlowSeed, ip: &IpInfo, affinity: SessionAffinity) -> u64 {
     let kind = tuple_kind(
         affinity,
         ip.protocol,
@@ -231,7 +238,7 @@ pub fn packet_hash_seeded(seed: FlowSeed, ip: &IpInfo, affinity: SessionAffinity
 /// [`packet_hash_seeded`] gives for it, computed from plain integers for
 /// the worker's IPv4 fast path.
 #[inline(always)]
-pub fn ipv4_ports_hash(
+pub(crate) fn ipv4_ports_hash(
     seed: FlowSeed,
     src: u32,
     dst: u32,

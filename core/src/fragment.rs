@@ -27,7 +27,7 @@
 //! are answered with ICMP fragmentation-needed / packet-too-big (`icmp`;
 //! for IPv6 with at least 1280, RFC 2473 §7.1 (b)).
 //!
-//! Sans-IO, in three steps. [`prepare`] (the pipeline's stage 2, cold path)
+//! Sans-IO, in three steps. `prepare` (the pipeline's stage 2, cold path)
 //! encapsulates without the MTU limit and readies the outer header; the
 //! pipeline returns `Verdict::Fragment`. The worker asks [`plan`] how many
 //! buffers the fragments take, allocates the extra ones from the mbuf pool
@@ -57,6 +57,7 @@ use crate::wire::L3Layout;
 /// largest MTU, 9216), which become at most 19 fragments at the smallest
 /// MTU (576, with 40 bytes of copied IPv4 options in each); the bound keeps
 /// the worker's buffer array fixed. Beyond it: `mtu_exceeded`.
+// Public for core/tests/fragment.rs.
 pub const MAX_FRAGMENTS: usize = 64;
 
 /// The Ethernet header in front of every fragment: the oversize
@@ -109,13 +110,13 @@ impl Default for FragmentIds {
 }
 
 /// The IPv6 minimum link MTU (RFC 8200 §5).
-pub const IPV6_MIN_MTU: usize = 1280;
+pub(crate) const IPV6_MIN_MTU: usize = 1280;
 
 /// AP-3: whether an IP packet that does not fit the egress MTU with `encap`
 /// leaves as fragments (else it is answered with ICMP): IPv4 without DF,
 /// and an IPv6 packet of at most [`IPV6_MIN_MTU`] bytes in a tunnel, whose
 /// outer packet is fragmented (RFC 2473 §7.1 (a)).
-pub fn fragmentable(ip: &L3Layout, encap: Encapsulation) -> bool {
+pub(crate) fn fragmentable(ip: &L3Layout, encap: Encapsulation) -> bool {
     if ip.ethertype == ETHERTYPE_IPV6 {
         !matches!(encap, Encapsulation::L2) && ip.ip_len <= IPV6_MIN_MTU
     } else {
@@ -132,7 +133,7 @@ pub fn fragmentable(ip: &L3Layout, encap: Encapsulation) -> bool {
 /// packet is as it came, like every dropped packet.
 #[cold]
 #[inline(never)]
-pub fn prepare<P: PacketBuf>(
+pub(crate) fn prepare<P: PacketBuf>(
     pkt: &mut P,
     ip: &L3Layout,
     encap: Encapsulation,
@@ -248,7 +249,7 @@ impl Plan {
 
 /// Plans the fragments of `frame` (Ethernet + an IPv4 packet without DF or
 /// an IPv6 packet whose first extension header is the Fragment header that
-/// [`prepare`] inserted) so that every fragment's IP packet is at most
+/// `prepare` inserted) so that every fragment's IP packet is at most
 /// `mtu` bytes and every fragment frame at most `room` bytes (what a fresh
 /// buffer holds).
 pub fn plan(frame: &[u8], mtu: u16, room: usize) -> Result<Plan, DropReason> {

@@ -17,11 +17,11 @@ use std::net::{IpAddr, Ipv6Addr};
 use crate::conntrack::TrackKey;
 
 /// First bytes of every hand-off file.
-pub const MAGIC: [u8; 16] = *b"SLUICE-HANDOFF\0\0";
+pub(crate) const MAGIC: [u8; 16] = *b"SLUICE-HANDOFF\0\0";
 
 /// The format this build writes and reads. A newer sluice reads every
 /// older version it knows; an older one refuses a newer file.
-pub const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 1;
 
 /// Bytes of one backend record: service index (u32), address (family
 /// byte 4 or 6, 16 bytes), healthy (u8), weight (u16), ms of draining

@@ -22,6 +22,7 @@ fn fold_mul(a: u64, b: u64) -> u64 {
 /// Hashes a sequence of 64-bit words under `seed`.
 ///
 /// The word count is mixed in, so `[x]` and `[x, 0]` hash differently.
+// Public for core/tests/flow.rs and controlplane/tests/maglev.rs.
 #[inline]
 pub fn stable_hash_words(seed: u64, words: &[u64]) -> u64 {
     let mut h = seed ^ P0 ^ (words.len() as u64).wrapping_mul(P2);
@@ -33,6 +34,7 @@ pub fn stable_hash_words(seed: u64, words: &[u64]) -> u64 {
 
 /// Hashes exactly two words under `seed` with two multiplies (the
 /// wyhash short-input construction): the IPv4 flow hash, on every packet.
+// Public for core/tests/flow.rs.
 #[inline(always)]
 pub fn stable_hash_pair(seed: u64, a: u64, b: u64) -> u64 {
     let h = fold_mul(a ^ seed ^ P0, b ^ P1);

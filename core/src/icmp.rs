@@ -38,8 +38,8 @@ use crate::wire::proto::{ICMP, ICMPV6};
 use crate::wire::L3Layout;
 
 /// Replies per second a worker may send, and the burst it may send at once.
-pub const REPLIES_PER_SEC: u64 = 1000;
-pub const REPLY_BURST: u64 = 100;
+pub(crate) const REPLIES_PER_SEC: u64 = 1000;
+pub(crate) const REPLY_BURST: u64 = 100;
 
 /// Largest reply: RFC 1812 §4.3.2.3 (IPv4, 576 bytes) and RFC 4443 §2.4
 /// (IPv6, the minimum MTU of 1280).
@@ -67,7 +67,7 @@ impl Default for TokenBucket {
 
 impl TokenBucket {
     /// Takes one token if there is one, refilling at [`REPLIES_PER_SEC`].
-    pub fn take(&mut self, now: Millis) -> bool {
+    pub(crate) fn take(&mut self, now: Millis) -> bool {
         let elapsed = now.0.saturating_sub(self.last.0);
         let refill = elapsed.saturating_mul(REPLIES_PER_SEC) / 1000;
         if refill > 0 {
@@ -88,7 +88,7 @@ impl TokenBucket {
 /// worker's reply budget `bucket`.
 #[cold]
 #[inline(never)]
-pub fn answer_mtu_exceeded<P: PacketBuf>(
+pub(crate) fn answer_mtu_exceeded<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     backend: BackendId,
@@ -129,7 +129,7 @@ fn path_mtu(port_mtu: u16, encap: Encapsulation, backend: IpAddr, inner_v6: bool
 
 /// Rewrites `pkt` (whose IP packet `l` is too big for a path of `mtu`
 /// bytes) into the ICMP error for its sender, or names why not.
-pub fn too_big<P: PacketBuf>(
+pub(crate) fn too_big<P: PacketBuf>(
     pkt: &mut P,
     l: &L3Layout,
     mtu: u16,

@@ -145,6 +145,6 @@ pub(crate) fn backend(
 /// Steering (one flow, one shard): the client and VIP addresses of the
 /// flow a steered ICMP error quotes, so it meets that flow's shard.
 #[cold]
-pub fn flow_addresses(frame: &[u8], state: &ForwardingState) -> Option<(IpAddr, IpAddr)> {
+pub(crate) fn flow_addresses(frame: &[u8], state: &ForwardingState) -> Option<(IpAddr, IpAddr)> {
     quoted_flow_of_frame(frame, state).map(|(_, f)| (f.src, f.dst))
 }

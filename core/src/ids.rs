@@ -4,7 +4,7 @@
 //! each survives the snapshot it was made under (CT-7, CT-10).
 
 /// A backend's stable identity, assigned by the control plane: an index
-/// (low [`BackendId::INDEX_BITS`] bits) into the snapshot's backend table
+/// (low `BackendId::INDEX_BITS` bits) into the snapshot's backend table
 /// and the per-backend counters, and a generation (high bits) that changes
 /// each time the index is given to another backend. An entry that recorded
 /// an earlier generation of the index matches no backend any more (the
@@ -19,7 +19,7 @@ pub struct BackendId(pub u32);
 impl BackendId {
     /// Bits of the index: at most 2²⁰ = 1,048,576 backends at once
     /// (configured, draining and waiting for reuse together).
-    pub const INDEX_BITS: u32 = 20;
+    pub(crate) const INDEX_BITS: u32 = 20;
     /// Number of distinct indexes.
     pub const INDEXES: usize = 1 << Self::INDEX_BITS;
     /// Number of generations of one index (2¹²) before it wraps.

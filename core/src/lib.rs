@@ -14,17 +14,19 @@ pub mod burst;
 pub mod conntrack;
 pub mod drop_reason;
 pub mod encap;
-pub mod established;
+mod established;
 pub mod explain;
+// Public for core/tests/fast_path.rs, established.rs and quic_lb.rs.
 pub mod fast_path;
 pub mod flow;
 pub mod fragment;
 pub mod handoff;
 pub mod hash;
-pub mod icmp;
-pub mod icmp_error;
+mod icmp;
+mod icmp_error;
 pub mod ids;
 pub mod maglev_table;
+// Public for core/tests/outer_header.rs.
 pub mod outer_header;
 pub mod packet;
 pub mod pipeline;

@@ -19,6 +19,7 @@ impl MaglevTable {
     /// division on every packet, equally uniform for M ≪ 2³², and just as
     /// deterministic across machines (MG-2). The high 32 bits of the hash are
     /// left for other uses (GUE source port).
+    // Public for core/tests (pipeline.rs, icmp.rs, conntrack_support).
     #[inline]
     pub fn lookup(&self, hash: u64) -> Option<BackendId> {
         self.slots.get(self.slot_index(hash)?).copied()
@@ -26,7 +27,7 @@ impl MaglevTable {
 
     /// Index of `hash`'s slot (None for an empty table).
     #[inline]
-    pub fn slot_index(&self, hash: u64) -> Option<usize> {
+    pub(crate) fn slot_index(&self, hash: u64) -> Option<usize> {
         let n = self.slots.len() as u64;
         if n == 0 {
             return None;
@@ -36,7 +37,7 @@ impl MaglevTable {
 
     /// Hints the cache that `hash`'s slot is about to be read.
     #[inline(always)]
-    pub fn prefetch(&self, hash: u64) {
+    pub(crate) fn prefetch(&self, hash: u64) {
         if let Some(slot) = self.slot_index(hash).and_then(|i| self.slots.get(i)) {
             sluice_platform::prefetch_read(slot);
         }

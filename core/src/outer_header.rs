@@ -73,7 +73,7 @@ pub struct OuterHeader {
     /// Largest inner IP packet that leaves within the egress MTU.
     max_inner_len: u16,
     /// The egress port (config index).
-    pub port: u16,
+    pub(crate) port: u16,
 }
 
 // One cache line per backend on the packet path.
@@ -84,6 +84,7 @@ const _: () = assert!(MAX_LEN <= 2 * 32);
 impl OuterHeader {
     /// The header for `backend` under `encap` out of `port`, or None when
     /// the general path must handle it.
+    // Public for core/tests/outer_header.rs.
     pub fn build(encap: Encapsulation, backend: &BackendState, port: &PortState) -> Option<Self> {
         if encap.is_tunnel() && !matches!((backend.address, port.ipv4), (IpAddr::V4(_), Some(_))) {
             return None;
@@ -144,7 +145,7 @@ impl OuterHeader {
     /// Whether [`OuterHeader::apply`] reads its flow hash (a UDP tunnel's
     /// source port): the established lane computes it only then.
     #[inline(always)]
-    pub fn takes_flow_hash(&self) -> bool {
+    pub(crate) fn takes_flow_hash(&self) -> bool {
         self.patch == Patch::Ipv4Udp
     }
 
@@ -152,6 +153,7 @@ impl OuterHeader {
     /// for the backend. False, with the packet untouched, when this header
     /// does not apply (inner IPv6, over the MTU, no headroom): the general
     /// path decides then.
+    // Public for core/tests/outer_header.rs.
     #[inline(always)]
     pub fn apply<P: PacketBuf>(&self, pkt: &mut P, ip: &L3Layout, flow_hash: u64) -> bool {
         if ip.ethertype != ETHERTYPE_IPV4 || ip.ip_len > usize::from(self.max_inner_len) {

@@ -6,6 +6,17 @@
 //! stage 2: connection tracking (SPEC §3) over the Maglev tables, zonal
 //! affinity (§6), encapsulation and the MTU answers (AP-3). ICMP errors
 //! are balanced like the flow they quote (HA-4, `icmp_error`).
+//!
+//! Which entry point:
+//! - a worker's burst: [`crate::burst::BurstStages`], which runs this
+//!   module's stages over the whole burst (stage 1 for every packet, then
+//!   stage 2 with a lookahead into the conntrack shard);
+//! - one packet, the whole decision: [`process`] (`explain`, tests, tools;
+//!   the `burst` fuzz target and `tests/established.rs` check the burst
+//!   path against it);
+//! - stage 1 of one packet, nothing decided beyond it: [`classify`];
+//! - stage 1 without the IPv4 fast path: [`classify_general`], what the
+//!   property tests check the fast path against.
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -15,7 +26,7 @@ use crate::conntrack::{self, Addrs, PacketMeta, Shard, Tracked};
 use crate::drop_reason::DropReason;
 use crate::encap;
 use crate::established;
-pub use crate::fast_path::LastRule;
+use crate::fast_path::LastRule;
 use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
 use crate::icmp;
@@ -24,10 +35,8 @@ use crate::packet::PacketBuf;
 use crate::quic_lb::{Decision, Fallback, QuicLbCounts};
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
-use crate::stage::{is_own_address, rule_miss};
-pub use crate::stage::{
-    prefetch_table, Balance, Keyed, KeyedOut, LanePacket, QuicAt, Stage, Verdict,
-};
+use crate::stage::{is_own_address, prefetch_table, rule_miss, Balance, Keyed, KeyedOut, QuicAt};
+pub use crate::stage::{Stage, Verdict};
 use crate::stats::RuleCounters;
 use crate::time::Millis;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
@@ -79,9 +88,9 @@ impl Default for PipelineCtx {
 
 /// Decides what to do with one packet received on `rx_port` (config index;
 /// a trunk port drops frames without its tag), rewriting it in place when
-/// it is forwarded. The worker runs the two stages over a whole
-/// burst instead ([`classify`] for every packet, then [`deliver`]), so the
-/// Maglev-slot and headroom cache misses of different packets overlap.
+/// it is forwarded. The worker runs the two stages over a whole burst
+/// instead ([`crate::burst::BurstStages`]), so that the cache misses of
+/// different packets overlap; it decides every packet as this does.
 pub fn process<P: PacketBuf>(
     pkt: &mut P,
     rx_port: u16,
@@ -94,44 +103,37 @@ pub fn process<P: PacketBuf>(
     }
     match classify(pkt.data(), state) {
         Stage::Done(v) => v,
-        Stage::Balance(b) => deliver(pkt, &b, state, ctx),
+        Stage::Balance(b) => deliver(pkt, &b, None, state, ctx),
     }
 }
 
-/// Stage 1: parse, find the rule and service, hash the flow. Reads the frame
-/// only. Prefetches the Maglev slot the second stage will read.
+/// Stage 1 of one packet: parse, find the rule and service, hash the
+/// flow; the IPv4 fast path first, the general path for what it declines.
+/// Reads the frame only. Prefetches the Maglev slot the second stage will
+/// read.
 #[inline]
 pub fn classify(frame: &[u8], state: &ForwardingState) -> Stage {
     let mut stage = Stage::default();
-    classify_into(frame, state, &mut stage, None);
+    if crate::fast_path::classify_ipv4_into(frame, state, &mut stage, None).is_none() {
+        stage = classify_counted(frame, state, None);
+    }
     stage
 }
 
-/// [`classify`] written into `out` (the worker's per-burst stage slot), so
-/// the fast path builds its `Balance` in place instead of in a temporary;
-/// a packet that matches a rule is counted under it in `rules` when given
-/// (where the rule is at hand, so no stage carries it).
-#[inline]
-pub fn classify_into(
-    frame: &[u8],
-    state: &ForwardingState,
-    out: &mut Stage,
-    rules: Option<&RuleCounters>,
-) {
-    if crate::fast_path::classify_ipv4_into(frame, state, out, rules).is_none() {
-        *out = classify_counted(frame, state, rules);
-    }
-}
-
-/// [`classify_into`] that also leaves a tracked packet's key and shard
-/// hash in `keyed.tracked`, its home entry requested (the IPv4 fast path builds
-/// the key from the addresses it has just read, the general path through
-/// [`prefetch_conntrack`]), and says which records it wrote: a tracked
-/// non-SYN packet of the fast path leaves `keyed.lane` instead of its `Stage`
-/// ([`Keyed::Lane`], for `established::forward_lane`). `last`: the rule the
-/// previous packet of the burst matched ([`LastRule`]).
+/// Stage 1 of a packet of a burst ([`crate::burst::BurstStages`]): the
+/// `Stage` of [`classify`], written into `out` (the burst's stage slot, so
+/// the fast path builds its `Balance` in place instead of in a
+/// temporary) and counted under its rule in `rules` when given (where the
+/// rule is at hand, so no stage carries it). It also leaves a tracked
+/// packet's key and shard hash in `keyed.tracked`, its home entry
+/// requested (the IPv4 fast path builds the key from the addresses it has
+/// just read, the general path through [`prefetch_conntrack`]), and says
+/// which records it wrote: a tracked non-SYN packet of the fast path
+/// leaves `keyed.lane` instead of its `Stage` ([`Keyed::Lane`], for
+/// `established::forward_lane`). `last`: the rule the previous packet of
+/// the burst matched ([`LastRule`]).
 #[inline(always)]
-pub fn classify_keyed_into(
+pub(crate) fn classify_keyed_into(
     frame: &[u8],
     state: &ForwardingState,
     out: &mut Stage,
@@ -164,8 +166,10 @@ pub fn classify_keyed_into(
     }
 }
 
-/// Stage 1 through the general parser: every frame, every protocol. The
-/// same `Stage` as [`classify`] (which tries the IPv4 fast path first).
+/// Stage 1 through the general parser only: every frame, every protocol.
+/// The same `Stage` as [`classify`], which tries the IPv4 fast path
+/// first. Public for the tests that check the fast path against it
+/// (`core/tests/fast_path.rs`, `core/tests/quic_lb.rs`).
 #[inline]
 pub fn classify_general(frame: &[u8], state: &ForwardingState) -> Stage {
     classify_counted(frame, state, None)
@@ -262,12 +266,12 @@ fn classify_inner(
 /// shard is far larger than the caches, so each tracked packet's key is
 /// built and hashed and its home entry requested before any packet of the
 /// burst is delivered, and the misses overlap instead of queueing up one
-/// packet at a time. Writes the key and hash into `out` and says whether it did (not when
-/// untracked); stage 2
-/// takes them back through [`deliver_keyed`] and looks further ahead with
-/// [`conntrack_lookahead`].
+/// packet at a time. Writes the key and hash into `out` and says whether
+/// it did (not when untracked); stage 2 takes them back through
+/// [`deliver_tracked`], and the burst's lookahead checks the home entry a
+/// few packets before.
 #[inline]
-pub fn prefetch_conntrack(
+fn prefetch_conntrack(
     frame: &[u8],
     b: &Balance,
     state: &ForwardingState,
@@ -295,56 +299,12 @@ pub fn prefetch_conntrack(
     true
 }
 
-/// Stage 2's lookahead, a few packets before `b` is delivered, step 1
-/// (its home entry has arrived): requests the next line its lookup will
-/// read when the home entry is not its key's. Returns whether step 2
-/// ([`conntrack_lookahead_fallback`]) is needed, a few packets later.
-/// Always inlined: it runs once per tracked packet, and as a call its
-/// prologue and epilogue cost about as much as its body.
-#[inline(always)]
-pub fn conntrack_lookahead(
-    b: &Balance,
-    t: &Tracked,
-    state: &ForwardingState,
-    ctx: &PipelineCtx,
-) -> bool {
-    let likely_new = conntrack::policy::is_syn(&b.meta);
-    let away = ctx.conntrack.check_home(t.hash, likely_new);
-    if likely_new || away {
-        if let Some(service) = state.service(b.service) {
-            prefetch_table(service, b.hash);
-        }
-    }
-    away
-}
-
-/// Step 2 of the lookahead, for a key away from its home slot (its first
-/// signature line has arrived): requests the entries that line matches.
-#[inline]
-pub fn conntrack_lookahead_fallback(t: &Tracked, ctx: &PipelineCtx) {
-    ctx.conntrack.prefetch_matches(t.hash);
-}
-
-/// Stage 2: pick the backend (connection tracking, SPEC §3, over the
-/// Maglev table) and encapsulate. Oversize packets are answered with ICMP
-/// (DF, IPv6) or left whole for the worker to fragment (IPv4 without DF,
-/// [`Verdict::Fragment`]), AP-3.
-#[inline]
-pub fn deliver<P: PacketBuf>(
-    pkt: &mut P,
-    b: &Balance,
-    state: &ForwardingState,
-    ctx: &mut PipelineCtx,
-) -> Verdict {
-    deliver_keyed(pkt, b, None, state, ctx)
-}
-
-/// [`deliver`] for a tracked packet whose key and shard hash the worker
-/// has from [`prefetch_conntrack`]: an established flow's packet on its
+/// [`deliver`] for a tracked packet whose key and shard hash stage 1
+/// left ([`classify_keyed_into`]): an established flow's packet on its
 /// recorded backend through [`established::forward`], any other through
 /// the general stage 2.
 #[inline(always)]
-pub fn deliver_tracked<P: PacketBuf>(
+pub(crate) fn deliver_tracked<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     t: &Tracked,
@@ -373,14 +333,14 @@ pub(crate) fn deliver_lane_declined<P: PacketBuf>(
         return Verdict::Drop(DropReason::Internal);
     }
     match stage {
-        Stage::Balance(b) => deliver_keyed(pkt, &b, Some(t), state, ctx),
+        Stage::Balance(b) => deliver(pkt, &b, Some(t), state, ctx),
         Stage::Done(v) => v,
     }
 }
 
 /// The general stage 2 for a tracked packet the established lane declined
 /// (new, re-selected or odd ones): out of line, so that the untracked
-/// traffic's [`deliver_keyed`] stays inlined where the burst delivers it.
+/// traffic's [`deliver`] stays inlined where the burst delivers it.
 #[inline(never)]
 fn deliver_tracked_general<P: PacketBuf>(
     pkt: &mut P,
@@ -389,15 +349,18 @@ fn deliver_tracked_general<P: PacketBuf>(
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Verdict {
-    deliver_keyed(pkt, b, Some(t), state, ctx)
+    deliver(pkt, b, Some(t), state, ctx)
 }
 
-/// [`deliver`] with the packet's tracking key and hash when the worker has
-/// them from [`prefetch_conntrack`]; None: built here if the packet is
+/// Stage 2: pick the backend (connection tracking, SPEC §3, over the
+/// Maglev table) and encapsulate. Oversize packets are answered with ICMP
+/// (DF, IPv6) or left whole for the worker to fragment (IPv4 without DF,
+/// [`Verdict::Fragment`]), AP-3. `tracked`: the packet's tracking key and
+/// shard hash when stage 1 built them; None: built here if the packet is
 /// tracked. Always inlined: for untracked traffic it is the whole of stage
 /// 2 (the tracked fallback is a function of its own).
 #[inline(always)]
-pub fn deliver_keyed<P: PacketBuf>(
+pub(crate) fn deliver<P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     tracked: Option<&Tracked>,

@@ -33,6 +33,7 @@ impl PortRange {
     }
 
     /// Whether a packet with destination port `port` (None: no ports) matches.
+    // Public for core/tests/rule_lookup.rs.
     pub fn matches(&self, port: Option<u16>) -> bool {
         match port {
             Some(p) => self.first <= p && p <= self.last,
@@ -71,14 +72,14 @@ pub enum RuleMiss {
 ///
 /// VIPs live in two sorted arrays of plain integers — IPv4 as `u32`, IPv6
 /// as `u128` — searched by binary search. With more than
-/// [`SMALL_VIPS`] IPv4 VIPs, the worker's fast path
+/// `SMALL_VIPS` IPv4 VIPs, the worker's fast path
 /// ([`RuleTable::lookup_v4_ports`]) finds its VIP through an open-addressed
 /// hash index instead (a multiply, a shift and usually one probe, where
 /// a search over 10,000 VIPs takes 14 steps on every packet). A VIP's rules are
-/// scanned in config order; with more than [`SMALL_RULES`] of them, the
+/// scanned in config order; with more than `SMALL_RULES` of them, the
 /// fast path searches TCP's or UDP's port segments (the ports resolved to
 /// their first rule in config order when the table is built) instead.
-/// Above [`SMALL_VIPS`], every TCP or UDP port that a rule of its own
+/// Above `SMALL_VIPS`, every TCP or UDP port that a rule of its own
 /// takes on a VIP (a one-port segment: most rules, `ports = "443"`) is
 /// also in one more hash keyed by VIP, protocol and port together, which
 /// the fast path probes first: one probe for a packet to any of 100,000
@@ -96,11 +97,11 @@ pub struct RuleTable {
 
 /// Up to this many IPv4 VIPs, the fast path binary-searches `v4` (one VIP:
 /// one compare); above, it uses the hash index.
-pub const SMALL_VIPS: usize = 8;
+pub(crate) const SMALL_VIPS: usize = 8;
 
 /// Up to this many rules on a VIP, the fast path scans them; above, it
 /// binary-searches the VIP's port segments of the packet's protocol.
-pub const SMALL_RULES: usize = 4;
+pub(crate) const SMALL_RULES: usize = 4;
 
 /// One IPv4 VIP's rules in config order, and for more than `SMALL_RULES`
 /// of them each of TCP's and UDP's destination ports resolved to the rule
@@ -406,10 +407,6 @@ impl RuleTable {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.v4.is_empty() && self.v6.is_empty()
-    }
-
     pub fn rules(&self) -> impl Iterator<Item = &ForwardingRule> {
         let v4 = self.v4.iter().flat_map(|(_, r)| r.rules.iter());
         let v6 = self.v6.iter().flat_map(|(_, r)| r.iter());
@@ -431,6 +428,7 @@ impl RuleTable {
 
     /// [`RuleTable::lookup`] for an IPv4 packet with ports, on plain
     /// integers (the worker's IPv4 fast path).
+    // Public for core/tests/rule_lookup.rs.
     #[inline(always)]
     pub fn lookup_v4_ports(
         &self,
@@ -483,7 +481,7 @@ impl RuleTable {
         self.v4.get(pos).map(|v| &v.1)
     }
 
-    pub fn is_vip(&self, addr: IpAddr) -> bool {
+    pub(crate) fn is_vip(&self, addr: IpAddr) -> bool {
         self.rules_of(addr).is_some()
     }
 

@@ -95,6 +95,7 @@ impl ServiceState {
     /// The table for a new flow from `client` (ZA-3): the client's zone
     /// table when the service has zonal tables (zonal affinity on), else the
     /// no-zone table. The zone lookup is skipped for services without them.
+    // Public for core/tests/conntrack_rules.rs.
     #[inline]
     pub fn table_for_client(&self, zones: &ZoneMap, client: IpAddr) -> Option<&MaglevTable> {
         if self.tables.len() > 1 {
@@ -105,6 +106,7 @@ impl ServiceState {
     }
 
     /// The table for a client in `zone` (None: no zone / affinity off).
+    // Public for the conntrack tests (core/tests/conntrack_support).
     #[inline]
     pub fn table_for(&self, zone: Option<u16>) -> Option<&MaglevTable> {
         match zone {

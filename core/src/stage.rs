@@ -49,7 +49,7 @@ pub enum Stage {
 impl Stage {
     /// A slot before stage 1 has run on it: delivered as it is, it is
     /// counted as an `internal` drop, never forwarded.
-    pub const UNSTAGED: Stage = Stage::Done(Verdict::Drop(DropReason::Internal));
+    pub(crate) const UNSTAGED: Stage = Stage::Done(Verdict::Drop(DropReason::Internal));
 }
 
 impl Default for Stage {
@@ -61,20 +61,20 @@ impl Default for Stage {
 /// A packet for a VIP: where its IP packet is, its service and flow hash.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Balance {
-    pub layout: L3Layout,
-    pub service: ServiceId,
-    pub hash: u64,
+    pub(crate) layout: L3Layout,
+    pub(crate) service: ServiceId,
+    pub(crate) hash: u64,
     /// Protocol, TCP flags, fragment status, ports: what conntrack needs
     /// besides the addresses (which stage 2 reads back from the frame).
-    pub meta: PacketMeta,
+    pub(crate) meta: PacketMeta,
     /// Whether the service tracks this packet's protocol (CT-2, CT-4).
-    pub tracked: bool,
+    pub(crate) tracked: bool,
     /// HA-4: an ICMP error steered by the flow it quotes; stage 2 looks the
     /// quoted flow up in the shard (without recording anything).
-    pub icmp_error: bool,
+    pub(crate) icmp_error: bool,
     /// A UDP packet of a QUIC-LB service, routed by its connection ID in
     /// stage 2 (`quic_lb`), or [`QuicAt::NONE`].
-    pub quic: QuicAt,
+    pub(crate) quic: QuicAt,
 }
 
 impl Balance {
@@ -84,7 +84,7 @@ impl Balance {
     /// do.) A tracked QUIC-LB packet is still steered to its flow's owner,
     /// where a fallback's entry belongs.
     #[inline(always)]
-    pub fn keyed_in_stage_one(&self) -> bool {
+    pub(crate) fn keyed_in_stage_one(&self) -> bool {
         self.tracked && self.quic == QuicAt::NONE
     }
 }
@@ -94,25 +94,25 @@ impl Balance {
 /// `Balance` stays 48 bytes; the decision itself carried in it measured
 /// +29 instructions per packet on UDP, +24 on SYNs).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct QuicAt(pub u8);
+pub(crate) struct QuicAt(pub(crate) u8);
 
 impl QuicAt {
     /// Not a packet of a QUIC-LB service.
-    pub const NONE: QuicAt = QuicAt(0);
+    pub(crate) const NONE: QuicAt = QuicAt(0);
     /// A payload from byte 255 on (behind a chain of IPv6 extension
     /// headers no QUIC client sends): stage 2 takes it as too short.
-    pub const TOO_DEEP: QuicAt = QuicAt(u8::MAX);
+    pub(crate) const TOO_DEEP: QuicAt = QuicAt(u8::MAX);
 
     /// The mark of a payload at `offset`.
     #[inline(always)]
-    pub fn at(offset: usize) -> Self {
+    pub(crate) fn at(offset: usize) -> Self {
         QuicAt(offset.min(usize::from(u8::MAX)) as u8)
     }
 
     /// The UDP payload of `frame`, whose IP packet is laid out as `layout`
     /// says; empty when too deep or cut.
     #[inline]
-    pub fn payload<'f>(self, frame: &'f [u8], layout: &L3Layout) -> &'f [u8] {
+    pub(crate) fn payload<'f>(self, frame: &'f [u8], layout: &L3Layout) -> &'f [u8] {
         if self == Self::TOO_DEEP {
             return &[];
         }
@@ -129,21 +129,22 @@ const _: () = assert!(std::mem::size_of::<Balance>() <= 48);
 /// key and shard hash travel beside it, and nothing else does — no flow
 /// hash (a hit never consults a table) and no [`Balance`]. A packet the
 /// lane declines is classified again from its unchanged frame.
+// Public for core/tests/fast_path.rs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct LanePacket {
     /// The IPv4 header's offset in the frame: 14, or 18 behind a tag.
-    pub l3_offset: u8,
-    pub dont_fragment: bool,
+    pub(crate) l3_offset: u8,
+    pub(crate) dont_fragment: bool,
     /// IPv4 total length.
-    pub ip_len: u16,
+    pub(crate) ip_len: u16,
     /// Where its key's lookup starts (derived once, in stage 1).
-    pub home: Home,
+    pub(crate) home: Home,
 }
 
 impl LanePacket {
     /// The packet's layout as the encapsulation reads it.
     #[inline(always)]
-    pub fn layout(&self) -> L3Layout {
+    pub(crate) fn layout(&self) -> L3Layout {
         L3Layout {
             ethertype: crate::wire::ethernet::ETHERTYPE_IPV4,
             l3_offset: usize::from(self.l3_offset),
@@ -155,6 +156,7 @@ impl LanePacket {
 
 /// Where stage 1 writes a tracked packet's records: its key and shard
 /// hash, and for the established lane where its IP packet is.
+// Public for core/tests/fast_path.rs.
 #[derive(Debug)]
 pub struct KeyedOut<'a> {
     pub tracked: &'a mut Tracked,
@@ -163,6 +165,7 @@ pub struct KeyedOut<'a> {
 
 /// What stage 1 left for one packet of a burst: which of its records
 /// stage 2 reads.
+// Public for core/tests/fast_path.rs.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub enum Keyed {
     /// Its [`Stage`] only: decided already, or untracked.
@@ -179,7 +182,7 @@ pub enum Keyed {
 /// lookahead finds that it will need the table (a new key, or one away
 /// from its home slot), since a hit never reads it.
 #[inline(always)]
-pub fn prefetch_table(service: &ServiceState, hash: u64) {
+pub(crate) fn prefetch_table(service: &ServiceState, hash: u64) {
     if let Some(table) = service.table_for(None) {
         table.prefetch(hash);
     }

@@ -36,7 +36,7 @@ impl Counter {
 }
 
 /// Per-backend counters of one worker, sized by the indexes in use: chunks
-/// of [`BackendCounters::CHUNK`] counters, each allocated by the control
+/// of `BackendCounters::CHUNK` counters, each allocated by the control
 /// plane ([`BackendCounters::cover`]) before it publishes a snapshot with
 /// an index in it, so the worker never allocates and every index a
 /// snapshot can name has its counter. A packet for an index without one
@@ -49,7 +49,7 @@ pub struct BackendCounters {
     chunks: Box<[std::sync::OnceLock<Box<CounterChunk>>; BackendCounters::CHUNKS]>,
     pub uncounted: Counter,
     /// New connections to an index without a counter (see `uncounted`).
-    pub uncounted_connections: Counter,
+    pub(crate) uncounted_connections: Counter,
 }
 
 /// One chunk of [`BackendCounters`].
@@ -59,7 +59,7 @@ type CounterChunk = [BackendCounter; BackendCounters::CHUNK];
 /// worker's adds touch one cache line (32-byte aligned, two to a line).
 #[derive(Debug, Default)]
 #[repr(C, align(32))]
-pub struct BackendCounter {
+pub(crate) struct BackendCounter {
     packets: Counter,
     bytes: Counter,
     connections: Counter,
@@ -77,7 +77,7 @@ impl Default for BackendCounters {
 
 impl BackendCounters {
     /// Counters per chunk (128 KiB).
-    pub const CHUNK: usize = 4096;
+    pub(crate) const CHUNK: usize = 4096;
     /// Chunks for every index a [`BackendId`] can have.
     const CHUNKS: usize = BackendId::INDEXES / Self::CHUNK;
 
@@ -89,7 +89,8 @@ impl BackendCounters {
     }
 
     /// Number of indexes with counters.
-    pub fn covered(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn covered(&self) -> usize {
         self.chunks.iter().take_while(|c| c.get().is_some()).count() * Self::CHUNK
     }
 
@@ -104,7 +105,7 @@ impl BackendCounters {
     /// Adds `packets` and `bytes` to `index`, and one new connection when
     /// `opened` (owning worker only).
     #[inline(always)]
-    pub fn add(&self, index: usize, packets: u64, bytes: u64, opened: bool) {
+    pub(crate) fn add(&self, index: usize, packets: u64, bytes: u64, opened: bool) {
         match self.counter(index) {
             Some(c) => {
                 c.packets.add(packets);
@@ -178,7 +179,7 @@ impl RuleCounters {
     /// Adds `n` packets to `slot` (owning worker only): a run of packets
     /// counted at once.
     #[inline(always)]
-    pub fn add_n(&self, slot: u16, n: u64) {
+    pub(crate) fn add_n(&self, slot: u16, n: u64) {
         self.slots[usize::from(slot)].add(n);
     }
 
@@ -188,6 +189,7 @@ impl RuleCounters {
     }
 
     /// Packets of rules without a slot of their own.
+    // Public for core/tests/established.rs.
     pub fn uncounted(&self) -> u64 {
         self.get(Self::NONE)
     }
@@ -231,7 +233,7 @@ pub enum Export {
 }
 
 /// A label name and value fixed for one series of a family.
-pub type FixedLabel = Option<(&'static str, &'static str)>;
+pub(crate) type FixedLabel = Option<(&'static str, &'static str)>;
 
 /// One exported number of a counter block `B`: its metric family, help
 /// text, optional fixed label within the family, and how to read it. The
@@ -241,7 +243,7 @@ pub type FixedLabel = Option<(&'static str, &'static str)>;
 pub struct Metric<B: 'static> {
     pub name: &'static str,
     /// The field's doc comment, one entry per line (see [`Metric::help`]).
-    pub doc: &'static [&'static str],
+    pub(crate) doc: &'static [&'static str],
     /// A label fixed for this series, e.g. `("direction", "out")`: several
     /// fields then make one family.
     pub label: FixedLabel,
@@ -282,7 +284,7 @@ impl<B> Metric<B> {
 macro_rules! counter_block {
     (
         $(#[doc = $sdoc:literal])*
-        pub struct $block:ident {
+        pub(crate) struct $block:ident {
             $(
                 $(#[doc = $doc:literal])*
                 $field:ident: $ty:ident => $export:ident $metric:literal
@@ -322,7 +324,7 @@ macro_rules! counter_block {
 
 counter_block! {
     /// One port's counters in one worker; exported with a `port` label.
-    pub struct PortCounters {
+    pub(crate) struct PortCounters {
         /// Packets received on a dataplane port.
         rx_packets: Counter => Total "sluice_port_rx_packets_total",
         /// Bytes received on a dataplane port.
@@ -350,7 +352,7 @@ counter_block! {
     /// here once per poll ([`ConntrackStats::publish`]), so the event
     /// counts are monotonic and exported summed over workers, while
     /// occupancy and size are gauges per worker.
-    pub struct ConntrackStats {
+    pub(crate) struct ConntrackStats {
         /// Occupied conntrack slots per worker (expired ones not yet swept
         /// included).
         entries: Gauge => WorkerGauge "sluice_conntrack_entries",
@@ -402,7 +404,7 @@ counter_block! {
     /// pipeline counts in plain worker-local integers
     /// ([`crate::quic_lb::QuicLbCounts`]); the worker copies them here once
     /// per poll ([`QuicLbStats::publish`]).
-    pub struct QuicLbStats {
+    pub(crate) struct QuicLbStats {
         /// UDP packets of QUIC-LB services sent to the backend their QUIC
         /// connection ID names, whatever their addresses and ports.
         routed: Gauge => Total "sluice_quic_lb_routed_packets_total",
@@ -428,7 +430,7 @@ counter_block! {
     /// Everything one worker counts. Allocated once at start; the metrics
     /// thread holds an `Arc` to every worker's block and sums them at
     /// scrape time.
-    pub struct WorkerStats {
+    pub(crate) struct WorkerStats {
         /// Tracked packets moved between workers so that one worker's shard
         /// sees every packet of a tracking key (ports without RSS on
         /// addresses only).

@@ -34,6 +34,7 @@ pub fn ring_slots(burst_size: usize, workers: usize) -> u32 {
 }
 
 /// The worker (0..workers) that owns every packet between these addresses.
+// Public for core/tests/icmp.rs and controlplane/tests.
 #[inline]
 pub fn owner(frame: &[u8], layout: &L3Layout, workers: usize) -> usize {
     // Source then destination, as the header holds them. The parser

@@ -16,7 +16,7 @@ const MACS: usize = ethernet::offset::ETHERTYPE;
 /// Whether a frame received on a port of VLAN `vid` belongs to it: its
 /// outer tag is 802.1Q with that VLAN ID (priority bits ignored).
 #[inline(always)]
-pub fn accepts(frame: &[u8], vid: u16) -> bool {
+pub(crate) fn accepts(frame: &[u8], vid: u16) -> bool {
     outer_vlan_id(frame) == Some(vid)
 }
 

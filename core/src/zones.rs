@@ -22,7 +22,7 @@ impl ZoneMap {
     /// linear scan: a handful of subnets, looked up only for new flows of
     /// services that have zonal tables
     /// (`crate::service::ServiceState::table_for_client`).
-    pub fn zone_of(&self, client: IpAddr) -> Option<u16> {
+    pub(crate) fn zone_of(&self, client: IpAddr) -> Option<u16> {
         self.zones
             .iter()
             .position(|z| {

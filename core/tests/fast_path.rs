@@ -22,7 +22,7 @@ use proptest::prelude::*;
 use sluice_core::affinity::SessionAffinity;
 use sluice_core::conntrack::{Shard, Tracked};
 use sluice_core::fast_path::{classify_ipv4, classify_ipv4_keyed, classify_lane, LastRule};
-use sluice_core::pipeline::{Keyed, KeyedOut, LanePacket};
+use sluice_core::stage::{Keyed, KeyedOut, LanePacket};
 use sluice_core::ForwardingState;
 
 const AFFINITIES: [SessionAffinity; 4] = [

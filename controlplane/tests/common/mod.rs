@@ -1,5 +1,7 @@
 //! Helpers for tests that run the real `sluice` binary on DPDK.
-#![allow(dead_code)]
+// Shared by integration tests, each its own binary crate: `pub` here
+// means "for the test files", never reachable from outside the test.
+#![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,9 @@
 //! answers (weight 0, a failover pool, CLIENT_IP affinity, IPv6), the
 //! frames of a capture, `sluice run` in the background, and the binary's
 //! answers.
-#![allow(dead_code)]
+// Shared by integration tests, each its own binary crate: `pub` here
+// means "for the test files", never reachable from outside the test.
+#![allow(dead_code, unreachable_pub)]
 
 use std::path::Path;
 use std::process::Command;

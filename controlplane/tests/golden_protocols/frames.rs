@@ -3,6 +3,10 @@
 //! TCP/UDP with fixed contents. Checksums of L4 are left 0: the appliance
 //! passes inner packets on untouched and never reads them.
 
+// Shared by integration tests, each its own binary crate: `pub` here
+// means "for the test files", never reachable from outside the test.
+#![allow(unreachable_pub)]
+
 use std::net::Ipv6Addr;
 
 use super::{CLIENT_MAC, PORT_MAC};

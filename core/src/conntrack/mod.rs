@@ -4,16 +4,18 @@
 //! - [`policy`]: the pure rules — which packets are tracked (CT-2, CT-4),
 //!   their tracking key (CT-3 table), what a SYN does (CT-1), who persists on
 //!   an unhealthy backend (CT-8).
-//! - [`session`]: the per-packet decision against the shard and the
+//! - `session`: the per-packet decision against the shard and the
 //!   snapshot (CT-1 … CT-11).
-//! - [`shard`]: the fixed-capacity table.
+//! - `shard`: the fixed-capacity table.
 
 pub mod policy;
-pub mod session;
-pub mod shard;
+pub(crate) mod session;
+pub(crate) mod shard;
 
-pub use session::{select, tracking_key};
-pub use shard::{Counters, Entry, Full, Home, Shard};
+pub use session::select;
+pub(crate) use session::tracking_key;
+pub(crate) use shard::Home;
+pub use shard::{Entry, Shard};
 
 use crate::flow::TupleKind;
 use crate::ids::ServiceId;
@@ -36,7 +38,7 @@ pub struct PacketMeta {
 
 impl PacketMeta {
     #[inline]
-    pub fn of(ip: &IpInfo) -> Self {
+    pub(crate) fn of(ip: &IpInfo) -> Self {
         Self {
             proto: ip.protocol,
             tcp_flags: ip.tcp_flags,
@@ -50,9 +52,9 @@ impl PacketMeta {
 /// (IPv4: `[0, addr]`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct Addrs {
-    pub src: [u64; 2],
-    pub dst: [u64; 2],
-    pub v6: bool,
+    pub(crate) src: [u64; 2],
+    pub(crate) dst: [u64; 2],
+    pub(crate) v6: bool,
 }
 
 impl Addrs {
@@ -72,7 +74,7 @@ impl Addrs {
     }
 
     /// The source address (the client), e.g. for its zone (ZA-3).
-    pub fn src_ip(&self) -> std::net::IpAddr {
+    pub(crate) fn src_ip(&self) -> std::net::IpAddr {
         if self.v6 {
             let bits = (u128::from(self.src[0]) << 64) | u128::from(self.src[1]);
             std::net::IpAddr::V6(bits.into())
@@ -86,7 +88,7 @@ impl Addrs {
     /// stages, and the IP header's line is in cache. None when the frame
     /// is too short for the fixed IP header (it cannot be, once parsed).
     #[inline]
-    pub fn from_frame(frame: &[u8], layout: &L3Layout) -> Option<Self> {
+    pub(crate) fn from_frame(frame: &[u8], layout: &L3Layout) -> Option<Self> {
         let ip = frame.get(layout.l3_offset..)?;
         match layout.ethertype {
             ETHERTYPE_IPV4 => {
@@ -115,14 +117,14 @@ impl Addrs {
 /// by the worker's stage 1 and handed to stage 2.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct Tracked {
-    pub key: TrackKey,
-    pub hash: u64,
+    pub(crate) key: TrackKey,
+    pub(crate) hash: u64,
 }
 
 impl Tracked {
     /// `key` with `shard`'s hash of it and its home there.
     #[inline(always)]
-    pub fn new(key: TrackKey, shard: &Shard) -> Self {
+    pub(crate) fn new(key: TrackKey, shard: &Shard) -> Self {
         Self {
             hash: shard.hash(&key),
             key,

@@ -11,6 +11,7 @@ use crate::wire::proto::{ESP, GRE, TCP, UDP};
 /// CT-4: TCP under every affinity; UDP, ESP and GRE under every affinity
 /// but `NONE`; ICMP/ICMPv6 never. Protocols SPEC §3 does not name (SCTP,
 /// …) are not tracked either: they are balanced by hash on every packet.
+// Public for core/tests/conntrack_rules.rs.
 #[inline]
 pub fn trackable(proto: u8, affinity: A) -> bool {
     match proto {
@@ -23,6 +24,7 @@ pub fn trackable(proto: u8, affinity: A) -> bool {
 /// CT-3's table: `PER_CONNECTION` keys like `CLIENT_IP_PORT_PROTO` whatever
 /// the affinity (5-tuple for TCP and unfragmented UDP, 3-tuple otherwise);
 /// `PER_SESSION` keys like the affinity hashes (SPEC §2).
+// Public for core/tests/conntrack_steering.rs.
 #[inline]
 pub fn key_kind(mode: M, affinity: A, m: &PacketMeta) -> TupleKind {
     let by = match mode {
@@ -34,7 +36,7 @@ pub fn key_kind(mode: M, affinity: A, m: &PacketMeta) -> TupleKind {
 
 /// SYN set, ACK clear.
 #[inline]
-pub fn is_syn(m: &PacketMeta) -> bool {
+pub(crate) fn is_syn(m: &PacketMeta) -> bool {
     m.proto == TCP && m.tcp_flags & 0x12 == 0x02
 }
 
@@ -42,7 +44,7 @@ pub fn is_syn(m: &PacketMeta) -> bool {
 /// always under `PER_CONNECTION`; under `PER_SESSION` only with affinity
 /// `NONE` / `CLIENT_IP_PORT_PROTO`.
 #[inline]
-pub fn syn_is_new_connection(mode: M, affinity: A, m: &PacketMeta) -> bool {
+pub(crate) fn syn_is_new_connection(mode: M, affinity: A, m: &PacketMeta) -> bool {
     is_syn(m)
         && match mode {
             M::PerConnection => true,
@@ -68,6 +70,7 @@ pub fn persists(setting: P, mode: M, affinity: A, proto: u8) -> bool {
 }
 
 /// Convenience for tests: the kind of the CT-3 key of a packet.
+// Public for core/tests/conntrack_rules.rs.
 pub fn key_tuple(mode: M, affinity: A, m: &PacketMeta) -> Option<TupleKind> {
     trackable(m.proto, affinity).then(|| key_kind(mode, affinity, m))
 }

@@ -19,7 +19,7 @@ use crate::wire::proto::UDP;
 /// carries no pool epoch; the control plane marks the backends of the
 /// inactive pool instead.
 #[inline]
-pub fn quic_connection_stays(
+pub(crate) fn quic_connection_stays(
     server: Server,
     service: &ServiceState,
     state: &ForwardingState,
@@ -81,14 +81,14 @@ fn judge(
 /// the entry could not be written (table full: forwarded by Maglev,
 /// counted as `insert_failed`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Selection {
-    pub backend: BackendId,
-    pub opened: bool,
+pub(crate) struct Selection {
+    pub(crate) backend: BackendId,
+    pub(crate) opened: bool,
 }
 
 impl Selection {
     /// A backend chosen without opening an entry.
-    pub fn stateless(backend: BackendId) -> Self {
+    pub(crate) fn stateless(backend: BackendId) -> Self {
         Self::kept(backend)
     }
 
@@ -103,7 +103,7 @@ impl Selection {
 /// The packet's tracking key (CT-3), None when it is not tracked (CT-2,
 /// CT-4).
 #[inline]
-pub fn tracking_key(
+pub(crate) fn tracking_key(
     m: &PacketMeta,
     addrs: &Addrs,
     service_id: ServiceId,
@@ -122,6 +122,7 @@ pub fn tracking_key(
 /// the service's Maglev table for this client (its zone's under zonal affinity,
 /// ZA-3), built by the control plane from the eligible set. Recorded
 /// entries do not consult it (CT-7).
+// Public for the conntrack tests (core/tests/conntrack_*.rs).
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn select<'t>(
@@ -149,7 +150,7 @@ pub fn select<'t>(
 /// packet opened a new entry ([`Selection::opened`]).
 #[inline]
 #[allow(clippy::too_many_arguments)]
-pub fn select_tracked<'t>(
+pub(crate) fn select_tracked<'t>(
     shard: &mut Shard,
     m: &PacketMeta,
     key: &TrackKey,

@@ -40,20 +40,20 @@ use crate::time::Millis;
 use super::TrackKey;
 
 /// Slots per bucket: 16 signatures fill one cache line.
-pub const SLOTS: usize = 16;
+pub(crate) const SLOTS: usize = 16;
 
 /// Bit of a stored signature (signature array and [`Entry`]) marking a
 /// half-open entry. Never part of a key's signature.
-pub const HALF_OPEN: u32 = 1 << 31;
+pub(crate) const HALF_OPEN: u32 = 1 << 31;
 
 /// Half-open entries of a full bucket pair whose age an insert compares
 /// (one entry line each) before it evicts the oldest.
-pub const EVICTION_PROBES: usize = 4;
+pub(crate) const EVICTION_PROBES: usize = 4;
 
 /// Residents of a full bucket pair (half of them in each bucket) whose
 /// other bucket an insert looks at for a free slot (one signature line
 /// each): the cuckoo step, bounded.
-pub const RELOCATION_PROBES: usize = 16;
+pub(crate) const RELOCATION_PROBES: usize = 16;
 
 /// One tracked flow. Exactly one cache line for IPv4 and IPv6 keys alike.
 #[repr(C, align(64))]
@@ -153,6 +153,7 @@ impl Sigs {
 
 /// Worker-local counters (plain integers: one owner). The worker copies
 /// them into its shared stats block once per poll.
+// Fields public for the conntrack tests (core/tests/conntrack_*.rs).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     pub inserts: u64,
@@ -172,14 +173,14 @@ pub struct Counters {
 /// every use compares the key — so a slot index past `u32::MAX` (never,
 /// at any configurable capacity) would only send the lookup the long way.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct Home {
+pub(crate) struct Home {
     slot: u32,
     sig: u32,
 }
 
 impl Home {
     /// Slot 0 with no signature: matches no entry.
-    pub const ZERO: Home = Home { slot: 0, sig: 0 };
+    pub(crate) const ZERO: Home = Home { slot: 0, sig: 0 };
 }
 
 /// No free, expired or half-open slot among the key's candidates.
@@ -243,7 +244,7 @@ fn table<T: Copy + Default>(n: usize) -> Box<[T]> {
 impl Shard {
     /// A shard sized to hold `capacity` connections, with a random hash
     /// seed.
-    pub fn with_capacity(capacity: usize) -> Self {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
         Self::with_capacity_and_seed(capacity, random_seed())
     }
 
@@ -296,6 +297,7 @@ impl Shard {
 
     /// The connections this shard was sized for (it may hold more, up to
     /// its slots, minus the few a full bucket pair cannot place).
+    // Public for core/tests/conntrack_capacity.rs.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -310,6 +312,7 @@ impl Shard {
         self.live
     }
 
+    // Public for the conntrack tests (core/tests/conntrack_*.rs).
     pub fn is_empty(&self) -> bool {
         self.live == 0
     }
@@ -362,7 +365,7 @@ impl Shard {
     /// probably absent, which only the signature lines can tell, so the
     /// first one is requested too.
     #[inline(always)]
-    pub fn prefetch_home(&self, h: u64, likely_new: bool) {
+    pub(crate) fn prefetch_home(&self, h: u64, likely_new: bool) {
         let (sig, b1) = self.sig_and_bucket(h);
         if let Some(e) = self.entries.get(Self::home(b1, sig)) {
             sluice_platform::prefetch_read(e);
@@ -382,7 +385,7 @@ impl Shard {
     /// line is here already, the entries it matches or else the second
     /// signature line).
     #[inline]
-    pub fn check_home(&self, h: u64, likely_new: bool) -> bool {
+    pub(crate) fn check_home(&self, h: u64, likely_new: bool) -> bool {
         if likely_new {
             self.prefetch_matches(h);
             return false;
@@ -392,7 +395,7 @@ impl Shard {
 
     /// The home slot and signature of hash `h`.
     #[inline(always)]
-    pub fn home_of(&self, h: u64) -> Home {
+    pub(crate) fn home_of(&self, h: u64) -> Home {
         let (sig, b1) = self.sig_and_bucket(h);
         Home {
             slot: Self::home(b1, sig) as u32,
@@ -403,7 +406,7 @@ impl Shard {
     /// [`Shard::prefetch_home`] of a key that is not likely new, from its
     /// [`Home`].
     #[inline(always)]
-    pub fn prefetch_home_at(&self, home: Home) {
+    pub(crate) fn prefetch_home_at(&self, home: Home) {
         if let Some(e) = self.entries.get(home.slot as usize) {
             sluice_platform::prefetch_read(e);
         }
@@ -412,7 +415,7 @@ impl Shard {
     /// [`Shard::check_home_of_known`] from the key's [`Home`] (`h`: its
     /// hash, for the signature line when it is away).
     #[inline(always)]
-    pub fn check_home_at(&self, home: Home, h: u64) -> bool {
+    pub(crate) fn check_home_at(&self, home: Home, h: u64) -> bool {
         let at_home = self
             .entries
             .get(home.slot as usize)
@@ -427,7 +430,13 @@ impl Shard {
 
     /// [`Shard::lookup`] from the key's [`Home`] as well as its hash.
     #[inline(always)]
-    pub fn lookup_at(&mut self, key: &TrackKey, h: u64, home: Home, now: Millis) -> Option<usize> {
+    pub(crate) fn lookup_at(
+        &mut self,
+        key: &TrackKey,
+        h: u64,
+        home: Home,
+        now: Millis,
+    ) -> Option<usize> {
         let slot = home.slot as usize;
         let hit = self
             .entries
@@ -442,7 +451,7 @@ impl Shard {
     /// [`Shard::check_home`] for a key that is not likely new (not a SYN):
     /// the established lane's lookahead.
     #[inline(always)]
-    pub fn check_home_of_known(&self, h: u64) -> bool {
+    pub(crate) fn check_home_of_known(&self, h: u64) -> bool {
         let (sig, b1) = self.sig_and_bucket(h);
         let at_home = self
             .entries
@@ -460,7 +469,7 @@ impl Shard {
     /// lines whose signature matches `h`'s, or else the second bucket's
     /// signature line.
     #[inline]
-    pub fn prefetch_matches(&self, h: u64) {
+    pub(crate) fn prefetch_matches(&self, h: u64) {
         let (sig, b1, b2) = self.candidates(h);
         let Some(sigs) = self.sigs.get(b1) else {
             return;
@@ -551,6 +560,7 @@ impl Shard {
         Some(slot)
     }
 
+    // Public for core/tests/conntrack_capacity.rs.
     #[inline]
     pub fn entry(&self, slot: usize) -> Option<&Entry> {
         self.entries.get(slot)
@@ -561,7 +571,7 @@ impl Shard {
     /// half-open entry stays half-open (and keeps its short timeout) while
     /// only SYNs hit it (`syn`); any other packet completes it.
     #[inline]
-    pub fn refresh(
+    pub(crate) fn refresh(
         &mut self,
         slot: usize,
         backend: BackendId,
@@ -581,7 +591,7 @@ impl Shard {
     /// backend and pool epoch (the established lane): only the time and
     /// timeout change, and a half-open entry is completed.
     #[inline(always)]
-    pub fn touch(&mut self, slot: usize, now: Millis, idle_timeout_ms: u32) {
+    pub(crate) fn touch(&mut self, slot: usize, now: Millis, idle_timeout_ms: u32) {
         self.stamp(slot, now, idle_timeout_ms, true);
     }
 
@@ -649,10 +659,10 @@ impl Shard {
     /// Like [`Shard::upsert`] for a key known to be absent (just missed):
     /// takes the key's home slot if free, else a free slot of its first
     /// bucket, then of its second; else reclaims its home slot if expired;
-    /// else, reading at most [`EVICTION_PROBES`] entries, an expired one
+    /// else, reading at most `EVICTION_PROBES` entries, an expired one
     /// or the oldest half-open one (when the pair holds half-open entries,
     /// only those are read); else moves one of at most
-    /// [`RELOCATION_PROBES`] residents to its other bucket. `Full` when
+    /// `RELOCATION_PROBES` residents to its other bucket. `Full` when
     /// none of that frees a slot (the caller forwards statelessly; counted
     /// as `insert_failed`).
     pub fn insert_absent(&mut self, entry: Entry, h: u64, now: Millis) -> Result<usize, Full> {

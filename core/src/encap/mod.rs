@@ -3,10 +3,10 @@
 //! FR-5). The inner IP packet is never modified (DSR: the backend sees the
 //! client's source and the VIP as destination).
 //!
-//! **The registry.** Each tunnel is one file and one [`Tunnel`]
+//! **The registry.** Each tunnel is one file and one `Tunnel`
 //! implementation: its configuration name and keys, the length and bytes
 //! of its own header, and what the outer header's protocol field names
-//! ([`Carrier`]: an IP protocol of its own, the inner packet's family, or
+//! (`Carrier`: an IP protocol of its own, the inner packet's family, or
 //! UDP to a port). Everything else is derived from those, alike for every
 //! tunnel: the outer IP header, a UDP tunnel's UDP header (source port
 //! from the flow hash, checksum), the MTU check, the overhead that ICMP
@@ -46,14 +46,16 @@ pub use gre::Gre;
 pub use gue::Gue;
 pub use ipip::Ipip;
 use l2::Egress;
-pub use outer::{flow_label, OUTER_TTL};
-pub use tunnel::{mac_value, value_mac, Carrier, ConfigKey, KeyKind, Tunnel};
-pub use udp::{udp_src_port, UDP_SRC_PORT_BASE};
+pub use outer::flow_label;
+pub use tunnel::{mac_value, KeyKind};
+pub(crate) use tunnel::{Carrier, ConfigKey, Tunnel};
+pub use udp::udp_src_port;
 pub use vxlan::Vxlan;
 
 /// The longest [`Encapsulation::tunnel_len`] (VXLAN: UDP, its header and
 /// the inner Ethernet header).
-pub const MAX_TUNNEL_LEN: usize = 30;
+#[cfg(test)]
+const MAX_TUNNEL_LEN: usize = 30;
 
 /// How a service's packets reach its backends (AP-3).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -129,13 +131,13 @@ impl Encapsulation {
     }
 
     /// What the outer IP header's protocol field names; None for layer 2.
-    pub fn carrier(self) -> Option<Carrier> {
+    pub(crate) fn carrier(self) -> Option<Carrier> {
         dispatch!(self, |t| Some(t.carrier()), l2 => None)
     }
 
     /// Bytes between the outer IP header and the inner packet (a UDP
     /// tunnel's UDP header included); 0 for layer 2.
-    pub fn tunnel_len(self) -> usize {
+    pub(crate) fn tunnel_len(self) -> usize {
         dispatch!(self, |t| t.tunnel_len(), l2 => 0)
     }
 }
@@ -217,6 +219,7 @@ fn encapsulate_within<P: PacketBuf>(
 /// Bytes the encapsulation adds in front of the inner IP packet, counted
 /// against the egress MTU (Ethernet excluded): what the path MTU
 /// advertised to clients is reduced by.
+// Public for core/tests/encap.rs, fragment.rs and icmp_reply.rs.
 pub fn overhead(encap: Encapsulation, backend: IpAddr) -> usize {
     if !encap.is_tunnel() {
         return 0;

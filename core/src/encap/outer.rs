@@ -15,7 +15,7 @@ use crate::wire::ipv6::{self, Ipv6Repr};
 use crate::wire::L3Layout;
 
 /// TTL of outer headers: the tunnel spans at most a few routed hops.
-pub const OUTER_TTL: u8 = 64;
+pub(crate) const OUTER_TTL: u8 = 64;
 
 /// The outer IP header: the backend's address family.
 #[derive(Copy, Clone, Debug)]
@@ -151,6 +151,7 @@ pub(super) fn tunnel<P: PacketBuf, T: Tunnel>(
 
 /// The outer IPv6 flow label of a flow: 20 bits of the flow hash (bits
 /// 44–63, apart from Maglev's low 32), stable per flow (RFC 6438).
+// Public for core/tests/encap.rs.
 pub fn flow_label(flow_hash: u64) -> u32 {
     (flow_hash >> 44) as u32 & 0x000f_ffff
 }

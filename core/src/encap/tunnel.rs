@@ -9,7 +9,7 @@ use crate::wire::udp;
 
 /// One tunnel: what sluice derives its handling from (`encap`'s module
 /// docs: the registry).
-pub trait Tunnel: Copy {
+pub(crate) trait Tunnel: Copy {
     /// Its `encapsulation` value in the configuration.
     const NAME: &'static str;
     /// Its configuration keys besides `encapsulation`; a service of any
@@ -61,7 +61,7 @@ pub trait Tunnel: Copy {
 
 /// What follows the outer IP header, as its protocol field names it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum Carrier {
+pub(crate) enum Carrier {
     /// An IP protocol of the tunnel's own (GRE: 47).
     Protocol(u8),
     /// The inner packet's family: IPv4-in-IP (4) or IPv6-in-IP (41).
@@ -76,7 +76,7 @@ impl Carrier {
     /// The outer IP protocol / next header for an inner packet of the
     /// given family.
     #[inline(always)]
-    pub const fn protocol(self, inner_v6: bool) -> u8 {
+    pub(crate) const fn protocol(self, inner_v6: bool) -> u8 {
         match self {
             Carrier::Protocol(p) => p,
             Carrier::InnerFamily if inner_v6 => IPV6_IN_IP,
@@ -87,7 +87,7 @@ impl Carrier {
 
     /// Bytes of the carrier's own header (the UDP header).
     #[inline(always)]
-    pub const fn header_len(self) -> usize {
+    pub(crate) const fn header_len(self) -> usize {
         match self {
             Carrier::Udp { .. } => udp::HEADER_LEN,
             _ => 0,
@@ -147,7 +147,7 @@ pub const fn mac_value(mac: MacAddr) -> u64 {
 }
 
 /// The MAC address in a [`KeyKind::Mac`] value.
-pub const fn value_mac(value: u64) -> MacAddr {
+pub(super) const fn value_mac(value: u64) -> MacAddr {
     let [_, _, a, b, c, d, e, f] = value.to_be_bytes();
     [a, b, c, d, e, f]
 }

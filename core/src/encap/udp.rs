@@ -9,11 +9,12 @@ use crate::wire::udp::{self, UdpDatagram, UdpRepr};
 
 /// Lowest UDP tunnel source port: the IANA dynamic range 49152–65535,
 /// whose 2^14 values are indexed by 14 bits of the flow hash.
-pub const UDP_SRC_PORT_BASE: u16 = 49152;
+pub(crate) const UDP_SRC_PORT_BASE: u16 = 49152;
 
 /// The UDP tunnel source port of a flow: the flow hash's bits 32–45, so
 /// one flow keeps one port (no reordering) while flows spread over the
 /// paths and receive queues that hash the outer 5-tuple (RFC 8926 §3.3).
+// Public for core/tests/encap.rs.
 #[inline(always)]
 pub fn udp_src_port(flow_hash: u64) -> u16 {
     UDP_SRC_PORT_BASE | (((flow_hash >> 32) as u16) & 0x3fff)

@@ -16,10 +16,10 @@ pub const MAX_PLAINTEXT: usize = 19;
 /// The longest server ID: 19 bytes less the shortest nonce.
 pub const MAX_SERVER_ID: usize = MAX_PLAINTEXT - MIN_NONCE;
 /// The shortest nonce the draft allows.
-pub const MIN_NONCE: usize = 4;
+pub(crate) const MIN_NONCE: usize = 4;
 /// Config rotation bits that mark a connection ID as unroutable (servers
 /// without a configuration use it); no configuration may take it.
-pub const UNROUTABLE_CONFIG: u8 = 0b111;
+pub(crate) const UNROUTABLE_CONFIG: u8 = 0b111;
 /// The config ids a configuration may take: 0 to 6.
 pub const CONFIG_IDS: usize = 7;
 /// The length of the single-pass case: server ID and nonce fill one AES

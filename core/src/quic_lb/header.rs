@@ -5,9 +5,9 @@
 use super::Fallback;
 
 /// QUIC version 1 (RFC 9000).
-pub const VERSION_1: u32 = 0x0000_0001;
+pub(crate) const VERSION_1: u32 = 0x0000_0001;
 /// QUIC version 2 (RFC 9369).
-pub const VERSION_2: u32 = 0x6b33_43cf;
+pub(crate) const VERSION_2: u32 = 0x6b33_43cf;
 
 /// The header form bit: set for long headers.
 const LONG_HEADER: u8 = 0x80;
@@ -47,7 +47,7 @@ fn long_type(version: u32, first: u8) -> Option<LongType> {
 /// a version this does not know, or too short to hold a header, is a
 /// [`Fallback`].
 #[inline]
-pub fn destination_cid(payload: &[u8]) -> Result<&[u8], Fallback> {
+pub(crate) fn destination_cid(payload: &[u8]) -> Result<&[u8], Fallback> {
     let Some((&first, rest)) = payload.split_first() else {
         return Err(Fallback::TooShort);
     };

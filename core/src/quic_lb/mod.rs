@@ -19,7 +19,7 @@
 //! services (which hold its [`QuicLbRouting`]).
 
 pub mod cid;
-pub mod header;
+pub(crate) mod header;
 
 use hashbrown::HashMap;
 
@@ -39,6 +39,7 @@ macro_rules! fallbacks {
         impl Fallback {
             /// Every reason, in counter-index order.
             pub const ALL: &'static [Fallback] = &[$(Fallback::$variant,)*];
+            // Public for core/tests/quic_lb.rs.
             pub const COUNT: usize = Self::ALL.len();
 
             /// The metric label: stable, snake_case.
@@ -192,7 +193,7 @@ pub struct QuicLbCounts {
 
 impl QuicLbCounts {
     #[inline]
-    pub fn count_fallback(&mut self, reason: Fallback) {
+    pub(crate) fn count_fallback(&mut self, reason: Fallback) {
         if let Some(c) = self.fallback.get_mut(reason.index()) {
             *c += 1;
         }

@@ -2,38 +2,40 @@
 
 use super::{field, get_u16, put, Error};
 
-pub const HEADER_LEN: usize = 14;
+pub(crate) const HEADER_LEN: usize = 14;
 
 /// Where each field starts, in an untagged frame and after one tag.
-pub mod offset {
-    pub const DST: usize = 0;
-    pub const SRC: usize = 6;
+pub(crate) mod offset {
+    pub(crate) const DST: usize = 0;
+    pub(crate) const SRC: usize = 6;
     /// The ethertype, or the TPID of the first VLAN tag.
-    pub const ETHERTYPE: usize = 12;
+    pub(crate) const ETHERTYPE: usize = 12;
     /// The first tag's control field (PCP, DEI, VID).
-    pub const VLAN_TCI: usize = 14;
+    pub(crate) const VLAN_TCI: usize = 14;
     /// The ethertype after one VLAN tag.
-    pub const VLAN_ETHERTYPE: usize = 16;
+    pub(crate) const VLAN_ETHERTYPE: usize = 16;
 }
-pub const VLAN_TAG_LEN: usize = 4;
+pub(crate) const VLAN_TAG_LEN: usize = 4;
 /// QinQ is the deepest stacking seen on real networks; a third tag leaves
 /// its TPID as the reported ethertype, which callers treat as unknown.
-pub const MAX_VLAN_TAGS: usize = 2;
+pub(crate) const MAX_VLAN_TAGS: usize = 2;
 
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-pub const ETHERTYPE_ARP: u16 = 0x0806;
-pub const ETHERTYPE_VLAN: u16 = 0x8100;
-pub const ETHERTYPE_IPV6: u16 = 0x86dd;
-pub const ETHERTYPE_QINQ: u16 = 0x88a8;
+pub(crate) const ETHERTYPE_IPV4: u16 = 0x0800;
+pub(crate) const ETHERTYPE_ARP: u16 = 0x0806;
+pub(crate) const ETHERTYPE_VLAN: u16 = 0x8100;
+pub(crate) const ETHERTYPE_IPV6: u16 = 0x86dd;
+pub(crate) const ETHERTYPE_QINQ: u16 = 0x88a8;
 
-pub type MacAddr = [u8; 6];
+pub(crate) type MacAddr = [u8; 6];
 
 /// A parsed Ethernet frame: the fixed header, the VLAN tags that follow it,
 /// and the payload after the last tag.
 #[derive(Copy, Clone, Debug)]
-pub struct EthernetFrame<'a> {
+pub(crate) struct EthernetFrame<'a> {
+    #[cfg(test)]
     hdr: &'a [u8; HEADER_LEN],
     /// TCIs in wire order (outer first); only `tag_count` are meaningful.
+    #[cfg(test)]
     tags: [u16; MAX_VLAN_TAGS],
     tag_count: u8,
     ethertype: u16,
@@ -45,7 +47,7 @@ fn is_vlan_tpid(t: u16) -> bool {
 }
 
 impl<'a> EthernetFrame<'a> {
-    pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
+    pub(crate) fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
         let (hdr, mut rest) = buf
             .split_first_chunk::<HEADER_LEN>()
             .ok_or(Error::Truncated)?;
@@ -65,7 +67,9 @@ impl<'a> EthernetFrame<'a> {
             rest = after;
         }
         Ok(Self {
+            #[cfg(test)]
             hdr,
+            #[cfg(test)]
             tags,
             tag_count,
             ethertype,
@@ -73,41 +77,44 @@ impl<'a> EthernetFrame<'a> {
         })
     }
 
-    pub fn dst(&self) -> MacAddr {
+    #[cfg(test)]
+    pub(crate) fn dst(&self) -> MacAddr {
         field::<{ offset::DST }, 6, HEADER_LEN>(self.hdr)
     }
 
-    pub fn src(&self) -> MacAddr {
+    #[cfg(test)]
+    pub(crate) fn src(&self) -> MacAddr {
         field::<{ offset::SRC }, 6, HEADER_LEN>(self.hdr)
     }
 
     /// The ethertype after the VLAN tags: the payload's protocol.
-    pub fn ethertype(&self) -> u16 {
+    pub(crate) fn ethertype(&self) -> u16 {
         self.ethertype
     }
 
     /// The VLAN tag control fields (PCP/DEI/VID), outer first.
-    pub fn vlan_tags(&self) -> &[u16] {
+    #[cfg(test)]
+    pub(crate) fn vlan_tags(&self) -> &[u16] {
         self.tags.get(..usize::from(self.tag_count)).unwrap_or(&[])
     }
 
     /// Bytes from the frame start to the payload: 14, 18 or 22.
-    pub fn header_len(&self) -> usize {
+    pub(crate) fn header_len(&self) -> usize {
         HEADER_LEN + VLAN_TAG_LEN * usize::from(self.tag_count)
     }
 
-    pub fn payload(&self) -> &'a [u8] {
+    pub(crate) fn payload(&self) -> &'a [u8] {
         self.payload
     }
 }
 
 /// The 12-bit VLAN identifier of a tag control field (PCP and DEI cut).
-pub const VID_MASK: u16 = 0x0fff;
+pub(crate) const VID_MASK: u16 = 0x0fff;
 
 /// The VLAN ID of the frame's outer tag when that tag is 802.1Q (0x8100);
 /// None for an untagged frame, an 802.1ad outer tag or a short frame.
 #[inline(always)]
-pub fn outer_vlan_id(frame: &[u8]) -> Option<u16> {
+pub(crate) fn outer_vlan_id(frame: &[u8]) -> Option<u16> {
     let h = frame.first_chunk::<{ HEADER_LEN + VLAN_TAG_LEN }>()?;
     (get_u16::<{ offset::ETHERTYPE }, { HEADER_LEN + VLAN_TAG_LEN }>(h) == ETHERTYPE_VLAN)
         .then(|| get_u16::<{ offset::VLAN_TCI }, { HEADER_LEN + VLAN_TAG_LEN }>(h) & VID_MASK)
@@ -116,14 +123,14 @@ pub fn outer_vlan_id(frame: &[u8]) -> Option<u16> {
 /// The ethertype field of a frame (a VLAN TPID when it is tagged); None
 /// for a frame shorter than the header.
 #[inline(always)]
-pub fn ethertype_field(frame: &[u8]) -> Option<u16> {
+pub(crate) fn ethertype_field(frame: &[u8]) -> Option<u16> {
     let h = frame.first_chunk::<HEADER_LEN>()?;
     Some(get_u16::<{ offset::ETHERTYPE }, HEADER_LEN>(h))
 }
 
 /// Swaps the destination and source MAC addresses of the header at the
 /// start of `hdr` (an answer goes back to the sender).
-pub fn swap_addresses<const L: usize>(hdr: &mut [u8; L]) {
+pub(crate) fn swap_addresses<const L: usize>(hdr: &mut [u8; L]) {
     let dst: MacAddr = field::<{ offset::DST }, 6, L>(hdr);
     let src: MacAddr = field::<{ offset::SRC }, 6, L>(hdr);
     put::<{ offset::DST }, 6, L>(hdr, src);
@@ -133,12 +140,12 @@ pub fn swap_addresses<const L: usize>(hdr: &mut [u8; L]) {
 /// An 802.1Q tag to emit: TPID 0x8100, PCP and DEI 0, the VLAN ID `vid`
 /// (12 bits; higher bits are dropped).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct VlanTagRepr {
-    pub vid: u16,
+pub(crate) struct VlanTagRepr {
+    pub(crate) vid: u16,
 }
 
 impl VlanTagRepr {
-    pub fn emit(&self, tag: &mut [u8; VLAN_TAG_LEN]) {
+    pub(crate) fn emit(&self, tag: &mut [u8; VLAN_TAG_LEN]) {
         put::<0, 2, VLAN_TAG_LEN>(tag, ETHERTYPE_VLAN.to_be_bytes());
         put::<2, 2, VLAN_TAG_LEN>(tag, (self.vid & VID_MASK).to_be_bytes());
     }
@@ -147,17 +154,17 @@ impl VlanTagRepr {
 /// An Ethernet header to emit: untagged, or with one 802.1Q tag (PCP and
 /// DEI 0) when `vlan` is set.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct EthernetRepr {
-    pub dst: MacAddr,
-    pub src: MacAddr,
-    pub vlan: Option<u16>,
-    pub ethertype: u16,
+pub(crate) struct EthernetRepr {
+    pub(crate) dst: MacAddr,
+    pub(crate) src: MacAddr,
+    pub(crate) vlan: Option<u16>,
+    pub(crate) ethertype: u16,
 }
 
 /// Bytes of the Ethernet header a frame with `vlan` starts with: 14, or 18
 /// with the tag.
 #[inline(always)]
-pub const fn header_len_with(vlan: Option<u16>) -> usize {
+pub(crate) const fn header_len_with(vlan: Option<u16>) -> usize {
     match vlan {
         Some(_) => HEADER_LEN + VLAN_TAG_LEN,
         None => HEADER_LEN,
@@ -165,13 +172,13 @@ pub const fn header_len_with(vlan: Option<u16>) -> usize {
 }
 
 impl EthernetRepr {
-    pub fn header_len(&self) -> usize {
+    pub(crate) fn header_len(&self) -> usize {
         header_len_with(self.vlan)
     }
 
     /// Writes the header over the first [`EthernetRepr::header_len`] bytes
     /// of `buf`.
-    pub fn emit(&self, buf: &mut [u8]) -> Result<(), Error> {
+    pub(crate) fn emit(&self, buf: &mut [u8]) -> Result<(), Error> {
         let hdr = buf.get_mut(..self.header_len()).ok_or(Error::Truncated)?;
         hdr[offset::DST..offset::DST + 6].copy_from_slice(&self.dst);
         hdr[offset::SRC..offset::SRC + 6].copy_from_slice(&self.src);

@@ -1,5 +1,6 @@
-//! GENEVE (RFC 8926 §3.4): the base header, a two-way view and an emitter
-//! for a header without options.
+//! GENEVE (RFC 8926 §3.4): the base header and an emitter for a header
+//! without options; the tests read emitted headers back through a
+//! two-way view.
 //!
 //! ```text
 //!  0                   1                   2                   3
@@ -13,49 +14,57 @@
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! ```
 
-use super::{get_u16, get_u32, get_u8, put, set_u16, set_u8, Error};
+use super::put;
+#[cfg(test)]
+use super::{get_u16, get_u32, get_u8, set_u16, set_u8, Error};
 
 /// The base header, without options.
-pub const HEADER_LEN: usize = 8;
+pub(crate) const HEADER_LEN: usize = 8;
 
 /// Where each field of the base header starts.
-pub mod offset {
+pub(crate) mod offset {
     /// Version (2 bits) and option length in 4-byte words (6 bits).
-    pub const VER_OPT_LEN: usize = 0;
+    pub(crate) const VER_OPT_LEN: usize = 0;
     /// O (control), C (critical options) and 6 reserved bits.
-    pub const FLAGS: usize = 1;
-    pub const PROTOCOL_TYPE: usize = 2;
+    #[cfg(test)]
+    pub(crate) const FLAGS: usize = 1;
+    pub(crate) const PROTOCOL_TYPE: usize = 2;
     /// The VNI (24 bits) and a reserved byte, one 32-bit word.
-    pub const VNI_RESERVED: usize = 4;
+    pub(crate) const VNI_RESERVED: usize = 4;
 }
 
 /// O: a control message, not data.
-pub const FLAG_CONTROL: u8 = 0x80;
+#[cfg(test)]
+pub(crate) const FLAG_CONTROL: u8 = 0x80;
 /// C: options the receiver must understand follow.
-pub const FLAG_CRITICAL: u8 = 0x40;
+#[cfg(test)]
+pub(crate) const FLAG_CRITICAL: u8 = 0x40;
 /// The VNI's 24 bits.
-pub const VNI_MASK: u32 = 0x00ff_ffff;
+pub(crate) const VNI_MASK: u32 = 0x00ff_ffff;
 
 /// What an accessor reads when the buffer is shorter than the header.
+#[cfg(test)]
 const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
 
 /// A view of a GENEVE packet in `T`: base header, options, payload.
+#[cfg(test)]
 #[derive(Copy, Clone, Debug)]
-pub struct GenevePacket<T> {
+pub(crate) struct GenevePacket<T> {
     buffer: T,
 }
 
+#[cfg(test)]
 impl<T: AsRef<[u8]>> GenevePacket<T> {
     /// A view without any check: accessors read zeros and setters write
     /// nothing if `buffer` is shorter than [`HEADER_LEN`].
     #[inline(always)]
-    pub const fn new_unchecked(buffer: T) -> Self {
+    pub(crate) const fn new_unchecked(buffer: T) -> Self {
         Self { buffer }
     }
 
     /// Checks version 0 and that the base header and the options it
     /// announces are present.
-    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+    pub(crate) fn new_checked(buffer: T) -> Result<Self, Error> {
         let p = Self::new_unchecked(buffer);
         if p.buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
@@ -69,61 +78,58 @@ impl<T: AsRef<[u8]>> GenevePacket<T> {
         Ok(p)
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     #[inline(always)]
     fn header(&self) -> &[u8; HEADER_LEN] {
         self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
     }
 
-    pub fn version(&self) -> u8 {
+    pub(crate) fn version(&self) -> u8 {
         get_u8::<{ offset::VER_OPT_LEN }, HEADER_LEN>(self.header()) >> 6
     }
 
     /// Bytes of the options after the base header.
-    pub fn options_len(&self) -> usize {
+    pub(crate) fn options_len(&self) -> usize {
         usize::from(get_u8::<{ offset::VER_OPT_LEN }, HEADER_LEN>(self.header()) & 0x3f) * 4
     }
 
     /// Base header and options.
-    pub fn header_len(&self) -> usize {
+    pub(crate) fn header_len(&self) -> usize {
         HEADER_LEN + self.options_len()
     }
 
     /// The flag byte: [`FLAG_CONTROL`], [`FLAG_CRITICAL`], 6 reserved bits.
-    pub fn flags(&self) -> u8 {
+    pub(crate) fn flags(&self) -> u8 {
         get_u8::<{ offset::FLAGS }, HEADER_LEN>(self.header())
     }
 
     /// The payload's ethertype.
-    pub fn protocol_type(&self) -> u16 {
+    pub(crate) fn protocol_type(&self) -> u16 {
         get_u16::<{ offset::PROTOCOL_TYPE }, HEADER_LEN>(self.header())
     }
 
-    pub fn vni(&self) -> u32 {
+    pub(crate) fn vni(&self) -> u32 {
         get_u32::<{ offset::VNI_RESERVED }, HEADER_LEN>(self.header()) >> 8
     }
 
     /// The byte after the VNI.
-    pub fn reserved(&self) -> u8 {
+    pub(crate) fn reserved(&self) -> u8 {
         get_u8::<{ offset::VNI_RESERVED + 3 }, HEADER_LEN>(self.header())
     }
 
     /// Everything after the header and its options.
-    pub fn payload(&self) -> &[u8] {
+    pub(crate) fn payload(&self) -> &[u8] {
         self.buffer.as_ref().get(self.header_len()..).unwrap_or(&[])
     }
 }
 
+#[cfg(test)]
 impl<T: AsRef<[u8]> + AsMut<[u8]>> GenevePacket<T> {
     #[inline(always)]
     fn header_mut(&mut self) -> Option<&mut [u8; HEADER_LEN]> {
         self.buffer.as_mut().first_chunk_mut()
     }
 
-    pub fn set_protocol_type(&mut self, v: u16) {
+    pub(crate) fn set_protocol_type(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::PROTOCOL_TYPE }, HEADER_LEN>(h, v);
         }
@@ -131,7 +137,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GenevePacket<T> {
 
     /// Sets the VNI (24 bits; higher bits are dropped), keeping the
     /// reserved byte.
-    pub fn set_vni(&mut self, vni: u32) {
+    pub(crate) fn set_vni(&mut self, vni: u32) {
         let reserved = self.reserved();
         if let Some(h) = self.header_mut() {
             let [_, v0, v1, v2] = (vni & VNI_MASK).to_be_bytes();
@@ -139,7 +145,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GenevePacket<T> {
         }
     }
 
-    pub fn set_flags(&mut self, v: u8) {
+    pub(crate) fn set_flags(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ offset::FLAGS }, HEADER_LEN>(h, v);
         }
@@ -149,15 +155,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> GenevePacket<T> {
 /// A data message's base header without options: version 0, O and C
 /// clear, reserved fields zero.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct GeneveRepr {
+pub(crate) struct GeneveRepr {
     /// The payload's ethertype.
-    pub protocol_type: u16,
+    pub(crate) protocol_type: u16,
     /// 24 bits; higher bits are dropped.
-    pub vni: u32,
+    pub(crate) vni: u32,
 }
 
 impl GeneveRepr {
-    pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
+    pub(crate) fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
         let [_, v0, v1, v2] = (self.vni & VNI_MASK).to_be_bytes();
         put::<{ offset::VER_OPT_LEN }, 2, HEADER_LEN>(hdr, [0, 0]);
         put::<{ offset::PROTOCOL_TYPE }, 2, HEADER_LEN>(hdr, self.protocol_type.to_be_bytes());

@@ -1,24 +1,32 @@
-//! GRE (RFC 2784/2890): the basic 4-byte header the encapsulator emits, and
-//! a view that understands the optional checksum, key and sequence fields.
+//! GRE (RFC 2784/2890): the basic 4-byte header the encapsulator emits;
+//! the tests read it back through a view that understands the optional
+//! checksum, key and sequence fields.
 
-use super::{put, Error};
+use super::put;
+#[cfg(test)]
+use super::Error;
 
-pub const HEADER_LEN: usize = 4;
+pub(crate) const HEADER_LEN: usize = 4;
 
+#[cfg(test)]
 const FLAG_C: u8 = 0x80;
+#[cfg(test)]
 const FLAG_K: u8 = 0x20;
+#[cfg(test)]
 const FLAG_S: u8 = 0x10;
 
 /// A GRE header view.
+#[cfg(test)]
 #[derive(Copy, Clone, Debug)]
-pub struct GrePacket<'a> {
+pub(crate) struct GrePacket<'a> {
     hdr: &'a [u8; HEADER_LEN],
     payload: &'a [u8],
 }
 
+#[cfg(test)]
 impl<'a> GrePacket<'a> {
     /// Accepts version 0 only (version 1 is PPTP's enhanced GRE).
-    pub fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
+    pub(crate) fn new_checked(buf: &'a [u8]) -> Result<Self, Error> {
         let hdr = buf.first_chunk::<HEADER_LEN>().ok_or(Error::Truncated)?;
         if hdr[1] & 0x07 != 0 {
             return Err(Error::Malformed);
@@ -33,32 +41,32 @@ impl<'a> GrePacket<'a> {
         Ok(Self { hdr, payload })
     }
 
-    pub fn flags(&self) -> u8 {
+    pub(crate) fn flags(&self) -> u8 {
         self.hdr[0]
     }
 
-    pub fn version(&self) -> u8 {
+    pub(crate) fn version(&self) -> u8 {
         self.hdr[1] & 0x07
     }
 
     /// The payload's ethertype.
-    pub fn protocol_type(&self) -> u16 {
+    pub(crate) fn protocol_type(&self) -> u16 {
         u16::from_be_bytes([self.hdr[2], self.hdr[3]])
     }
 
-    pub fn payload(&self) -> &'a [u8] {
+    pub(crate) fn payload(&self) -> &'a [u8] {
         self.payload
     }
 }
 
 /// A basic GRE header: no checksum, key or sequence number, version 0.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct GreRepr {
-    pub protocol_type: u16,
+pub(crate) struct GreRepr {
+    pub(crate) protocol_type: u16,
 }
 
 impl GreRepr {
-    pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
+    pub(crate) fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
         put::<0, 2, HEADER_LEN>(hdr, [0, 0]);
         put::<2, 2, HEADER_LEN>(hdr, self.protocol_type.to_be_bytes());
     }

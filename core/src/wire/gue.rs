@@ -8,19 +8,21 @@
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! ```
 
-use super::{put, Error};
+use super::put;
+#[cfg(test)]
+use super::Error;
 
-pub const HEADER_LEN: usize = 4;
+pub(crate) const HEADER_LEN: usize = 4;
 
 /// A variant-0 data message header without extension fields.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct GueRepr {
+pub(crate) struct GueRepr {
     /// The IP protocol of the payload: 4 (IPv4) or 41 (IPv6).
-    pub protocol: u8,
+    pub(crate) protocol: u8,
 }
 
 impl GueRepr {
-    pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
+    pub(crate) fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
         // Ver 0, C 0 (data), Hlen 0 (no extension words).
         hdr[0] = 0;
         hdr[1] = self.protocol;
@@ -28,7 +30,8 @@ impl GueRepr {
     }
 
     /// Reads a variant-0 data header without extensions.
-    pub fn parse(buf: &[u8]) -> Result<Self, Error> {
+    #[cfg(test)]
+    pub(crate) fn parse(buf: &[u8]) -> Result<Self, Error> {
         let h = buf.first_chunk::<HEADER_LEN>().ok_or(Error::Truncated)?;
         if h[0] != 0 {
             return Err(Error::Malformed);

@@ -9,41 +9,43 @@
 
 use std::net::{IpAddr, Ipv6Addr};
 
+#[cfg(test)]
+use super::get_u32;
 use super::ipv4::Ipv4Packet;
 use super::ipv6::Ipv6Packet;
 use super::parse::{Fragment, Ports};
 use super::proto::{ICMP, ICMPV6, IPV6_FRAGMENT, TCP, UDP};
-use super::{checksum, get_u16, get_u32, get_u8, ipv6_ext, set_u16, set_u32, set_u8, udp, Error};
+use super::{checksum, get_u16, get_u8, ipv6_ext, set_u16, set_u32, set_u8, udp, Error};
 
 /// ICMP/ICMPv6 header length before the quote (type, code, checksum, 4
 /// bytes of type-specific data: unused, next-hop MTU or MTU).
-pub const HEADER_LEN: usize = 8;
+pub(crate) const HEADER_LEN: usize = 8;
 
 /// Where each field of the header starts.
-pub mod offset {
-    pub const TYPE: usize = 0;
-    pub const CODE: usize = 1;
-    pub const CHECKSUM: usize = 2;
+pub(crate) mod offset {
+    pub(crate) const TYPE: usize = 0;
+    pub(crate) const CODE: usize = 1;
+    pub(crate) const CHECKSUM: usize = 2;
     /// The 32 type-specific bits ("rest of header").
-    pub const REST: usize = 4;
+    pub(crate) const REST: usize = 4;
     /// Destination unreachable, fragmentation needed: the next-hop MTU in
     /// the low 16 bits of the rest (RFC 1191 §4).
-    pub const NEXT_HOP_MTU: usize = 6;
+    pub(crate) const NEXT_HOP_MTU: usize = 6;
     /// ICMPv6 packet too big: the MTU, all 32 bits (RFC 4443 §3.2).
-    pub const MTU: usize = 4;
+    pub(crate) const MTU: usize = 4;
 }
 
 pub const V4_DEST_UNREACHABLE: u8 = 3;
-pub const V4_REDIRECT: u8 = 5;
-pub const V4_TIME_EXCEEDED: u8 = 11;
-pub const V4_PARAMETER_PROBLEM: u8 = 12;
+pub(crate) const V4_REDIRECT: u8 = 5;
+pub(crate) const V4_TIME_EXCEEDED: u8 = 11;
+pub(crate) const V4_PARAMETER_PROBLEM: u8 = 12;
 /// Code of destination-unreachable: fragmentation needed and DF set.
-pub const V4_CODE_FRAG_NEEDED: u8 = 4;
-pub const V6_DEST_UNREACHABLE: u8 = 1;
-pub const V6_PACKET_TOO_BIG: u8 = 2;
-pub const V6_TIME_EXCEEDED: u8 = 3;
+pub(crate) const V4_CODE_FRAG_NEEDED: u8 = 4;
+pub(crate) const V6_DEST_UNREACHABLE: u8 = 1;
+pub(crate) const V6_PACKET_TOO_BIG: u8 = 2;
+pub(crate) const V6_TIME_EXCEEDED: u8 = 3;
 /// ICMPv6 types below this are errors (RFC 4443 §2.1).
-pub const V6_FIRST_INFORMATIONAL: u8 = 128;
+pub(crate) const V6_FIRST_INFORMATIONAL: u8 = 128;
 
 /// What an accessor reads when the buffer is shorter than the header.
 const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
@@ -59,7 +61,7 @@ impl<T: AsRef<[u8]>> IcmpPacket<T> {
     /// A view without any check: accessors read zeros and setters write
     /// nothing if `buffer` is shorter than [`HEADER_LEN`].
     #[inline(always)]
-    pub const fn new_unchecked(buffer: T) -> Self {
+    pub(crate) const fn new_unchecked(buffer: T) -> Self {
         Self { buffer }
     }
 
@@ -71,10 +73,6 @@ impl<T: AsRef<[u8]>> IcmpPacket<T> {
         Ok(Self::new_unchecked(buffer))
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     #[inline(always)]
     fn header(&self) -> &[u8; HEADER_LEN] {
         self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
@@ -84,26 +82,31 @@ impl<T: AsRef<[u8]>> IcmpPacket<T> {
         get_u8::<{ offset::TYPE }, HEADER_LEN>(self.header())
     }
 
-    pub fn code(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn code(&self) -> u8 {
         get_u8::<{ offset::CODE }, HEADER_LEN>(self.header())
     }
 
-    pub fn checksum(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn checksum(&self) -> u16 {
         get_u16::<{ offset::CHECKSUM }, HEADER_LEN>(self.header())
     }
 
     /// The 32 type-specific bits after the checksum.
-    pub fn rest_of_header(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn rest_of_header(&self) -> u32 {
         get_u32::<{ offset::REST }, HEADER_LEN>(self.header())
     }
 
     /// ICMP fragmentation needed: the next-hop MTU.
-    pub fn next_hop_mtu(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn next_hop_mtu(&self) -> u16 {
         get_u16::<{ offset::NEXT_HOP_MTU }, HEADER_LEN>(self.header())
     }
 
     /// ICMPv6 packet too big: the MTU.
-    pub fn mtu(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn mtu(&self) -> u32 {
         get_u32::<{ offset::MTU }, HEADER_LEN>(self.header())
     }
 
@@ -113,13 +116,15 @@ impl<T: AsRef<[u8]>> IcmpPacket<T> {
     }
 
     /// Whether an ICMP (IPv4) message's checksum is right.
-    pub fn verify_checksum_v4(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn verify_checksum_v4(&self) -> bool {
         checksum::verify(self.buffer.as_ref())
     }
 
     /// Whether an ICMPv6 message's checksum, pseudo-header included, is
     /// right.
-    pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
+    #[cfg(test)]
+    pub(crate) fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         self.sum_v6(src, dst) == 0xffff
     }
 
@@ -138,52 +143,44 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpPacket<T> {
         self.buffer.as_mut().first_chunk_mut()
     }
 
-    pub fn set_msg_type(&mut self, v: u8) {
+    pub(crate) fn set_msg_type(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ offset::TYPE }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_code(&mut self, v: u8) {
+    pub(crate) fn set_code(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ offset::CODE }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_checksum(&mut self, v: u16) {
+    pub(crate) fn set_checksum(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::CHECKSUM }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_rest_of_header(&mut self, v: u32) {
+    pub(crate) fn set_rest_of_header(&mut self, v: u32) {
         if let Some(h) = self.header_mut() {
             set_u32::<{ offset::REST }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_next_hop_mtu(&mut self, v: u16) {
+    pub(crate) fn set_next_hop_mtu(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::NEXT_HOP_MTU }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_mtu(&mut self, v: u32) {
+    pub(crate) fn set_mtu(&mut self, v: u32) {
         if let Some(h) = self.header_mut() {
             set_u32::<{ offset::MTU }, HEADER_LEN>(h, v);
         }
     }
 
-    /// The body, writable.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        self.buffer
-            .as_mut()
-            .get_mut(HEADER_LEN..)
-            .unwrap_or(&mut [])
-    }
-
     /// Computes and writes an ICMP (IPv4) checksum: the whole message.
-    pub fn fill_checksum_v4(&mut self) {
+    pub(crate) fn fill_checksum_v4(&mut self) {
         self.set_checksum(0);
         let c = checksum::checksum(self.buffer.as_ref());
         self.set_checksum(c);
@@ -191,7 +188,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpPacket<T> {
 
     /// Computes and writes an ICMPv6 checksum: the whole message and the
     /// IPv6 pseudo-header of `src` → `dst` (RFC 4443 §2.3).
-    pub fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
+    pub(crate) fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
         self.set_checksum(0);
         let c = !self.sum_v6(src, dst);
         self.set_checksum(c);
@@ -201,7 +198,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpPacket<T> {
 /// Whether an ICMP (`protocol` = 1) or ICMPv6 (58) message of `icmp_type`
 /// is an error that quotes a packet and is steered by HA-4. Parameter
 /// problem and redirects are not: they concern the sender's own path.
-pub fn is_steered_error(protocol: u8, icmp_type: u8) -> bool {
+pub(crate) fn is_steered_error(protocol: u8, icmp_type: u8) -> bool {
     match protocol {
         ICMP => matches!(icmp_type, V4_DEST_UNREACHABLE | V4_TIME_EXCEEDED),
         ICMPV6 => matches!(
@@ -215,13 +212,13 @@ pub fn is_steered_error(protocol: u8, icmp_type: u8) -> bool {
 /// The fields of a quoted packet that identify its flow.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Quoted {
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    pub protocol: u8,
+    pub(crate) src: IpAddr,
+    pub(crate) dst: IpAddr,
+    pub(crate) protocol: u8,
     /// Ports of a quoted TCP/UDP header when the quote reaches them and
     /// the quoted packet is not a non-first fragment.
-    pub ports: Option<Ports>,
-    pub fragment: Fragment,
+    pub(crate) ports: Option<Ports>,
+    pub(crate) fragment: Fragment,
 }
 
 /// Reads the packet quoted by an ICMP error whose message (ICMP header

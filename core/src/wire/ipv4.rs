@@ -3,50 +3,54 @@
 
 use std::net::Ipv4Addr;
 
-use super::{checksum, get_u16, get_u8, put, set_u16, set_u8, Error};
+#[cfg(test)]
+use super::put;
+use super::{checksum, get_u16, get_u8, set_u16, set_u8, Error};
 
-pub const HEADER_LEN: usize = 20;
+pub(crate) const HEADER_LEN: usize = 20;
 /// Largest IHL (15 words).
-pub const MAX_HEADER_LEN: usize = 60;
+pub(crate) const MAX_HEADER_LEN: usize = 60;
 
 /// Where each field of the fixed header starts.
-pub mod offset {
+pub(crate) mod offset {
     /// Version (high nibble) and IHL in 32-bit words (low nibble).
-    pub const VERSION_IHL: usize = 0;
-    pub const DSCP_ECN: usize = 1;
-    pub const TOTAL_LEN: usize = 2;
-    pub const IDENT: usize = 4;
+    pub(crate) const VERSION_IHL: usize = 0;
+    #[cfg(test)]
+    pub(crate) const DSCP_ECN: usize = 1;
+    pub(crate) const TOTAL_LEN: usize = 2;
+    pub(crate) const IDENT: usize = 4;
     /// Flags (3 bits) and fragment offset (13 bits), one 16-bit word.
-    pub const FLAGS_FRAG: usize = 6;
-    pub const TTL: usize = 8;
-    pub const PROTOCOL: usize = 9;
-    pub const CHECKSUM: usize = 10;
-    pub const SRC_ADDR: usize = 12;
-    pub const DST_ADDR: usize = 16;
+    pub(crate) const FLAGS_FRAG: usize = 6;
+    #[cfg(test)]
+    pub(crate) const TTL: usize = 8;
+    pub(crate) const PROTOCOL: usize = 9;
+    pub(crate) const CHECKSUM: usize = 10;
+    pub(crate) const SRC_ADDR: usize = 12;
+    pub(crate) const DST_ADDR: usize = 16;
 }
 
 /// The version field's value.
-pub const VERSION: u8 = 4;
+pub(crate) const VERSION: u8 = 4;
 /// Don't fragment, in the flags/fragment-offset word.
-pub const FLAG_DF: u16 = 0x4000;
+pub(crate) const FLAG_DF: u16 = 0x4000;
 /// More fragments, in the flags/fragment-offset word.
-pub const FLAG_MF: u16 = 0x2000;
+pub(crate) const FLAG_MF: u16 = 0x2000;
 /// The fragment offset (8-byte units) in the flags/fragment-offset word.
-pub const FRAG_OFFSET_MASK: u16 = 0x1fff;
+pub(crate) const FRAG_OFFSET_MASK: u16 = 0x1fff;
 /// The first byte of a header without options: version 4, IHL 5.
-pub const VERSION_IHL_NO_OPTIONS: u8 = 0x45;
+pub(crate) const VERSION_IHL_NO_OPTIONS: u8 = 0x45;
 /// Longest options area: IHL 15 less the fixed header.
-pub const MAX_OPTIONS_LEN: usize = MAX_HEADER_LEN - HEADER_LEN;
+pub(crate) const MAX_OPTIONS_LEN: usize = MAX_HEADER_LEN - HEADER_LEN;
 
 /// Option types (RFC 791 §3.1) the options area's walk knows.
-pub mod option {
+pub(crate) mod option {
     /// End of option list: the rest of the area is padding.
-    pub const END: u8 = 0;
+    pub(crate) const END: u8 = 0;
     /// No operation: one byte.
-    pub const NOP: u8 = 1;
+    pub(crate) const NOP: u8 = 1;
     /// The copied flag of an option type: the option goes into every
     /// fragment, not only the first.
-    pub const COPIED: u8 = 0x80;
+    pub(crate) const COPIED: u8 = 0x80;
 }
 
 /// What an accessor reads when the buffer is shorter than the header
@@ -64,7 +68,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// A view without any check: accessors read zeros and setters write
     /// nothing if `buffer` is shorter than [`HEADER_LEN`].
     #[inline(always)]
-    pub const fn new_unchecked(buffer: T) -> Self {
+    pub(crate) const fn new_unchecked(buffer: T) -> Self {
         Self { buffer }
     }
 
@@ -72,7 +76,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// The header checksum is not verified: NICs do that, and a forwarder
     /// that passes the packet on untouched must not be stricter than one.
     #[inline(always)]
-    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+    pub(crate) fn new_checked(buffer: T) -> Result<Self, Error> {
         let p = Self::new_unchecked(buffer);
         p.check_len()?;
         Ok(p)
@@ -80,7 +84,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// Checks only the header: version 4, IHL ≥ 5 and the fixed 20 bytes
     /// present. For a packet quoted by an ICMP error, whose total length
-    /// runs past the quote; [`Ipv4Packet::payload`] is then empty.
+    /// runs past the quote; `Ipv4Packet::payload` is then empty.
     #[inline]
     pub fn new_checked_header(buffer: T) -> Result<Self, Error> {
         let p = Self::new_unchecked(buffer);
@@ -90,7 +94,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// What [`Ipv4Packet::new_checked_header`] checks.
     #[inline(always)]
-    pub fn check_header(&self) -> Result<(), Error> {
+    pub(crate) fn check_header(&self) -> Result<(), Error> {
         let hdr = self
             .buffer
             .as_ref()
@@ -105,7 +109,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// What [`Ipv4Packet::new_checked`] checks.
     #[inline(always)]
-    pub fn check_len(&self) -> Result<(), Error> {
+    pub(crate) fn check_len(&self) -> Result<(), Error> {
         self.check_header()?;
         let total = usize::from(self.total_len());
         if total < self.header_len() {
@@ -117,16 +121,13 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     #[inline(always)]
     fn header(&self) -> &[u8; HEADER_LEN] {
         self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
     }
 
-    pub fn version(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn version(&self) -> u8 {
         get_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(self.header()) >> 4
     }
 
@@ -136,48 +137,52 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         usize::from(get_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(self.header()) & 0x0f) * 4
     }
 
-    pub fn dscp_ecn(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn dscp_ecn(&self) -> u8 {
         get_u8::<{ offset::DSCP_ECN }, HEADER_LEN>(self.header())
     }
 
     #[inline(always)]
-    pub fn total_len(&self) -> u16 {
+    pub(crate) fn total_len(&self) -> u16 {
         get_u16::<{ offset::TOTAL_LEN }, HEADER_LEN>(self.header())
     }
 
-    pub fn ident(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn ident(&self) -> u16 {
         get_u16::<{ offset::IDENT }, HEADER_LEN>(self.header())
     }
 
     /// The flags/fragment-offset word as it is ([`FLAG_DF`], [`FLAG_MF`],
     /// [`FRAG_OFFSET_MASK`]; the top bit is reserved).
     #[inline(always)]
-    pub fn flags_frag(&self) -> u16 {
+    pub(crate) fn flags_frag(&self) -> u16 {
         get_u16::<{ offset::FLAGS_FRAG }, HEADER_LEN>(self.header())
     }
 
     #[inline(always)]
-    pub fn dont_frag(&self) -> bool {
+    pub(crate) fn dont_frag(&self) -> bool {
         self.flags_frag() & FLAG_DF != 0
     }
 
     #[inline(always)]
-    pub fn more_frags(&self) -> bool {
+    pub(crate) fn more_frags(&self) -> bool {
         self.flags_frag() & FLAG_MF != 0
     }
 
     /// Fragment offset in 8-byte units.
     #[inline(always)]
-    pub fn frag_offset(&self) -> u16 {
+    pub(crate) fn frag_offset(&self) -> u16 {
         self.flags_frag() & FRAG_OFFSET_MASK
     }
 
     /// HA-2: MF set or a non-zero offset, so the first fragment counts.
-    pub fn is_fragment(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_fragment(&self) -> bool {
         self.flags_frag() & (FLAG_MF | FRAG_OFFSET_MASK) != 0
     }
 
-    pub fn ttl(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn ttl(&self) -> u8 {
         get_u8::<{ offset::TTL }, HEADER_LEN>(self.header())
     }
 
@@ -186,19 +191,20 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         get_u8::<{ offset::PROTOCOL }, HEADER_LEN>(self.header())
     }
 
-    pub fn checksum(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn checksum(&self) -> u16 {
         get_u16::<{ offset::CHECKSUM }, HEADER_LEN>(self.header())
     }
 
     #[inline(always)]
-    pub fn src_addr(&self) -> Ipv4Addr {
+    pub(crate) fn src_addr(&self) -> Ipv4Addr {
         Ipv4Addr::from(super::field::<{ offset::SRC_ADDR }, 4, HEADER_LEN>(
             self.header(),
         ))
     }
 
     #[inline(always)]
-    pub fn dst_addr(&self) -> Ipv4Addr {
+    pub(crate) fn dst_addr(&self) -> Ipv4Addr {
         Ipv4Addr::from(super::field::<{ offset::DST_ADDR }, 4, HEADER_LEN>(
             self.header(),
         ))
@@ -207,12 +213,12 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// The source then the destination address, as they lie side by side
     /// at the end of the fixed header.
     #[inline(always)]
-    pub fn address_bytes(&self) -> [u8; 8] {
+    pub(crate) fn address_bytes(&self) -> [u8; 8] {
         super::field::<{ offset::SRC_ADDR }, 8, HEADER_LEN>(self.header())
     }
 
     /// The options: bytes 20 to the header length.
-    pub fn options(&self) -> &[u8] {
+    pub(crate) fn options(&self) -> &[u8] {
         self.buffer
             .as_ref()
             .get(HEADER_LEN..self.header_len())
@@ -221,7 +227,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// Header and options: the first [`Ipv4Packet::header_len`] bytes (or
     /// as many as the buffer has).
-    pub fn header_bytes(&self) -> &[u8] {
+    pub(crate) fn header_bytes(&self) -> &[u8] {
         let buf = self.buffer.as_ref();
         buf.get(..self.header_len()).unwrap_or(buf)
     }
@@ -229,7 +235,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// The bytes after the header, up to the total length (empty when the
     /// buffer ends before it, as a quoted packet's does).
     #[inline(always)]
-    pub fn payload(&self) -> &[u8] {
+    pub(crate) fn payload(&self) -> &[u8] {
         let total = usize::from(self.total_len());
         self.buffer
             .as_ref()
@@ -238,7 +244,8 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// Whether the header checksum (options included) is correct.
-    pub fn verify_checksum(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn verify_checksum(&self) -> bool {
         checksum::verify(self.header_bytes())
     }
 }
@@ -251,81 +258,86 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 
     /// Sets version 4 and the IHL for a header of `len` bytes (a multiple
     /// of 4 from 20 to 60).
-    pub fn set_header_len(&mut self, len: usize) {
+    pub(crate) fn set_header_len(&mut self, len: usize) {
         if let Some(h) = self.header_mut() {
             let ihl = (len / 4) as u8 & 0x0f;
             set_u8::<{ offset::VERSION_IHL }, HEADER_LEN>(h, (VERSION << 4) | ihl);
         }
     }
 
-    pub fn set_dscp_ecn(&mut self, v: u8) {
+    #[cfg(test)]
+    pub(crate) fn set_dscp_ecn(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ offset::DSCP_ECN }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_total_len(&mut self, v: u16) {
+    pub(crate) fn set_total_len(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::TOTAL_LEN }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_ident(&mut self, v: u16) {
+    pub(crate) fn set_ident(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::IDENT }, HEADER_LEN>(h, v);
         }
     }
 
     /// Writes the whole flags/fragment-offset word.
-    pub fn set_flags_frag(&mut self, v: u16) {
+    pub(crate) fn set_flags_frag(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::FLAGS_FRAG }, HEADER_LEN>(h, v);
         }
     }
 
     /// Sets or clears DF, keeping the rest of the word.
-    pub fn set_dont_frag(&mut self, df: bool) {
+    pub(crate) fn set_dont_frag(&mut self, df: bool) {
         let w = self.flags_frag() & !FLAG_DF;
         self.set_flags_frag(if df { w | FLAG_DF } else { w });
     }
 
     /// Sets or clears MF, keeping the rest of the word.
-    pub fn set_more_frags(&mut self, mf: bool) {
+    pub(crate) fn set_more_frags(&mut self, mf: bool) {
         let w = self.flags_frag() & !FLAG_MF;
         self.set_flags_frag(if mf { w | FLAG_MF } else { w });
     }
 
     /// Sets the fragment offset (8-byte units, 13 bits), keeping the flags.
-    pub fn set_frag_offset(&mut self, units: u16) {
+    pub(crate) fn set_frag_offset(&mut self, units: u16) {
         let w = self.flags_frag() & !FRAG_OFFSET_MASK;
         self.set_flags_frag(w | (units & FRAG_OFFSET_MASK));
     }
 
-    pub fn set_ttl(&mut self, v: u8) {
+    #[cfg(test)]
+    pub(crate) fn set_ttl(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ offset::TTL }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_protocol(&mut self, v: u8) {
+    #[cfg(test)]
+    pub(crate) fn set_protocol(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ offset::PROTOCOL }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_checksum(&mut self, v: u16) {
+    pub(crate) fn set_checksum(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::CHECKSUM }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_src_addr(&mut self, a: Ipv4Addr) {
+    #[cfg(test)]
+    pub(crate) fn set_src_addr(&mut self, a: Ipv4Addr) {
         if let Some(h) = self.header_mut() {
             put::<{ offset::SRC_ADDR }, 4, HEADER_LEN>(h, a.octets());
         }
     }
 
-    pub fn set_dst_addr(&mut self, a: Ipv4Addr) {
+    #[cfg(test)]
+    pub(crate) fn set_dst_addr(&mut self, a: Ipv4Addr) {
         if let Some(h) = self.header_mut() {
             put::<{ offset::DST_ADDR }, 4, HEADER_LEN>(h, a.octets());
         }
@@ -333,25 +345,20 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 
     /// Computes the header checksum over the header and its options and
     /// writes it.
-    pub fn fill_checksum(&mut self) {
+    pub(crate) fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let c = checksum::checksum(self.header_bytes());
         self.set_checksum(c);
     }
 
     /// The options, writable.
-    pub fn options_mut(&mut self) -> &mut [u8] {
+    #[cfg(test)]
+    pub(crate) fn options_mut(&mut self) -> &mut [u8] {
         let end = self.header_len();
         self.buffer
             .as_mut()
             .get_mut(HEADER_LEN..end)
             .unwrap_or(&mut [])
-    }
-
-    /// The payload, writable (see [`Ipv4Packet::payload`]).
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let (start, end) = (self.header_len(), usize::from(self.total_len()));
-        self.buffer.as_mut().get_mut(start..end).unwrap_or(&mut [])
     }
 }
 
@@ -360,7 +367,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 /// and padded with end-of-list to a multiple of 4 bytes; returns their
 /// length. `Malformed` for an option that runs past the area or announces
 /// a length below 2.
-pub fn copied_options(opts: &[u8], out: &mut [u8; MAX_OPTIONS_LEN]) -> Result<usize, Error> {
+pub(crate) fn copied_options(opts: &[u8], out: &mut [u8; MAX_OPTIONS_LEN]) -> Result<usize, Error> {
     let mut i = 0;
     let mut n = 0;
     while let Some(&kind) = opts.get(i) {
@@ -392,15 +399,15 @@ pub fn copied_options(opts: &[u8], out: &mut [u8; MAX_OPTIONS_LEN]) -> Result<us
 
 /// An option-less IPv4 header to emit.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Ipv4Repr {
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
-    pub protocol: u8,
-    pub ttl: u8,
-    pub ident: u16,
-    pub dont_frag: bool,
+pub(crate) struct Ipv4Repr {
+    pub(crate) src: Ipv4Addr,
+    pub(crate) dst: Ipv4Addr,
+    pub(crate) protocol: u8,
+    pub(crate) ttl: u8,
+    pub(crate) ident: u16,
+    pub(crate) dont_frag: bool,
     /// Bytes after the header.
-    pub payload_len: usize,
+    pub(crate) payload_len: usize,
 }
 
 impl Ipv4Repr {
@@ -411,7 +418,7 @@ impl Ipv4Repr {
     /// buffer: the header usually lands in a headroom cache line that is still
     /// being fetched, and reading back bytes just stored one at a time would
     /// stall on store forwarding. The header is then written with one copy.
-    pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
+    pub(crate) fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
         let total = u16::try_from(HEADER_LEN + self.payload_len).map_err(|_| Error::Malformed)?;
         let flags = if self.dont_frag { FLAG_DF } else { 0 };
         let src = self.src.octets();

@@ -3,19 +3,22 @@
 
 use std::net::Ipv6Addr;
 
-use super::{field, get_u16, get_u32, get_u8, put, set_u16, set_u32, set_u8, Error};
+use super::{field, get_u16, get_u8, set_u16, set_u8, Error};
+#[cfg(test)]
+use super::{get_u32, put, set_u32};
 
-pub const HEADER_LEN: usize = 40;
+pub(crate) const HEADER_LEN: usize = 40;
 
 /// Where each field of the fixed header starts.
-pub mod offset {
+pub(crate) mod offset {
     /// Version (4 bits), traffic class (8), flow label (20): one 32-bit word.
-    pub const VERSION_TC_FLOW: usize = 0;
-    pub const PAYLOAD_LEN: usize = 4;
-    pub const NEXT_HEADER: usize = 6;
-    pub const HOP_LIMIT: usize = 7;
-    pub const SRC_ADDR: usize = 8;
-    pub const DST_ADDR: usize = 24;
+    pub(crate) const VERSION_TC_FLOW: usize = 0;
+    pub(crate) const PAYLOAD_LEN: usize = 4;
+    pub(crate) const NEXT_HEADER: usize = 6;
+    #[cfg(test)]
+    pub(crate) const HOP_LIMIT: usize = 7;
+    pub(crate) const SRC_ADDR: usize = 8;
+    pub(crate) const DST_ADDR: usize = 24;
 }
 
 const FLOW_LABEL_MASK: u32 = 0x000f_ffff;
@@ -27,7 +30,7 @@ const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
 /// A view of an IPv6 packet in `T`; `payload` stops at the payload length
 /// (the buffer may carry Ethernet padding after it).
 #[derive(Copy, Clone, Debug)]
-pub struct Ipv6Packet<T> {
+pub(crate) struct Ipv6Packet<T> {
     buffer: T,
 }
 
@@ -35,7 +38,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// A view without any check: accessors read zeros and setters write
     /// nothing if `buffer` is shorter than [`HEADER_LEN`].
     #[inline(always)]
-    pub const fn new_unchecked(buffer: T) -> Self {
+    pub(crate) const fn new_unchecked(buffer: T) -> Self {
         Self { buffer }
     }
 
@@ -43,7 +46,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// Jumbograms (payload length 0 with a Jumbo option) are not supported:
     /// they read as an empty payload and fail the extension-header walk.
     #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+    pub(crate) fn new_checked(buffer: T) -> Result<Self, Error> {
         let p = Self::new_unchecked(buffer);
         p.check_len()?;
         Ok(p)
@@ -52,7 +55,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// Checks only version 6 and the 40 bytes of the fixed header: for a
     /// packet quoted by an ICMPv6 error, cut short of its payload length.
     #[inline]
-    pub fn new_checked_header(buffer: T) -> Result<Self, Error> {
+    pub(crate) fn new_checked_header(buffer: T) -> Result<Self, Error> {
         let p = Self::new_unchecked(buffer);
         p.check_header()?;
         Ok(p)
@@ -60,7 +63,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
     /// What [`Ipv6Packet::new_checked_header`] checks.
     #[inline]
-    pub fn check_header(&self) -> Result<(), Error> {
+    pub(crate) fn check_header(&self) -> Result<(), Error> {
         let hdr = self
             .buffer
             .as_ref()
@@ -74,7 +77,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
     /// What [`Ipv6Packet::new_checked`] checks.
     #[inline]
-    pub fn check_len(&self) -> Result<(), Error> {
+    pub(crate) fn check_len(&self) -> Result<(), Error> {
         self.check_header()?;
         if HEADER_LEN + usize::from(self.payload_len()) > self.buffer.as_ref().len() {
             return Err(Error::Truncated);
@@ -82,74 +85,75 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         Ok(())
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     #[inline(always)]
     fn header(&self) -> &[u8; HEADER_LEN] {
         self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
     }
 
+    #[cfg(test)]
     fn first_word(&self) -> u32 {
         get_u32::<{ offset::VERSION_TC_FLOW }, HEADER_LEN>(self.header())
     }
 
-    pub fn version(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn version(&self) -> u8 {
         (self.first_word() >> 28) as u8
     }
 
-    pub fn traffic_class(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn traffic_class(&self) -> u8 {
         (self.first_word() >> 20) as u8
     }
 
-    pub fn flow_label(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn flow_label(&self) -> u32 {
         self.first_word() & FLOW_LABEL_MASK
     }
 
     #[inline(always)]
-    pub fn payload_len(&self) -> u16 {
+    pub(crate) fn payload_len(&self) -> u16 {
         get_u16::<{ offset::PAYLOAD_LEN }, HEADER_LEN>(self.header())
     }
 
     /// The first next-header value (an extension header or the upper layer).
     #[inline(always)]
-    pub fn next_header(&self) -> u8 {
+    pub(crate) fn next_header(&self) -> u8 {
         get_u8::<{ offset::NEXT_HEADER }, HEADER_LEN>(self.header())
     }
 
-    pub fn hop_limit(&self) -> u8 {
+    #[cfg(test)]
+    pub(crate) fn hop_limit(&self) -> u8 {
         get_u8::<{ offset::HOP_LIMIT }, HEADER_LEN>(self.header())
     }
 
     #[inline(always)]
-    pub fn src_addr(&self) -> Ipv6Addr {
+    pub(crate) fn src_addr(&self) -> Ipv6Addr {
         Ipv6Addr::from(field::<{ offset::SRC_ADDR }, 16, HEADER_LEN>(self.header()))
     }
 
     #[inline(always)]
-    pub fn dst_addr(&self) -> Ipv6Addr {
+    pub(crate) fn dst_addr(&self) -> Ipv6Addr {
         Ipv6Addr::from(field::<{ offset::DST_ADDR }, 16, HEADER_LEN>(self.header()))
     }
 
     /// The source then the destination address, as they lie side by side
     /// at the end of the fixed header.
     #[inline(always)]
-    pub fn address_bytes(&self) -> [u8; 32] {
+    pub(crate) fn address_bytes(&self) -> [u8; 32] {
         field::<{ offset::SRC_ADDR }, 32, HEADER_LEN>(self.header())
     }
 
     /// Extension headers and upper-layer data, up to the payload length
     /// (empty when the buffer ends before it, as a quoted packet's does).
     #[inline(always)]
-    pub fn payload(&self) -> &[u8] {
+    pub(crate) fn payload(&self) -> &[u8] {
         let end = HEADER_LEN + usize::from(self.payload_len());
         self.buffer.as_ref().get(HEADER_LEN..end).unwrap_or(&[])
     }
 
     /// Header plus payload.
     #[inline(always)]
-    pub fn total_len(&self) -> usize {
+    pub(crate) fn total_len(&self) -> usize {
         HEADER_LEN + self.payload().len()
     }
 }
@@ -160,6 +164,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
         self.buffer.as_mut().first_chunk_mut()
     }
 
+    #[cfg(test)]
     fn set_first_word(&mut self, w: u32) {
         if let Some(h) = self.header_mut() {
             set_u32::<{ offset::VERSION_TC_FLOW }, HEADER_LEN>(h, w);
@@ -167,81 +172,78 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     }
 
     /// Sets the version nibble (6 for a valid header).
-    pub fn set_version(&mut self, v: u8) {
+    #[cfg(test)]
+    pub(crate) fn set_version(&mut self, v: u8) {
         let w = self.first_word() & 0x0fff_ffff;
         self.set_first_word(w | (u32::from(v & 0x0f) << 28));
     }
 
-    pub fn set_traffic_class(&mut self, tc: u8) {
+    #[cfg(test)]
+    pub(crate) fn set_traffic_class(&mut self, tc: u8) {
         let w = self.first_word() & 0xf00f_ffff;
         self.set_first_word(w | (u32::from(tc) << 20));
     }
 
     /// Sets the 20-bit flow label (higher bits of `label` are ignored).
-    pub fn set_flow_label(&mut self, label: u32) {
+    #[cfg(test)]
+    pub(crate) fn set_flow_label(&mut self, label: u32) {
         let w = self.first_word() & !FLOW_LABEL_MASK;
         self.set_first_word(w | (label & FLOW_LABEL_MASK));
     }
 
-    pub fn set_payload_len(&mut self, v: u16) {
+    pub(crate) fn set_payload_len(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::PAYLOAD_LEN }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_next_header(&mut self, v: u8) {
+    pub(crate) fn set_next_header(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ offset::NEXT_HEADER }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_hop_limit(&mut self, v: u8) {
+    #[cfg(test)]
+    pub(crate) fn set_hop_limit(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ offset::HOP_LIMIT }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_src_addr(&mut self, a: Ipv6Addr) {
+    #[cfg(test)]
+    pub(crate) fn set_src_addr(&mut self, a: Ipv6Addr) {
         if let Some(h) = self.header_mut() {
             put::<{ offset::SRC_ADDR }, 16, HEADER_LEN>(h, a.octets());
         }
     }
 
-    pub fn set_dst_addr(&mut self, a: Ipv6Addr) {
+    #[cfg(test)]
+    pub(crate) fn set_dst_addr(&mut self, a: Ipv6Addr) {
         if let Some(h) = self.header_mut() {
             put::<{ offset::DST_ADDR }, 16, HEADER_LEN>(h, a.octets());
         }
-    }
-
-    /// The payload, writable (see [`Ipv6Packet::payload`]).
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        let end = HEADER_LEN + usize::from(self.payload_len());
-        self.buffer
-            .as_mut()
-            .get_mut(HEADER_LEN..end)
-            .unwrap_or(&mut [])
     }
 }
 
 /// An extension-header-less IPv6 header to emit (outer tunnel headers).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Ipv6Repr {
-    pub src: Ipv6Addr,
-    pub dst: Ipv6Addr,
-    pub next_header: u8,
-    pub hop_limit: u8,
+pub(crate) struct Ipv6Repr {
+    pub(crate) src: Ipv6Addr,
+    pub(crate) dst: Ipv6Addr,
+    pub(crate) next_header: u8,
+    pub(crate) hop_limit: u8,
     /// 20 bits; tunnels set it from the inner flow (RFC 6438) so that ECMP
     /// and RSS on the way to the backend spread flows without parsing
     /// past the outer header.
-    pub flow_label: u32,
+    pub(crate) flow_label: u32,
     /// Bytes after the header.
-    pub payload_len: usize,
+    pub(crate) payload_len: usize,
 }
 
 impl Ipv6Repr {
     /// Writes the header; `Malformed` if the payload length does not fit
     /// the 16-bit field (jumbograms are not emitted).
-    pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
+    pub(crate) fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
         let len = u16::try_from(self.payload_len).map_err(|_| Error::Malformed)?;
         let fl = (self.flow_label & FLOW_LABEL_MASK).to_be_bytes();
         let l = len.to_be_bytes();

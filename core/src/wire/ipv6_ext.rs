@@ -9,17 +9,16 @@ use super::{get_u16, get_u32, get_u8, set_u16, set_u32, set_u8, Error};
 
 /// Longest chain the walk follows. Legitimate packets carry two or three;
 /// the bound keeps the per-packet cost fixed against crafted chains.
-pub const MAX_EXT_HEADERS: usize = 8;
+pub(crate) const MAX_EXT_HEADERS: usize = 8;
 
-pub const FRAGMENT_HEADER_LEN: usize = 8;
+pub(crate) const FRAGMENT_HEADER_LEN: usize = 8;
 
 /// Where each field of the Fragment header (RFC 8200 §4.5) starts.
-pub mod fragment_offset {
-    pub const NEXT_HEADER: usize = 0;
-    pub const RESERVED: usize = 1;
+pub(crate) mod fragment_offset {
+    pub(crate) const NEXT_HEADER: usize = 0;
     /// Fragment offset (13 bits, 8-byte units), 2 reserved bits, M.
-    pub const OFFSET_M: usize = 2;
-    pub const IDENT: usize = 4;
+    pub(crate) const OFFSET_M: usize = 2;
+    pub(crate) const IDENT: usize = 4;
 }
 
 const FRAG_M: u16 = 0x0001;
@@ -30,7 +29,7 @@ const NO_FRAGMENT_HEADER: [u8; FRAGMENT_HEADER_LEN] = [0; FRAGMENT_HEADER_LEN];
 
 /// A view of an IPv6 Fragment header in `T`.
 #[derive(Copy, Clone, Debug)]
-pub struct Ipv6FragmentHeader<T> {
+pub(crate) struct Ipv6FragmentHeader<T> {
     buffer: T,
 }
 
@@ -38,21 +37,17 @@ impl<T: AsRef<[u8]>> Ipv6FragmentHeader<T> {
     /// A view without any check: accessors read zeros and setters write
     /// nothing if `buffer` is shorter than [`FRAGMENT_HEADER_LEN`].
     #[inline(always)]
-    pub const fn new_unchecked(buffer: T) -> Self {
+    pub(crate) const fn new_unchecked(buffer: T) -> Self {
         Self { buffer }
     }
 
     /// Checks that the 8 bytes of the header are there.
     #[inline]
-    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+    pub(crate) fn new_checked(buffer: T) -> Result<Self, Error> {
         if buffer.as_ref().len() < FRAGMENT_HEADER_LEN {
             return Err(Error::Truncated);
         }
         Ok(Self::new_unchecked(buffer))
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     #[inline(always)]
@@ -64,7 +59,7 @@ impl<T: AsRef<[u8]>> Ipv6FragmentHeader<T> {
     }
 
     /// The first header of the fragmentable part.
-    pub fn next_header(&self) -> u8 {
+    pub(crate) fn next_header(&self) -> u8 {
         get_u8::<{ fragment_offset::NEXT_HEADER }, FRAGMENT_HEADER_LEN>(self.header())
     }
 
@@ -73,20 +68,20 @@ impl<T: AsRef<[u8]>> Ipv6FragmentHeader<T> {
     }
 
     /// Fragment offset in 8-byte units.
-    pub fn frag_offset(&self) -> u16 {
+    pub(crate) fn frag_offset(&self) -> u16 {
         self.offset_m() >> FRAG_OFFSET_SHIFT
     }
 
-    pub fn more_frags(&self) -> bool {
+    pub(crate) fn more_frags(&self) -> bool {
         self.offset_m() & FRAG_M != 0
     }
 
-    pub fn ident(&self) -> u32 {
+    pub(crate) fn ident(&self) -> u32 {
         get_u32::<{ fragment_offset::IDENT }, FRAGMENT_HEADER_LEN>(self.header())
     }
 
     /// The header's contents.
-    pub fn info(&self) -> Ipv6FragInfo {
+    pub(crate) fn info(&self) -> Ipv6FragInfo {
         Ipv6FragInfo {
             offset: self.frag_offset(),
             more: self.more_frags(),
@@ -108,7 +103,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6FragmentHeader<T> {
         }
     }
 
-    pub fn set_next_header(&mut self, v: u8) {
+    pub(crate) fn set_next_header(&mut self, v: u8) {
         if let Some(h) = self.header_mut() {
             set_u8::<{ fragment_offset::NEXT_HEADER }, FRAGMENT_HEADER_LEN>(h, v);
         }
@@ -116,17 +111,17 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6FragmentHeader<T> {
 
     /// Sets the fragment offset (8-byte units, 13 bits), keeping M and the
     /// reserved bits.
-    pub fn set_frag_offset(&mut self, units: u16) {
+    pub(crate) fn set_frag_offset(&mut self, units: u16) {
         let low = self.offset_m() & ((1 << FRAG_OFFSET_SHIFT) - 1);
         self.set_offset_m((units << FRAG_OFFSET_SHIFT) | low);
     }
 
-    pub fn set_more_frags(&mut self, more: bool) {
+    pub(crate) fn set_more_frags(&mut self, more: bool) {
         let w = self.offset_m() & !FRAG_M;
         self.set_offset_m(if more { w | FRAG_M } else { w });
     }
 
-    pub fn set_ident(&mut self, v: u32) {
+    pub(crate) fn set_ident(&mut self, v: u32) {
         if let Some(h) = self.header_mut() {
             set_u32::<{ fragment_offset::IDENT }, FRAGMENT_HEADER_LEN>(h, v);
         }
@@ -135,19 +130,19 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6FragmentHeader<T> {
 
 /// The contents of a Fragment header.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Ipv6FragInfo {
+pub(crate) struct Ipv6FragInfo {
     /// In 8-byte units.
-    pub offset: u16,
-    pub more: bool,
-    pub ident: u32,
+    pub(crate) offset: u16,
+    pub(crate) more: bool,
+    pub(crate) ident: u32,
     /// The Fragment header's next header: the first header of the
     /// fragmentable part, the only protocol a non-first fragment shows.
-    pub next: u8,
+    pub(crate) next: u8,
 }
 
 impl Ipv6FragInfo {
     /// Writes the whole header, reserved fields zero.
-    pub fn emit(&self, hdr: &mut [u8; FRAGMENT_HEADER_LEN]) {
+    pub(crate) fn emit(&self, hdr: &mut [u8; FRAGMENT_HEADER_LEN]) {
         *hdr = [0; FRAGMENT_HEADER_LEN];
         let mut h = Ipv6FragmentHeader::new_unchecked(hdr);
         h.set_next_header(self.next);
@@ -159,15 +154,15 @@ impl Ipv6FragInfo {
 
 /// Where the walk ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct Ipv6Upper {
+pub(crate) struct Ipv6Upper {
     /// Upper-layer protocol (after a non-first fragment: the fragment
     /// header's next-header value, whose data is not in this packet).
-    pub protocol: u8,
+    pub(crate) protocol: u8,
     /// Offset of the upper-layer header from the start of the IPv6 payload.
-    pub offset: usize,
+    pub(crate) offset: usize,
     /// Present whenever a Fragment header was seen (HA-2: atomic and first
     /// fragments included).
-    pub fragment: Option<Ipv6FragInfo>,
+    pub(crate) fragment: Option<Ipv6FragInfo>,
 }
 
 fn is_extension(nh: u8) -> bool {
@@ -184,7 +179,7 @@ fn is_extension(nh: u8) -> bool {
 /// Fragment header, headers that run past the payload, and chains longer
 /// than [`MAX_EXT_HEADERS`]. Stops after a non-first fragment's header,
 /// since what follows is the middle of the original datagram.
-pub fn walk(first: u8, payload: &[u8]) -> Result<Ipv6Upper, Error> {
+pub(crate) fn walk(first: u8, payload: &[u8]) -> Result<Ipv6Upper, Error> {
     let mut nh = first;
     let mut offset = 0usize;
     let mut fragment = None;

@@ -15,37 +15,38 @@
 //! computed in [`checksum`] only.
 
 pub mod checksum;
-pub mod ethernet;
-pub mod geneve;
-pub mod gre;
-pub mod gue;
+pub(crate) mod ethernet;
+pub(crate) mod geneve;
+pub(crate) mod gre;
+pub(crate) mod gue;
 pub mod icmp;
 pub mod ipv4;
-pub mod ipv6;
-pub mod ipv6_ext;
-pub mod parse;
+pub(crate) mod ipv6;
+pub(crate) mod ipv6_ext;
+pub(crate) mod parse;
 pub mod tcp;
-pub mod udp;
-pub mod vxlan;
+pub(crate) mod udp;
+#[cfg(test)]
+mod views_tests;
+pub(crate) mod vxlan;
 
 pub use parse::{parse, Fragment, IpInfo, L3Layout, ParseError, Parsed, Ports};
 
 /// IANA protocol numbers the dataplane cares about.
 pub mod proto {
-    pub const HOP_BY_HOP: u8 = 0;
-    pub const ICMP: u8 = 1;
-    pub const IPV4_IN_IP: u8 = 4;
+    pub(crate) const HOP_BY_HOP: u8 = 0;
+    pub(crate) const ICMP: u8 = 1;
+    pub(crate) const IPV4_IN_IP: u8 = 4;
     pub const TCP: u8 = 6;
     pub const UDP: u8 = 17;
-    pub const IPV6_IN_IP: u8 = 41;
-    pub const IPV6_ROUTING: u8 = 43;
-    pub const IPV6_FRAGMENT: u8 = 44;
-    pub const GRE: u8 = 47;
-    pub const ESP: u8 = 50;
-    pub const AH: u8 = 51;
-    pub const ICMPV6: u8 = 58;
-    pub const IPV6_NO_NEXT: u8 = 59;
-    pub const IPV6_DEST_OPTS: u8 = 60;
+    pub(crate) const IPV6_IN_IP: u8 = 41;
+    pub(crate) const IPV6_ROUTING: u8 = 43;
+    pub(crate) const IPV6_FRAGMENT: u8 = 44;
+    pub(crate) const GRE: u8 = 47;
+    pub(crate) const ESP: u8 = 50;
+    pub(crate) const AH: u8 = 51;
+    pub(crate) const ICMPV6: u8 = 58;
+    pub(crate) const IPV6_DEST_OPTS: u8 = 60;
 }
 
 /// Why a view could not be built over a buffer.

@@ -27,7 +27,7 @@ pub enum ParseError {
 }
 
 impl ParseError {
-    pub const fn drop_reason(self) -> DropReason {
+    pub(crate) const fn drop_reason(self) -> DropReason {
         match self {
             ParseError::TruncatedEthernet => DropReason::TruncatedEthernet,
             ParseError::UnknownEthertype => DropReason::UnknownEthertype,
@@ -46,6 +46,7 @@ impl From<ParseError> for DropReason {
 }
 
 /// Fragment status (HA-2).
+// Public for core/tests/parse.rs, flow.rs and proptest.rs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Fragment {
     /// Not fragmented.
@@ -59,6 +60,7 @@ pub enum Fragment {
 
 impl Fragment {
     /// HA-2: the first fragment counts as fragmented too.
+    // Public for core/tests/proptest.rs.
     pub fn is_fragmented(self) -> bool {
         self != Fragment::No
     }
@@ -71,6 +73,7 @@ pub struct Ports {
 }
 
 /// What the pipeline needs to know about an IP packet.
+// Every field public: core/tests (flow.rs, parse.rs) build and read it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct IpInfo {
     /// 0x0800 or 0x86DD (after any VLAN tags).
@@ -103,13 +106,13 @@ pub struct IpInfo {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Default)]
 pub struct L3Layout {
     /// 0x0800 or 0x86DD.
-    pub ethertype: u16,
+    pub(crate) ethertype: u16,
     /// Offset of the IP header in the frame.
-    pub l3_offset: usize,
+    pub(crate) l3_offset: usize,
     /// IP header + payload, excluding Ethernet padding.
-    pub ip_len: usize,
+    pub(crate) ip_len: usize,
     /// IPv4 DF; always true for IPv6.
-    pub dont_fragment: bool,
+    pub(crate) dont_fragment: bool,
 }
 
 impl From<&IpInfo> for L3Layout {

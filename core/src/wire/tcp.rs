@@ -10,7 +10,7 @@ pub mod offset {
     pub const SRC_PORT: usize = 0;
     pub const DST_PORT: usize = 2;
     pub const SEQ: usize = 4;
-    pub const ACK: usize = 8;
+    pub(crate) const ACK: usize = 8;
     /// Data offset in 32-bit words (high nibble).
     pub const DATA_OFFSET: usize = 12;
     pub const FLAGS: usize = 13;
@@ -18,10 +18,10 @@ pub mod offset {
     pub const CHECKSUM: usize = 16;
 }
 
-pub const FLAG_FIN: u8 = 0x01;
+#[cfg(test)]
+pub(crate) const FLAG_FIN: u8 = 0x01;
 pub const FLAG_SYN: u8 = 0x02;
-pub const FLAG_RST: u8 = 0x04;
-pub const FLAG_PSH: u8 = 0x08;
+pub(crate) const FLAG_RST: u8 = 0x04;
 pub const FLAG_ACK: u8 = 0x10;
 
 /// What an accessor reads when the buffer is shorter than the header.
@@ -29,7 +29,7 @@ const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
 
 /// The header length, in bytes, a data-offset byte announces.
 #[inline(always)]
-pub const fn data_offset_len(byte: u8) -> usize {
+pub(crate) const fn data_offset_len(byte: u8) -> usize {
     (byte >> 4) as usize * 4
 }
 
@@ -66,10 +66,6 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
         Ok(Self::new_unchecked(buffer))
     }
 
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-
     #[inline(always)]
     fn header(&self) -> &[u8; HEADER_LEN] {
         self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
@@ -103,7 +99,8 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
         get_u8::<{ offset::FLAGS }, HEADER_LEN>(self.header())
     }
 
-    pub fn syn(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn syn(&self) -> bool {
         self.flags() & FLAG_SYN != 0
     }
 
@@ -111,7 +108,8 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
         self.flags() & FLAG_ACK != 0
     }
 
-    pub fn fin(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn fin(&self) -> bool {
         self.flags() & FLAG_FIN != 0
     }
 
@@ -123,18 +121,16 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
         get_u16::<{ offset::WINDOW }, HEADER_LEN>(self.header())
     }
 
-    pub fn checksum(&self) -> u16 {
-        get_u16::<{ offset::CHECKSUM }, HEADER_LEN>(self.header())
-    }
-
-    pub fn options(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn options(&self) -> &[u8] {
         self.buffer
             .as_ref()
             .get(HEADER_LEN..self.header_len())
             .unwrap_or(&[])
     }
 
-    pub fn payload(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn payload(&self) -> &[u8] {
         self.buffer.as_ref().get(self.header_len()..).unwrap_or(&[])
     }
 }

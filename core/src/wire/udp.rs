@@ -1,23 +1,25 @@
 //! UDP header (RFC 768): a two-way view and an emitter.
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+#[cfg(test)]
+use std::net::Ipv4Addr;
+use std::net::Ipv6Addr;
 
 use super::proto::UDP;
 use super::{checksum, get_u16, put, set_u16, Error};
 
-pub const HEADER_LEN: usize = 8;
+pub(crate) const HEADER_LEN: usize = 8;
 
 /// Where each field of the header starts.
-pub mod offset {
-    pub const SRC_PORT: usize = 0;
-    pub const DST_PORT: usize = 2;
-    pub const LENGTH: usize = 4;
-    pub const CHECKSUM: usize = 6;
+pub(crate) mod offset {
+    pub(crate) const SRC_PORT: usize = 0;
+    pub(crate) const DST_PORT: usize = 2;
+    pub(crate) const LENGTH: usize = 4;
+    pub(crate) const CHECKSUM: usize = 6;
 }
 
 /// The source and destination ports, the first 4 bytes of a UDP or TCP
 /// header alike (all an ICMP error's quote must hold of either).
-pub const PORTS_LEN: usize = 4;
+pub(crate) const PORTS_LEN: usize = 4;
 
 /// What an accessor reads when the buffer is shorter than the header.
 const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
@@ -27,7 +29,7 @@ const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
 /// The length field is not checked against the buffer: in a first IP
 /// fragment it covers the whole datagram, which this packet only begins.
 #[derive(Copy, Clone, Debug)]
-pub struct UdpDatagram<T> {
+pub(crate) struct UdpDatagram<T> {
     buffer: T,
 }
 
@@ -35,21 +37,17 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
     /// A view without any check: accessors read zeros and setters write
     /// nothing if `buffer` is shorter than [`HEADER_LEN`].
     #[inline(always)]
-    pub const fn new_unchecked(buffer: T) -> Self {
+    pub(crate) const fn new_unchecked(buffer: T) -> Self {
         Self { buffer }
     }
 
     /// Checks that the 8-byte header is there.
     #[inline(always)]
-    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+    pub(crate) fn new_checked(buffer: T) -> Result<Self, Error> {
         if buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
         }
         Ok(Self::new_unchecked(buffer))
-    }
-
-    pub fn into_inner(self) -> T {
-        self.buffer
     }
 
     #[inline(always)]
@@ -58,31 +56,29 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
     }
 
     #[inline(always)]
-    pub fn src_port(&self) -> u16 {
+    pub(crate) fn src_port(&self) -> u16 {
         get_u16::<{ offset::SRC_PORT }, HEADER_LEN>(self.header())
     }
 
     #[inline(always)]
-    pub fn dst_port(&self) -> u16 {
+    pub(crate) fn dst_port(&self) -> u16 {
         get_u16::<{ offset::DST_PORT }, HEADER_LEN>(self.header())
     }
 
     /// The length field: header and payload.
-    pub fn len(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> u16 {
         get_u16::<{ offset::LENGTH }, HEADER_LEN>(self.header())
     }
 
-    /// Whether the buffer holds nothing after the header.
-    pub fn is_empty(&self) -> bool {
-        self.payload().is_empty()
-    }
-
-    pub fn checksum(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn checksum(&self) -> u16 {
         get_u16::<{ offset::CHECKSUM }, HEADER_LEN>(self.header())
     }
 
     /// Everything after the header in the buffer.
-    pub fn payload(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn payload(&self) -> &[u8] {
         self.buffer.as_ref().get(HEADER_LEN..).unwrap_or(&[])
     }
 
@@ -97,6 +93,7 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
     }
 
     /// The same over IPv4 (RFC 768).
+    #[cfg(test)]
     fn sum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> u16 {
         let d = self.buffer.as_ref();
         checksum::combine(&[
@@ -107,11 +104,13 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
 
     /// Whether the checksum is right (0, "none", counts as right over
     /// IPv4 only).
-    pub fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
+    #[cfg(test)]
+    pub(crate) fn verify_checksum_v4(&self, src: Ipv4Addr, dst: Ipv4Addr) -> bool {
         self.checksum() == 0 || self.sum_v4(src, dst) == 0xffff
     }
 
-    pub fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
+    #[cfg(test)]
+    pub(crate) fn verify_checksum_v6(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         self.sum_v6(src, dst) == 0xffff
     }
 }
@@ -122,50 +121,44 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpDatagram<T> {
         self.buffer.as_mut().first_chunk_mut()
     }
 
-    pub fn set_src_port(&mut self, v: u16) {
+    pub(crate) fn set_src_port(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::SRC_PORT }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_dst_port(&mut self, v: u16) {
+    #[cfg(test)]
+    pub(crate) fn set_dst_port(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::DST_PORT }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_len(&mut self, v: u16) {
+    pub(crate) fn set_len(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::LENGTH }, HEADER_LEN>(h, v);
         }
     }
 
-    pub fn set_checksum(&mut self, v: u16) {
+    pub(crate) fn set_checksum(&mut self, v: u16) {
         if let Some(h) = self.header_mut() {
             set_u16::<{ offset::CHECKSUM }, HEADER_LEN>(h, v);
         }
-    }
-
-    /// The payload, writable.
-    pub fn payload_mut(&mut self) -> &mut [u8] {
-        self.buffer
-            .as_mut()
-            .get_mut(HEADER_LEN..)
-            .unwrap_or(&mut [])
     }
 
     /// Computes and writes the checksum over IPv6 from `src` to `dst`
     /// (the buffer is the whole datagram). A computed 0 is sent as 0xffff,
     /// since 0 means "no checksum" (RFC 768), which IPv6 forbids except on
     /// tunnels configured for it (RFC 6935).
-    pub fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
+    pub(crate) fn fill_checksum_v6(&mut self, src: &Ipv6Addr, dst: &Ipv6Addr) {
         self.set_checksum(0);
         let c = !self.sum_v6(src, dst);
         self.set_checksum(if c == 0 { 0xffff } else { c });
     }
 
     /// The same over IPv4.
-    pub fn fill_checksum_v4(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
+    #[cfg(test)]
+    pub(crate) fn fill_checksum_v4(&mut self, src: Ipv4Addr, dst: Ipv4Addr) {
         self.set_checksum(0);
         let c = !self.sum_v4(src, dst);
         self.set_checksum(if c == 0 { 0xffff } else { c });
@@ -175,16 +168,16 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpDatagram<T> {
 /// A UDP header to emit. The checksum is written as given: 0 ("none") is
 /// what tunnels over IPv4 use (RFC 768; RFC 6935 discusses IPv6).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct UdpRepr {
-    pub src_port: u16,
-    pub dst_port: u16,
+pub(crate) struct UdpRepr {
+    pub(crate) src_port: u16,
+    pub(crate) dst_port: u16,
     /// Bytes after the UDP header.
-    pub payload_len: usize,
-    pub checksum: u16,
+    pub(crate) payload_len: usize,
+    pub(crate) checksum: u16,
 }
 
 impl UdpRepr {
-    pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
+    pub(crate) fn emit(&self, hdr: &mut [u8; HEADER_LEN]) -> Result<(), Error> {
         let len = u16::try_from(HEADER_LEN + self.payload_len).map_err(|_| Error::Malformed)?;
         put::<{ offset::SRC_PORT }, 2, HEADER_LEN>(hdr, self.src_port.to_be_bytes());
         put::<{ offset::DST_PORT }, 2, HEADER_LEN>(hdr, self.dst_port.to_be_bytes());

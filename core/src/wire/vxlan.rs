@@ -11,45 +11,52 @@
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! ```
 
-use super::{get_u32, get_u8, put, Error};
+use super::put;
+#[cfg(test)]
+use super::{get_u32, get_u8, Error};
 
-pub const HEADER_LEN: usize = 8;
+pub(crate) const HEADER_LEN: usize = 8;
 
 /// Where each field starts.
-pub mod offset {
+pub(crate) mod offset {
     /// The flag byte: I (a valid VNI) and seven reserved bits.
-    pub const FLAGS: usize = 0;
+    pub(crate) const FLAGS: usize = 0;
     /// Three reserved bytes after the flags, one 32-bit word with them.
-    pub const FLAGS_RESERVED: usize = 0;
+    #[cfg(test)]
+    pub(crate) const FLAGS_RESERVED: usize = 0;
     /// The VNI (24 bits) and a reserved byte, one 32-bit word.
-    pub const VNI_RESERVED: usize = 4;
+    pub(crate) const VNI_RESERVED: usize = 4;
 }
 
 /// I: the VNI is valid; RFC 7348 sets it on every packet.
-pub const FLAG_VNI: u8 = 0x08;
+pub(crate) const FLAG_VNI: u8 = 0x08;
 /// The VNI's 24 bits.
-pub const VNI_MASK: u32 = 0x00ff_ffff;
+pub(crate) const VNI_MASK: u32 = 0x00ff_ffff;
 
 /// What an accessor reads when the buffer is shorter than the header.
+#[cfg(test)]
 const NO_HEADER: [u8; HEADER_LEN] = [0; HEADER_LEN];
 
-/// A view of a VXLAN packet in `T`: header, then the inner frame.
+/// A view of a VXLAN packet in `T`: header, then the inner frame (read
+/// back by the tests: nothing on the appliance decapsulates VXLAN).
+#[cfg(test)]
 #[derive(Copy, Clone, Debug)]
-pub struct VxlanPacket<T> {
+pub(crate) struct VxlanPacket<T> {
     buffer: T,
 }
 
+#[cfg(test)]
 impl<T: AsRef<[u8]>> VxlanPacket<T> {
     /// A view without any check: accessors read zeros if `buffer` is
     /// shorter than [`HEADER_LEN`].
     #[inline(always)]
-    pub const fn new_unchecked(buffer: T) -> Self {
+    pub(crate) const fn new_unchecked(buffer: T) -> Self {
         Self { buffer }
     }
 
     /// Checks the header is present and its I flag set (RFC 7348 §5: a
     /// receiver may drop a packet without it).
-    pub fn new_checked(buffer: T) -> Result<Self, Error> {
+    pub(crate) fn new_checked(buffer: T) -> Result<Self, Error> {
         let p = Self::new_unchecked(buffer);
         if p.buffer.as_ref().len() < HEADER_LEN {
             return Err(Error::Truncated);
@@ -65,39 +72,39 @@ impl<T: AsRef<[u8]>> VxlanPacket<T> {
         self.buffer.as_ref().first_chunk().unwrap_or(&NO_HEADER)
     }
 
-    pub fn flags(&self) -> u8 {
+    pub(crate) fn flags(&self) -> u8 {
         get_u8::<{ offset::FLAGS }, HEADER_LEN>(self.header())
     }
 
     /// The 24 reserved bits after the flags.
-    pub fn reserved_after_flags(&self) -> u32 {
+    pub(crate) fn reserved_after_flags(&self) -> u32 {
         get_u32::<{ offset::FLAGS_RESERVED }, HEADER_LEN>(self.header()) & 0x00ff_ffff
     }
 
-    pub fn vni(&self) -> u32 {
+    pub(crate) fn vni(&self) -> u32 {
         get_u32::<{ offset::VNI_RESERVED }, HEADER_LEN>(self.header()) >> 8
     }
 
     /// The byte after the VNI.
-    pub fn reserved(&self) -> u8 {
+    pub(crate) fn reserved(&self) -> u8 {
         get_u8::<{ offset::VNI_RESERVED + 3 }, HEADER_LEN>(self.header())
     }
 
     /// The inner Ethernet frame.
-    pub fn payload(&self) -> &[u8] {
+    pub(crate) fn payload(&self) -> &[u8] {
         self.buffer.as_ref().get(HEADER_LEN..).unwrap_or(&[])
     }
 }
 
 /// A header with the I flag set, reserved fields zero.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct VxlanRepr {
+pub(crate) struct VxlanRepr {
     /// 24 bits; higher bits are dropped.
     pub vni: u32,
 }
 
 impl VxlanRepr {
-    pub fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
+    pub(crate) fn emit(&self, hdr: &mut [u8; HEADER_LEN]) {
         let [_, v0, v1, v2] = (self.vni & VNI_MASK).to_be_bytes();
         put::<{ offset::FLAGS }, 4, HEADER_LEN>(hdr, [FLAG_VNI, 0, 0, 0]);
         put::<{ offset::VNI_RESERVED }, 4, HEADER_LEN>(hdr, [v0, v1, v2, 0]);

@@ -1,6 +1,8 @@
 //! Small packet builders shared by the integration tests. Independent of
 //! the crate's emitters on purpose, so a bug there cannot cancel out.
-#![allow(dead_code)]
+// Shared by integration tests, each its own binary crate: `pub` here
+// means "for the test files", never reachable from outside the test.
+#![allow(dead_code, unreachable_pub)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -1,6 +1,8 @@
 //! A small world for conntrack tests: one hand-built snapshot, a shard, a
 //! simulated clock (sans-IO), and packets described by their fields.
-#![allow(dead_code)]
+// Shared by integration tests, each its own binary crate: `pub` here
+// means "for the test files", never reachable from outside the test.
+#![allow(dead_code, unreachable_pub)]
 
 use std::net::IpAddr;
 

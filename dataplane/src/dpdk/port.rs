@@ -71,7 +71,7 @@ pub struct LinkStatus {
 }
 
 /// DPDK's `link_speed` as a speed, without its two sentinels.
-pub fn known_speed(link_speed: u32) -> Option<u32> {
+pub(crate) fn known_speed(link_speed: u32) -> Option<u32> {
     match link_speed {
         dpdk_sys::RTE_ETH_SPEED_NUM_NONE | dpdk_sys::RTE_ETH_SPEED_NUM_UNKNOWN => None,
         mbps => Some(mbps),

@@ -25,7 +25,7 @@ pub enum IdlePolling {
 
 /// One step of the back-off after an empty poll.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum IdleStep {
+pub(crate) enum IdleStep {
     /// Poll again at once.
     Poll,
     /// Spin this many CPU pause hints, then poll.
@@ -36,7 +36,7 @@ pub enum IdleStep {
 
 /// The back-off state of one worker: how long its polls have been empty.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     polling: IdlePolling,
     /// Consecutive polls that found nothing.
     empty: u32,
@@ -47,17 +47,17 @@ pub struct Backoff {
 impl Backoff {
     /// Empty polls spun at full speed before backing off (tens of µs: a
     /// gap between two bursts of one flow does not reach it).
-    pub const SPIN_POLLS: u32 = 256;
+    pub(crate) const SPIN_POLLS: u32 = 256;
     /// Empty polls then each followed by [`Backoff::PAUSES`] pause hints
     /// (a few µs each: frees the core's pipeline for a hyperthread
     /// sibling) before the first sleep.
-    pub const PAUSE_POLLS: u32 = 256;
+    pub(crate) const PAUSE_POLLS: u32 = 256;
     /// Pause hints per empty poll in that phase.
-    pub const PAUSES: u32 = 32;
+    pub(crate) const PAUSES: u32 = 32;
     /// The first sleep; each next one is twice as long, up to the bound.
-    pub const FIRST_SLEEP: Duration = Duration::from_micros(1);
+    pub(crate) const FIRST_SLEEP: Duration = Duration::from_micros(1);
 
-    pub fn new(polling: IdlePolling) -> Self {
+    pub(crate) fn new(polling: IdlePolling) -> Self {
         Self {
             polling,
             empty: 0,
@@ -68,7 +68,7 @@ impl Backoff {
     /// The step after a poll; `found` is whether it found any work
     /// (packets received, steered in or injected, or RX held back).
     #[inline]
-    pub fn next_step(&mut self, found: bool) -> IdleStep {
+    pub(crate) fn next_step(&mut self, found: bool) -> IdleStep {
         if found {
             self.empty = 0;
             self.sleep = Self::FIRST_SLEEP;
@@ -92,7 +92,7 @@ impl Backoff {
     /// Counts a poll that found nothing in `stats`, and takes the step
     /// after the poll.
     #[inline]
-    pub fn after_poll(&mut self, found: bool, stats: &WorkerStats) {
+    pub(crate) fn after_poll(&mut self, found: bool, stats: &WorkerStats) {
         if !found {
             stats.idle_polls.add(1);
         }

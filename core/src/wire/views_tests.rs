@@ -5,15 +5,15 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::wire::checksum;
+use crate::wire::icmp::{self, IcmpPacket};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::ipv6_ext::{Ipv6FragInfo, Ipv6FragmentHeader, FRAGMENT_HEADER_LEN};
+use crate::wire::udp::{self, UdpDatagram};
+use crate::wire::Error;
 use etherparse::{Icmpv4Type, Icmpv6Type, Ipv4HeaderSlice, Ipv6HeaderSlice, UdpHeader};
 use proptest::prelude::*;
-use sluice_core::wire::checksum;
-use sluice_core::wire::icmp::{self, IcmpPacket};
-use sluice_core::wire::ipv4::{self, Ipv4Packet};
-use sluice_core::wire::ipv6::{self, Ipv6Packet};
-use sluice_core::wire::ipv6_ext::{Ipv6FragInfo, Ipv6FragmentHeader, FRAGMENT_HEADER_LEN};
-use sluice_core::wire::udp::{self, UdpDatagram};
-use sluice_core::wire::Error;
 
 /// The fields of an IPv4 header a test sets.
 #[derive(Clone, Debug)]
