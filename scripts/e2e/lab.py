@@ -462,3 +462,40 @@ backend_service = "udp"
             sh("ip", "netns", "del", ns, check=False)
         if os.environ.get("SLUICE_E2E_KEEP") is None:
             subprocess.run(["rm", "-rf", self.dir], check=False)
+
+
+def run_test(name, prefix, body, report, failures):
+    """The frame of a live test script: `--sluice`, root, a one-worker lab,
+    `body(lab)` with any exception a failure, sluice's log on failure, the
+    report, and exit status 1 when `failures` (checks.failures) is not
+    empty."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sluice", help="binary (default target/debug/sluice)")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit(f"{name}: needs root (network namespaces)")
+    lab = Lab(workers=1, sluice=a.sluice and os.path.abspath(a.sluice), prefix=prefix)
+    if not os.access(lab.sluice_bin, os.X_OK):
+        sys.exit(f"{name}: {lab.sluice_bin} not built")
+    started = time.monotonic()
+    try:
+        lab.build()
+        body(lab)
+    except Exception as e:  # noqa: BLE001 — reported as a failure below
+        failures.append(f"{name} error: {e}")
+        print(f"  FAIL {e}")
+    finally:
+        if failures and lab.sluice is not None:
+            print("--- sluice log ---\n"
+                  + lab.sluice_output(getattr(lab, "sluice_log_start", 0))[-4000:])
+        lab.close()
+    print(f"{name} ({time.monotonic() - started:.0f} s):")
+    for line in report:
+        print(f"  {line}")
+    if failures:
+        print(f"{name}: {len(failures)} failure(s)")
+        for f in failures:
+            print(f"  - {f}")
+        sys.exit(1)
+    print(f"{name}: all passed")

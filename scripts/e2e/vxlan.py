@@ -24,14 +24,12 @@ b3's, created with another one:
      three backends, on both VIPs.
 """
 
-import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, failures, wait_for  # noqa: E402
-from lab import SUBNET6, Lab  # noqa: E402
+from lab import SUBNET6, run_test  # noqa: E402
 
 PREFIX = "slx"
 VXLAN_MAC = "02:5c:00:00:00:2a"
@@ -120,35 +118,7 @@ def run(lab):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", help="binary (default target/debug/sluice)")
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("vxlan: needs root (network namespaces)")
-    lab = Lab(workers=1, sluice=a.sluice and os.path.abspath(a.sluice), prefix=PREFIX)
-    if not os.access(lab.sluice_bin, os.X_OK):
-        sys.exit(f"vxlan: {lab.sluice_bin} not built")
-    started = time.monotonic()
-    try:
-        lab.build()
-        run(lab)
-    except Exception as e:  # noqa: BLE001 — reported as a failure below
-        failures.append(f"vxlan error: {e}")
-        print(f"  FAIL {e}")
-    finally:
-        if failures and lab.sluice is not None:
-            print("--- sluice log ---\n"
-                  + lab.sluice_output(getattr(lab, "sluice_log_start", 0))[-4000:])
-        lab.close()
-    print(f"vxlan ({time.monotonic() - started:.0f} s):")
-    for line in report:
-        print(f"  {line}")
-    if failures:
-        print(f"vxlan: {len(failures)} failure(s)")
-        for f in failures:
-            print(f"  - {f}")
-        sys.exit(1)
-    print("vxlan: all passed")
+    run_test("vxlan", PREFIX, run, report, failures)
 
 
 if __name__ == "__main__":
