@@ -121,6 +121,26 @@ pub enum Command {
     /// those given to --unhealthy); without, the running sluice answers.
     #[command(after_long_help = EXPLAIN_EXIT_STATUS)]
     Explain(ExplainArgs),
+    /// Check every path a client's packets take through the running sluice,
+    /// per service, backend and VIP: the next hop, the backend directly,
+    /// the VIP through the data path (encapsulated as clients' packets
+    /// are), the backend's own address through the tunnel when the VIP is
+    /// not answered, and full-size packets through the encapsulation. One
+    /// line per path, and under a failing one what is wrong and the fix.
+    #[command(after_long_help = DOCTOR_EXIT_STATUS)]
+    Doctor {
+        /// Control socket of the running sluice.
+        #[arg(long, value_name = "PATH", default_value = controlplane::control_socket::DEFAULT_PATH)]
+        control_socket: PathBuf,
+        /// The report as JSON: per path each check's outcome, reason and
+        /// detail, the problem and the hint.
+        #[arg(long)]
+        json: bool,
+        /// Give up (exit 2) when the report has not come within this many
+        /// seconds.
+        #[arg(long, value_name = "SECONDS", default_value = "180", value_parser = seconds)]
+        timeout: Duration,
+    },
     /// Validate configuration files; print every error; exit 2 on any.
     CheckConfig {
         /// Configuration files (TOML).
@@ -155,6 +175,11 @@ const EXPLAIN_EXIT_STATUS: &str = "Exit status: 0 when every packet was explaine
 not be asked or its answer is malformed; 2 when the question is refused: a malformed \
 flow or capture, a capture past the live limits, an unknown --port or --unhealthy \
 address, an invalid --config file.";
+
+/// `sluice doctor`'s exit statuses, in its long help and man page.
+const DOCTOR_EXIT_STATUS: &str = "Exit status: 0 when every path checked works; 1 when \
+one or more fail (each named with its hint); 2 when no report could be had (no running \
+sluice at the socket, not allowed, or no answer within --timeout).";
 
 #[derive(clap::Args, Debug)]
 pub struct ExplainArgs {

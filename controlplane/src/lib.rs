@@ -13,6 +13,7 @@ pub mod background;
 pub mod config;
 pub mod control;
 pub mod control_socket;
+pub mod doctor;
 pub mod dpdk_args;
 pub mod exception;
 pub mod explain;

@@ -51,6 +51,11 @@ fn main() -> ExitCode {
             if json { "status-json" } else { "status" },
             timeout,
         ),
+        Command::Doctor {
+            control_socket,
+            json,
+            timeout,
+        } => doctor(&control_socket, json, timeout),
         Command::Run {
             config,
             exit_on_idle,
@@ -183,6 +188,34 @@ fn ask(socket: &std::path::Path, request: &str, timeout: Duration) -> ExitCode {
         Err(e) => {
             controlplane::error!("sluice: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `sluice doctor`: the running sluice's report, as a table or JSON, and
+/// the exit status of its verdict.
+fn doctor(socket: &std::path::Path, json: bool, timeout: Duration) -> ExitCode {
+    let report = match controlplane::control_socket::request(socket, "doctor", timeout) {
+        Ok((true, text)) => serde_json::from_str::<controlplane::doctor::Report>(&text)
+            .map_err(|e| format!("sluice doctor: the running sluice's report is malformed: {e}")),
+        Ok((false, text)) => Err(text.trim_end().to_string()),
+        Err(e) => Err(format!("sluice doctor: {e}")),
+    };
+    match report {
+        Ok(report) => {
+            if json {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(t) => println!("{t}"),
+                    Err(e) => eprintln!("sluice doctor: {e}"),
+                }
+            } else {
+                print!("{}", controlplane::doctor::render::text(&report));
+            }
+            ExitCode::from(report.exit_status())
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
         }
     }
 }

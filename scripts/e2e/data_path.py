@@ -26,16 +26,15 @@ Round 2, the hosts changed under the running sluice:
 and new connections to both VIPs reach only b1, b2, b4, none failing.
 """
 
-import argparse
+import json
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import vxlan  # noqa: E402
 from checks import check, failures, wait_for  # noqa: E402
-from lab import APPLIANCE, APPLIANCE6, GATEWAY, METRICS, SUBNET6, VIP, VIP6, Lab  # noqa: E402
+from lab import APPLIANCE, APPLIANCE6, GATEWAY, METRICS, SUBNET6, VIP, VIP6, run_test  # noqa: E402
 
 PREFIX = "sld"
 BACKENDS = (1, 2, 3, 4)
@@ -207,6 +206,33 @@ def probe_failures(lab, backend, reason):
                and f'backend="{backend}"' in k and f'reason="{reason}"' in k)
 
 
+def doctor(lab, want, what):
+    """Runs `sluice doctor` (JSON and text) and checks each path's problem
+    against `want` ({(service, bN): problem or None}, services not named
+    are not checked) and the text's hints against their fragments."""
+    run = subprocess.run([lab.sluice_bin, "doctor", "--json", "--control-socket", lab.socket],
+                         capture_output=True, text=True, timeout=240)
+    try:
+        rows = json.loads(run.stdout)["rows"]
+    except (ValueError, KeyError) as e:
+        check(False, f"{what}: doctor's JSON: {e}: {run.stdout[:300]} {run.stderr[:300]}")
+        return ""
+    got = {(r["service"], name(lab, r["backend"])): r["problem"] for r in rows}
+    got = {k: v for k, v in got.items() if k[0] in {s for s, _ in want}}
+    report.append(f"{what}, doctor: " + ", ".join(
+        f"{s}/{b} {p or 'ok'}" for (s, b), p in sorted(got.items())))
+    wrong = [r for r in rows if (r["service"], name(lab, r["backend"])) in want
+             and want[(r["service"], name(lab, r["backend"]))] != r["problem"]]
+    check(got == want, f"{what}: doctor names {got} (want {want}); wrong rows: {wrong}")
+    failing = any(p is not None for p in want.values())
+    check(run.returncode == (1 if failing else 0),
+          f"{what}: doctor exits {run.returncode} (want {1 if failing else 0})")
+    text = subprocess.run([lab.sluice_bin, "doctor", "--control-socket", lab.socket],
+                          capture_output=True, text=True, timeout=240).stdout
+    print(text)
+    return text
+
+
 def round_one(lab):
     print("round 1: one misconfiguration per backend")
     for i in BACKENDS:
@@ -229,6 +255,16 @@ def round_one(lab):
     r = lab.client("spread", 20, 0.5)
     check(r["counts"] == {"b1": 20} and r["failures"] == 0,
           f"IPv4 VIP served by b1 alone: {r['counts']}, failures {r['failures']}")
+    text = doctor(lab, {
+        ("web", "b1"): None, ("web", "b2"): "tunnel_dropped",
+        ("web", "b3"): "vip_not_bound", ("web", "b4"): "tunnel_dropped",
+        ("web6", "b1"): None, ("web6", "b2"): "tunnel_dropped",
+        ("web6", "b3"): "vip_not_bound", ("web6", "b4"): "tunnel_dropped",
+        ("dns", "b1"): None, ("dns", "b4"): "tunnel_dropped",
+    }, "round 1")
+    for fragment in (f"ip addr add {VIP}/32 dev lo", f"ip addr add {VIP6}/128 dev lo",
+                     f"address {vxlan.VXLAN_MAC} type vxlan", "rp_filter"):
+        check(fragment in text, f"round 1: doctor's hints say `{fragment}`")
 
 
 def round_two(lab):
@@ -238,6 +274,10 @@ def round_two(lab):
     lab.run_in("b3", "ip", "addr", "add", f"{VIP}/32", "dev", "lo")
     lab.run_in("b3", "ip", "addr", "add", f"{VIP6}/128", "dev", "lo")
     lab._sysctl("b3", "net.ipv4.conf.all.rp_filter=1", "net.ipv4.conf.vx4.rp_filter=1")
+    # A link on the way to b2 (its switch port) below the tunnel's 1500
+    # bytes, b2's own interface left at 1500: full-size packets die on
+    # the way, small ones pass (the health checks', the clients').
+    lab.run_in("sw", "ip", "link", "set", "p-b2", "mtu", "1400")
     vxlan.add_vxlan_devices(lab, 4, vxlan.VXLAN_MAC)
     udp_responder(lab, 4, "0.0.0.0")
     good = {"b1": "healthy", "b2": "healthy", "b4": "healthy"}
@@ -256,39 +296,19 @@ def round_two(lab):
           f"IPv4: {CONNECTIONS} connections over b1, b2, b4 ({r4['counts']}), none failed")
     check(set(r6["counts"]) == {"b1", "b2", "b3", "b4"} and r6["failures"] == 0,
           f"IPv6: {CONNECTIONS} connections over all four ({r6['counts']}), none failed")
+    text = doctor(lab, {
+        ("web", "b1"): None, ("web", "b2"): "full_size_lost",
+        ("web", "b3"): "tunnel_dropped", ("web", "b4"): None,
+        ("web6", "b1"): None, ("web6", "b2"): "full_size_lost",
+        ("web6", "b3"): None, ("web6", "b4"): None,
+        ("dns", "b1"): None, ("dns", "b4"): "answers_from_backend_address",
+    }, "round 2")
+    for fragment in ("MTU", "Bind it to", "rp_filter"):
+        check(fragment in text, f"round 2: doctor's hints say `{fragment}`")
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sluice", help="binary (default target/debug/sluice)")
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("data_path: needs root (network namespaces)")
-    lab = Lab(workers=1, sluice=a.sluice and os.path.abspath(a.sluice), prefix=PREFIX)
-    if not os.access(lab.sluice_bin, os.X_OK):
-        sys.exit(f"data_path: {lab.sluice_bin} not built")
-    started = time.monotonic()
-    try:
-        lab.build()
-        round_one(lab)
-        round_two(lab)
-    except Exception as e:  # noqa: BLE001 — reported as a failure below
-        failures.append(f"data_path error: {e}")
-        print(f"  FAIL {e}")
-    finally:
-        if failures and lab.sluice is not None:
-            print("--- sluice log ---\n"
-                  + lab.sluice_output(getattr(lab, "sluice_log_start", 0))[-4000:])
-        lab.close()
-    print(f"data_path ({time.monotonic() - started:.0f} s):")
-    for line in report:
-        print(f"  {line}")
-    if failures:
-        print(f"data_path: {len(failures)} failure(s)")
-        for f in failures:
-            print(f"  - {f}")
-        sys.exit(1)
-    print("data_path: all passed")
+    run_test("data_path", PREFIX, lambda lab: (round_one(lab), round_two(lab)), report, failures)
 
 
 if __name__ == "__main__":

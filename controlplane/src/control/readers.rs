@@ -1,5 +1,6 @@
 //! What other threads answer from without the control thread (AP-5): the
-//! control socket's `status`, `status-json` and `explain` are rendered
+//! control socket's `status`, `status-json`, `explain` and `doctor` are
+//! rendered
 //! from the published snapshot and the shared view on the socket's own
 //! threads, so they are answered while the control thread is busy (a long
 //! reload) and never hold it up.
@@ -10,6 +11,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 use dataplane::worker::mailbox::ConntrackQuery;
+use sluice_core::probe_path::ProbeTable;
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
 
@@ -25,6 +27,7 @@ pub struct Readers {
     stats: Vec<Arc<CachePadded<WorkerStats>>>,
     path: Option<PathBuf>,
     mailboxes: Arc<Vec<Sender<ConntrackQuery>>>,
+    probes: Arc<ProbeTable>,
 }
 
 impl Controller {
@@ -38,6 +41,7 @@ impl Controller {
             stats: self.stats.clone(),
             path: self.path.clone(),
             mailboxes: Arc::clone(&self.mailboxes),
+            probes: Arc::clone(&self.probes),
         }
     }
 }
@@ -68,6 +72,22 @@ impl Answers for Readers {
         let cfg = view.config.ok_or("no configuration published yet")?;
         let ask = |frames: &[Vec<u8>]| ask_workers(&self.mailboxes, frames);
         crate::explain::live::answer(&cfg, self.cell.load(), view.reports, args, ask)
+    }
+
+    /// `sluice doctor`'s report: every path checked through the data path
+    /// the workers run now.
+    fn doctor(&self) -> Result<String, String> {
+        let cfg = self
+            .shared
+            .view()
+            .config
+            .ok_or("no configuration published yet")?;
+        let ctx = crate::health::data_socket::DataPathContext {
+            probes: Arc::clone(&self.probes),
+            snapshots: Arc::clone(&self.cell),
+        };
+        let report = crate::doctor::run(&cfg, &ctx);
+        serde_json::to_string(&report).map_err(|e| e.to_string())
     }
 }
 

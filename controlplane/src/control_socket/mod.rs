@@ -1,6 +1,6 @@
 //! The control socket (AP-5): a unix stream socket, one request per
-//! connection: `reload`, `status`, `status-json` or `explain …`
-//! (`crate::explain::live`). The reply's first line is `ok` or `error`;
+//! connection: `reload`, `status`, `status-json`, `explain …`
+//! (`crate::explain::live`) or `doctor` (`crate::doctor`, a JSON report). The reply's first line is `ok` or `error`;
 //! the rest is text for the operator.
 //!
 //! No client can wedge it (AP-5):
@@ -82,6 +82,8 @@ pub enum Request {
     Explain(String),
     /// `sluice status --json`.
     StatusJson,
+    /// `sluice doctor`: the paths checked, as JSON.
+    Doctor,
 }
 
 impl Request {
@@ -91,6 +93,7 @@ impl Request {
             "reload" => Request::Reload,
             "status" => Request::Status,
             "status-json" => Request::StatusJson,
+            "doctor" => Request::Doctor,
             l if l.starts_with("explain ") => Request::Explain(l["explain ".len()..].to_string()),
             other => {
                 let shown: String = other.chars().take(64).collect();
@@ -108,12 +111,15 @@ pub struct Reload {
 }
 
 /// What the socket answers from the published state, on its own threads
-/// (never the control thread's): `status`, `status-json`, `explain`.
+/// (never the control thread's): `status`, `status-json`, `explain`,
+/// `doctor`.
 pub trait Answers: Send + Sync + 'static {
     fn status(&self) -> String;
     fn status_json(&self) -> String;
     /// An explanation, or why the request cannot be answered.
     fn explain(&self, args: &str) -> Result<String, String>;
+    /// `sluice doctor`'s report (JSON), or why there is none.
+    fn doctor(&self) -> Result<String, String>;
 }
 
 #[cfg(test)]
@@ -125,6 +131,7 @@ mod tests {
         assert_eq!(Request::parse("status\n"), Ok(Request::Status));
         assert_eq!(Request::parse("status-json"), Ok(Request::StatusJson));
         assert_eq!(Request::parse(" reload "), Ok(Request::Reload));
+        assert_eq!(Request::parse("doctor\n"), Ok(Request::Doctor));
         assert_eq!(
             Request::parse("explain {\"flow\":1}"),
             Ok(Request::Explain("{\"flow\":1}".into()))

@@ -385,6 +385,7 @@ fn answer(request: Request, answers: &AnswerSlot, reloads: &Sender<Reload>) -> S
             a.explain(&args)
                 .map_err(|e| format!("sluice explain: {e}\n"))
         }),
+        Request::Doctor => rendered(&|a| a.doctor().map_err(|e| format!("sluice doctor: {e}\n"))),
     };
     match result {
         Ok(t) => format!("ok\n{t}"),
@@ -521,6 +522,9 @@ mod tests {
         }
         fn status_json(&self) -> String {
             "{}\n".into()
+        }
+        fn doctor(&self) -> Result<String, String> {
+            Err("not here".into())
         }
         fn explain(&self, _: &str) -> Result<String, String> {
             Err("no".into())

@@ -45,13 +45,15 @@ pub struct Resolved {
 }
 
 /// The backend at `backend` of the service whose rule takes `protocol`
-/// to `vip` port `port`, and how its probe leaves; None when the snapshot
-/// has no such backend, or its egress port no address of the VIP's family.
+/// to `vip` port `port`, and how a probe to `to` leaves; None when the
+/// snapshot has no such backend, or its egress port no address of `to`'s
+/// family.
 pub fn resolve(
     state: &ForwardingState,
     vip: SocketAddr,
     protocol: u8,
     backend: IpAddr,
+    to: IpAddr,
 ) -> Option<Resolved> {
     let rule = state
         .rules
@@ -64,7 +66,7 @@ pub fn resolve(
         .filter_map(|&id| state.backend(id))
         .find(|b| b.address == backend)?;
     let port = state.ports.get(usize::from(b.egress.port))?;
-    let source = match vip.ip() {
+    let source = match to {
         IpAddr::V4(_) => IpAddr::V4(port.ipv4?),
         IpAddr::V6(_) => IpAddr::V6(port.ipv6?),
     };
@@ -92,25 +94,45 @@ pub fn open(
     vip: SocketAddr,
     backend: IpAddr,
 ) -> io::Result<Option<Opened>> {
+    open_to(ctx, transport, vip, backend, vip, None)
+}
+
+/// [`open`], connecting to `to` instead of the VIP: the packets still
+/// travel encapsulated as `vip`'s service sends them to `backend`, with
+/// `to` as their inner destination (`sluice doctor` sends to the
+/// backend's own address this way, to tell a tunnel the backend drops
+/// from a VIP it does not hold). A stream's `mss`, when given, bounds the
+/// segments both ways (`TCP_MAXSEG` before the handshake).
+pub fn open_to(
+    ctx: &DataPathContext,
+    transport: Transport,
+    vip: SocketAddr,
+    backend: IpAddr,
+    to: SocketAddr,
+    mss: Option<u32>,
+) -> io::Result<Option<Opened>> {
     let (ty, protocol, proto) = match transport {
         Transport::Handshake | Transport::Stream => (Type::STREAM, Protocol::TCP, ProbeProto::Tcp),
         Transport::Datagram => (Type::DGRAM, Protocol::UDP, ProbeProto::Udp),
     };
     let ip_proto = if proto == ProbeProto::Tcp { TCP } else { UDP };
-    let Some(to) = resolve(&ctx.snapshots.load(), vip, ip_proto, backend) else {
+    let Some(via) = resolve(&ctx.snapshots.load(), vip, ip_proto, backend, to.ip()) else {
         return Ok(None);
     };
-    let socket = Socket::new(Domain::for_address(vip), ty, Some(protocol))?;
+    let socket = Socket::new(Domain::for_address(to), ty, Some(protocol))?;
     socket.set_nonblocking(true)?;
-    socket.set_mark(to.mark)?;
-    socket.bind(&SockAddr::from(SocketAddr::new(to.source, 0)))?;
+    socket.set_mark(via.mark)?;
+    if let (Some(mss), Type::STREAM) = (mss, ty) {
+        socket.set_mss(mss)?;
+    }
+    socket.bind(&SockAddr::from(SocketAddr::new(via.source, 0)))?;
     let port = socket
         .local_addr()?
         .as_socket()
         .map(|a| a.port())
         .ok_or_else(|| io::Error::other("probe socket without a local port"))?;
-    let ticket = ctx.probes.register(proto, port, to.backend);
-    match socket.connect(&SockAddr::from(vip)) {
+    let ticket = ctx.probes.register(proto, port, via.backend);
+    match socket.connect(&SockAddr::from(to)) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
         Err(e) => {
