@@ -148,6 +148,8 @@ fn explain_flows_known_answers() {
         "maglev slot:",
         "next hop:",
         "mtu:",
+        // HC-9: where a backend was chosen, the doctor checks its path.
+        "path:          `sluice doctor` checks this backend's path",
     ] {
         assert!(text.contains(line), "{line} in:\n{text}");
     }

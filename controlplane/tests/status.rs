@@ -231,3 +231,64 @@ fn sighup_reload_adds_a_backend() {
     );
     assert!(after.contains("reloads ok 1 failed 0"), "{after}");
 }
+
+/// HC-9's `sluice doctor` through the binary and its control socket: on a
+/// port without a TAP (net_null) no probe can take the data path, so the
+/// path fails with a named problem and a hint while the direct check
+/// against the loopback server passes, and the command exits 1; with no
+/// sluice at the socket it exits 2.
+#[test]
+fn doctor_names_the_broken_path_and_exits_by_its_verdict() {
+    let dir = tempdir("doctor");
+    let la = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = la.local_addr().unwrap().port();
+    let _a = target(la);
+    let metrics = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let cfg_path = dir.join("sluice.toml");
+    let one = r#"{ address = "127.0.0.1" }"#;
+    std::fs::write(&cfg_path, config(&dir, port, metrics, one)).unwrap();
+    let sock = dir.join("control.sock");
+    let run = RunningSluice::start(&cfg_path, &sock, 30);
+    run.wait_status("healthy", Duration::from_secs(10), |s| {
+        backend_line(s, "127.0.0.1").contains(" healthy")
+    });
+    let doctor = |json: bool| {
+        let mut args = vec!["doctor", "--control-socket", sock.to_str().unwrap()];
+        if json {
+            args.push("--json");
+        }
+        std::process::Command::new(sluice_bin())
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = doctor(true);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    let row = &rows[0];
+    assert_eq!(row["service"], "web");
+    assert_eq!(row["vip"], "203.0.113.10");
+    assert_eq!(row["port"], port);
+    assert_eq!(row["direct"]["outcome"], "pass", "{row}");
+    assert_ne!(row["to_vip"]["outcome"], "pass", "{row}");
+    assert!(row["problem"].is_string(), "{row}");
+    let text = doctor(false);
+    assert_eq!(text.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.starts_with("SERVICE"), "{text}");
+    assert!(text.contains("hint: "), "{text}");
+    assert!(text.contains("1 path(s) checked, 1 failing"), "{text}");
+    drop(run);
+    let gone = doctor(false);
+    assert_eq!(gone.status.code(), Some(2), "{gone:?}");
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("sluice doctor"),
+        "{gone:?}"
+    );
+}

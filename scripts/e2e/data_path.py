@@ -23,7 +23,15 @@ Round 2, the hosts changed under the running sluice:
       device: the appliance's address routes out eth0     -> no_answer
   b4  vxlan devices added: healthy for HTTP; its UDP server answers from
       its own address, not the VIP               -> answered_from_backend_address
+  b2  also: its switch port's MTU 1400, below the tunnel's 1500 bytes
+      (small packets pass: healthy)
 and new connections to both VIPs reach only b1, b2, b4, none failing.
+
+After each round `sluice doctor` names each broken path: round 1 b2
+tunnel_mismatch (IPv6 drops it too), b3 vip_not_bound, b4 tunnel_refused
+(its ICMP port unreachable for UDP 4789); round 2 b2 full_size_lost, b3
+reverse_path_filter (IPv4 only: b3's IPv6 path works), b4's UDP
+answers_from_backend_address; each with its hint, exit status 1.
 """
 
 import json
@@ -256,14 +264,15 @@ def round_one(lab):
     check(r["counts"] == {"b1": 20} and r["failures"] == 0,
           f"IPv4 VIP served by b1 alone: {r['counts']}, failures {r['failures']}")
     text = doctor(lab, {
-        ("web", "b1"): None, ("web", "b2"): "tunnel_dropped",
-        ("web", "b3"): "vip_not_bound", ("web", "b4"): "tunnel_dropped",
-        ("web6", "b1"): None, ("web6", "b2"): "tunnel_dropped",
-        ("web6", "b3"): "vip_not_bound", ("web6", "b4"): "tunnel_dropped",
-        ("dns", "b1"): None, ("dns", "b4"): "tunnel_dropped",
+        ("web", "b1"): None, ("web", "b2"): "tunnel_mismatch",
+        ("web", "b3"): "vip_not_bound", ("web", "b4"): "tunnel_refused",
+        ("web6", "b1"): None, ("web6", "b2"): "tunnel_mismatch",
+        ("web6", "b3"): "vip_not_bound", ("web6", "b4"): "tunnel_refused",
+        ("dns", "b1"): None, ("dns", "b4"): "tunnel_refused",
     }, "round 1")
     for fragment in (f"ip addr add {VIP}/32 dev lo", f"ip addr add {VIP6}/128 dev lo",
-                     f"address {vxlan.VXLAN_MAC} type vxlan", "rp_filter"):
+                     f"address {vxlan.VXLAN_MAC} type vxlan",
+                     f"MAC {vxlan.VXLAN_MAC} (vxlan_mac"):
         check(fragment in text, f"round 1: doctor's hints say `{fragment}`")
 
 
@@ -298,12 +307,12 @@ def round_two(lab):
           f"IPv6: {CONNECTIONS} connections over all four ({r6['counts']}), none failed")
     text = doctor(lab, {
         ("web", "b1"): None, ("web", "b2"): "full_size_lost",
-        ("web", "b3"): "tunnel_dropped", ("web", "b4"): None,
+        ("web", "b3"): "reverse_path_filter", ("web", "b4"): None,
         ("web6", "b1"): None, ("web6", "b2"): "full_size_lost",
         ("web6", "b3"): None, ("web6", "b4"): None,
         ("dns", "b1"): None, ("dns", "b4"): "answers_from_backend_address",
     }, "round 2")
-    for fragment in ("MTU", "Bind it to", "rp_filter"):
+    for fragment in ("MTU", "Bind it to", "net.ipv4.conf.all.rp_filter=2"):
         check(fragment in text, f"round 2: doctor's hints say `{fragment}`")
 
 

@@ -12,7 +12,8 @@
 //!   answered from the VIP, and the answer returns to the appliance;
 //! - **to backend**: when the VIP is not answered, the same through the
 //!   tunnel to the backend's own address tells a tunnel the backend drops
-//!   from a VIP it does not hold;
+//!   from a VIP it does not hold, and an ICMP error about the tunnel
+//!   (`refusals`) a backend without a decapsulation device;
 //! - **full size**: on the VIP's connection, full-size segments through
 //!   the encapsulation are acknowledged (MTU headroom).
 //!
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 mod diagnosis;
 mod plan;
 mod probe;
+mod refusals;
 pub mod render;
 
 pub use diagnosis::Problem;
@@ -155,15 +157,21 @@ pub fn run(cfg: &Config, ctx: &DataPathContext) -> Report {
     let state = ctx.snapshots.load();
     let (targets, unchecked) = plan::targets(cfg, &state, MAX_ROWS);
     drop(state);
+    let refusals = refusals::Listener::start();
     let mut rows = Vec::with_capacity(targets.len());
     for chunk in targets.chunks(PARALLEL_ROWS) {
         std::thread::scope(|s| {
             let running: Vec<_> = chunk
                 .iter()
-                .map(|t| s.spawn(|| probe::check_row(t, ctx)))
+                .map(|t| s.spawn(|| (t.clone(), probe::check_row(t, ctx, &refusals))))
                 .collect();
             rows.extend(running.into_iter().filter_map(|h| h.join().ok()));
         });
     }
-    Report { rows, unchecked }
+    refusals.stop();
+    diagnosis::refine(&mut rows);
+    Report {
+        rows: rows.into_iter().map(|(_, r)| r).collect(),
+        unchecked,
+    }
 }

@@ -15,6 +15,7 @@ use socket2::Socket;
 
 use super::diagnosis::{diagnose, Facts};
 use super::plan::{Speech, Target};
+use super::refusals::{self, Listener};
 use super::{Check, Row, ANSWER_WAIT, FULL_SIZE_WAIT};
 use crate::health::data_path::{timeout_reason, PathReport};
 use crate::health::data_socket::{self, DataPathContext};
@@ -25,7 +26,7 @@ use crate::health::driver::Transport;
 const LINGER: Duration = Duration::from_secs(2);
 
 /// Checks one row.
-pub(super) fn check_row(t: &Target, ctx: &DataPathContext) -> Row {
+pub(super) fn check_row(t: &Target, ctx: &DataPathContext, refusals: &Listener) -> Row {
     let mut tickets = Vec::new();
     let next_hop = match (&t.port, t.next_hop_mac) {
         (None, _) => Check::fail(
@@ -35,7 +36,10 @@ pub(super) fn check_row(t: &Target, ctx: &DataPathContext) -> Row {
         (Some(p), Some(mac)) => Check::pass(format!("{} on {}", mac_text(mac), p.name)),
         (Some(p), None) => Check::fail("unresolved", format!("unresolved on {}", p.name)),
     };
-    let direct = direct(t);
+    let direct = match t.mute {
+        Some(why) => Check::skipped(why),
+        None => direct(t),
+    };
     let (to_vip, full_size) = if let Some(why) = t.mute {
         (Check::skipped(why), Check::skipped(why))
     } else {
@@ -51,7 +55,24 @@ pub(super) fn check_row(t: &Target, ctx: &DataPathContext) -> Row {
         Check::skipped("not needed")
     } else {
         let own = SocketAddr::new(t.backend, t.vip.port());
-        through(t, ctx, own, &mut tickets).check
+        let check = through(t, ctx, own, &mut tickets).check;
+        let refused = refusals
+            .refused(t.backend)
+            .into_iter()
+            .find(|&r| refusals::is_tunnel(t.encapsulation, r));
+        match refused {
+            Some(r) if check.reason() == Some("no_answer") => Check::fail(
+                "tunnel_refused",
+                match r.port {
+                    Some(port) => format!("{} answers UDP {port} with port unreachable", t.backend),
+                    None => format!(
+                        "{} answers IP protocol {} with protocol unreachable",
+                        t.backend, r.protocol
+                    ),
+                },
+            ),
+            _ => check,
+        }
     };
     let facts = Facts {
         target: t,

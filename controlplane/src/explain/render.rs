@@ -430,6 +430,13 @@ pub fn text(ex: &Explainer<'_>, e: &Explanation) -> String {
             s(&v["egress_port"])
         );
         let _ = writeln!(o, "mtu:           {}", s(&v["mtu"]));
+        // What explain shows is the appliance's decision; whether the
+        // backend takes the packet and answers is the doctor's to check.
+        let _ = writeln!(
+            o,
+            "path:          `sluice doctor` checks this backend's path (tunnel, VIP on \
+             the backend, answer, MTU)"
+        );
     } else if !v["mtu"].is_null() {
         let _ = writeln!(o, "mtu:           {}", s(&v["mtu"]));
     }

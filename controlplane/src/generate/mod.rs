@@ -80,10 +80,10 @@ const SLUICE_1_SECTIONS: &str = r#".SH "EXIT STATUS"
 success; for \fBrun\fR, a stop by a signal, \-\-duration or \-\-exit\-on\-idle
 .TP
 \fB1\fR
-the command failed: \fBrun\fR could not start or stopped on an error (the log says which, with a hint), a running sluice could not be asked
+the command failed: \fBrun\fR could not start or stopped on an error (the log says which, with a hint), a running sluice could not be asked; for \fBdoctor\fR, a path checked fails (the report names it, with its hint)
 .TP
 \fB2\fR
-the configuration file or the question is invalid (every error is printed, with its file, line, field and fix); under systemd such a start is not retried (RestartPreventExitStatus=2)
+the configuration file or the question is invalid (every error is printed, with its file, line, field and fix); under systemd such a start is not retried (RestartPreventExitStatus=2); for \fBdoctor\fR, no report could be had
 .SH ENVIRONMENT
 .TP
 \fBSLUICE_LOG\fR
@@ -113,7 +113,7 @@ the configuration (\fBsluice.toml\fR(5))
 the unit's environment (SLUICE_LOG)
 .TP
 /run/sluice/sluice.sock
-the control socket of \fBreload\fR, \fBstatus\fR and \fBexplain\fR
+the control socket of \fBreload\fR, \fBstatus\fR, \fBexplain\fR and \fBdoctor\fR
 .TP
 /run/sluice/conntrack.handoff
 the connections a stopping sluice hands to the next start
@@ -121,7 +121,7 @@ the connections a stopping sluice hands to the next start
 /run/dpdk/sluice
 EAL's runtime directory under the unit's \-\-file\-prefix sluice (dpdk\-dumpcap and dpdk\-telemetry.py attach there)
 .SH "SEE ALSO"
-\fBsluice.toml\fR(5), \fBsluice\-run\fR(1), \fBsluice\-status\fR(1), \fBsluice\-explain\fR(1), \fBdpdk\-dumpcap\fR(1), \fBbird\fR(8), \fBsystemd.service\fR(5); /usr/share/doc/sluice/ (operations.md, deployment.md, configuration.md, scale\-out.md)
+\fBsluice.toml\fR(5), \fBsluice\-run\fR(1), \fBsluice\-status\fR(1), \fBsluice\-explain\fR(1), \fBsluice\-doctor\fR(1), \fBdpdk\-dumpcap\fR(1), \fBbird\fR(8), \fBsystemd.service\fR(5); /usr/share/doc/sluice/ (operations.md, deployment.md, configuration.md, scale\-out.md)
 "#;
 
 /// The command line without its hidden subcommands (`generate`), which
