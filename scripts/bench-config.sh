@@ -136,6 +136,7 @@ $metrics
 [[backend_service]]
 name = "web"
 encapsulation = "$ENCAP"
+$([ "$ENCAP" = vxlan ] && echo 'vxlan_mac = "02:5c:00:00:00:2a"')
 backend = [
   { address = "198.18.0.10", mac = "02:00:00:00:00:10"$(bench_quic_id 0) },
   { address = "198.18.0.11", mac = "02:00:00:00:00:11"$(bench_quic_id 1) },

@@ -88,6 +88,7 @@
 # TRAFFIC=tcp (default) | syn | udp | drop, as in bench-throughput.sh; the
 # traffic, devices and configuration are scripts/bench-config.sh's.
 # SLUICE_BIN: the binary (default target/release/sluice, built here).
+# ENCAP: the services' encapsulation (default gre; vxlan gets a vxlan_mac).
 # KEEP=1: the work directory (callgrind files, metrics) is kept and named.
 # Last line: burst_instructions_per_packet=X driver_instructions_per_packet=Y
 #   packets=N burst_self_per_packet=Z thread_total_per_packet=T
@@ -127,7 +128,7 @@ if [ "$HARNESS" = ring ]; then
   export FEEDER_WAIT=${FEEDER_WAIT:-300} FEEDER_SLOW=${FEEDER_SLOW:-1}
   FILE_PREFIX=bench-instr-$$
 fi
-NOHUGE=$NOHUGE ENCAP=gre CT_CAPACITY=131072 METRICS_LISTEN="" FILE_PREFIX=${FILE_PREFIX:-} \
+NOHUGE=$NOHUGE ENCAP=${ENCAP:-gre} CT_CAPACITY=131072 METRICS_LISTEN="" FILE_PREFIX=${FILE_PREFIX:-} \
   bench_config "$work/bench.toml"
 
 # Callgrind's format: `fn=(id) name` opens a function's records (the name

@@ -153,14 +153,18 @@ fn mentioned(path: &Path) -> BTreeSet<String> {
 /// the kernel's drops only for a `net_af_packet` port (scripts/e2e/suite.py);
 /// invalid weight headers only for a `WEIGHTED_MAGLEV` service (the
 /// exposition's tests; here the service is `MAGLEV`, see
-/// `weight_header_is_counted_only_where_weights_are_used`).
-static CONDITIONAL: [&Family; 6] = [
+/// `weight_header_is_counted_only_where_weights_are_used`); the
+/// data-path families only under a `path = "data"` check (the
+/// exposition's tests, and live scripts/e2e/data_path.py).
+static CONDITIONAL: [&Family; 8] = [
     &catalog::VIP_ANNOUNCED,
     &catalog::VIP_SERVABLE,
     &catalog::HANDOFF_CONNECTIONS,
     &catalog::HANDOFF_GAP_SECONDS,
     &catalog::PORT_KERNEL_DROPS,
     &catalog::BACKEND_WEIGHT_HEADER_INVALID,
+    &catalog::BACKEND_DATA_PATH_HEALTHY,
+    &catalog::BACKEND_DATA_PATH_FAILURES,
 ];
 
 #[test]

@@ -260,6 +260,14 @@ def round_one(lab):
     expect(lab, {"web": broken, "web6": broken6,
                  "dns": {"b1": "healthy", "b4": "no_answer"},
                  "plain": all_healthy}, "round 1")
+    m = lab.metrics(quiet=True)
+
+    def path_up(svc, b, vip):
+        return m.get(f'sluice_backend_data_path_healthy{{backend="{b}",service="{svc}",vip="{vip}"}}')
+    up = (path_up("web", lab.backend_ip(1), VIP), path_up("web", lab.backend_ip(3), VIP),
+          path_up("dns", lab.backend_ip(4), VIP))
+    report.append(f"round 1, sluice_backend_data_path_healthy web b1, web b3, dns b4: {up}")
+    check(up == (1, 0, 0), f"round 1: per-VIP data-path series {up} (want (1, 0, 0))")
     r = lab.client("spread", 20, 0.5)
     check(r["counts"] == {"b1": 20} and r["failures"] == 0,
           f"IPv4 VIP served by b1 alone: {r['counts']}, failures {r['failures']}")

@@ -159,6 +159,12 @@ families! {
          are not exported.";
     BACKEND_PROBE_LATENCY_SECONDS: Histogram "sluice_backend_probe_latency_seconds" ["service", "backend"]
         "Probe latency (timeouts included).";
+    BACKEND_DATA_PATH_HEALTHY: Gauge "sluice_backend_data_path_healthy" ["service", "backend", "vip"]
+        "Under a data-path check (path = \"data\"): 1 while the probe through this VIP passes, \
+         0 while it fails; the backend is healthy while every VIP's passes.";
+    BACKEND_DATA_PATH_FAILURES: Counter "sluice_backend_data_path_failures_total" ["service", "backend", "vip", "reason"]
+        "Under a data-path check: failed probes through this VIP by reason (no_answer, \
+         answered_from_backend_address, ...); reasons never seen are not exported.";
 
     // Per service, rule and VIP (`exposition/services.rs`, `rules.rs`,
     // `vips.rs`).

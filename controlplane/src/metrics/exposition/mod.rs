@@ -16,6 +16,7 @@
 //! the backends, and one log line says so when the choice changes.
 
 mod backends;
+mod data_paths;
 mod rows;
 mod rules;
 mod services;
@@ -142,6 +143,8 @@ static SECTIONS: &[Section] = &[
     backends::health_probes,
     backends::health_failures,
     backends::health_latency,
+    data_paths::data_path_healthy,
+    data_paths::data_path_failures,
     services::service_packets,
     services::service_bytes,
     services::service_connections,

@@ -35,6 +35,11 @@ address = "192.0.2.2/24"
 name = "http"
 type = "HTTP"
 port = 8080
+[[health_check]]
+name = "through-the-vip"
+type = "TCP"
+port = 8080
+path = "data"
 [[backend_service]]
 name = "web"
 health_check = "http"
@@ -51,7 +56,13 @@ backend = [
 [[backend_service]]
 name = "one"
 maglev_table_size = 251
+health_check = "through-the-vip"
 backend = [{{ address = "198.51.100.9", mac = "02:00:00:00:01:09" }}]
+[[forwarding_rule]]
+name = "one"
+vip = "203.0.113.20"
+ports = "8080"
+backend_service = "one"
 [[forwarding_rule]]
 name = "web"
 vip = "203.0.113.10"
@@ -85,6 +96,14 @@ fn sources(limit: Option<usize>) -> MetricsSources {
         st.latency_sum = 0.25 * k as f64;
         health.insert(probe_key(hc, b.address), st);
     }
+    // The data-path check of "one": its backend through its one VIP.
+    let data = &cfg.health_checks[1];
+    let mut st = ProbeStatus::new(InitialState::Healthy);
+    st.failures[FailureReason::NoAnswer.index()] = 4;
+    let vip = "203.0.113.20".parse().unwrap();
+    let route = crate::health::Route::Data { vip };
+    let one = cfg.backend_services[2].backends[0].address;
+    health.insert(crate::health::probe_key_via(data, one, route), st);
     let (snap, reports) = build_forwarding_state_with(
         &cfg,
         &[[2, 0, 0, 0, 0, 1]],
@@ -325,6 +344,7 @@ fn families_without_rows_are_left_out() {
     let mut full = sources(None);
     let mut cfg = (*full.control.as_ref().unwrap().view().config.unwrap()).clone();
     std::sync::Arc::make_mut(&mut cfg.backend_services[0]).health_check = None;
+    std::sync::Arc::make_mut(&mut cfg.backend_services[2]).health_check = None;
     let view = View {
         config: Some(Arc::new(cfg)),
         ..full.control.as_ref().unwrap().view()
@@ -335,6 +355,7 @@ fn families_without_rows_are_left_out() {
     let text = render(&full, None);
     assert!(!text.contains("sluice_backend_healthy"), "{text}");
     assert!(!text.contains("sluice_backend_probe"), "{text}");
+    assert!(!text.contains("sluice_backend_data_path"), "{text}");
     assert!(text.contains("# TYPE sluice_backend_packets_total counter"));
     assert!(text.contains("# TYPE sluice_rule_packets_total counter"));
     assert_no_empty_or_repeated_family(&text);
@@ -500,4 +521,25 @@ fn render_sums_two_workers() {
         .filter(|l| l.starts_with("sluice_dropped_packets_total{"))
         .count();
     assert_eq!(reasons, DropReason::COUNT, "every reason, zeros included");
+}
+
+/// HC-9: under a data-path check, each VIP's probe of each backend is a
+/// series of its own, with its failures by reason; direct checks have
+/// none.
+#[test]
+fn hc_9_data_path_probes_are_exported_per_vip() {
+    let text = render(&sources(None), None);
+    assert!(
+        text.contains(
+            "sluice_backend_data_path_healthy{backend=\"198.51.100.9\",service=\"one\",vip=\"203.0.113.20\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "sluice_backend_data_path_failures_total{backend=\"198.51.100.9\",reason=\"no_answer\",service=\"one\",vip=\"203.0.113.20\"} 4"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("service=\"web\",vip="), "{text}");
 }
