@@ -45,7 +45,9 @@ pub(super) fn check_row(t: &Target, ctx: &DataPathContext, refusals: &Listener) 
     } else {
         let vip = through(t, ctx, t.vip, &mut tickets);
         let full = match (vip.open, &t.speech) {
-            (Some(socket), Speech::Tcp) => full_size(t, ctx, socket, &vip.ticket),
+            (Some(socket), Speech::Tcp) => {
+                full_size(t, ctx, socket, &vip.ticket, || refusals.too_big(t.backend))
+            }
             (_, Speech::Udp { .. }) => Check::skipped("UDP: nothing acknowledges a datagram"),
             (None, Speech::Tcp) => Check::skipped("the VIP's connection did not come up"),
         };
@@ -280,7 +282,13 @@ fn receive(s: &Socket) -> io::Result<Vec<u8>> {
 /// On the VIP's connection: full-size segments, which the backend must
 /// acknowledge within [`FULL_SIZE_WAIT`] (the connection aborts with
 /// ETIMEDOUT when they are not: `TCP_USER_TIMEOUT`).
-fn full_size(t: &Target, ctx: &DataPathContext, s: Socket, ticket: &Option<Ticket>) -> Check {
+fn full_size(
+    t: &Target,
+    ctx: &DataPathContext,
+    s: Socket,
+    ticket: &Option<Ticket>,
+    router_mtu: impl Fn() -> Option<u32>,
+) -> Check {
     let run = || -> io::Result<(u32, bool)> {
         s.set_nonblocking(false)?;
         s.set_tcp_user_timeout(Some(Duration::from_millis(1000)))?;
@@ -331,10 +339,13 @@ fn full_size(t: &Target, ctx: &DataPathContext, s: Socket, ticket: &Option<Ticke
                     ),
                 )
             } else {
+                let ptb = router_mtu().map_or(String::new(), |m| {
+                    format!("; a router on the way answered with ICMP too-big, MTU {m}")
+                });
                 Check::fail(
                     "lost",
                     format!(
-                        "{} bytes encapsulated ({} inside) never acknowledged",
+                        "{} bytes encapsulated ({} inside) never acknowledged{ptb}",
                         outer(mss),
                         inner(mss)
                     ),
