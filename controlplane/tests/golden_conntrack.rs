@@ -190,8 +190,8 @@ fn check_new_connections(out: &[(&'static str, u16)], m: &BTreeMap<String, u64>)
 
 /// Two workers, one flow → one shard (AP-1, CT-3): net_pcap gives one RX
 /// queue per `rx_pcap` file and cannot hash on addresses, so sluice steers
-/// each tracked packet to the worker owning its address pair
-/// (`sluice_core::steering`). Each client's flows arrive on both queues
+/// each tracked packet to the worker owning its connection (its 5-tuple:
+/// `sluice_core::steering::owner_of_key`). Each client's flows arrive on both queues
 /// (SYNs on one, ACKs on the other); every flow must still be inserted once
 /// and hit once, in its owner's shard, and exactly the packets that arrived
 /// at the other worker are steered.
@@ -208,8 +208,8 @@ fn two_workers_one_flow_one_shard_by_steering() {
         out
     };
     // Queue 0 (worker 0) gets client 1's SYNs and client 2's ACKs; queue 1
-    // the reverse. Ownership is by address pair, so each client's flows
-    // live in one shard whichever queue their packets came in on.
+    // the reverse. Ownership is by 5-tuple, so each flow lives in one
+    // shard whichever queue its packets came in on.
     let mut a = Vec::new();
     let mut b = Vec::new();
     for (c, n) in [(1u8, 20u16), (2, 30)] {

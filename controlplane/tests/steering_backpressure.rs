@@ -70,19 +70,19 @@ fn tcp(c: u8, sport: u16) -> Vec<u8> {
 #[test]
 fn ap_1_full_steering_ring_holds_the_sender_back_without_loss() {
     let dir = tempdir("steering_backpressure");
-    // Clients that worker 1 owns: queue 0's packets all cross to it.
-    let clients: Vec<u8> = (1..=250u8)
-        .filter(|&c| steering_owner(&tcp(c, 1), 2) == 1)
-        .take(16)
-        .collect();
-    assert!(clients.len() >= 8, "too few clients owned by worker 1");
+    // Connections (client, source port) that worker 1 owns: queue 0's
+    // packets all cross to it.
     let frames = |offset: u16| -> Vec<Vec<u8>> {
+        let owned: Vec<(u8, u16)> = (1..=64u8)
+            .flat_map(|c| (0..64).map(move |p| (c, offset + p)))
+            .filter(|&(c, p)| steering_owner(&tcp(c, p), 2) == 1)
+            .take(1024)
+            .collect();
+        assert!(owned.len() >= 512, "too few connections owned by worker 1");
         (0..PER_QUEUE)
             .map(|i| {
-                tcp(
-                    clients[i % clients.len()],
-                    offset + (i / clients.len()) as u16 % 64,
-                )
+                let (c, p) = owned[i % owned.len()];
+                tcp(c, p)
             })
             .collect()
     };

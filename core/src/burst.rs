@@ -393,8 +393,9 @@ fn stage_one_out_of_line(
 }
 
 /// The worker a packet goes to, or [`NO_STEER`] when it stays here: a
-/// tracked packet belongs to the owner of its address pair; an ICMP error
-/// (HA-4) to the owner of the flow it quotes; untracked packets stay.
+/// tracked packet belongs to the owner of its tracking key (its 5-tuple,
+/// or its address pair: `steering::owner_of_key`); an ICMP error (HA-4)
+/// to the owner of the flow it quotes; untracked packets stay.
 #[inline]
 fn steer_target(
     frame: &[u8],
@@ -404,16 +405,37 @@ fn steer_target(
     s: SteerFor,
 ) -> u16 {
     let owner = match (slot.keyed, stage) {
-        (Keyed::Lane, _) => Some(steering::owner(frame, &slot.lane.layout(), s.workers)),
-        (_, Stage::Balance(b)) if b.tracked => Some(steering::owner(frame, &b.layout, s.workers)),
-        (_, Stage::Balance(b)) if b.icmp_error => icmp_error::flow_addresses(frame, state)
-            .map(|(src, dst)| steering::owner_of(src, dst, s.workers)),
+        (Keyed::Lane | Keyed::StagedTracked, _) => {
+            Some(steering::owner_of_key(&slot.tracked.key, s.workers))
+        }
+        // A QUIC-LB packet: its key, if it falls back to one, is built in
+        // stage 2 (`Balance::keyed_in_stage_one`).
+        (_, Stage::Balance(b)) if b.tracked => unkeyed_owner(frame, b, state, s.workers),
+        (_, Stage::Balance(b)) if b.icmp_error => {
+            icmp_error::flow_key(frame, b, state).map(|key| steering::owner_of_key(&key, s.workers))
+        }
         _ => None,
     };
     match owner {
         Some(o) if o != s.index => o as u16,
         _ => NO_STEER,
     }
+}
+
+/// The owner of a tracked packet whose key stage 1 did not write: the
+/// key built from the frame as stage 2 would.
+#[cold]
+#[inline(never)]
+fn unkeyed_owner(
+    frame: &[u8],
+    b: &Balance,
+    state: &ForwardingState,
+    workers: usize,
+) -> Option<usize> {
+    let addrs = crate::conntrack::Addrs::from_frame(frame, &b.layout)?;
+    let service = state.service(b.service)?;
+    crate::conntrack::session::tracking_key(&b.meta, &addrs, b.service, service)
+        .map(|key| steering::owner_of_key(&key, workers))
 }
 
 impl BurstStages {

@@ -142,9 +142,22 @@ pub(crate) fn backend(
     }
 }
 
-/// Steering (one flow, one shard): the client and VIP addresses of the
-/// flow a steered ICMP error quotes, so it meets that flow's shard.
+/// Steering (one flow, one shard): the tracking key of the flow a steered
+/// ICMP error quotes, so that it meets that flow's shard; an untracked
+/// flow's 3-tuple key, owned by its address pair as an untracked flow's
+/// fragments are.
 #[cold]
-pub(crate) fn flow_addresses(frame: &[u8], state: &ForwardingState) -> Option<(IpAddr, IpAddr)> {
-    quoted_flow_of_frame(frame, state).map(|(_, f)| (f.src, f.dst))
+pub(crate) fn flow_key(
+    frame: &[u8],
+    b: &Balance,
+    state: &ForwardingState,
+) -> Option<conntrack::TrackKey> {
+    let (_, flow) = quoted_flow_of_frame(frame, state)?;
+    let service = state.service(b.service)?;
+    let meta = PacketMeta::of(&flow);
+    let addrs = Addrs::new(flow.src, flow.dst);
+    conntrack::session::tracking_key(&meta, &addrs, b.service, service).or_else(|| {
+        let kind = crate::flow::TupleKind::Three;
+        Some(conntrack::TrackKey::new(kind, &addrs, &meta, b.service))
+    })
 }

@@ -217,6 +217,14 @@ def case_accounting(lab):
         inn = m.get('sluice_steered_packets_total{direction="in"}', 0)
         report.append(f"steered between workers: out {int(out)} in {int(inn)}")
         check(out > 0 and out == inn, f"software steering moved packets: out {out} = in {inn}")
+        # AP-1: the one client address's connections are owned by their
+        # 5-tuples, so every worker holds a share of them.
+        entries = [m.get(f'sluice_conntrack_entries{{worker="{w}"}}', 0)
+                   for w in range(lab.workers)]
+        mean = sum(entries) / len(entries)
+        report.append(f"conntrack entries per worker (one client address): {entries}")
+        check(mean > 0 and all(abs(e - mean) <= 0.15 * mean for e in entries),
+              f"one client address's connections spread over the workers within ±15 %: {entries}")
     resolved = {k: v for k, v in m.items() if k.startswith("sluice_backend_next_hop_resolved")}
     check(len(resolved) >= 8 and all(v == 1 for v in resolved.values()),
           f"every backend's next hop resolved through the kernel ({len(resolved)} gauges)")

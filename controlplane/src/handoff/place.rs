@@ -81,9 +81,9 @@ pub fn collect(shards: &[ShardOut], state: &ForwardingState, stamp: Stamp) -> Ha
 /// Which worker's shard an entry belongs in.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Owners {
-    /// Chosen from the address pair in software (`sluice_core::steering`),
-    /// or the only worker.
-    ByAddresses { workers: usize },
+    /// Chosen from the tracking key in software
+    /// (`sluice_core::steering::owner_of_key`), or the only worker.
+    ByKey { workers: usize },
     /// The NIC's RSS decides, with a key and table this process does not
     /// read: a copy in every shard (the copies no packet reaches expire
     /// after their idle timeout).
@@ -154,7 +154,7 @@ pub fn place(
         .collect();
     let backends = backend_ids(file, &services, state);
     let workers = match owners {
-        Owners::ByAddresses { workers } | Owners::Every { workers } => workers.max(1),
+        Owners::ByKey { workers } | Owners::Every { workers } => workers.max(1),
     };
     let mut placed = Placed {
         per_worker: vec![Vec::new(); workers],
@@ -165,12 +165,8 @@ pub fn place(
             Ok(e) => {
                 placed.taken += 1;
                 match owners {
-                    Owners::ByAddresses { .. } => {
-                        let w = sluice_core::steering::owner_of(
-                            e.key.src_ip(),
-                            e.key.dst_ip(),
-                            workers,
-                        );
+                    Owners::ByKey { .. } => {
+                        let w = sluice_core::steering::owner_of_key(&e.key, workers);
                         placed.per_worker[w].push(e);
                     }
                     Owners::Every { .. } => placed.per_worker.iter_mut().for_each(|s| s.push(e)),

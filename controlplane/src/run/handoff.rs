@@ -47,7 +47,7 @@ pub fn config_identity(config_path: Option<&Path>) -> String {
 /// Which shard an entry goes to on these ports with `workers` workers.
 pub fn owners(ports: &[Port], workers: usize) -> Owners {
     if workers <= 1 || ports.iter().all(|p| !p.keeps_address_pairs_on_one_queue()) {
-        Owners::ByAddresses { workers }
+        Owners::ByKey { workers }
     } else {
         Owners::Every { workers }
     }

@@ -126,7 +126,7 @@ fn entries_come_back_under_the_next_process_ids() {
         &new,
         Millis(1_000_000),
         2_000,
-        Owners::ByAddresses { workers: 2 },
+        Owners::ByKey { workers: 2 },
     );
     assert_eq!(placed.taken, 10);
     assert_eq!(placed.dropped, Dropped::default());
@@ -142,10 +142,7 @@ fn entries_come_back_under_the_next_process_ids() {
     // Each in the shard its owner uses.
     for (w, shard) in placed.per_worker.iter().enumerate() {
         for e in shard {
-            assert_eq!(
-                sluice_core::steering::owner_of(e.key.src_ip(), e.key.dst_ip(), 2),
-                w
-            );
+            assert_eq!(sluice_core::steering::owner_of_key(&e.key, 2), w);
         }
     }
 }
@@ -200,7 +197,7 @@ fn connections_that_lost_their_meaning_are_counted_by_reason() {
         &new,
         Millis(500_000),
         10_000,
-        Owners::ByAddresses { workers: 1 },
+        Owners::ByKey { workers: 1 },
     );
     assert_eq!(placed.taken, 1);
     assert_eq!(
@@ -221,7 +218,7 @@ fn connections_that_lost_their_meaning_are_counted_by_reason() {
         &new,
         Millis(500_000),
         10_000,
-        Owners::ByAddresses { workers: 1 },
+        Owners::ByKey { workers: 1 },
     );
     assert_eq!(placed.dropped.service_gone, 1);
 }
