@@ -18,7 +18,9 @@
 //! general path's own lookup would have done before finding the key
 //! absent, which it then does.
 
+use crate::backend::BackendState;
 use crate::conntrack::{policy, Shard, Tracked};
+use crate::encap;
 use crate::fast_path;
 use crate::ids::BackendId;
 use crate::packet::PacketBuf;
@@ -98,16 +100,48 @@ fn forward_found<P: PacketBuf>(
     if !keep {
         return None;
     }
-    let header = state.outer_headers.get(id)?;
-    let hash = if header.takes_flow_hash() {
+    let port = match state.outer_headers.get(id) {
+        Some(header) => {
+            let hash = if header.takes_flow_hash() {
+                flow_hash(pkt.data(), service)
+            } else {
+                0
+            };
+            if !header.apply(pkt, layout, hash) {
+                return None;
+            }
+            header.port
+        }
+        None => encapsulate_unbuilt(pkt, layout, service, backend, state, flow_hash)?,
+    };
+    shard.counters.hits += 1;
+    shard.touch(slot, now, service.tracking.idle_timeout_ms);
+    Some((port, id))
+}
+
+/// A backend without a prebuilt outer header (VXLAN's headers are longer
+/// than the ones kept; a tunnel over IPv6): the encapsulation the general
+/// path runs, here, instead of that path deciding the packet again. None,
+/// with the packet untouched, for what the general path handles itself
+/// (beyond the MTU, next hop unresolved). Its egress port.
+#[inline(never)]
+fn encapsulate_unbuilt<P: PacketBuf>(
+    pkt: &mut P,
+    layout: &L3Layout,
+    service: &ServiceState,
+    backend: &BackendState,
+    state: &ForwardingState,
+    flow_hash: impl FnOnce(&[u8], &ServiceState) -> u64,
+) -> Option<u16> {
+    let port = state.ports.get(usize::from(backend.egress.port))?;
+    let encap = service.encapsulation;
+    // A UDP tunnel's source port and an IPv6 outer header's flow label
+    // come from the flow hash; nothing else reads it.
+    let hash = if encap.takes_flow_hash(backend.address) {
         flow_hash(pkt.data(), service)
     } else {
         0
     };
-    if !header.apply(pkt, layout, hash) {
-        return None;
-    }
-    shard.counters.hits += 1;
-    shard.touch(slot, now, service.tracking.idle_timeout_ms);
-    Some((header.port, id))
+    encap::encapsulate(pkt, *layout, encap, backend, port, hash).ok()?;
+    Some(backend.egress.port)
 }

@@ -16,6 +16,7 @@ use common::*;
 use proptest::prelude::*;
 use sluice_core::burst::{BurstStages, Outcome};
 use sluice_core::conntrack::Shard;
+use sluice_core::encap::{Encapsulation, Vxlan};
 use sluice_core::fast_path::classify_ipv4_into;
 use sluice_core::fragment::FragmentIds;
 use sluice_core::ids::BackendId;
@@ -84,12 +85,27 @@ fn change() -> impl Strategy<Value = Change> {
         })
 }
 
-fn base() -> ForwardingState {
+/// The snapshot the flows open on. `headers`: 0, the outer headers built
+/// as the control plane builds them (L2 and GRE: every lane packet copies
+/// one); 1, none built (the lane encapsulates as the general path does,
+/// `established::encapsulate_unbuilt`); 2, the GRE service turned VXLAN,
+/// whose headers are never prebuilt.
+fn base(headers: u8) -> ForwardingState {
     let mut st = state();
     for s in &mut st.services {
         s.tracking.idle_timeout_ms = 1_000;
+        if headers == 2 && s.encapsulation.is_tunnel() {
+            s.encapsulation = Encapsulation::Vxlan(Vxlan {
+                port: 4789,
+                vni: 42,
+                mac: [0x02, 0x5c, 0, 0, 0, 0x2a],
+            });
+        }
     }
-    st.outer_headers = st.build_outer_headers();
+    st.outer_headers = match headers {
+        1 => st.backends.iter().map(|_| None).collect(),
+        _ => st.build_outer_headers(),
+    };
     st
 }
 
@@ -216,18 +232,20 @@ proptest! {
 
     /// CT-1, CT-3, CT-5, CT-7, CT-8, CT-10, CT-11: the lane forwards only
     /// what the general path forwards the same way, through any change of
-    /// the snapshot under established flows.
+    /// the snapshot under established flows, with and without prebuilt
+    /// outer headers.
     #[test]
     fn established_lane_agrees_with_general_stage_2(
         flows in prop::collection::vec((1..6u8, 1000..1006u16, 0..3u8), 1..24),
         flags in prop::collection::vec(0..4usize, 24),
         c in change(),
+        headers in 0..3u8,
     ) {
         let flows: Vec<Flow> = flows
             .into_iter()
             .map(|(client, sport, kind)| Flow { client, sport, kind })
             .collect();
-        let st = base();
+        let st = base(headers);
         let (mut staged, mut reference) = (ctx(), ctx());
         let mut stages = BurstStages::default();
         // Open: SYN, then ACK (completes the half-open entry).
@@ -288,7 +306,7 @@ proptest! {
             1..4,
         ),
     ) {
-        let st = base();
+        let st = base(0);
         let mut stages = BurstStages::default();
         let (mut staged, mut reference) = (ctx(), ctx());
         for burst in &bursts {

@@ -124,6 +124,14 @@ impl Encapsulation {
         dispatch!(map self, |t| t.configure(&mut value))
     }
 
+    /// Whether delivering to `backend` reads the packet's flow hash: a UDP
+    /// tunnel's source port, an IPv6 outer header's flow label.
+    #[inline]
+    pub(crate) fn takes_flow_hash(self, backend: IpAddr) -> bool {
+        self.is_tunnel()
+            && (backend.is_ipv6() || matches!(self.carrier(), Some(Carrier::Udp { .. })))
+    }
+
     /// Whether it is a tunnel: an outer IP header, sourced from an egress
     /// port address of the backend's family, rather than layer-2 DSR.
     pub fn is_tunnel(self) -> bool {
