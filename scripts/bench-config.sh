@@ -2,8 +2,10 @@
 # the traffic, the devices and the sluice configuration the two harnesses
 # share, so that their figures are of the same setup.
 #
-# bench_traffic: from TRAFFIC (tcp, syn, udp, drop, or quic, quic-four-pass
-#   and quic-single-pass: UDP to :443 routed by QUIC-LB connection IDs; see
+# bench_traffic: from TRAFFIC (tcp; tcp-one-client: established TCP from
+#   one client address, up to 60,000 flows; syn, udp, drop; or quic,
+#   quic-four-pass and quic-single-pass: UDP to :443 routed by QUIC-LB
+#   connection IDs; see
 #   bench-throughput.sh) sets GEN_FLAG (pktgen's flag), RULE_PROTO,
 #   RULE_PORT, DST (the VIP, or for drop an address nothing owns) and
 #   COUNTED (the metric the packets are counted by: transmitted on the
@@ -57,13 +59,14 @@
 bench_traffic() {
   case "$TRAFFIC" in
     tcp) GEN_FLAG=""; RULE_PROTO=TCP; RULE_PORT=80 ;;
+    tcp-one-client) GEN_FLAG="--one-client"; RULE_PROTO=TCP; RULE_PORT=80 ;;
     syn) GEN_FLAG="--syn"; RULE_PROTO=TCP; RULE_PORT=80 ;;
     udp|drop) GEN_FLAG="--udp"; RULE_PROTO=UDP; RULE_PORT=53 ;;
     quic|quic-four-pass|quic-single-pass)
       QUIC_CONFIG=${TRAFFIC#quic-}
       [ "$QUIC_CONFIG" = quic ] && QUIC_CONFIG=plain
       GEN_FLAG="--quic=$QUIC_CONFIG"; RULE_PROTO=UDP; RULE_PORT=443 ;;
-    *) echo "TRAFFIC must be tcp, syn, udp, drop, quic, quic-four-pass or quic-single-pass" >&2; exit 2 ;;
+    *) echo "TRAFFIC must be tcp, tcp-one-client, syn, udp, drop, quic, quic-four-pass or quic-single-pass" >&2; exit 2 ;;
   esac
   DST=203.0.113.10
   COUNTED='sluice_port_tx_packets_total{port="backends"}'
@@ -84,8 +87,8 @@ bench_flows() {
   $pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG 2>/dev/null
   RX_DEV="net_pcap0,rx_pcap=$work/flows.pcap,infinite_rx=1"
   if [ "${WORKERS:-1}" = 2 ]; then
-    # One RX queue per worker, each with the flows that worker owns (as
-    # RSS on the address pair would spread them): nothing is steered.
+    # One RX queue per worker, each with the flows that worker owns (by
+    # 5-tuple, as software steering owns them): nothing is steered.
     $pktgen "$FLOWS" "$work/flows.pcap" "$DST" 02:00:00:00:00:01 $GEN_FLAG \
       --queues=2 2>/dev/null
     RX_DEV="net_pcap0,rx_pcap=$work/flows-0.pcap,rx_pcap=$work/flows-1.pcap,infinite_rx=1"

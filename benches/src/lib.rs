@@ -36,6 +36,25 @@ pub fn tcp_flow_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6], flags_syn: bool) 
     out
 }
 
+/// The one client of `pktgen --one-client`: every flow from this address,
+/// told apart by its source port alone (at most 60,000 flows).
+pub const ONE_CLIENT: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
+/// [`tcp_flow_frame`] from [`ONE_CLIENT`]: a carrier-grade NAT's or a
+/// proxy's connections, which only their ports tell apart.
+pub fn tcp_one_client_frame(i: u32, vip: Ipv4Addr, dst_mac: [u8; 6]) -> Vec<u8> {
+    let sport = 1024 + (i % 60_000) as u16;
+    let mut out = Vec::with_capacity(64);
+    PacketBuilder::ethernet2([0x02, 0, 0, 0, 0xee, 0x01], dst_mac)
+        .ipv4(ONE_CLIENT.octets(), vip.octets(), 64)
+        .tcp(sport, 80, i.wrapping_mul(2_654_435_761), 65535)
+        .ack(1)
+        .write(&mut out, &[])
+        .expect("writing to a Vec cannot fail");
+    out.resize(60, 0);
+    out
+}
+
 /// A 64-byte UDP datagram of flow `i` to vip:53 (same clients as
 /// [`tcp_flow_frame`]). Under session affinity NONE, UDP is not tracked
 /// (CT-4), so this traffic measures the stateless path.

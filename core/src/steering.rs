@@ -61,6 +61,27 @@ pub fn owner_of_key(key: &TrackKey, workers: usize) -> usize {
     }
 }
 
+/// [`owner_of_key`] of the 5-tuple key of a TCP or unfragmented UDP flow
+/// (the key under NONE or CLIENT_IP_PORT_PROTO affinity), from its parts:
+/// for tools that split traffic as the workers own it.
+pub fn owner_of_five_tuple(
+    src: std::net::IpAddr,
+    dst: std::net::IpAddr,
+    protocol: u8,
+    ports: crate::wire::Ports,
+    workers: usize,
+) -> usize {
+    let meta = crate::conntrack::PacketMeta {
+        proto: protocol,
+        tcp_flags: 0,
+        fragmented: false,
+        ports: Some(ports),
+    };
+    let addrs = crate::conntrack::Addrs::new(src, dst);
+    let key = TrackKey::new(TupleKind::Five, &addrs, &meta, crate::ids::ServiceId(0));
+    owner_of_key(&key, workers)
+}
+
 /// The worker (0..workers) that owns every packet between these addresses
 /// whose key is not a 5-tuple.
 // Public for core/tests/icmp.rs and controlplane/tests.

@@ -1,13 +1,15 @@
-//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG] [--queues=N]`:
+//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG|--one-client] [--queues=N]`:
 //! writes one 64-byte TCP (or UDP) packet per distinct flow, for the
 //! throughput harness and the demo. `--quic=plain|four-pass|single-pass`:
 //! UDP to port 443 carrying a QUIC 1-RTT packet whose QUIC-LB connection ID
 //! names one of the benchmark service's three backends
-//! (`sluice_benches::QUIC_BENCH_CONFIGS`).
+//! (`sluice_benches::QUIC_BENCH_CONFIGS`). `--one-client`: established
+//! TCP from one client address, up to 60,000 flows told apart by port.
 //! `--queues=N` also writes OUT.pcap's flows split by the worker of N that
-//! owns each (`sluice_core::steering::owner_of`, what software steering
-//! uses) into OUT-0.pcap … OUT-(N-1).pcap: one RX queue each, as RSS on
-//! the address pair would give them, so no packet is steered.
+//! owns each (`sluice_core::steering::owner_of_five_tuple`, what software
+//! steering uses for a TCP or UDP flow under NONE affinity) into
+//! OUT-0.pcap … OUT-(N-1).pcap: one RX queue each, so no packet is
+//! steered.
 
 use std::io::BufWriter;
 use std::net::Ipv4Addr;
@@ -15,10 +17,12 @@ use std::net::Ipv4Addr;
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage =
-        "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG] [--queues=N]";
+        "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG|--one-client] \
+         [--queues=N]";
     let positional: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let syn = args.iter().any(|a| a == "--syn");
     let udp = args.iter().any(|a| a == "--udp");
+    let one_client = args.iter().any(|a| a == "--one-client");
     let quic = args.iter().find_map(|a| a.strip_prefix("--quic="));
     if let Some(config) = quic {
         if sluice_benches::quic_flow_frame(0, Ipv4Addr::LOCALHOST, [0; 6], config).is_none() {
@@ -51,6 +55,8 @@ fn main() -> std::io::Result<()> {
             sluice_benches::quic_flow_frame(i, vip, mac, config).unwrap_or_default()
         } else if udp {
             sluice_benches::udp_flow_frame(i, vip, mac)
+        } else if one_client {
+            sluice_benches::tcp_one_client_frame(i, vip, mac)
         } else {
             sluice_benches::tcp_flow_frame(i, vip, mac, syn)
         }
@@ -71,17 +77,18 @@ fn main() -> std::io::Result<()> {
     Ok(())
 }
 
-/// The worker of `workers` owning an untagged IPv4 frame's address pair.
+/// The worker of `workers` owning an untagged IPv4 frame's flow: its
+/// 5-tuple's owner (TCP, and UDP, which the benchmarks send unfragmented).
 fn owner(frame: &[u8], workers: usize) -> Option<usize> {
-    let addr = |at: usize| -> Option<Ipv4Addr> {
-        let b: [u8; 4] = frame.get(at..at + 4)?.try_into().ok()?;
-        Some(Ipv4Addr::from(b))
+    let Ok(sluice_core::wire::Parsed::Ip(ip)) = sluice_core::wire::parse(frame) else {
+        return None;
     };
-    // Ethernet (14 bytes), then the IPv4 source at 12 and destination at 16.
-    let (src, dst) = (addr(14 + 12)?, addr(14 + 16)?);
-    Some(sluice_core::steering::owner_of(
-        src.into(),
-        dst.into(),
+    let ports = ip.ports?;
+    Some(sluice_core::steering::owner_of_five_tuple(
+        ip.src,
+        ip.dst,
+        ip.protocol,
+        ports,
         workers,
     ))
 }

@@ -250,32 +250,18 @@ pub fn parse_metrics(text: &str) -> BTreeMap<String, u64> {
 /// The worker (of `workers`) that software steering gives this frame to:
 /// the library's own choice, so tests predict it rather than restate it.
 pub fn steering_owner(frame: &[u8], workers: usize) -> usize {
-    use sluice_core::conntrack::{Addrs, PacketMeta, TrackKey};
-    use sluice_core::flow::tuple_kind;
     let Ok(sluice_core::wire::Parsed::Ip(ip)) = sluice_core::wire::parse(frame) else {
         panic!("test frame does not parse")
     };
-    // The key under affinity NONE and connection tracking (every test
-    // service tracks so): a 5-tuple for TCP and unfragmented UDP.
-    let meta = PacketMeta {
-        proto: ip.protocol,
-        tcp_flags: ip.tcp_flags,
-        fragmented: ip.fragment.is_fragmented(),
-        ports: ip.ports,
-    };
-    let kind = tuple_kind(
-        sluice_core::affinity::SessionAffinity::None,
-        ip.protocol,
-        ip.ports.is_some(),
-        meta.fragmented,
-    );
-    let key = TrackKey::new(
-        kind,
-        &Addrs::new(ip.src, ip.dst),
-        &meta,
-        sluice_core::ids::ServiceId(0),
-    );
-    sluice_core::steering::owner_of_key(&key, workers)
+    // The key under affinity NONE with connection tracking (every test
+    // service tracks so): a 5-tuple for TCP and unfragmented UDP, else the
+    // address pair.
+    match ip.ports {
+        Some(ports) if !ip.fragment.is_fragmented() => {
+            sluice_core::steering::owner_of_five_tuple(ip.src, ip.dst, ip.protocol, ports, workers)
+        }
+        _ => sluice_core::steering::owner_of(ip.src, ip.dst, workers),
+    }
 }
 
 /// Whether `frame` (untagged or 802.1Q-tagged) is an ICMP echo reply from
