@@ -396,25 +396,20 @@ fn udp_verdict(reply: &[u8], response: Option<&[u8]>, from: IpAddr) -> Check {
 
 /// What the workers saw of a probe, in words.
 fn seen_text(s: Seen) -> String {
-    let mut parts = Vec::new();
-    if s.sent {
-        parts.push("sent");
-    }
-    if s.not_sent {
-        parts.push("not sent (see sluice_dropped_packets_total)");
-    }
-    if s.too_big {
-        parts.push("beyond the port's MTU");
-    }
-    if s.answer_from_vip {
-        parts.push("an answer from the VIP");
-    }
-    if s.answer_from_backend {
-        parts.push("an answer from the backend's own address");
-    }
-    if s.answer_from_other {
-        parts.push("an answer from another address");
-    }
+    let parts: Vec<&str> = [
+        (s.sent, "sent"),
+        (s.not_sent, "not sent (see sluice_dropped_packets_total)"),
+        (s.too_big, "beyond the port's MTU"),
+        (s.answer_from_vip, "an answer from the VIP"),
+        (
+            s.answer_from_backend,
+            "an answer from the backend's own address",
+        ),
+        (s.answer_from_other, "an answer from another address"),
+    ]
+    .into_iter()
+    .filter_map(|(seen, words)| seen.then_some(words))
+    .collect();
     if parts.is_empty() {
         "nothing reached the workers".into()
     } else {

@@ -106,15 +106,22 @@ pub(super) fn backend_next_hop(
 }
 
 /// A configured backend with a health check and its probe's status.
-struct Checked<'a> {
-    svc: &'a BackendServiceConfig,
-    backend: &'a BackendConfig,
-    status: &'a ProbeStatus,
+pub(super) struct Checked<'a> {
+    pub svc: &'a BackendServiceConfig,
+    pub backend: &'a BackendConfig,
+    /// The status deciding its health (`health::backend_status`).
+    pub status: &'a ProbeStatus,
+    pub check: &'a HealthCheckConfig,
+    /// Every probe's status, for the ones of a data-path check's VIPs.
+    pub probes: &'a crate::health::ProbeStatuses,
+    /// The VIPs its data-path check probes through (none for a direct
+    /// check).
+    pub vips: &'a [std::net::IpAddr],
 }
 
 /// Calls `row` for each health-checked backend of the running
 /// configuration that has a probe status, from the cursor on.
-fn checked_backends(
+pub(super) fn checked_backends(
     cx: &Context<'_>,
     cur: &mut Cursor,
     out: &mut Vec<u8>,
@@ -146,6 +153,9 @@ fn checked_backends(
                     svc,
                     backend,
                     status,
+                    check,
+                    probes: &view.health,
+                    vips: cfg.probe_vips.get(cur.i).map_or(&[], Vec::as_slice),
                 };
                 row(&mut rows, &c);
             }

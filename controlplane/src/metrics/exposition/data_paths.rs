@@ -2,8 +2,7 @@
 //! backend's health is its VIPs' probes together, so an operator whose
 //! backend went unhealthy reads here which VIP's path broke, and why.
 
-use std::net::IpAddr;
-
+use super::backends::checked_backends;
 use super::rows::{Context, Cursor, Rows};
 use super::text::{Label, Value};
 use crate::config::CheckPath;
@@ -21,45 +20,22 @@ fn data_path_probes(
     family: &'static Family,
     mut row: impl FnMut(&mut Rows<'_>, [Label<'_>; 3], &ProbeStatus),
 ) -> bool {
-    let Some((view, cfg)) = cx.view.and_then(|v| Some((v, v.config.as_ref()?))) else {
-        return true;
-    };
-    if !cx.per_backend || view.health.is_empty() {
-        return true;
-    }
-    let mut rows = Rows {
-        out,
-        family,
-        started: &mut cur.started,
-    };
-    while let Some(svc) = cfg.backend_services.get(cur.i) {
-        let check = svc
-            .health_check
-            .and_then(|i| cfg.health_checks.get(i))
-            .filter(|h| h.path == CheckPath::Data);
-        let vips: &[IpAddr] = cfg.probe_vips.get(cur.i).map_or(&[], Vec::as_slice);
-        while let Some(backend) = check.and_then(|_| svc.backends.get(cur.j)) {
-            if rows.out.len() >= budget {
-                return false;
-            }
-            cur.j += 1;
-            let Some(check) = check else { break };
-            for &vip in vips {
-                let key = probe_key_via(check, backend.address, Route::Data { vip });
-                if let Some(status) = view.health.get(&key) {
-                    let labels = [
-                        Label::Text(&svc.name),
-                        Label::Ip(backend.address),
-                        Label::Ip(vip),
-                    ];
-                    row(&mut rows, labels, status);
-                }
+    checked_backends(cx, cur, out, budget, family, |rows, c| {
+        if c.check.path != CheckPath::Data {
+            return;
+        }
+        for &vip in c.vips {
+            let key = probe_key_via(c.check, c.backend.address, Route::Data { vip });
+            if let Some(status) = c.probes.get(&key) {
+                let labels = [
+                    Label::Text(&c.svc.name),
+                    Label::Ip(c.backend.address),
+                    Label::Ip(vip),
+                ];
+                row(rows, labels, status);
             }
         }
-        cur.i += 1;
-        cur.j = 0;
-    }
-    true
+    })
 }
 
 pub(super) fn data_path_healthy(
