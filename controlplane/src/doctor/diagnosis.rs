@@ -97,8 +97,8 @@ pub(super) struct Facts<'a> {
 /// works but a direct check would not).
 pub(super) fn diagnose(f: &Facts<'_>) -> (Option<Problem>, Option<String>) {
     let t = f.target;
-    if t.mute.is_some() {
-        return (None, None);
+    if let Some(why) = t.mute {
+        return (None, Some(format!("not checked: {why}")));
     }
     let problem = if !f.next_hop.passed() && f.next_hop.reason() == Some("unresolved") {
         Some(Problem::NextHopUnresolved)

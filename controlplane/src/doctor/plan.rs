@@ -111,7 +111,7 @@ fn paths(cfg: &Config, si: usize, check: Option<(&ProbeKind, u16)>) -> Vec<Path>
     }
     if out.is_empty() {
         for r in &rules {
-            let vip = SocketAddr::new(r.vip, r.ports.first.max(1));
+            let vip = SocketAddr::new(r.vip, r.ports.first);
             let (speech, mute) = match r.protocol {
                 RuleProtocol::Udp => (
                     Speech::Udp {
@@ -121,6 +121,10 @@ fn paths(cfg: &Config, si: usize, check: Option<(&ProbeKind, u16)>) -> Vec<Path>
                     Some(
                         "a UDP rule and no UDP health check: nothing known that the server answers",
                     ),
+                ),
+                _ if r.ports.is_all() => (
+                    Speech::Tcp,
+                    Some("the rule takes every port and no health check names one to check"),
                 ),
                 RuleProtocol::Tcp | RuleProtocol::L3Default => (Speech::Tcp, None),
             };
