@@ -286,6 +286,25 @@ fn cases() -> Vec<Case> {
             hint: "did you mean \"geneve\"? use one of \"l2\", \"gre\", \"ipip\", \"gue\", \"geneve\", \"vxlan\"",
         },
         Case {
+            name: "fragments: an unknown value",
+            text: replace("name = \"web\"\n", "name = \"web\"\nfragments = \"FOLLOW_FLOW\"\n"),
+            at_line_with: "fragments",
+            path: "backend_service \"web\".fragments",
+            message: "unknown value \"FOLLOW_FLOW\"",
+            hint: "did you mean \"follow_flow\"? use one of \"three_tuple\", \"follow_flow\"",
+        },
+        Case {
+            name: "fragments = follow_flow where flows hash without ports",
+            text: replace(
+                "name = \"web\"\n",
+                "name = \"web\"\nsession_affinity = \"CLIENT_IP\"\nfragments = \"follow_flow\"\n",
+            ),
+            at_line_with: "fragments",
+            path: "backend_service \"web\".fragments",
+            message: "fragments = \"follow_flow\" under session_affinity CLIENT_IP",
+            hint: "use session_affinity NONE or CLIENT_IP_PORT_PROTO",
+        },
+        Case {
             name: "vxlan without vxlan_mac (no default: the backends' device MAC)",
             text: replace("name = \"web\"\n", "name = \"web\"\nencapsulation = \"vxlan\"\n"),
             at_line_with: "encapsulation",

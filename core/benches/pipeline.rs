@@ -88,6 +88,7 @@ fn state(
             tracking: Default::default(),
             draining_timeout_ms: 0,
             drain_on_failover: true,
+            follow_fragments: false,
             pool_epoch: 0,
             backends: ids,
             quic_lb: None,

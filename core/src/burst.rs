@@ -414,6 +414,12 @@ fn steer_target(
         (_, Stage::Balance(b)) if b.icmp_error => {
             icmp_error::flow_key(frame, b, state).map(|key| steering::owner_of_key(&key, s.workers))
         }
+        // A `follow_flow` fragment: every fragment of its datagram meets
+        // the one table that learns the datagram's ports.
+        (_, Stage::Balance(b)) if b.meta.fragmented => state
+            .service(b.service)
+            .filter(|svc| pipeline::follows_flow(svc, &b.meta))
+            .map(|_| steering::owner(frame, &b.layout, s.workers)),
         _ => None,
     };
     match owner {

@@ -64,6 +64,17 @@ drop_reasons! {
     /// it would need more than `fragment::MAX_FRAGMENTS` fragments, or the
     /// outer packet would pass 65,535 bytes (AP-3).
     MtuExceeded => "mtu_exceeded",
+    /// `fragments = "follow_flow"`: a first fragment of a datagram whose
+    /// first fragment was seen with other ports (its start rewritten: an
+    /// overlap).
+    FragmentOverlap => "fragment_overlap",
+    /// `fragments = "follow_flow"`: a later fragment held for its
+    /// datagram's first fragment, which did not come within
+    /// `fragment_flows::HOLD_MS`.
+    FragmentUnplaced => "fragment_unplaced",
+    /// `fragments = "follow_flow"`: a later fragment before its first one
+    /// while the worker already holds `fragment_flows::HELD` of them.
+    FragmentHoldFull => "fragment_hold_full",
     /// A data-path health probe's packet came from the kernel through the
     /// TAP of another port than its backend's egress port (a reload moved
     /// the backend while the probe ran); the probe fails and runs again.

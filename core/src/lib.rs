@@ -20,6 +20,7 @@ pub mod explain;
 pub mod fast_path;
 pub mod flow;
 pub mod fragment;
+pub mod fragment_flows;
 pub mod handoff;
 pub mod hash;
 mod icmp;

@@ -29,6 +29,7 @@ use crate::established;
 use crate::fast_path::LastRule;
 use crate::flow::packet_hash_seeded;
 use crate::fragment::{self, FragmentIds};
+use crate::fragment_flows::{self, FragmentFlows, Placement};
 use crate::icmp;
 use crate::icmp_error;
 use crate::packet::PacketBuf;
@@ -40,7 +41,7 @@ pub use crate::stage::{Stage, Verdict};
 use crate::stats::RuleCounters;
 use crate::time::Millis;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
-use crate::wire::proto::{ICMPV6, UDP};
+use crate::wire::proto::{ICMPV6, TCP, UDP};
 use crate::wire::{self, IpInfo, L3Layout, Parsed};
 
 /// Worker-local state the pipeline may read and update.
@@ -62,6 +63,9 @@ pub struct PipelineCtx {
     pub opened: bool,
     /// Packets of QUIC-LB services routed by connection ID or not.
     pub quic_lb: QuicLbCounts,
+    /// The datagrams of `follow_flow` services whose first fragment this
+    /// worker saw.
+    pub fragments: FragmentFlows,
 }
 
 impl PipelineCtx {
@@ -75,6 +79,7 @@ impl PipelineCtx {
             fragment_ids: FragmentIds::default(),
             opened: false,
             quic_lb: QuicLbCounts::default(),
+            fragments: FragmentFlows::new(),
         }
     }
 }
@@ -241,7 +246,10 @@ fn classify_inner(
     // no backend to send to, which is what the counter says.
     let service = state.service(rule.service).ok_or(DropReason::NoBackend)?;
     let hash = packet_hash_seeded(state.flow_seed, &ip, service.affinity);
-    let tracked = conntrack::policy::trackable(ip.protocol, service.affinity);
+    // A `follow_flow` service's fragments are placed by their flow's hash
+    // in stage 2 (`fragment_flows`), not tracked as a 3-tuple.
+    let tracked = conntrack::policy::trackable(ip.protocol, service.affinity)
+        && !follows_flow(service, &PacketMeta::of(&ip));
     let quic = ip.protocol == UDP && !ip.fragment.is_fragmented() && service.quic_lb.is_some();
     let quic = if quic {
         QuicAt::at(ip.l4_offset + wire::udp::HEADER_LEN)
@@ -260,6 +268,13 @@ fn classify_inner(
         icmp_error: false,
         quic,
     }))
+}
+
+/// Whether a packet of `service` is a fragment placed by its flow
+/// (`fragments = "follow_flow"`, TCP and UDP).
+#[inline(always)]
+pub(crate) fn follows_flow(service: &ServiceState, meta: &PacketMeta) -> bool {
+    service.follow_fragments && meta.fragmented && (meta.proto == TCP || meta.proto == UDP)
 }
 
 /// Stage 1 of a tracked packet the general path classified: the conntrack
@@ -385,6 +400,27 @@ fn deliver_inner<P: PacketBuf>(
     ctx: &mut PipelineCtx,
 ) -> Result<Verdict, DropReason> {
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
+    let placed;
+    let b = if follows_flow(service, &b.meta) {
+        let seed = state.flow_seed;
+        match fragment_flows::place(
+            pkt.data(),
+            b,
+            service.affinity,
+            seed,
+            &mut ctx.fragments,
+            ctx.now,
+        ) {
+            Placement::Hash(hash) => {
+                placed = Balance { hash, ..*b };
+                &placed
+            }
+            Placement::Hold => return Ok(Verdict::Hold),
+            Placement::Refused(reason) => return Err(reason),
+        }
+    } else {
+        b
+    };
     // CT-2: an untracked packet of a service without zonal tables is hashed
     // onto its one table: no addresses to read back, no shard to consult.
     let selected = if b.icmp_error {

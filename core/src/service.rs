@@ -77,6 +77,10 @@ pub struct ServiceState {
     pub draining_timeout_ms: u64,
     /// CT-11: when false, a pool flip invalidates every entry of the service.
     pub drain_on_failover: bool,
+    /// `fragments = "follow_flow"`: a TCP or UDP datagram's fragments go
+    /// where its 5-tuple hashes, the ports learnt from its first fragment
+    /// (`crate::fragment_flows`), instead of HA-2's 3-tuple.
+    pub follow_fragments: bool,
     /// Incremented by the control plane at every primary↔failover flip.
     pub pool_epoch: u32,
     /// `tables[0]`: clients in no zone (or zonal affinity off);
@@ -156,6 +160,7 @@ mod tests {
             tracking: ConnectionTracking::default(),
             draining_timeout_ms: 0,
             drain_on_failover: true,
+            follow_fragments: false,
             pool_epoch: 0,
             tables: vec![t(0), t(1), t(2)],
             backends: vec![],

@@ -179,6 +179,7 @@ mod tests {
                         tracking: ConnectionTracking::default(),
                         draining_timeout_ms: 0,
                         drain_on_failover: true,
+                        follow_fragments: false,
                         pool_epoch: i as u32,
                         tables: vec![],
                         backends: vec![],

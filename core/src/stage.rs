@@ -34,6 +34,11 @@ pub enum Verdict {
     Reply,
     /// Drop and count under the reason.
     Drop(DropReason),
+    /// `fragments = "follow_flow"`: a later fragment whose datagram's
+    /// first fragment this worker has not seen yet. The worker keeps it
+    /// (at most `fragment_flows::HELD`) and decides it again once a first
+    /// fragment is learnt, or drops it after `fragment_flows::HOLD_MS`.
+    Hold,
 }
 
 /// The first stage's outcome for one packet.

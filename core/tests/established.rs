@@ -182,6 +182,7 @@ fn ctx() -> PipelineCtx {
         fragment_ids: FragmentIds::for_worker(0),
         opened: false,
         quic_lb: Default::default(),
+        fragments: Default::default(),
     }
 }
 

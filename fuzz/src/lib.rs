@@ -53,6 +53,7 @@ pub fn state(mtu: u16) -> ForwardingState {
             tracking: Default::default(),
             draining_timeout_ms: 0,
             drain_on_failover: true,
+            follow_fragments: false,
             pool_epoch: 0,
             backends: vec![BackendId(0), BackendId(1)],
             // The GRE and GUE services route QUIC by connection ID; GUE's

@@ -387,6 +387,29 @@ impl std::fmt::Debug for QuicLbKey {
     }
 }
 
+/// `fragments`: where the fragments of a TCP or UDP datagram go.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Fragments {
+    /// HA-2: by the 3-tuple hash, as every fragment carries it.
+    #[default]
+    ThreeTuple,
+    /// Where the datagram's 5-tuple hashes, as its unfragmented packets
+    /// go, the ports learnt from its first fragment.
+    FollowFlow,
+}
+
+impl Fragments {
+    pub const ALL: [Fragments; 2] = [Fragments::ThreeTuple, Fragments::FollowFlow];
+
+    /// Its value in the configuration.
+    pub fn config_name(self) -> &'static str {
+        match self {
+            Fragments::ThreeTuple => "three_tuple",
+            Fragments::FollowFlow => "follow_flow",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackendServiceConfig {
     pub name: String,
@@ -394,6 +417,9 @@ pub struct BackendServiceConfig {
     /// A prime, 251 ≤ M ≤ 655373, default 65537 (MG-1).
     pub maglev_table_size: u32,
     pub session_affinity: SessionAffinity,
+    /// Where a TCP or UDP datagram's fragments go (HA-2's default, or
+    /// with their flow).
+    pub fragments: Fragments,
     /// Index into [`Config::health_checks`].
     pub health_check: Option<usize>,
     pub locality_lb_policy: LocalityLbPolicy,

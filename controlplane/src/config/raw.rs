@@ -110,6 +110,7 @@ pub(crate) struct RawService {
     pub vxlan_mac: Option<S<String>>,
     pub maglev_table_size: Option<S<i64>>,
     pub session_affinity: Option<S<String>>,
+    pub fragments: Option<S<String>>,
     pub health_check: Option<S<String>>,
     pub locality_lb_policy: Option<S<String>>,
     pub connection_draining_timeout: Option<S<String>>,

@@ -93,6 +93,7 @@ fn service(
             })
         })
         .unwrap_or_default();
+    let fragments = fragments(cx, s, session_affinity, &at);
     let health_check = s.health_check.as_ref().and_then(|h| {
         let found = names.hc_index.get(h.get_ref().as_str()).copied();
         if found.is_none() {
@@ -149,6 +150,7 @@ fn service(
         encapsulation,
         maglev_table_size,
         session_affinity,
+        fragments,
         health_check,
         locality_lb_policy,
         connection_draining_timeout,
@@ -158,6 +160,41 @@ fn service(
         backends,
         quic_lb: quic.configs,
     }
+}
+
+/// `fragments`: `three_tuple` (HA-2, the default) or `follow_flow`, which
+/// only changes anything where a flow hashes its 5-tuple (NONE,
+/// CLIENT_IP_PORT_PROTO): under the other affinities every fragment
+/// already hashes as its flow does.
+fn fragments(cx: &mut Ctx<'_>, s: &RawService, affinity: SessionAffinity, at: &str) -> Fragments {
+    let Some(v) = s.fragments.as_ref() else {
+        return Fragments::default();
+    };
+    let path = format!("{at}.fragments");
+    let chosen = cx
+        .parse(v, &path, |t| {
+            values::choice(t, &Fragments::ALL.map(|f| (f.config_name(), f)))
+        })
+        .unwrap_or_default();
+    let five_tuple = matches!(
+        affinity,
+        SessionAffinity::None | SessionAffinity::ClientIpPortProto
+    );
+    if chosen == Fragments::FollowFlow && !five_tuple {
+        cx.err(
+            v.span(),
+            path,
+            (
+                format!(
+                    "fragments = \"follow_flow\" under session_affinity {}: its flows hash \
+                     without ports, as their fragments already do",
+                    affinity.config_name()
+                ),
+                "remove `fragments`, or use session_affinity NONE or CLIENT_IP_PORT_PROTO".into(),
+            ),
+        );
+    }
+    chosen
 }
 
 fn table_size(cx: &mut Ctx<'_>, v: &Option<Spanned<i64>>, at: &str) -> u32 {

@@ -135,6 +135,7 @@ fn verdict_text(v: &Verdict) -> String {
         Verdict::Punt => "to the kernel (exception path)".into(),
         Verdict::Reply => "answered to the client (ICMP too big)".into(),
         Verdict::Drop(r) => format!("drop ({})", r.name()),
+        Verdict::Hold => "held for its datagram's first fragment (fragments = follow_flow)".into(),
     }
 }
 

@@ -30,7 +30,7 @@ use sluice_core::stats::RuleCounters;
 use sluice_core::time::Millis;
 use sluice_core::zones::{Zone, ZoneMap};
 
-use crate::config::{BackendServiceConfig, Config, LocalityLbPolicy, Pool, Spillover};
+use crate::config::{BackendServiceConfig, Config, Fragments, LocalityLbPolicy, Pool, Spillover};
 use crate::health::{backend_status, ProbeStatuses};
 use crate::policy::{client_variants, eligible, BackendView, PolicyParams};
 
@@ -558,6 +558,7 @@ fn service_state(
         drain_on_failover: svc
             .failover_policy
             .is_none_or(|f| f.connection_drain_on_failover),
+        follow_fragments: svc.fragments == Fragments::FollowFlow,
         pool_epoch: epoch,
         tables,
         backends: members.to_vec(),

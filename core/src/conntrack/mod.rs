@@ -83,6 +83,16 @@ impl Addrs {
         }
     }
 
+    /// The destination address (the VIP).
+    pub(crate) fn dst_ip(&self) -> std::net::IpAddr {
+        if self.v6 {
+            let bits = (u128::from(self.dst[0]) << 64) | u128::from(self.dst[1]);
+            std::net::IpAddr::V6(bits.into())
+        } else {
+            std::net::IpAddr::V4((self.dst[1] as u32).into())
+        }
+    }
+
     /// Reads the addresses back from the (already parsed, not yet
     /// rewritten) frame: cheaper than carrying two `IpAddr`s between the
     /// stages, and the IP header's line is in cache. None when the frame

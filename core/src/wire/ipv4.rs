@@ -147,7 +147,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         get_u16::<{ offset::TOTAL_LEN }, HEADER_LEN>(self.header())
     }
 
-    #[cfg(test)]
+    #[inline(always)]
     pub(crate) fn ident(&self) -> u16 {
         get_u16::<{ offset::IDENT }, HEADER_LEN>(self.header())
     }

@@ -30,6 +30,7 @@ pub(crate) mod udp;
 mod views_tests;
 pub(crate) mod vxlan;
 
+pub(crate) use parse::datagram_ident;
 pub use parse::{parse, Fragment, IpInfo, L3Layout, ParseError, Parsed, Ports};
 
 /// IANA protocol numbers the dataplane cares about.

@@ -248,3 +248,18 @@ fn parse_l4(info: &mut IpInfo, l4: &[u8], icmp: u8) -> Result<(), ParseError> {
     }
     Ok(())
 }
+
+/// The identification every fragment of a datagram carries: IPv4's
+/// Identification, or the IPv6 Fragment header's. None when the packet
+/// at `layout` in `frame` is not a fragment it can read.
+pub(crate) fn datagram_ident(frame: &[u8], layout: &L3Layout) -> Option<u32> {
+    let ip = frame.get(layout.l3_offset..)?;
+    if layout.ethertype == ETHERTYPE_IPV6 {
+        let p = Ipv6Packet::new_checked(ip).ok()?;
+        let upper = ipv6_ext::walk(p.next_header(), p.payload()).ok()?;
+        upper.fragment.map(|f| f.ident)
+    } else {
+        let p = Ipv4Packet::new_checked(ip).ok()?;
+        Some(u32::from(p.ident()))
+    }
+}

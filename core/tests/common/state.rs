@@ -63,6 +63,7 @@ fn service(
         tracking: Default::default(),
         draining_timeout_ms: 0,
         drain_on_failover: true,
+        follow_fragments: false,
         pool_epoch: 0,
         backends: table.slots.to_vec(),
         quic_lb: None,

@@ -144,6 +144,7 @@ impl World {
             },
             draining_timeout_ms: 0,
             drain_on_failover: true,
+            follow_fragments: false,
             pool_epoch: 0,
             tables: vec![],
             backends: (0..n).map(BackendId).collect(),

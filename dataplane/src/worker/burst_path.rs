@@ -11,10 +11,12 @@
 //!    [`BurstPath::route`] puts it on the lane its outcome names);
 //! 3. the burst's drops are freed together.
 
+use super::held::Held;
 use super::lanes::Lanes;
 use crate::dpdk::{Mbuf, MbufBurst, PortId};
 use sluice_core::burst::{BurstStages, Outcome, SteerFor};
-use sluice_core::pipeline::{PipelineCtx, Verdict};
+use sluice_core::drop_reason::DropReason;
+use sluice_core::pipeline::{self, PipelineCtx, Verdict};
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::vlan;
 
@@ -28,6 +30,8 @@ pub(super) struct BurstPath {
     pub(super) ctx: PipelineCtx,
     stages: BurstStages,
     pub(super) lanes: Lanes,
+    /// `follow_flow` fragments waiting for their first fragment.
+    held: Held,
 }
 
 impl BurstPath {
@@ -38,7 +42,42 @@ impl BurstPath {
             ctx,
             stages: BurstStages::default(),
             lanes,
+            held: Held::new(),
         }
+    }
+
+    /// Held fragments: decided again once a new datagram's ports were
+    /// learnt, dropped once they waited too long (`worker::held`).
+    #[inline]
+    pub(super) fn retry_held(&mut self, state: &ForwardingState) {
+        let now = self.ctx.now;
+        let generation = self.ctx.fragments.generation();
+        let mut held = std::mem::replace(&mut self.held, Held::idle());
+        held.sweep(now, generation, |(mut m, since, rx), expired| {
+            if expired {
+                self.lanes.discard(DropReason::FragmentUnplaced, m);
+                return None;
+            }
+            let port = rx.unwrap_or_else(|| self.port_index(&m));
+            match pipeline::process(&mut m, port as u16, state, &mut self.ctx) {
+                Verdict::Hold => Some((m, since, rx)),
+                verdict => {
+                    self.route(state, verdict, m, rx);
+                    None
+                }
+            }
+        });
+        self.held = held;
+        self.lanes.free_dropped();
+    }
+
+    /// The worker stops: held fragments are dropped, counted.
+    pub(super) fn drop_held(&mut self) {
+        let mut held = std::mem::replace(&mut self.held, Held::idle());
+        for m in held.drain() {
+            self.lanes.discard(DropReason::FragmentUnplaced, m);
+        }
+        self.lanes.free_dropped();
     }
 
     /// Runs the pipeline over one burst and queues every packet where its
@@ -140,6 +179,12 @@ impl BurstPath {
                 return self.lanes.punt(port, m, state);
             }
             Verdict::Drop(reason) => return self.lanes.discard(reason, m),
+            Verdict::Hold => {
+                if let Err((m, reason)) = self.held.hold((m, self.ctx.now, rx_port)) {
+                    self.lanes.discard(reason, m);
+                }
+                return;
+            }
         };
         self.lanes.transmit(out, m);
     }

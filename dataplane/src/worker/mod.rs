@@ -30,6 +30,7 @@ pub mod conntrack_handoff;
 mod exception;
 mod fragments;
 pub mod handover;
+mod held;
 mod idle;
 mod lanes;
 pub mod mailbox;

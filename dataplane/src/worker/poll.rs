@@ -163,6 +163,7 @@ impl Polling {
         let steered = self.inputs.receive_steered(path, state, stats);
         let injected = path.lanes.flush(state, &mut self.inputs.burst);
         sweep(&mut path.ctx, &mut self.last_sweep, stats);
+        path.retry_held(state);
         if let Some(mailbox) = &mut self.mailbox {
             mailbox.serve(self.index, state, &mut path.ctx);
         }
@@ -177,6 +178,7 @@ impl Polling {
         let now = Millis(self.clock.now_ms());
         self.handoff
             .hand_on(self.index, &self.path.ctx.conntrack, now);
+        self.path.drop_held();
         self.path.lanes.stop();
         self.stats.conntrack.publish(&self.path.ctx.conntrack);
         self.stats.quic_lb.publish(&self.path.ctx.quic_lb);

@@ -63,6 +63,7 @@ fn big_sources(n: usize) -> Arc<MetricsSources> {
             tracking: Default::default(),
             draining_timeout_ms: 0,
             drain_on_failover: true,
+            follow_fragments: false,
             pool_epoch: 0,
             tables: vec![],
             backends: ids.clone(),

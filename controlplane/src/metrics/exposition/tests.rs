@@ -455,6 +455,7 @@ fn two_workers() -> MetricsSources {
             tracking: Default::default(),
             draining_timeout_ms: 0,
             drain_on_failover: true,
+            follow_fragments: false,
             pool_epoch: 0,
             tables: vec![],
             backends: vec![WEB],
