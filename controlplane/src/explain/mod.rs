@@ -97,7 +97,7 @@ impl Derived {
                 tracking: s.tracking,
                 draining_timeout_ms: s.draining_timeout_ms,
                 drain_on_failover: s.drain_on_failover,
-                follow_fragments: false,
+                follow_fragments: s.follow_fragments,
                 pool_epoch: s.pool_epoch,
                 tables: s.tables.clone(),
                 backends: Vec::new(),
