@@ -20,6 +20,9 @@ client namespace). Every command prints one JSON object on stdout.
                       with that second's answers per backend and failures
   udp SIZE COUNT      COUNT datagrams of SIZE bytes from COUNT source ports;
                       reports which backend answered and the length it got
+  udp-flows SIZE COUNT  from each of COUNT source ports a small datagram,
+                      then one of SIZE bytes (fragmented on the way):
+                      which backend answered each, per flow
 """
 
 import argparse
@@ -140,6 +143,28 @@ def udp(size, count):
     return {"counts": counts, "lengths": sorted(lengths), "lost": lost}
 
 
+def udp_flows(size, count):
+    """Per flow (source port): the backend that answered its small
+    datagram and the one that answered its large one."""
+    flows, lost = [], 0
+    for _ in range(count):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(2)
+        s.connect((VIP, 5000))
+        seen = []
+        for n in (8, size):
+            s.send(b"f" * n)
+            try:
+                reply = s.recv(2048).decode()
+                seen.append(reply.removeprefix("backend=").split(" len=")[0])
+            except (OSError, ValueError):
+                lost += 1
+        if len(seen) == 2:
+            flows.append(seen)
+        s.close()
+    return {"flows": flows, "lost": lost}
+
+
 def hold_command(argv):
     p = argparse.ArgumentParser(prog="client.py hold")
     p.add_argument("seconds", type=float)
@@ -166,6 +191,8 @@ def main():
         out = stream(args[0])
     elif cmd == "udp":
         out = udp(int(args[0]), int(args[1]))
+    elif cmd == "udp-flows":
+        out = udp_flows(int(args[0]), int(args[1]))
     else:
         sys.exit(f"unknown command {cmd}")
     if out is not None:

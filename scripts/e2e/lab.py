@@ -183,12 +183,14 @@ class Lab:
     # ---- sluice -------------------------------------------------------------
 
     def write_config(self, backends, failover=(), delivery=('encapsulation = "l2"',) * 2,
-                     check_path="direct"):
+                     check_path="direct", udp_balance='session_affinity = "CLIENT_IP"'):
         """The lab's configuration with `backends`; those also in `failover`
         are the web service's failover pool (`failover = true`). `delivery`:
         the TOML lines choosing the encapsulation of the web and web6
         services (layer-2 DSR by default). `check_path`: the HTTP check's
-        `path` ("direct", or "data": through the data path to each VIP)."""
+        `path` ("direct", or "data": through the data path to each VIP).
+        `udp_balance`: the TOML lines choosing how the UDP service balances
+        (CLIENT_IP affinity by default)."""
         web_delivery, web6_delivery = delivery
         web = ",\n  ".join(
             f'{{ address = "{self.backend_ip(i)}"' + (", failover = true" if i in failover else "")
@@ -248,7 +250,7 @@ backend = [
 [[backend_service]]
 name = "udp"
 encapsulation = "l2"
-session_affinity = "CLIENT_IP"
+{udp_balance}
 health_check = "http-direct"
 backend = [
   {bl},

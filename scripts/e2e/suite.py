@@ -188,6 +188,25 @@ def case_udp_fragments(lab):
     check(r["lengths"] == [size], f"each arrived whole ({size} bytes): {r['lengths']}")
 
 
+def case_udp_follow_flow(lab):
+    print('case 7: fragments = "follow_flow": large datagrams go with their flow')
+    lab.write_config([1, 2, 3, 4], udp_balance='fragments = "follow_flow"')
+    r = lab.reload()
+    check(r.returncode == 0, "reload to NONE affinity with fragments = follow_flow")
+    out = lab.client("udp-flows", 1800, 40)
+    flows = out["flows"]
+    same = sum(1 for small, large in flows if small == large)
+    backends = {small for small, _ in flows}
+    report.append(f"follow_flow: {same}/{len(flows)} flows' fragmented datagrams at their "
+                  f"unfragmented ones' backend, over {sorted(backends)}; lost {out['lost']}")
+    check(out["lost"] == 0 and len(flows) == 40, f"40 flows answered twice ({out['lost']} lost)")
+    check(same == len(flows), f"every flow's fragments followed it: {same}/{len(flows)}")
+    check(len(backends) > 1, f"the flows spread over backends: {sorted(backends)}")
+    m = lab.metrics(quiet=True)
+    unplaced = m.get('sluice_dropped_packets_total{reason="fragment_unplaced"}', 0)
+    check(unplaced == 0, f"no fragment left unplaced: {unplaced}")
+
+
 def case_accounting(lab):
     print("accounting: RX + extra fragments = TX + punted + drops")
     m = lab.metrics()
@@ -264,6 +283,7 @@ def main():
         case_health(lab)
         case_reload(lab)
         case_udp_fragments(lab)
+        case_udp_follow_flow(lab)
         case_accounting(lab)
         rc = lab.stop_sluice()
         check(rc == 0, f"sluice stopped cleanly (exit {rc})")
