@@ -270,6 +270,37 @@ fn classify_inner(
     }))
 }
 
+/// A `follow_flow` fragment: placed by its datagram's flow
+/// (`fragment_flows::place`), then delivered as a packet of that flow;
+/// held, or dropped under the reason, when it cannot be placed. Out of
+/// line: every other packet pays one branch.
+#[cold]
+#[inline(never)]
+fn deliver_following<P: PacketBuf>(
+    pkt: &mut P,
+    b: &Balance,
+    service: &ServiceState,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Result<Verdict, DropReason> {
+    let placed = fragment_flows::place(
+        pkt.data(),
+        b,
+        service.affinity,
+        state.flow_seed,
+        &mut ctx.fragments,
+        ctx.now,
+    );
+    match placed {
+        Placement::Hash(hash) => {
+            let placed = Balance { hash, ..*b };
+            deliver_inner::<false, P>(pkt, &placed, None, state, ctx)
+        }
+        Placement::Hold => Ok(Verdict::Hold),
+        Placement::Refused(reason) => Err(reason),
+    }
+}
+
 /// Whether a packet of `service` is a fragment placed by its flow
 /// (`fragments = "follow_flow"`, TCP and UDP).
 #[inline(always)]
@@ -382,7 +413,7 @@ pub(crate) fn deliver<P: PacketBuf>(
     state: &ForwardingState,
     ctx: &mut PipelineCtx,
 ) -> Verdict {
-    match deliver_inner(pkt, b, tracked, state, ctx) {
+    match deliver_inner::<true, P>(pkt, b, tracked, state, ctx) {
         Ok(v) => v,
         Err(reason) => {
             ctx.opened = false;
@@ -391,8 +422,11 @@ pub(crate) fn deliver<P: PacketBuf>(
     }
 }
 
+/// Stage 2 of a balanced packet; `FOLLOW`: a `follow_flow` fragment is
+/// placed by its flow first ([`deliver_following`], which delivers the
+/// placed packet with `FOLLOW` false).
 #[inline(always)]
-fn deliver_inner<P: PacketBuf>(
+fn deliver_inner<const FOLLOW: bool, P: PacketBuf>(
     pkt: &mut P,
     b: &Balance,
     tracked: Option<&Tracked>,
@@ -400,27 +434,9 @@ fn deliver_inner<P: PacketBuf>(
     ctx: &mut PipelineCtx,
 ) -> Result<Verdict, DropReason> {
     let service = state.service(b.service).ok_or(DropReason::NoBackend)?;
-    let placed;
-    let b = if follows_flow(service, &b.meta) {
-        let seed = state.flow_seed;
-        match fragment_flows::place(
-            pkt.data(),
-            b,
-            service.affinity,
-            seed,
-            &mut ctx.fragments,
-            ctx.now,
-        ) {
-            Placement::Hash(hash) => {
-                placed = Balance { hash, ..*b };
-                &placed
-            }
-            Placement::Hold => return Ok(Verdict::Hold),
-            Placement::Refused(reason) => return Err(reason),
-        }
-    } else {
-        b
-    };
+    if FOLLOW && follows_flow(service, &b.meta) {
+        return deliver_following(pkt, b, service, state, ctx);
+    }
     // CT-2: an untracked packet of a service without zonal tables is hashed
     // onto its one table: no addresses to read back, no shard to consult.
     let selected = if b.icmp_error {

@@ -141,8 +141,10 @@ impl BurstPath {
 
     /// Puts a delivered packet on the lane its verdict names: a forwarded
     /// packet and an ICMP answer on a port's TX lane, the others on
-    /// theirs.
-    #[inline]
+    /// theirs. Always inlined: out of line (the compiler's choice once
+    /// it grew an arm) it cost the stateless path +58 instructions per
+    /// packet (`docs/performance-log.md`).
+    #[inline(always)]
     fn route(
         &mut self,
         state: &ForwardingState,
@@ -179,14 +181,19 @@ impl BurstPath {
                 return self.lanes.punt(port, m, state);
             }
             Verdict::Drop(reason) => return self.lanes.discard(reason, m),
-            Verdict::Hold => {
-                if let Err((m, reason)) = self.held.hold((m, self.ctx.now, rx_port)) {
-                    self.lanes.discard(reason, m);
-                }
-                return;
-            }
+            Verdict::Hold => return self.hold(m, rx_port),
         };
         self.lanes.transmit(out, m);
+    }
+
+    /// A `follow_flow` fragment before its first: held, or dropped when
+    /// the worker holds as many as it may (`worker::held`).
+    #[cold]
+    #[inline(never)]
+    fn hold(&mut self, m: Mbuf, rx_port: Option<usize>) {
+        if let Err((m, reason)) = self.held.hold((m, self.ctx.now, rx_port)) {
+            self.lanes.discard(reason, m);
+        }
     }
 
     /// The config index of the port a steered packet arrived on.
