@@ -249,7 +249,7 @@ fn classify_inner(
     // A `follow_flow` service's fragments are placed by their flow's hash
     // in stage 2 (`fragment_flows`), not tracked as a 3-tuple.
     let tracked = conntrack::policy::trackable(ip.protocol, service.affinity)
-        && !follows_flow(service, &PacketMeta::of(&ip));
+        && !(ip.fragment.is_fragmented() && follows_flow(service, &PacketMeta::of(&ip)));
     let quic = ip.protocol == UDP && !ip.fragment.is_fragmented() && service.quic_lb.is_some();
     let quic = if quic {
         QuicAt::at(ip.l4_offset + wire::udp::HEADER_LEN)
@@ -305,7 +305,9 @@ fn deliver_following<P: PacketBuf>(
 /// (`fragments = "follow_flow"`, TCP and UDP).
 #[inline(always)]
 pub(crate) fn follows_flow(service: &ServiceState, meta: &PacketMeta) -> bool {
-    service.follow_fragments && meta.fragmented && (meta.proto == TCP || meta.proto == UDP)
+    // The packet's own flag first: every other packet stops there, without
+    // reading the service.
+    meta.fragmented && service.follow_fragments && (meta.proto == TCP || meta.proto == UDP)
 }
 
 /// Stage 1 of a tracked packet the general path classified: the conntrack
