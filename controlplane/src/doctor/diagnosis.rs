@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use sluice_core::encap::{self, Encapsulation};
 
 use super::plan::{Speech, Target};
-use super::probe::mac_text;
 use super::Check;
 
 /// What is wrong with a path, stable words for scripts.
@@ -275,6 +274,14 @@ fn advmss_hint(t: &Target, mtu: usize) -> String {
         "have {} advertise a smaller MSS to clients: `ip route change default via <its \
          gateway> advmss {mss}` for a {mtu}-byte path",
         t.backend
+    )
+}
+
+/// A MAC address as `ip link` writes it.
+pub(super) fn mac_text(m: [u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
     )
 }
 

@@ -13,7 +13,7 @@ use sluice_core::encap;
 use sluice_core::probe_path::{Seen, Ticket};
 use socket2::Socket;
 
-use super::diagnosis::{diagnose, Facts};
+use super::diagnosis::{diagnose, mac_text, Facts};
 use super::plan::{Speech, Target};
 use super::refusals::{self, Listener};
 use super::{Check, Row, ANSWER_WAIT, FULL_SIZE_WAIT};
@@ -429,13 +429,6 @@ fn error_check(e: &io::Error) -> Check {
         _ if is_timeout(e) => Check::fail("timeout", "no answer"),
         _ => Check::fail("local_error", e.to_string()),
     }
-}
-
-pub(super) fn mac_text(m: [u8; 6]) -> String {
-    format!(
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    )
 }
 
 /// Releases the probes' registrations once late answers had their time.
