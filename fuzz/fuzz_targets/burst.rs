@@ -53,6 +53,7 @@ impl Worker {
             fragment_ids: FragmentIds::for_worker(index),
             opened: false,
             quic_lb: Default::default(),
+            fragments: Default::default(),
         };
         Worker {
             staged: ctx(),
