@@ -160,23 +160,12 @@ fn fragment(id: u32, offset: usize, body: &[u8], more: bool, v6: bool) -> Vec<u8
         h.extend_from_slice(&[64, 17, 0, 0]);
         h.extend_from_slice(&CLIENT4);
         h.extend_from_slice(&VIP4);
-        let sum = checksum(&h);
+        let sum = ipv4_header_checksum(&h);
         h[10..12].copy_from_slice(&sum.to_be_bytes());
         f.extend_from_slice(&h);
     }
     f.extend_from_slice(body);
     f
-}
-
-fn checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// What identifies an output frame's datagram: the source port of an

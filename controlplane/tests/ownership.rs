@@ -88,22 +88,11 @@ fn udp_fragments(id: u16, sport: u16) -> [Vec<u8>; 2] {
         let flags = ((offset / 8) as u16) | if more { 0x2000 } else { 0 };
         h[6..8].copy_from_slice(&flags.to_be_bytes());
         h[10..12].copy_from_slice(&[0, 0]);
-        let sum = checksum(&h);
+        let sum = ipv4_header_checksum(&h);
         h[10..12].copy_from_slice(&sum.to_be_bytes());
         [eth, &h, body].concat()
     };
     [fragment(0, &l4[..24], true), fragment(24, &l4[24..], false)]
-}
-
-fn checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 /// AP-1 / CT-3: one client address's 4,000 connections (each SYN on one

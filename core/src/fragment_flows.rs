@@ -19,6 +19,7 @@ use crate::affinity::SessionAffinity;
 use crate::conntrack::Addrs;
 use crate::drop_reason::DropReason;
 use crate::flow::{packet_hash_seeded, FlowSeed};
+use crate::hash::fold_mul;
 use crate::stage::Balance;
 use crate::time::Millis;
 use crate::wire::{self, Fragment, IpInfo, Ports};
@@ -131,9 +132,9 @@ impl FragmentFlows {
     fn set(&self, key: &DatagramKey) -> usize {
         let [a, b, c, d] = key.addrs;
         let meta = u64::from(key.ident) | u64::from(key.protocol) << 32 | u64::from(key.v6) << 40;
-        let h = fold(a ^ self.keys[0], b ^ self.keys[1]);
-        let h = fold(h ^ c, d ^ self.keys[2]);
-        let h = fold(h ^ meta, 0x9e37_79b9_7f4a_7c15);
+        let h = fold_mul(a ^ self.keys[0], b ^ self.keys[1]);
+        let h = fold_mul(h ^ c, d ^ self.keys[2]);
+        let h = fold_mul(h ^ meta, 0x9e37_79b9_7f4a_7c15);
         (h as usize % (SLOTS / WAYS)) * WAYS
     }
 
@@ -243,11 +244,6 @@ pub(crate) fn place(
         icmp_type: None,
     };
     Placement::Hash(packet_hash_seeded(seed, &flow, affinity))
-}
-
-fn fold(a: u64, b: u64) -> u64 {
-    let r = u128::from(a).wrapping_mul(u128::from(b));
-    (r as u64) ^ ((r >> 64) as u64)
 }
 
 #[cfg(test)]

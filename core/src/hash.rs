@@ -14,7 +14,7 @@ const P1: u64 = 0xe703_7ed1_a0b4_28db;
 const P2: u64 = 0x8ebc_6af0_9c88_c6e3;
 
 #[inline(always)]
-fn fold_mul(a: u64, b: u64) -> u64 {
+pub(crate) fn fold_mul(a: u64, b: u64) -> u64 {
     let r = u128::from(a).wrapping_mul(u128::from(b));
     (r as u64) ^ ((r >> 64) as u64)
 }

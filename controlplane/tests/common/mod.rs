@@ -278,3 +278,16 @@ pub fn is_echo_reply(frame: &[u8], from: [u8; 4], to: [u8; 4]) -> bool {
         Some(TransportSlice::Icmpv4(i)) if matches!(i.icmp_type(), Icmpv4Type::EchoReply(_)));
     reply && ip.header().source() == from && ip.header().destination() == to
 }
+
+/// The IPv4 header checksum of `h` (its checksum field zero), for tests
+/// that build fragments by hand.
+pub fn ipv4_header_checksum(h: &[u8]) -> u16 {
+    let mut sum: u32 = h
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c.get(1).copied().unwrap_or(0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}

@@ -34,6 +34,7 @@
 //! [`EVICTION_PROBES`] entries and [`RELOCATION_PROBES`] other buckets'
 //! signature lines.
 
+use crate::hash::fold_mul;
 use crate::ids::BackendId;
 use crate::time::Millis;
 
@@ -214,12 +215,6 @@ impl std::fmt::Debug for Shard {
             .field("counters", &self.counters)
             .finish()
     }
-}
-
-#[inline(always)]
-fn fold_mul(a: u64, b: u64) -> u64 {
-    let r = u128::from(a).wrapping_mul(u128::from(b));
-    (r as u64) ^ ((r >> 64) as u64)
 }
 
 /// Six random words from the standard library's `RandomState`, which draws
