@@ -105,28 +105,46 @@ pub fn data_room(ports: &[PortDemand<'_>]) -> u16 {
 }
 
 /// Whether workers hand tracked packets to each other over steering rings
-/// (`sluice_core::steering`): only with several workers and a port that
-/// does not keep address pairs on one RX queue. Every slot of every ring
-/// may hold an mbuf, `workers × (workers − 1)` rings, so the pool counts
-/// them only when they exist: at 64 workers they would be 16 million mbufs.
+/// (`sluice_core::steering`), and how large the rings are: only with
+/// several workers and a port that does not put every tracked packet on
+/// its owner's queue. Every slot of every ring may hold an mbuf,
+/// `workers × (workers − 1)` rings, so the pool counts them only when
+/// they exist: at 64 workers the full-size ones would be 16 million mbufs.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Steering {
+    /// No rings: one worker, or RSS on addresses on every port.
     Off,
+    /// Small rings (`steering::rare_ring_slots`): every port's RSS places
+    /// 5-tuple keys, the rings carry the rest.
+    Rare,
+    /// Full-size rings (`steering::ring_slots`): a port whose RSS places
+    /// no tracked packet.
     On,
 }
 
 impl Steering {
     /// What `check-config` assumes before any device is probed: a PCI NIC
-    /// does RSS on addresses (`sluice run` asks the device itself, and a
-    /// NIC that cannot, such as virtio-net, then gets a larger pool);
-    /// every virtual device sluice drives is treated as one that cannot.
+    /// does RSS on 5-tuples (`sluice run` asks the device itself, and a
+    /// NIC that cannot, such as virtio-net without VIRTIO_NET_F_RSS, then
+    /// gets a larger pool); every virtual device sluice drives is treated
+    /// as one that cannot.
     pub fn expected(dp: &Demand<'_>) -> Steering {
-        let several = dp.workers > 1;
         let rss_less = |p: &PortDemand<'_>| pci_address(p.device).is_none();
-        if several && dp.ports.iter().any(rss_less) {
+        if dp.workers <= 1 {
+            Steering::Off
+        } else if dp.ports.iter().any(rss_less) {
             Steering::On
         } else {
-            Steering::Off
+            Steering::Rare
+        }
+    }
+
+    /// Slots of each ring (0: no rings).
+    pub fn ring_slots(self, burst_size: usize, workers: usize) -> u32 {
+        match self {
+            Steering::Off => 0,
+            Steering::Rare => sluice_core::steering::rare_ring_slots(burst_size),
+            Steering::On => sluice_core::steering::ring_slots(burst_size, workers),
         }
     }
 }
@@ -145,9 +163,8 @@ pub fn mbuf_count(dp: &Demand<'_>, steering: Steering) -> u32 {
     // Every steering ring into a worker full, and a burst held for each peer.
     let steered = match steering {
         Steering::Off => 0,
-        Steering::On => {
-            workers.saturating_sub(1)
-                * sluice_core::steering::ring_slots(burst, usize::from(dp.workers))
+        Steering::Rare | Steering::On => {
+            workers.saturating_sub(1) * steering.ring_slots(burst, usize::from(dp.workers))
                 + (dataplane::dpdk::MAX_BURST as u32) * workers
         }
     };

@@ -9,6 +9,7 @@ use crate::conntrack::{policy, Home, TrackKey, Tracked};
 use crate::drop_reason::DropReason;
 use crate::established;
 use crate::fast_path::{self, LastRule};
+use crate::flow::TupleKind;
 use crate::icmp_error;
 use crate::ids::BackendId;
 use crate::packet::{PacketBuf, VecPacket};
@@ -16,7 +17,7 @@ use crate::pipeline::{self, PipelineCtx};
 use crate::snapshot::ForwardingState;
 use crate::stage::{prefetch_table, Balance, Keyed, KeyedOut, LanePacket, Stage, Verdict};
 use crate::stats::RuleCounters;
-use crate::steering;
+use crate::steering::Owners;
 use crate::vlan;
 
 /// Largest burst a queue is polled or flushed with, and the most packets
@@ -35,12 +36,14 @@ impl BurstPacket for VecPacket {
     }
 }
 
-/// Software steering of one burst: this worker's index among `workers`
-/// (see [`crate::steering`]).
+/// Software steering of one burst (see [`crate::steering`]): this
+/// worker's index, the owner function, and whether the receiving port's
+/// RSS already put 5-tuple keys on their owner's queue.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct SteerFor {
+pub struct SteerFor<'o> {
     pub index: usize,
-    pub workers: usize,
+    pub owners: &'o Owners,
+    pub five_tuples_kept: bool,
 }
 
 /// A packet of an established flow forwarded by the established lane
@@ -162,7 +165,7 @@ impl BurstStages {
         packets: I,
         state: &ForwardingState,
         ctx: &PipelineCtx,
-        steer: Option<SteerFor>,
+        steer: Option<SteerFor<'_>>,
         vlan: Option<u16>,
         rules: Option<&RuleCounters>,
     ) where
@@ -402,24 +405,28 @@ fn steer_target(
     slot: &Slot,
     stage: &Stage,
     state: &ForwardingState,
-    s: SteerFor,
+    s: SteerFor<'_>,
 ) -> u16 {
     let owner = match (slot.keyed, stage) {
-        (Keyed::Lane | Keyed::StagedTracked, _) => {
-            Some(steering::owner_of_key(&slot.tracked.key, s.workers))
+        // Where the port's RSS hashed the 5-tuple, it is at its owner.
+        (Keyed::Lane | Keyed::StagedTracked, _)
+            if s.five_tuples_kept && slot.tracked.key.kind() == TupleKind::Five =>
+        {
+            None
         }
+        (Keyed::Lane | Keyed::StagedTracked, _) => Some(s.owners.of_key(&slot.tracked.key)),
         // A QUIC-LB packet: its key, if it falls back to one, is built in
         // stage 2 (`Balance::keyed_in_stage_one`).
-        (_, Stage::Balance(b)) if b.tracked => unkeyed_owner(frame, b, state, s.workers),
+        (_, Stage::Balance(b)) if b.tracked => unkeyed_owner(frame, b, state, s),
         (_, Stage::Balance(b)) if b.icmp_error => {
-            icmp_error::flow_key(frame, b, state).map(|key| steering::owner_of_key(&key, s.workers))
+            icmp_error::flow_key(frame, b, state).map(|key| s.owners.of_key(&key))
         }
         // A `follow_flow` fragment: every fragment of its datagram meets
         // the one table that learns the datagram's ports.
         (_, Stage::Balance(b)) if b.meta.fragmented => state
             .service(b.service)
             .filter(|svc| pipeline::follows_flow(svc, &b.meta))
-            .map(|_| steering::owner(frame, &b.layout, s.workers)),
+            .map(|_| s.owners.of_address_pair(frame, &b.layout)),
         _ => None,
     };
     match owner {
@@ -436,12 +443,15 @@ fn unkeyed_owner(
     frame: &[u8],
     b: &Balance,
     state: &ForwardingState,
-    workers: usize,
+    s: SteerFor<'_>,
 ) -> Option<usize> {
     let addrs = crate::conntrack::Addrs::from_frame(frame, &b.layout)?;
     let service = state.service(b.service)?;
-    crate::conntrack::session::tracking_key(&b.meta, &addrs, b.service, service)
-        .map(|key| steering::owner_of_key(&key, workers))
+    let key = crate::conntrack::session::tracking_key(&b.meta, &addrs, b.service, service)?;
+    if s.five_tuples_kept && key.kind() == TupleKind::Five {
+        return None;
+    }
+    Some(s.owners.of_key(&key))
 }
 
 impl BurstStages {

@@ -34,6 +34,7 @@ pub mod pipeline;
 pub mod port;
 pub mod probe_path;
 pub mod quic_lb;
+pub mod rss;
 pub mod rules;
 pub mod service;
 pub mod snapshot;

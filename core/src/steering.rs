@@ -17,10 +17,12 @@
 use crate::conntrack::TrackKey;
 use crate::flow::TupleKind;
 use crate::hash::{stable_hash_bytes, stable_hash_words};
+use crate::rss::RssModel;
 use crate::wire::ethernet::ETHERTYPE_IPV6;
 use crate::wire::ipv4::Ipv4Packet;
 use crate::wire::ipv6::Ipv6Packet;
 use crate::wire::L3Layout;
+use std::sync::Arc;
 
 /// A fixed seed: the choice only has to agree between this process's
 /// workers, but a fixed function keeps tests reproducible.
@@ -38,6 +40,74 @@ const SEED: u64 = 0x5ee1_1ce0_57ee_7175;
 pub fn ring_slots(burst_size: usize, workers: usize) -> u32 {
     let slots = burst_size.max(1) * workers.max(1) * 8;
     (slots.next_power_of_two() as u32).clamp(1024, 4096)
+}
+
+/// Where the tracked packets a port receives already are.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RxPlacement {
+    /// Each tracking key's packets reach its owner's queue (one queue, or
+    /// RSS on addresses only): nothing is steered.
+    Kept,
+    /// RSS on 5-tuples under a [`RssModel`]: a 5-tuple key's packets reach
+    /// the queue the model names, so only the others (2/3-tuple keys,
+    /// ICMP errors, fragments) are checked and steered.
+    FiveTuplesKept,
+    /// No placement the workers can rely on: every tracked packet is
+    /// checked and steered to its owner.
+    Software,
+}
+
+/// The function that names a tracking key's owner, one for the whole
+/// process so that every port and the conntrack hand-off agree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Owners {
+    /// A fixed hash ([`owner_of_key`]) onto `workers` workers: software
+    /// steering's own choice.
+    Hash { workers: usize },
+    /// The NIC's choice, modelled: a port with RSS on 5-tuples puts a
+    /// key's packets on the queue (= worker) this model computes.
+    Rss(Arc<RssModel>),
+}
+
+impl Owners {
+    /// How many workers own keys.
+    pub fn workers(&self) -> usize {
+        match self {
+            Owners::Hash { workers } => *workers,
+            Owners::Rss(model) => model.queues(),
+        }
+    }
+
+    /// The owner of tracking key `key`.
+    #[inline]
+    pub fn of_key(&self, key: &TrackKey) -> usize {
+        match self {
+            Owners::Hash { workers } => owner_of_key(key, *workers),
+            Owners::Rss(model) => model.queue_of_key(key),
+        }
+    }
+
+    /// The owner of every packet between the addresses of `frame` whose
+    /// key is not a 5-tuple.
+    #[inline]
+    pub fn of_address_pair(&self, frame: &[u8], layout: &L3Layout) -> usize {
+        match self {
+            Owners::Hash { workers } => owner(frame, layout, *workers),
+            Owners::Rss(model) => {
+                with_address_bytes(frame, layout, |bytes| model.queue_of_addresses(bytes))
+            }
+        }
+    }
+}
+
+/// Slots of each steering ring when every port's RSS places 5-tuple keys
+/// ([`RxPlacement::FiveTuplesKept`]): the rings then carry only what the
+/// NIC leaves (other protocols, fragments, ICMP errors, per-session
+/// affinities), and a full one pauses its sender's RX as above, so four
+/// RX bursts of slack will do. The pool holds them all: 128 slots at 64
+/// workers are half a million mbufs, the full-size rings 16 million.
+pub fn rare_ring_slots(burst_size: usize) -> u32 {
+    ((burst_size.max(1) * 4).next_power_of_two() as u32).clamp(64, 1024)
 }
 
 /// The bits of a key's `meta` that are its 5-tuple's ports and protocol.
@@ -87,14 +157,20 @@ pub fn owner_of_five_tuple(
 // Public for core/tests/icmp.rs and controlplane/tests.
 #[inline]
 pub fn owner(frame: &[u8], layout: &L3Layout, workers: usize) -> usize {
-    // Source then destination, as the header holds them. The parser
-    // checked the header is in the frame; a short one (cannot happen)
-    // reads as zeros, which still gives a valid owner.
+    with_address_bytes(frame, layout, |bytes| pick(bytes, workers))
+}
+
+/// `f` of the source then destination address of `frame`'s IP header,
+/// as the header holds them. The parser checked the header is in the
+/// frame; a short one (cannot happen) reads as zeros, which still gives a
+/// valid owner.
+#[inline]
+fn with_address_bytes<R>(frame: &[u8], layout: &L3Layout, f: impl FnOnce(&[u8]) -> R) -> R {
     let ip = frame.get(layout.l3_offset..).unwrap_or(&[]);
     if layout.ethertype == ETHERTYPE_IPV6 {
-        pick(&Ipv6Packet::new_unchecked(ip).address_bytes(), workers)
+        f(&Ipv6Packet::new_unchecked(ip).address_bytes())
     } else {
-        pick(&Ipv4Packet::new_unchecked(ip).address_bytes(), workers)
+        f(&Ipv4Packet::new_unchecked(ip).address_bytes())
     }
 }
 

@@ -9,7 +9,8 @@
 //! Input: one configuration byte (bit 0: the small-MTU snapshot; bit 1:
 //! two workers; bit 2: which worker's RX queue gets the first frame, the
 //! others alternating; bit 3: headroom from bits 4..8 instead of the
-//! default), then frames, each a big-endian u16 length and its bytes (the
+//! default; without bit 3, bit 4: owners by a modelled NIC's RSS instead
+//! of software steering's hash), then frames, each a big-endian u16 length and its bytes (the
 //! last one cut to what is left). The whole exchange runs twice, so the
 //! second round meets the conntrack entries of the first.
 #![no_main]
@@ -23,10 +24,13 @@ use sluice_core::conntrack::Shard;
 use sluice_core::fragment::FragmentIds;
 use sluice_core::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
+use sluice_core::rss::RssModel;
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stats::WorkerStats;
+use sluice_core::steering::Owners;
 use sluice_core::time::Millis;
 use sluice_fuzz::{check_fragments, state};
+use std::sync::Arc;
 
 /// One worker: the staged path's context and stages, and the context
 /// `process()` runs on. Fresh per input (a small shard with a fixed seed),
@@ -130,6 +134,20 @@ fuzz_target!(|data: &[u8]| {
         0 => DEFAULT_HEADROOM,
         _ => usize::from(cfg >> 4) * 10,
     };
+    let owners = if cfg & 0x18 == 0x10 {
+        static MODELS: OnceLock<[Owners; 2]> = OnceLock::new();
+        let models = MODELS.get_or_init(|| {
+            let model = |queues| {
+                Owners::Rss(Arc::new(
+                    RssModel::new(&RssModel::round_robin(128, queues), queues).unwrap(),
+                ))
+            };
+            [model(1), model(2)]
+        });
+        models[workers - 1].clone()
+    } else {
+        Owners::Hash { workers }
+    };
     let mut pool: Vec<Worker> = (0..workers).map(Worker::new).collect();
 
     for round in 0..2u64 {
@@ -154,7 +172,8 @@ fuzz_target!(|data: &[u8]| {
                 .collect();
             let steer = (workers > 1).then_some(SteerFor {
                 index: queue,
-                workers,
+                owners: &owners,
+                five_tuples_kept: false,
             });
             w.stages.prepare(
                 pkts.iter(),

@@ -2,8 +2,8 @@
 //! reports must lie inside the frame.
 #![no_main]
 
-use sluice_core::wire::{parse, Parsed};
 use libfuzzer_sys::fuzz_target;
+use sluice_core::wire::{parse, Parsed};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(Parsed::Ip(ip)) = parse(data) {

@@ -6,11 +6,11 @@
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+use libfuzzer_sys::fuzz_target;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::time::Millis;
-use libfuzzer_sys::fuzz_target;
 use sluice_fuzz::{check_fragments, state};
 
 thread_local! {

@@ -7,7 +7,9 @@
 # The VM has two NICs: management (virtio, QEMU user networking: SSH and
 # the admin endpoint forwarded to host ports) and data (virtio 1.0 behind
 # the IOMMU: disable-legacy=on,iommu_platform=on, PCI 0000:00:05.0, on a
-# host TAP). The image's dpdk.service binds the data NIC to vfio-pci
+# multi-queue host TAP, with two queue pairs and VIRTIO_NET_F_RSS: rss=on,
+# which QEMU computes itself where it cannot load its eBPF program). sluice
+# runs two workers, one queue pair each, with RSS on 5-tuples. The image's dpdk.service binds the data NIC to vfio-pci
 # (dpdk-interfaces on SLUICECFG) and sluice drives it with net_virtio on
 # hugepages, as a trunk port on VLAN 100.
 #
@@ -104,10 +106,11 @@ serial=$run/serial.log
 # The data NIC's TAP: made here, opened by QEMU, then moved into the
 # traffic test's bridge namespace (the open queue moves with it).
 tap=slbt$$
-ip tuntap add dev "$tap" mode tap
+ip tuntap add dev "$tap" mode tap multi_queue
 ip link set "$tap" up
-data_args=(-netdev tap,id=data,ifname="$tap",script=no,downscript=no
-  -device virtio-net-pci,netdev=data,bus=pcie.0,addr=0x5,disable-legacy=on,iommu_platform=on)
+# Two queue pairs: 2 × 2 + 2 MSI-X vectors (config and control queue).
+data_args=(-netdev tap,id=data,ifname="$tap",script=no,downscript=no,queues=2
+  -device virtio-net-pci,netdev=data,bus=pcie.0,addr=0x5,disable-legacy=on,iommu_platform=on,mq=on,vectors=6,rss=on)
 start_qemu() {
   local machine=q35 cpu=max
   # intremap with an in-kernel irqchip needs it split.

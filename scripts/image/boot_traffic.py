@@ -331,6 +331,28 @@ class BootTraffic:
         self.expect(m is not None and float(m.group(1)) <= 3.0,
                     f"systemd-analyze security on the running unit: {score.strip()}", score)
 
+    def one_client_on_every_worker(self):
+        """AP-1 on a NIC's RSS: the data NIC (virtio-net with
+        VIRTIO_NET_F_RSS, two queue pairs) hashes TCP on its 5-tuple with
+        sluice's key and table, so one client address's connections land on
+        both workers' shards and none is steered between them."""
+        _, journal = self.vm("journalctl -u sluice.service -b --no-pager -o cat")
+        line = next((l for l in journal.splitlines() if "RSS on 5-tuples for port(s)" in l), "")
+        self.expect(line != "", f"sluice put the data NIC's RSS on 5-tuples: {line.strip()!r}",
+                    journal[-1500:])
+        n = 120
+        before = self.metrics()
+        res = self.spread(n)
+        after = self.metrics()
+        steered = (after.get('sluice_steered_packets_total{direction="out"}', 0)
+                   - before.get('sluice_steered_packets_total{direction="out"}', 0))
+        entries = [after.get(f'sluice_conntrack_entries{{worker="{w}"}}', 0) for w in (0, 1)]
+        self.expect(res["failures"] == 0 and steered == 0 and sum(entries) >= n
+                    and min(entries) >= 0.3 * sum(entries),
+                    f"{n} connections from one client address: conntrack entries per worker "
+                    f"{[int(e) for e in entries]}, {int(steered)} packets steered, "
+                    f"{res['failures']} failures", json.dumps({"res": res, "entries": entries}))
+
     def handoff_across_restart(self, good):
         """`systemctl restart` of the packaged unit keeps established
         connections on their backends: the stopping sluice writes its
@@ -485,6 +507,7 @@ class BootTraffic:
                     f"rx +{rx} tx +{tx}")
 
         self.unit_sandbox()
+        self.one_client_on_every_worker()
 
         # A good reload: b2 leaves the service.
         b1_only = good.replace('  { address = "10.99.0.12" },\n', "")

@@ -79,11 +79,11 @@ pub fn collect(shards: &[ShardOut], state: &ForwardingState, stamp: Stamp) -> Ha
 }
 
 /// Which worker's shard an entry belongs in.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Owners {
-    /// Chosen from the tracking key in software
-    /// (`sluice_core::steering::owner_of_key`), or the only worker.
-    ByKey { workers: usize },
+    /// Chosen from the tracking key, as the workers and the ports' RSS
+    /// choose it (`sluice_core::steering::Owners`), or the only worker.
+    ByKey(sluice_core::steering::Owners),
     /// The NIC's RSS decides, with a key and table this process does not
     /// read: a copy in every shard (the copies no packet reaches expire
     /// after their idle timeout).
@@ -153,8 +153,9 @@ pub fn place(
         .map(|n| by_name.get(n.as_str()).copied())
         .collect();
     let backends = backend_ids(file, &services, state);
-    let workers = match owners {
-        Owners::ByKey { workers } | Owners::Every { workers } => workers.max(1),
+    let workers = match &owners {
+        Owners::ByKey(by) => by.workers().max(1),
+        Owners::Every { workers } => (*workers).max(1),
     };
     let mut placed = Placed {
         per_worker: vec![Vec::new(); workers],
@@ -164,11 +165,11 @@ pub fn place(
         match entry(c, &services, &backends, state, now, gap_ms) {
             Ok(e) => {
                 placed.taken += 1;
-                match owners {
-                    Owners::ByKey { .. } => {
-                        let w = sluice_core::steering::owner_of_key(&e.key, workers);
-                        placed.per_worker[w].push(e);
-                    }
+                match &owners {
+                    Owners::ByKey(by) => match placed.per_worker.get_mut(by.of_key(&e.key)) {
+                        Some(shard) => shard.push(e),
+                        None => placed.per_worker[0].push(e),
+                    },
                     Owners::Every { .. } => placed.per_worker.iter_mut().for_each(|s| s.push(e)),
                 }
             }

@@ -46,10 +46,11 @@ pub fn config_identity(config_path: Option<&Path>) -> String {
 
 /// Which shard an entry goes to on these ports with `workers` workers.
 pub fn owners(ports: &[Port], workers: usize) -> Owners {
-    if workers <= 1 || ports.iter().all(|p| !p.keeps_address_pairs_on_one_queue()) {
-        Owners::ByKey { workers }
-    } else {
+    let ownership = super::ownership::of(ports, workers);
+    if ownership.nic_chooses_unmodelled() {
         Owners::Every { workers }
+    } else {
+        Owners::ByKey(ownership.owners)
     }
 }
 
@@ -72,6 +73,7 @@ pub fn start(
         );
     };
     let started = Instant::now();
+    let copies = matches!(owners, Owners::Every { .. }) && workers > 1;
     let limit = store::size_limit(u64::from(cfg.dataplane.conntrack_capacity) * workers as u64);
     let mut restore = vec![Vec::new(); workers];
     match store::take(&path, &config, store::unix_ms(), limit) {
@@ -113,7 +115,7 @@ pub fn start(
         out,
         wanted,
         restored: any.then_some(restored),
-        copies: matches!(owners, Owners::Every { .. }) && workers > 1,
+        copies,
     };
     (Some(handoff), handoffs)
 }

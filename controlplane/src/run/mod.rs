@@ -20,6 +20,7 @@ mod handoff;
 pub mod hooks;
 mod idle_watch;
 mod options;
+mod ownership;
 pub mod runtime;
 mod runtime_dir;
 mod supervise;

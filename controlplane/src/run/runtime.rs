@@ -48,6 +48,8 @@ pub struct Runtime {
     tap_queues: Vec<Vec<QueuePair>>,
     ports: Vec<Port>,
     taps: Vec<Option<Port>>,
+    /// The steering rings the pool was sized for.
+    steering: Steering,
     pool: Option<Mempool>,
     eal: Option<Eal>,
     /// Removed after EAL's cleanup (it is dropped after `drop` ran).
@@ -131,6 +133,7 @@ impl Runtime {
             ports,
             taps,
             pool: Some(pool),
+            steering,
             eal: Some(eal),
             _runtime_dir: runtime_dir,
         })
@@ -143,6 +146,11 @@ impl Runtime {
 
     pub fn pool(&self) -> Option<&Mempool> {
         self.pool.as_ref()
+    }
+
+    /// The steering rings the pool holds mbufs for.
+    pub fn steering(&self) -> Steering {
+        self.steering
     }
 
     /// The data ports, in config order.
@@ -304,13 +312,12 @@ fn transpose<T>(per_port: Vec<Vec<T>>, workers: usize) -> Vec<Vec<Option<T>>> {
 fn port_config(p: &config::PortConfig, workers: usize) -> PortConfig {
     PortConfig {
         queue_pairs: workers as u16,
-        // One flow, one shard (SPEC §3, AP-1): RSS on addresses only.
-        // Every tracking key — 5-, 3- or 2-tuple (CT-3) — and every
-        // fragment of a datagram (HA-2: later fragments have no ports)
-        // contains both addresses, so all its packets reach the same
-        // queue and thus the same worker's shard. L4 RSS would split
-        // PER_SESSION 2/3-tuple keys and fragments across workers.
-        rss_l4: false,
+        // One flow, one shard (SPEC §3, AP-1): RSS on 5-tuples where the
+        // device can, so one client address's connections spread over
+        // every worker; what the NIC does not place by its key (2/3-tuple
+        // keys, fragments, ICMP errors) the workers steer
+        // (`dataplane::dpdk` rss, `sluice_core::steering`).
+        rss_l4: true,
         mtu: Some(p.mtu),
         ..PortConfig::default()
     }
@@ -332,19 +339,24 @@ fn port_error(
     hinted(Step::Port { device: &p.device }, errno, error, cfg, args)
 }
 
-/// Whether the workers will steer (a data port that cannot keep address
-/// pairs on one queue), asked of the probed devices before the pool that
-/// has to hold the steering rings' mbufs is made.
+/// Whether the workers will steer, and how much: asked of the probed
+/// devices before the pool that has to hold the steering rings' mbufs is
+/// made. A port whose RSS places no tracked packet needs full-size rings,
+/// one that places 5-tuple keys small ones.
 fn steering(cfg: &Config, args: &[String]) -> Result<Steering, RunError> {
+    use sluice_core::steering::RxPlacement;
     let workers = usize::from(cfg.dataplane.workers);
+    let mut steering = Steering::Off;
     for p in &cfg.dataplane.ports {
-        let keeps = dataplane::dpdk::keeps_address_pairs(&p.device, &port_config(p, workers))
+        let placement = dataplane::dpdk::planned_placement(&p.device, &port_config(p, workers))
             .map_err(|e| port_error(p, e, cfg, args))?;
-        if !keeps {
-            return Ok(Steering::On);
+        match placement {
+            RxPlacement::Software => return Ok(Steering::On),
+            RxPlacement::FiveTuplesKept => steering = Steering::Rare,
+            RxPlacement::Kept => {}
         }
     }
-    Ok(Steering::Off)
+    Ok(steering)
 }
 
 /// The packet pool, sized for the configuration (`mbuf_pool`).

@@ -16,6 +16,7 @@ use dataplane::worker::{
 };
 use sluice_core::snapshot::SnapshotCell;
 use sluice_core::stats::WorkerStats;
+use sluice_core::steering::RxPlacement;
 use std::sync::mpsc::Sender;
 
 use super::error::RunError;
@@ -47,7 +48,7 @@ pub fn build(
     let workers = usize::from(cfg.dataplane.workers);
     let burst_size = usize::from(cfg.dataplane.burst_size);
     let mut steering = match runtime.pool() {
-        Some(pool) => steering_rings(pool, runtime.ports(), workers, burst_size)?,
+        Some(pool) => steering_rings(pool, runtime, workers, burst_size)?,
         None => Vec::new(),
     };
     let mut relays = match runtime.pool() {
@@ -92,32 +93,55 @@ pub fn build(
     Ok((built, senders))
 }
 
-/// One flow, one shard: when a port cannot keep an address pair on one RX
-/// queue (net_af_packet, RSS-less devices) and there are several workers,
-/// a ring from every worker to every other carries tracked packets to the
-/// worker that owns their key (`sluice_core::steering`). Per worker, its
-/// rings (none for any when no port needs them).
+/// One flow, one shard: when a port does not put every tracked packet on
+/// its owner's queue (RSS on 5-tuples, which leaves 2/3-tuple keys, ICMP
+/// errors and fragments; net_af_packet and RSS-less devices, which leave
+/// everything) and there are several workers, a ring from every worker to
+/// every other carries tracked packets to the worker that owns their key
+/// (`sluice_core::steering`). Per worker, its rings (none for any when no
+/// port needs them).
 fn steering_rings(
     pool: &Mempool,
-    ports: &[Port],
+    runtime: &Runtime,
     workers: usize,
     burst_size: usize,
 ) -> Result<Vec<Option<Steering>>, RunError> {
-    let needs: Vec<bool> = ports
-        .iter()
-        .map(|p| !p.keeps_address_pairs_on_one_queue())
-        .collect();
-    if workers < 2 || !needs.iter().any(|&n| n) {
+    let ports = runtime.ports();
+    let ownership = super::ownership::of(ports, workers);
+    for (port, why) in &ownership.fallbacks {
+        controlplane::warn!(
+            "sluice: port {port}: no RSS on 5-tuples ({why}): its workers steer every tracked packet"
+        );
+    }
+    let names = |which: RxPlacement| -> Vec<&str> {
+        ports
+            .iter()
+            .zip(&ownership.placement)
+            .filter(|(_, &p)| p == which)
+            .map(|(p, _)| p.name())
+            .collect()
+    };
+    let (five_tuples, software) = (
+        names(RxPlacement::FiveTuplesKept),
+        names(RxPlacement::Software),
+    );
+    if workers < 2 || (five_tuples.is_empty() && software.is_empty()) {
         return Ok(Vec::new());
     }
     let mut per_worker: Vec<Steering> = (0..workers)
         .map(|_| Steering {
             to: (0..workers).map(|_| None).collect(),
             from: Vec::new(),
-            ports: needs.clone(),
+            ports: ownership.placement.clone(),
+            owners: ownership.owners.clone(),
         })
         .collect();
-    let slots = sluice_core::steering::ring_slots(burst_size, workers);
+    // The size the pool was made for (a port that fell back to software
+    // steering at its start keeps the smaller rings: it pauses sooner).
+    let slots = match runtime.steering().ring_slots(burst_size, workers) {
+        0 => sluice_core::steering::rare_ring_slots(burst_size),
+        n => n,
+    };
     for from in 0..workers {
         for to in (0..workers).filter(|&t| t != from) {
             let (p, c) = mbuf_ring(pool, &format!("sluice_steer_{from}_{to}"), slots)
@@ -126,16 +150,19 @@ fn steering_rings(
             per_worker[to].from.push(c);
         }
     }
-    controlplane::info!(
-        "sluice: software steering between {workers} workers ({slots}-slot rings) for port(s) {:?} \
-         (no RSS on addresses only)",
-        ports
-            .iter()
-            .zip(&needs)
-            .filter(|(_, &n)| n)
-            .map(|(p, _)| p.name())
-            .collect::<Vec<_>>()
-    );
+    if !five_tuples.is_empty() {
+        controlplane::info!(
+            "sluice: RSS on 5-tuples for port(s) {five_tuples:?}: each TCP and UDP flow reaches \
+             its owner among {workers} workers; {slots}-slot rings steer the rest (other \
+             protocols, fragments, ICMP errors, per-session affinities)"
+        );
+    }
+    if !software.is_empty() {
+        controlplane::info!(
+            "sluice: software steering between {workers} workers ({slots}-slot rings) for port(s) \
+             {software:?} (their RSS places no tracked packet)"
+        );
+    }
     Ok(per_worker.into_iter().map(Some).collect())
 }
 

@@ -20,6 +20,7 @@ mod open_port;
 mod port;
 mod queue;
 mod ring;
+mod rss;
 pub mod rte_hash;
 #[cfg(test)]
 mod tests;
@@ -32,7 +33,7 @@ pub use ids::{LcoreId, PortId};
 pub use mbuf::Mbuf;
 pub use mempool::{Mempool, MBUF_HEADROOM};
 pub use port::{
-    keeps_address_pairs, max_queue_pairs, LinkStatus, Port, PortConfig, PortHwStats, PortMonitor,
+    max_queue_pairs, planned_placement, LinkStatus, Port, PortConfig, PortHwStats, PortMonitor,
     NET_TAP_START_QUEUE_PAIRS,
 };
 pub use queue::{QueuePair, RxQueue, TxQueue};

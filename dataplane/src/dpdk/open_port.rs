@@ -9,6 +9,9 @@ use super::eal::EalGuard;
 use super::error::DpdkError;
 use super::ids::PortId;
 use super::mempool::Mempool;
+use sluice_core::rss::RssModel;
+use sluice_core::steering::RxPlacement;
+use std::sync::Arc;
 
 /// A configured port device, closed on drop (stopped first once started).
 #[derive(Debug)]
@@ -17,9 +20,12 @@ pub(super) struct OpenPort {
     name: String,
     /// `rte_eth_dev_start` succeeded: stop before closing.
     started: bool,
-    /// Every packet between two addresses reaches one RX queue (one queue,
-    /// or RSS on addresses only that the device supports in full).
-    pairs_on_one_queue: bool,
+    /// Which tracked packets the device puts on their owner's queue.
+    placement: RxPlacement,
+    /// Its RSS, modelled, under 5-tuple placement.
+    rss_model: Option<Arc<RssModel>>,
+    /// Why 5-tuple placement fell back to software steering.
+    rss_fallback: Option<String>,
     /// The pool the RX queues refill from, and through it EAL.
     _pool: Mempool,
     _eal: EalGuard,
@@ -31,14 +37,16 @@ impl OpenPort {
     pub(super) fn configured(
         id: PortId,
         name: String,
-        pairs_on_one_queue: bool,
+        placement: RxPlacement,
         pool: &Mempool,
     ) -> Self {
         Self {
             id,
             name,
             started: false,
-            pairs_on_one_queue,
+            placement,
+            rss_model: None,
+            rss_fallback: None,
             _pool: pool.clone(),
             _eal: pool.eal(),
         }
@@ -52,8 +60,28 @@ impl OpenPort {
         &self.name
     }
 
-    pub(super) fn pairs_on_one_queue(&self) -> bool {
-        self.pairs_on_one_queue
+    pub(super) fn placement(&self) -> RxPlacement {
+        self.placement
+    }
+
+    pub(super) fn rss_model(&self) -> Option<&Arc<RssModel>> {
+        self.rss_model.as_ref()
+    }
+
+    pub(super) fn rss_fallback(&self) -> Option<&str> {
+        self.rss_fallback.as_deref()
+    }
+
+    /// The model of the started port's RSS, or why there is none: then
+    /// its workers steer every tracked packet.
+    pub(super) fn set_rss_model(&mut self, model: Result<RssModel, DpdkError>) {
+        match model {
+            Ok(m) => self.rss_model = Some(Arc::new(m)),
+            Err(e) => {
+                self.placement = RxPlacement::Software;
+                self.rss_fallback = Some(e.to_string());
+            }
+        }
     }
 
     /// Sets the MTU, starts the device (its queues set up), and turns

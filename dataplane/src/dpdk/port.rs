@@ -14,19 +14,9 @@ use super::ids::PortId;
 use super::mempool::Mempool;
 use super::open_port::OpenPort;
 use super::queue::QueuePair;
-
-// RSS hash-function bits from rte_ethdev.h (RTE_BIT64 macros, which bindgen
-// cannot evaluate).
-const RSS_IPV4: u64 = 1 << 2;
-const RSS_FRAG_IPV4: u64 = 1 << 3;
-const RSS_NONFRAG_IPV4_TCP: u64 = 1 << 4;
-const RSS_NONFRAG_IPV4_UDP: u64 = 1 << 5;
-const RSS_NONFRAG_IPV4_OTHER: u64 = 1 << 7;
-const RSS_IPV6: u64 = 1 << 8;
-const RSS_FRAG_IPV6: u64 = 1 << 9;
-const RSS_NONFRAG_IPV6_TCP: u64 = 1 << 10;
-const RSS_NONFRAG_IPV6_UDP: u64 = 1 << 11;
-const RSS_NONFRAG_IPV6_OTHER: u64 = 1 << 13;
+use super::rss::{self, RssPlan};
+use sluice_core::rss::RssModel;
+use sluice_core::steering::RxPlacement;
 
 /// How a port is set up.
 #[derive(Clone, Debug)]
@@ -35,9 +25,10 @@ pub struct PortConfig {
     pub queue_pairs: u16,
     pub rx_descriptors: u16,
     pub tx_descriptors: u16,
-    /// Spread flows over RX queues by RSS when there is more than one.
-    /// `l4` false hashes on addresses only, so every packet of a 2/3-tuple
-    /// tracking key (and every fragment) lands on one queue.
+    /// Spread flows over RX queues by RSS when there is more than one:
+    /// TCP and unfragmented UDP on their 5-tuple where the device can
+    /// ([`rss`]); false hashes on addresses only, so every packet between
+    /// two addresses lands on one queue.
     pub rss_l4: bool,
     /// Configure RSS at all when there are several RX queues (false for
     /// TAPs: the kernel picks the queue of what it sends).
@@ -52,7 +43,7 @@ impl Default for PortConfig {
             queue_pairs: 1,
             rx_descriptors: 1024,
             tx_descriptors: 1024,
-            rss_l4: false,
+            rss_l4: true,
             rss: true,
             mtu: None,
             promiscuous: true,
@@ -101,13 +92,14 @@ pub struct Port {
 
 /// Finds the port DPDK created for `device` (the text before the first
 /// comma of a vdev string, or a PCI address). The pool proves EAL is up.
-/// Whether a port on `device` configured as `cfg` will keep every address
-/// pair on one RX queue, asked of the device before it is configured: the
-/// packet pool is sized by it (steering rings hold mbufs), and the pool
-/// has to exist before any port starts.
-pub fn keeps_address_pairs(device: &str, cfg: &PortConfig) -> Result<bool, DpdkError> {
+/// Where a port on `device` configured as `cfg` will put tracked packets,
+/// asked of the device before it is configured: the packet pool is sized
+/// by it (steering rings hold mbufs), and the pool has to exist before any
+/// port starts. A started port may steer more than this says
+/// ([`Port::rx_placement`]), never less.
+pub fn planned_placement(device: &str, cfg: &PortConfig) -> Result<RxPlacement, DpdkError> {
     let (_, _, info) = probe(device)?;
-    Ok(pairs_on_one_queue(cfg, &info))
+    Ok(rss_plan(cfg, &info).placement)
 }
 
 /// The most queue pairs a `net_tap` device can be started with. At start,
@@ -190,8 +182,10 @@ impl Port {
             .map(|m| device_mtu(&info, &name, m))
             .transpose()?
             .flatten();
-        let (conf, pairs_on_one_queue) = eth_conf(cfg, &info, mtu);
-        // SAFETY: port id valid, conf fully initialised (zeroed + fields set).
+        let mut plan = rss_plan(cfg, &info);
+        let conf = eth_conf(&mut plan, mtu);
+        // SAFETY: port id valid, conf fully initialised (zeroed + fields
+        // set); the key it points to (plan.key) outlives the call.
         let rc = unsafe { dpdk_sys::rte_eth_dev_configure(id.get(), queues, queues, &conf) };
         if rc != 0 {
             return Err(DpdkError::from_rc(
@@ -200,9 +194,12 @@ impl Port {
             ));
         }
         // Configured: from here on a failure closes the port (drop).
-        let mut port = OpenPort::configured(id, name, pairs_on_one_queue, pool);
+        let mut port = OpenPort::configured(id, name, plan.placement, pool);
         set_up_queues(&port, cfg, pool)?;
         port.start(mtu, cfg.promiscuous)?;
+        if plan.placement == RxPlacement::FiveTuplesKept {
+            port.set_rss_model(rss::model(id, port.name(), info.reta_size, queues));
+        }
         let inner = Arc::new(port);
         let pairs = (0..queues)
             .map(|queue| QueuePair::new(&inner, queue))
@@ -210,10 +207,21 @@ impl Port {
         Ok((Port { inner }, pairs))
     }
 
-    /// Whether the port itself keeps every packet between two addresses on
-    /// one RX queue; when not, workers steer tracked packets in software.
-    pub fn keeps_address_pairs_on_one_queue(&self) -> bool {
-        self.inner.pairs_on_one_queue()
+    /// Which tracked packets the port itself puts on their owner's queue;
+    /// workers steer the others.
+    pub fn rx_placement(&self) -> RxPlacement {
+        self.inner.placement()
+    }
+
+    /// The model of the port's RSS under 5-tuple placement.
+    pub fn rss_model(&self) -> Option<&Arc<RssModel>> {
+        self.inner.rss_model()
+    }
+
+    /// Why a port planned for 5-tuple placement is steered in software
+    /// instead (its redirection table could not be set or read).
+    pub fn rss_fallback(&self) -> Option<&str> {
+        self.inner.rss_fallback()
     }
 
     pub fn id(&self) -> PortId {
@@ -298,59 +306,29 @@ fn set_up_queues(port: &OpenPort, cfg: &PortConfig, pool: &Mempool) -> Result<()
     Ok(())
 }
 
-/// `rte_eth_conf` for `cfg` on a device that reports `info`, and whether
-/// the port will keep every address pair on one RX queue.
-fn eth_conf(
-    cfg: &PortConfig,
-    info: &dpdk_sys::rte_eth_dev_info,
-    mtu: Option<u16>,
-) -> (dpdk_sys::rte_eth_conf, bool) {
+/// `rte_eth_conf` for `cfg` on a device that reports `info` with the MTU
+/// and RSS `plan` (whose key it points to: keep the plan until configured).
+fn eth_conf(plan: &mut RssPlan, mtu: Option<u16>) -> dpdk_sys::rte_eth_conf {
     let mut conf = dpdk_sys::rte_eth_conf::default();
     if let Some(m) = mtu {
         // The largest frame the port receives; configure validates it
         // against the device and the PMD sizes its RX path from it.
         conf.rxmode.mtu = u32::from(m);
     }
-    if cfg.queue_pairs > 1 && cfg.rss {
-        let wanted = if cfg.rss_l4 {
-            RSS_IPV4
-                | RSS_FRAG_IPV4
-                | RSS_NONFRAG_IPV4_TCP
-                | RSS_NONFRAG_IPV4_UDP
-                | RSS_NONFRAG_IPV4_OTHER
-                | RSS_IPV6
-                | RSS_FRAG_IPV6
-                | RSS_NONFRAG_IPV6_TCP
-                | RSS_NONFRAG_IPV6_UDP
-                | RSS_NONFRAG_IPV6_OTHER
-        } else {
-            ADDRESSES_ONLY
-        };
-        // A device that hashes none of these (virtio-net without
-        // VIRTIO_NET_F_RSS: vhost-net, vhost-user, QEMU's default) is
-        // left to spread its queues its own way: asking it for RSS
-        // fails rte_eth_dev_configure with ENOTSUP. Its address pairs
-        // are then not kept on one queue, so workers steer.
-        let rss_hf = wanted & info.flow_type_rss_offloads;
-        if rss_hf != 0 {
-            conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
-            conf.rx_adv_conf.rss_conf.rss_hf = rss_hf;
+    if plan.hash_types != 0 {
+        conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
+        conf.rx_adv_conf.rss_conf.rss_hf = plan.hash_types;
+        if let Some(key) = &mut plan.key {
+            conf.rx_adv_conf.rss_conf.rss_key = key.as_mut_ptr();
+            conf.rx_adv_conf.rss_conf.rss_key_len = key.len() as u8;
         }
     }
-    (conf, pairs_on_one_queue(cfg, info))
+    conf
 }
 
-/// The RSS hash types that hash on addresses alone.
-const ADDRESSES_ONLY: u64 =
-    RSS_IPV4 | RSS_FRAG_IPV4 | RSS_NONFRAG_IPV4_OTHER | RSS_IPV6 | RSS_FRAG_IPV6;
-
-/// Whether a port configured as `cfg` on a device reporting `info` keeps
-/// every address pair on one RX queue: one queue, or RSS on addresses only.
-fn pairs_on_one_queue(cfg: &PortConfig, info: &dpdk_sys::rte_eth_dev_info) -> bool {
-    cfg.queue_pairs == 1
-        || (cfg.rss
-            && !cfg.rss_l4
-            && info.flow_type_rss_offloads & ADDRESSES_ONLY == ADDRESSES_ONLY)
+/// [`rss::plan`] for a port configured as `cfg`.
+fn rss_plan(cfg: &PortConfig, info: &dpdk_sys::rte_eth_dev_info) -> RssPlan {
+    rss::plan(cfg.queue_pairs, cfg.rss, cfg.rss_l4, info)
 }
 
 /// A port's link state and counters, readable from any thread. Clones

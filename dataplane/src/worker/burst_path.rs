@@ -18,6 +18,7 @@ use sluice_core::burst::{BurstStages, Outcome, SteerFor};
 use sluice_core::drop_reason::DropReason;
 use sluice_core::pipeline::{self, PipelineCtx, Verdict};
 use sluice_core::snapshot::ForwardingState;
+use sluice_core::steering::{Owners, RxPlacement};
 use sluice_core::vlan;
 
 /// What a worker's bursts run through: its pipeline context (conntrack
@@ -32,10 +33,18 @@ pub(super) struct BurstPath {
     pub(super) lanes: Lanes,
     /// `follow_flow` fragments waiting for their first fragment.
     held: Held,
+    /// Who owns a tracking key (AP-1).
+    owners: Owners,
 }
 
 impl BurstPath {
-    pub(super) fn new(index: usize, port_ids: Vec<PortId>, ctx: PipelineCtx, lanes: Lanes) -> Self {
+    pub(super) fn new(
+        index: usize,
+        port_ids: Vec<PortId>,
+        ctx: PipelineCtx,
+        lanes: Lanes,
+        owners: Owners,
+    ) -> Self {
         Self {
             index,
             port_ids,
@@ -43,6 +52,7 @@ impl BurstPath {
             stages: BurstStages::default(),
             lanes,
             held: Held::new(),
+            owners,
         }
     }
 
@@ -82,8 +92,9 @@ impl BurstPath {
 
     /// Runs the pipeline over one burst and queues every packet where its
     /// outcome sends it. `rx_port`: the config port the whole burst came
-    /// from (None: steered packets, each carrying its own). `steer`: hand
-    /// tracked packets owned by another worker to it (see
+    /// from (None: steered packets, each carrying its own). `placement`:
+    /// which tracked packets are already at their owner; the others go to
+    /// their owner when it is another worker (see
     /// [`sluice_core::steering`]).
     #[inline]
     pub(super) fn handle_burst(
@@ -91,9 +102,9 @@ impl BurstPath {
         state: &ForwardingState,
         burst: &mut MbufBurst,
         rx_port: Option<usize>,
-        steer: bool,
+        placement: RxPlacement,
     ) {
-        self.prepare(state, burst, rx_port, steer);
+        self.prepare(state, burst, rx_port, placement);
         for (i, mut m) in burst.drain().enumerate() {
             // Most packets: an established flow's, forwarded by the
             // established lane (no new entry), queued here in one line.
@@ -123,12 +134,14 @@ impl BurstPath {
         state: &ForwardingState,
         burst: &MbufBurst,
         rx_port: Option<usize>,
-        steer: bool,
+        placement: RxPlacement,
     ) {
-        let steer = steer.then_some(SteerFor {
-            index: self.index,
-            workers: self.lanes.workers(),
-        });
+        let steer =
+            (placement != RxPlacement::Kept && self.lanes.workers() > 1).then_some(SteerFor {
+                index: self.index,
+                owners: &self.owners,
+                five_tuples_kept: placement == RxPlacement::FiveTuplesKept,
+            });
         // Trunk port: frames without its tag are dropped in stage 1.
         // Steered packets (no `rx_port`) passed that check where received.
         let vlan = rx_port.and_then(|p| state.ports.get(p)?.vlan);

@@ -19,6 +19,7 @@ use crate::dpdk::{MbufBurst, RingConsumer, RxQueue, TscClock};
 use sluice_core::pipeline::PipelineCtx;
 use sluice_core::snapshot::{ForwardingState, SnapshotCell};
 use sluice_core::stats::WorkerStats;
+use sluice_core::steering::{Owners, RxPlacement};
 use sluice_core::time::Millis;
 
 /// Conntrack slots examined for expiry per millisecond of clock (CT-5):
@@ -34,8 +35,9 @@ const SWEEP_SLOTS_PER_MS: usize = 1024;
 struct Inputs {
     /// Per config port.
     rx: Vec<RxQueue>,
-    /// Per config port: its tracked packets may belong to another worker.
-    steered: Vec<bool>,
+    /// Per config port: which of its tracked packets are already at their
+    /// owner (the others may belong to another worker).
+    placement: Vec<RxPlacement>,
     /// One per peer.
     inbound: Vec<RingConsumer>,
     /// Packets per RX poll.
@@ -101,10 +103,16 @@ impl Polling {
             #[cfg(feature = "test-hooks")]
             test_pause,
         } = worker;
-        let Steering { to, from, ports } = steering.unwrap_or(Steering {
+        let Steering {
+            to,
+            from,
+            ports,
+            owners,
+        } = steering.unwrap_or(Steering {
             to: Vec::new(),
             from: Vec::new(),
             ports: Vec::new(),
+            owners: Owners::Hash { workers: 1 },
         });
         let mut ctx = PipelineCtx::new(conntrack_capacity);
         ctx.fragment_ids = sluice_core::fragment::FragmentIds::for_worker(index);
@@ -117,12 +125,12 @@ impl Polling {
         Self {
             inputs: Inputs {
                 rx,
-                steered: ports,
+                placement: ports,
                 inbound: from,
                 burst_size,
                 burst: MbufBurst::default(),
             },
-            path: BurstPath::new(index, port_ids, ctx, lanes),
+            path: BurstPath::new(index, port_ids, ctx, lanes, owners),
             snapshots,
             version,
             state,
@@ -208,10 +216,14 @@ impl Inputs {
             held_back: false,
         };
         for (port, rxq) in self.rx.iter_mut().enumerate() {
-            let steer = self.steered.get(port).copied().unwrap_or(false);
+            let placement = self
+                .placement
+                .get(port)
+                .copied()
+                .unwrap_or(RxPlacement::Kept);
             // AP-1 backpressure: while a peer's ring cannot take what is
             // held for it, this port's packets wait in its RX queue.
-            if steer && !path.lanes.hand_over_steered() {
+            if placement != RxPlacement::Kept && !path.lanes.hand_over_steered() {
                 stats.steering_backpressure.add(1);
                 polled.held_back = true;
                 continue;
@@ -227,7 +239,7 @@ impl Inputs {
             pc.rx_packets.add(n as u64);
             pc.rx_bytes.add(self.burst.total_len());
             polled.packets += n;
-            path.handle_burst(state, &mut self.burst, Some(port), steer);
+            path.handle_burst(state, &mut self.burst, Some(port), placement);
         }
         polled
     }
@@ -247,7 +259,7 @@ impl Inputs {
             if n > 0 {
                 stats.steered_in.add(n as u64);
                 received += n;
-                path.handle_burst(state, &mut self.burst, None, false);
+                path.handle_burst(state, &mut self.burst, None, RxPlacement::Kept);
             }
         }
         received

@@ -7,6 +7,7 @@ use super::handover::{self, Held};
 use crate::dpdk::{Mbuf, MbufBurst, RingConsumer, RingProducer};
 use sluice_core::drop_reason::DropReason;
 use sluice_core::stats::WorkerStats;
+use sluice_core::steering::{Owners, RxPlacement};
 
 /// This worker's rings to and from every other worker (see
 /// [`sluice_core::steering`]).
@@ -15,8 +16,11 @@ pub struct Steering {
     /// Indexed by worker; None at this worker's own index.
     pub to: Vec<Option<RingProducer>>,
     pub from: Vec<RingConsumer>,
-    /// Per config port: whether its RX needs steering.
-    pub ports: Vec<bool>,
+    /// Per config port: which of its tracked packets are already at
+    /// their owner.
+    pub ports: Vec<RxPlacement>,
+    /// Who owns a key, for every port alike.
+    pub owners: Owners,
 }
 
 /// The ring to one peer and the burst held for it.

@@ -126,7 +126,7 @@ fn entries_come_back_under_the_next_process_ids() {
         &new,
         Millis(1_000_000),
         2_000,
-        Owners::ByKey { workers: 2 },
+        Owners::ByKey(sluice_core::steering::Owners::Hash { workers: 2 }),
     );
     assert_eq!(placed.taken, 10);
     assert_eq!(placed.dropped, Dropped::default());
@@ -197,7 +197,7 @@ fn connections_that_lost_their_meaning_are_counted_by_reason() {
         &new,
         Millis(500_000),
         10_000,
-        Owners::ByKey { workers: 1 },
+        Owners::ByKey(sluice_core::steering::Owners::Hash { workers: 1 }),
     );
     assert_eq!(placed.taken, 1);
     assert_eq!(
@@ -218,7 +218,7 @@ fn connections_that_lost_their_meaning_are_counted_by_reason() {
         &new,
         Millis(500_000),
         10_000,
-        Owners::ByKey { workers: 1 },
+        Owners::ByKey(sluice_core::steering::Owners::Hash { workers: 1 }),
     );
     assert_eq!(placed.dropped.service_gone, 1);
 }
