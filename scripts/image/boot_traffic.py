@@ -19,14 +19,18 @@ QEMU's user-mode management NIC.
 Checks, in order: health checks from the appliance reach both backends;
 the appliance's address answers ping; new connections to the VIP are
 served by both backends; /metrics from the host counts the traffic;
+sluice put the data NIC (two queue pairs, VIRTIO_NET_F_RSS) on RSS on
+5-tuples, and one client address's connections land on both workers'
+shards with none steered;
 `systemctl reload` with a good configuration (b1 only) applies it; with a
 bad one it fails ("Reload failed", diagnostics in the journal) and the
 running configuration stays; `kill -9` of sluice is followed by a restart
 by systemd, which keeps /run/sluice, after which new connections flow
 again; keep-alive connections held through the VIP (hold_client.py) stay
 on their backends across `systemctl restart` through the conntrack
-hand-off, although the configuration written before it moves them in the
-Maglev table, and are reset across `systemctl stop` and `start`, which
+hand-off (placed where the NIC's RSS, modelled, sends each), although
+the configuration written before it moves them in the Maglev table, and
+are reset across `systemctl stop` and `start`, which
 lose the file; with [bgp], `systemctl stop` drains for drain_time past
 TimeoutStopSec.
 
@@ -403,8 +407,10 @@ class BootTraffic:
                       r".*", start_log)
         taken = int(m.group(1)) if m else 0
         rc_file, _ = self.vm("test -e /run/sluice/conntrack.handoff", check=False)
-        self.expect(m is not None and taken >= k and rc_file != 0,
-                    f"the new start took it, and removed it: {m.group(0) if m else ''}",
+        self.expect(m is not None and taken >= k and rc_file != 0
+                    and "each in the shard the NIC's RSS sends it to" in m.group(0),
+                    f"the new start took it, placed each connection where the NIC's RSS "
+                    f"(modelled) sends it, and removed it: {m.group(0) if m else ''}",
                     start_log[-1500:])
         metrics = self.metrics()
         metric_taken = metrics.get('sluice_handoff_connections{outcome="taken"}')

@@ -86,8 +86,16 @@ pub fn start(
             controller.record_handoff(StartReport::Refused);
         }
         Taken::File { handoff, gap_ms } => {
+            let placement = placement_text(&owners);
             let placed = take(&handoff, gap_ms, controller, owners, now);
-            log_taken(&path, &handoff, gap_ms, &placed, started.elapsed());
+            log_taken(
+                &path,
+                &handoff,
+                gap_ms,
+                &placed,
+                placement,
+                started.elapsed(),
+            );
             controller.record_handoff(StartReport::Taken {
                 taken: placed.taken,
                 dropped: placed.dropped,
@@ -171,11 +179,23 @@ fn take(
     place::place(handoff, &state, now, gap_ms, owners)
 }
 
+/// How the start placed the connections, for its log line.
+fn placement_text(owners: &Owners) -> &'static str {
+    use sluice_core::steering::Owners as By;
+    match owners {
+        Owners::ByKey(By::Rss(_)) => "each in the shard the NIC's RSS sends it to",
+        Owners::ByKey(By::Hash { workers: 1 }) => "in the only shard",
+        Owners::ByKey(By::Hash { .. }) => "each in the shard software steering sends it to",
+        Owners::Every { .. } => "a copy in every shard (RSS on addresses, not modelled)",
+    }
+}
+
 fn log_taken(
     path: &Path,
     handoff: &HandOff,
     gap_ms: u64,
     placed: &Placed,
+    placement: &str,
     took: std::time::Duration,
 ) {
     let dropped = placed
@@ -187,7 +207,7 @@ fn log_taken(
         .collect::<Vec<_>>();
     controlplane::info!(
         "sluice: conntrack hand-off {}: {} of {} connection(s) taken from sluice {} ({} ms \
-         before this start; read and placed in {} ms){}",
+         before this start; read and placed in {} ms, {placement}){}",
         path.display(),
         placed.taken,
         handoff.connections.len(),
