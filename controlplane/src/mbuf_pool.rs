@@ -143,7 +143,7 @@ impl Steering {
     pub fn ring_slots(self, burst_size: usize, workers: usize) -> u32 {
         match self {
             Steering::Off => 0,
-            Steering::Rare => sluice_core::steering::rare_ring_slots(burst_size),
+            Steering::Rare => sluice_core::steering::rare_ring_slots(burst_size, workers),
             Steering::On => sluice_core::steering::ring_slots(burst_size, workers),
         }
     }
@@ -242,14 +242,17 @@ mod tests {
     }
 
     /// The steering rings' mbufs grow with the square of the workers, so
-    /// they are counted only when there are rings: a 64-worker appliance on
-    /// NICs that do RSS on addresses gets a pool of half a million mbufs,
+    /// they are counted only when there are rings, and small ones where
+    /// RSS places 5-tuples: a 64-worker appliance on NICs gets a pool of a
+    /// million mbufs (half a million with RSS on addresses and no rings),
     /// not 32 million (AP-1).
     #[test]
     fn the_pool_counts_steering_rings_only_when_workers_steer() {
         let nic = dataplane(64, &["0000:03:00.0", "0000:03:00.1"]);
-        assert_eq!(Steering::expected(&nic), Steering::Off);
+        assert_eq!(Steering::expected(&nic), Steering::Rare);
+        assert_eq!(Steering::Rare.ring_slots(32, 64), 32);
         assert_eq!(mbuf_count(&nic, Steering::Off), (1 << 19) - 1);
+        assert_eq!(mbuf_count(&nic, Steering::Rare), (1 << 20) - 1);
         assert_eq!(mbuf_count(&nic, Steering::On), (1 << 25) - 1);
         let pcap = dataplane(16, &["net_pcap0,rx_pcap=a.pcap", "0000:03:00.1"]);
         assert_eq!(Steering::expected(&pcap), Steering::On);

@@ -50,7 +50,7 @@ fn ap_1_a_port_with_rss_on_5_tuples_gets_small_steering_rings_in_its_pool() {
     // difference between small and full-size rings; the log shows it.)
     assert!(off < rare && rare <= on, "{off} {rare} {on}");
     assert_eq!(logged, rare, "the pool holds the rings that exist");
-    let small = sluice_core::steering::rare_ring_slots(32);
+    let small = sluice_core::steering::rare_ring_slots(32, 2);
     assert!(
         small < sluice_core::steering::ring_slots(32, 2)
             && stderr.contains(&format!("{small}-slot rings steer the rest")),

@@ -103,11 +103,13 @@ impl Owners {
 /// Slots of each steering ring when every port's RSS places 5-tuple keys
 /// ([`RxPlacement::FiveTuplesKept`]): the rings then carry only what the
 /// NIC leaves (other protocols, fragments, ICMP errors, per-session
-/// affinities), and a full one pauses its sender's RX as above, so four
-/// RX bursts of slack will do. The pool holds them all: 128 slots at 64
-/// workers are half a million mbufs, the full-size rings 16 million.
-pub fn rare_ring_slots(burst_size: usize) -> u32 {
-    ((burst_size.max(1) * 4).next_power_of_two() as u32).clamp(64, 1024)
+/// affinities), and a full one pauses its sender's RX as above, so about
+/// eight RX bursts into each worker, shared by its peers, will do: 128
+/// slots at 2–8 workers, 32 from 16 workers on. The pool holds them all
+/// (at 64 workers 130,000 mbufs; full-size rings would be 16 million).
+pub fn rare_ring_slots(burst_size: usize, workers: usize) -> u32 {
+    let per_peer = burst_size.max(1) * 8 / workers.saturating_sub(1).max(1);
+    (per_peer.next_power_of_two() as u32).clamp(32, 128)
 }
 
 /// The bits of a key's `meta` that are its 5-tuple's ports and protocol.

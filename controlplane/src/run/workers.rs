@@ -139,7 +139,7 @@ fn steering_rings(
     // The size the pool was made for (a port that fell back to software
     // steering at its start keeps the smaller rings: it pauses sooner).
     let slots = match runtime.steering().ring_slots(burst_size, workers) {
-        0 => sluice_core::steering::rare_ring_slots(burst_size),
+        0 => sluice_core::steering::rare_ring_slots(burst_size, workers),
         n => n,
     };
     for from in 0..workers {
