@@ -60,6 +60,15 @@ impl BurstPath {
     /// learnt, dropped once they waited too long (`worker::held`).
     #[inline]
     pub(super) fn retry_held(&mut self, state: &ForwardingState) {
+        if self.held.is_empty() {
+            return;
+        }
+        self.retry_held_fragments(state);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn retry_held_fragments(&mut self, state: &ForwardingState) {
         let now = self.ctx.now;
         let generation = self.ctx.fragments.generation();
         let mut held = std::mem::replace(&mut self.held, Held::idle());
@@ -204,7 +213,8 @@ impl BurstPath {
     #[cold]
     #[inline(never)]
     fn hold(&mut self, m: Mbuf, rx_port: Option<usize>) {
-        if let Err((m, reason)) = self.held.hold((m, self.ctx.now, rx_port)) {
+        let generation = self.ctx.fragments.generation();
+        if let Err((m, reason)) = self.held.hold((m, self.ctx.now, rx_port), generation) {
             self.lanes.discard(reason, m);
         }
     }

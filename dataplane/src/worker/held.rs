@@ -32,8 +32,23 @@ impl Held {
         }
     }
 
+    /// Nothing is held: a poll has nothing to retry.
+    #[inline(always)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
     /// Keeps `f`, or gives it back when [`HELD`] are held already.
-    pub(super) fn hold(&mut self, f: HeldFragment) -> Result<(), (Mbuf, DropReason)> {
+    /// `generation`: the fragment table's now, when `f` is the first held
+    /// (the fragments are decided again only once it moves).
+    pub(super) fn hold(
+        &mut self,
+        f: HeldFragment,
+        generation: u64,
+    ) -> Result<(), (Mbuf, DropReason)> {
+        if self.waiting.is_empty() {
+            self.generation = generation;
+        }
         if self.waiting.len() < HELD {
             self.waiting.push(f);
             Ok(())
