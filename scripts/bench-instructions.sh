@@ -31,6 +31,12 @@
 # `handle_burst`'s own cost alone, for comparison with older figures.
 # thread_total_per_packet: everything the worker thread executed in the
 # last dump (poll loop, drivers, burst path, mempool, …), per packet.
+# per_ms_upkeep_per_packet: of that, the worker's once-a-millisecond
+# upkeep (`poll::upkeep`: 1,024 conntrack slots examined, the counters
+# published), which follows time, not packets: under callgrind a
+# millisecond holds a few hundred packets where a real core forwards
+# thousands, so this figure is some 20-50 times what it is natively;
+# subtract it for the poll loop's cost per packet.
 #
 # PEER=1 (TRAFFIC=tcp or syn): the C peer benches/c-peer/lb_peer.c
 # (built as bench-throughput.sh builds it, into target/release/lb_peer)
@@ -148,7 +154,9 @@ NAMED='
 # Prints the burst calls, the burst path's self and callee cost, the
 # drivers' self cost, the total (every self cost), the drivers'
 # inclusive cost (calls into DRIVERS' objects from outside them), the
-# calls of net_ring's RX function and their inclusive cost of one file.
+# calls of net_ring's RX function, their inclusive cost, and the
+# inclusive cost of the worker's per-millisecond upkeep (`poll::upkeep`)
+# of one file.
 summarise() {
   awk -v drv="$DRIVERS" "$NAMED"'
     /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
@@ -171,6 +179,7 @@ summarise() {
         if (in_burst && cfn !~ /rte_eth_tx_burst/) callees += cost
         if (callee ~ drv && ob !~ drv) incl += cost
         if (callee ~ /librte_net_ring/ && ob !~ drv) rxincl += cost
+        if (cfn ~ /worker::poll::upkeep$/) upkeep += cost
         cob = ""
       } else {
         if (in_burst) self += cost
@@ -178,7 +187,7 @@ summarise() {
         total += cost
       }
     }
-    END { printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", bursts, self, callees, drivers, total, incl, ringrx, rxincl }' "$1"
+    END { printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", bursts, self, callees, drivers, total, incl, ringrx, rxincl, upkeep }' "$1"
 }
 
 # The same for the peer: its worker's calls of the net_pcap (or
@@ -269,7 +278,7 @@ dumps_after() {
   done | sort -n | awk '{print $2}'
   echo "$work/cg.$1-$3"
 }
-# Sums the 8 figures summary function $1 prints for each dump (the rest
+# Sums the figures summary function $1 prints for each dump (the rest
 # of the arguments) over the dumps where figure $2 equals figure $3 (an RX
 # call for every burst: the ring never ran dry) and is not 0; prints the
 # sums, the dumps summed and the dumps.
@@ -277,8 +286,8 @@ sum_full() {
   local fn=$1 a=$2 b=$3 f
   shift 3
   for f in "$@"; do "$fn" "$f"; done | awk -v a="$a" -v b="$b" '
-    { n++; if ($a == $b && $a > 0) { k++; for (i = 1; i <= 8; i++) s[i] += $i } }
-    END { for (i = 1; i <= 8; i++) printf "%.0f ", s[i]; printf "%d %d\n", k, n }'
+    { n++; if (NF > m) m = NF; if ($a == $b && $a > 0) { k++; for (i = 1; i <= NF; i++) s[i] += $i } }
+    END { for (i = 1; i <= m; i++) printf "%.0f ", s[i]; printf "%d %d\n", k, n }'
 }
 
 # The result's driver figure and extra fields: the drivers' self cost
@@ -394,7 +403,7 @@ if [ "$HARNESS" = ring ]; then
   # end; a loaded machine may keep the feeder off its CPU long enough for
   # the ring to run dry). Over the whole run, every burst was full.
   mapfile -t files < <(dumps_after "$vg" "$warm_dumps" "${worker##*-}")
-  read -r bursts self callees drivers total incl _ rxincl k n < <(sum_full summarise 1 7 "${files[@]}")
+  read -r bursts self callees drivers total incl _ rxincl upkeep k n < <(sum_full summarise 1 7 "${files[@]}")
   used=" dumps=$k/$n"
   packets=$(( bursts * BURST ))
   all=0
@@ -407,7 +416,7 @@ if [ "$HARNESS" = ring ]; then
     exit 1
   }
 else
-  read -r bursts self callees drivers total incl _ rxincl < <(summarise "$worker")
+  read -r bursts self callees drivers total incl _ rxincl upkeep < <(summarise "$worker")
   packets=$(( bursts * BURST ))
   [ "$counted" -eq $(( packets + warm )) ] || {
     echo "bench-instructions.sh: $counted packets counted, $(( packets + warm )) in full bursts" >&2
@@ -416,6 +425,6 @@ else
 fi
 [ "$packets" -gt 0 ] || { echo "bench-instructions.sh: no packets after the warm-up; raise SECONDS_PER_RUN" >&2; exit 1; }
 read -r driver driver_extra < <(driver_figure "$packets" "$drivers" "$incl" "$rxincl")
-awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$driver" -v t="$total" -v x="${driver_extra:+ $driver_extra}$used" 'BEGIN {
-  printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%s packets=%d burst_self_per_packet=%.1f thread_total_per_packet=%.1f%s\n",
-    (s + c) / n, d, n, s / n, t / n, x }'
+awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$driver" -v t="$total" -v u="$upkeep" -v x="${driver_extra:+ $driver_extra}$used" 'BEGIN {
+  printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%s packets=%d burst_self_per_packet=%.1f thread_total_per_packet=%.1f per_ms_upkeep_per_packet=%.1f%s\n",
+    (s + c) / n, d, n, s / n, t / n, u / n, x }'
