@@ -2,17 +2,20 @@
 //!
 //! A tracking key (CT-3) is owned by one worker, whose shard holds its
 //! entry: a 5-tuple key (TCP, and UDP that is not fragmented, under
-//! NONE / CLIENT_IP_PORT_PROTO affinity) by a hash of its whole 5-tuple,
-//! so that one client address's connections spread over every worker; a
-//! 3- or 2-tuple key (fragments, other protocols, the PER_SESSION
-//! affinities) by its address pair, which every packet of such a key —
-//! every fragment of a datagram included — carries ([`owner_of_key`]). A
-//! port whose RSS hashes on addresses only keeps every address pair on
-//! one queue and needs nothing more; on any other port (net_af_packet's
-//! fanout hashes on the kernel's flow hash; a NIC without RSS control) a
-//! worker hands each tracked packet it does not own to its owner over a
-//! ring (`dpdk::mbuf_ring`). Untracked packets are stateless and stay
-//! where they arrived.
+//! NONE / CLIENT_IP_PORT_PROTO affinity) by its whole 5-tuple, so that one
+//! client address's connections spread over every worker; a 3- or 2-tuple
+//! key (fragments, other protocols, the PER_SESSION affinities) by its
+//! address pair, which every packet of such a key — every fragment of a
+//! datagram included — carries. Who owns what is one function for the
+//! process ([`Owners`]): a port's RSS on 5-tuples as sluice set it up
+//! ([`crate::rss`]), whose choice is then computed, or else a fixed hash
+//! ([`owner_of_key`]). Each port says which of its packets are already at
+//! their owner ([`RxPlacement`]): all of them (one queue, RSS on
+//! addresses), those of 5-tuple keys (RSS on 5-tuples), or none
+//! (net_af_packet's fanout, net_pcap, a NIC without RSS); a worker hands
+//! each of the others it does not own to its owner over a ring
+//! (`dpdk::mbuf_ring`). Untracked packets are stateless and stay where
+//! they arrived.
 
 use crate::conntrack::TrackKey;
 use crate::flow::TupleKind;
