@@ -96,6 +96,8 @@
 # SLUICE_BIN: the binary (default target/release/sluice, built here).
 # ENCAP: the services' encapsulation (default gre; vxlan gets a vxlan_mac).
 # KEEP=1: the work directory (callgrind files, metrics) is kept and named.
+# CALLGRIND_EXTRA: more callgrind options, e.g. `--dump-instr=yes` for
+# scripts/profile-lines.py (the figures are the same either way).
 # Last line: burst_instructions_per_packet=X driver_instructions_per_packet=Y
 #   packets=N burst_self_per_packet=Z thread_total_per_packet=T
 #   (PEER=1: burst_instructions_per_packet=X driver_instructions_per_packet=Y
@@ -159,6 +161,8 @@ NAMED='
 # of one file.
 summarise() {
   awk -v drv="$DRIVERS" "$NAMED"'
+    BEGIN { np = 1 }
+    /^positions:/ { np = NF - 1; next }
     /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
     /^cfn=/ { cfn = named("fn", substr($0, 5)); next }
     /^ob=/ { ob = named("ob", substr($0, 4)); cob = ""; next }
@@ -171,7 +175,7 @@ summarise() {
       next
     }
     /^[0-9+*-]/ {
-      cost = ($2 == "") ? 0 : $2
+      cost = ($(np + 1) == "") ? 0 : $(np + 1)
       in_burst = fn ~ /::handle_burst$/
       if (call) {
         call = 0
@@ -197,6 +201,8 @@ summarise() {
 # the drivers' inclusive cost and net_ring RX's of one file.
 summarise_peer() {
   awk -v drv="$DRIVERS" "$NAMED"'
+    BEGIN { np = 1 }
+    /^positions:/ { np = NF - 1; next }
     /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
     /^cfn=/ { cfn = named("fn", substr($0, 5)); next }
     /^ob=/ { ob = named("ob", substr($0, 4)); cob = ""; next }
@@ -208,7 +214,7 @@ summarise_peer() {
       next
     }
     /^[0-9+*-]/ {
-      cost = ($2 == "") ? 0 : $2
+      cost = ($(np + 1) == "") ? 0 : $(np + 1)
       if (call) {
         call = 0
         if (fn == "worker" && callee !~ drv) callees += cost
@@ -305,7 +311,7 @@ driver_figure() {
 
 if [ "${PEER:-0}" = 1 ]; then
   peer=$(bench_peer)
-  valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.%p" \
+  valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.%p" ${CALLGRIND_EXTRA:-} \
     $peer $NOHUGE -m "$MEM" --no-pci --file-prefix=bench-instr-peer-$$ --lcores=0@0,1@1 \
     --log-level=error --vdev="$RX_DEV" --vdev="$TX_DEV" -- --flows "$FLOWS" --burst "$BURST" \
     >"$work/peer.log" 2>&1 &
@@ -365,7 +371,7 @@ if [ "${PEER:-0}" = 1 ]; then
   exit 0
 fi
 
-valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.%p" \
+valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.%p" ${CALLGRIND_EXTRA:-} \
   "${SLUICE_BIN:-target/release/sluice}" run --config "$work/bench.toml" \
   --no-metrics-server --no-control-socket --duration "$SECONDS_PER_RUN" \
   --metrics-dump "$work/metrics.txt" >"$work/sluice.log" 2>&1 &
