@@ -1,10 +1,12 @@
-//! One flow, one shard (SPEC §3 with AP-1). `sluice run` configures RSS on
-//! IP addresses only (`PortConfig.rss_l4 = false`, see run.rs). This test
-//! proves, at unit level, that this steering is consistent with every
-//! tracking key: any two packets that share a tracking key (any mode ×
+//! One flow, one shard (SPEC §3 with AP-1), as a NIC's RSS places packets.
+//! On addresses (what sluice asks of a device without the 5-tuple hash
+//! types) every two packets that share a tracking key (any mode ×
 //! affinity, fragments included) give the NIC the same RSS input and so
-//! reach the same queue, i.e. the same worker's shard — and that L4 RSS
-//! would not (a counterexample under `PER_SESSION` × `CLIENT_IP`).
+//! reach the same queue, i.e. the same worker's shard. On 5-tuples (what
+//! it asks where it can) they do not always — the counterexample below,
+//! under `PER_SESSION` × `CLIENT_IP` — which is why the workers trust RSS
+//! on 5-tuples only for 5-tuple keys and steer every other key to the
+//! owner the RSS model computes (`core/tests/rss_steering.rs`).
 //!
 //! The NIC is modelled by the Toeplitz hash with the default 40-byte key;
 //! what is proved holds for any deterministic function of the RSS input.
@@ -51,8 +53,8 @@ fn addr_bytes(a: IpAddr) -> Vec<u8> {
     }
 }
 
-/// The queue of `p` among `queues` under RSS on addresses (what sluice
-/// configures) or on addresses + L4 ports where the NIC has them.
+/// The queue of `p` among `queues` under RSS on addresses or on
+/// addresses + L4 ports.
 fn queue(p: &Pkt, l4: bool, queues: u32) -> u32 {
     let mut input = addr_bytes(p.src);
     input.extend(addr_bytes(p.dst));
