@@ -57,7 +57,7 @@ fn main() {
             reset(&mut pkts, &frames);
         }
         for burst in pkts.chunks_mut(BURST) {
-            stages.prepare(burst.iter(), &state, &ctx, None, None, None);
+            stages.prepare(burst, &state, &ctx, None, None, None);
             for (i, p) in burst.iter_mut().enumerate() {
                 let outcome = stages.deliver(i, p, &state, &mut ctx);
                 forwarded +=

@@ -202,7 +202,7 @@ fn run_burst(
     // FR-3: every packet counted under its rule once, by the burst as by
     // a one-packet classification (which never reuses a rule).
     let (rules, want_rules) = (RuleCounters::default(), RuleCounters::default());
-    stages.prepare(pkts.iter(), st, staged, None, None, Some(&rules));
+    stages.prepare(&pkts, st, staged, None, None, Some(&rules));
     for f in frames {
         let mut stage = Stage::default();
         if classify_ipv4_into(f, st, &mut stage, Some(&want_rules)).is_none() {

@@ -359,7 +359,7 @@ proptest! {
         let mut ctx = PipelineCtx::default();
         let mut stages = BurstStages::default();
         let packets: Vec<VecPacket> = frames.iter().map(|f| VecPacket::new(f)).collect();
-        stages.prepare(packets.iter(), &st, &ctx, None, None, None);
+        stages.prepare(&packets, &st, &ctx, None, None, None);
         for (i, f) in frames.iter().enumerate() {
             let mut pkt = VecPacket::new(f);
             let got = stages.deliver(i, &mut pkt, &st, &mut ctx);

@@ -53,7 +53,7 @@ fn steered(
         owners,
         five_tuples_kept,
     };
-    stages.prepare(pkts.iter(), st, &ctx, Some(steer), None, None);
+    stages.prepare(&pkts, st, &ctx, Some(steer), None, None);
     let out = pkts
         .into_iter()
         .enumerate()

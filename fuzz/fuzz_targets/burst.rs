@@ -176,7 +176,7 @@ fuzz_target!(|data: &[u8]| {
                 five_tuples_kept: false,
             });
             w.stages.prepare(
-                pkts.iter(),
+                &pkts,
                 st,
                 &w.staged,
                 steer,
@@ -209,15 +209,9 @@ fuzz_target!(|data: &[u8]| {
                 continue;
             }
             let w = &mut pool[owner];
-            w.stages.prepare(
-                inbound.iter().map(|(p, _)| p),
-                st,
-                &w.staged,
-                None,
-                None,
-                None,
-            );
-            for (i, (mut pkt, frame)) in inbound.into_iter().enumerate() {
+            let (pkts, frames): (Vec<VecPacket>, Vec<&[u8]>) = inbound.into_iter().unzip();
+            w.stages.prepare(&pkts, st, &w.staged, None, None, None);
+            for (i, (mut pkt, frame)) in pkts.into_iter().zip(frames).enumerate() {
                 match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => panic!("a steered packet was steered again, to {to}"),
                     Outcome::Verdict(v) => w.check(st, v, pkt, frame, headroom),

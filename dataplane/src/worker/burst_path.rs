@@ -158,7 +158,7 @@ impl BurstPath {
         // by the worker that received it.
         let rules = rx_port.map(|_| &self.lanes.stats().rule_packets);
         self.stages
-            .prepare(burst.iter(), state, &self.ctx, steer, vlan, rules);
+            .prepare(burst.as_slice(), state, &self.ctx, steer, vlan, rules);
     }
 
     /// Puts a delivered packet on the lane its verdict names: a forwarded
