@@ -186,11 +186,7 @@ impl BurstStages {
         // SYNs, untracked traffic and misses), every packet takes the
         // whole of stage 1, inlined here.
         while n < len {
-            let (Some(m), Some(slot), Some(stage)) = (
-                packets.get(n),
-                self.slots.get_mut(n),
-                self.stages.get_mut(n),
-            ) else {
+            let Some((m, slot, stage)) = self.records(packets, n) else {
                 break;
             };
             n += 1;
@@ -211,11 +207,7 @@ impl BurstStages {
         // registers. (Only an untagged frame teaches the lane a rule, and
         // a trunk port drops those first: here the port is no trunk.)
         while n < len {
-            let (Some(m), Some(slot), Some(stage)) = (
-                packets.get(n),
-                self.slots.get_mut(n),
-                self.stages.get_mut(n),
-            ) else {
+            let Some((m, slot, stage)) = self.records(packets, n) else {
                 break;
             };
             n += 1;
@@ -255,6 +247,21 @@ impl BurstStages {
         for j in 0..FALLBACK_AHEAD {
             self.fetch_fallback(ctx, j);
         }
+    }
+
+    /// Packet `n` of `packets` with its slot and stage record, for
+    /// stage 1's loops.
+    #[inline(always)]
+    fn records<'p, P>(
+        &mut self,
+        packets: &'p [P],
+        n: usize,
+    ) -> Option<(&'p P, &mut Slot, &mut Stage)> {
+        Some((
+            packets.get(n)?,
+            self.slots.get_mut(n)?,
+            self.stages.get_mut(n)?,
+        ))
     }
 
     /// Stage 2 for packet `i` of the prepared burst (called for i = 0, 1,
