@@ -58,9 +58,9 @@ def parse(path, function):
                 last = [0] * np
             elif line.startswith("fn="):
                 fn = named(line[3:].strip())
-            elif line.startswith(("cfn=", "cfi=", "cfl=", "cob=")):
-                if line.startswith("cfn="):
-                    named(line[4:].strip())
+            elif line.startswith("cfn="):
+                # Learns the id's name; the callee's cost is not ours.
+                named(line[4:].strip())
             elif line.startswith("calls="):
                 in_call = True
             elif line[:1].isdigit() or line[:1] in "+-*":
