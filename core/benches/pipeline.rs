@@ -100,10 +100,10 @@ fn state(
             port("backends", [2, 0, 0, 0, 0, 2], Ipv4Addr::new(198, 18, 0, 1)),
         ],
         zones: Default::default(),
-        outer_headers: Default::default(),
+        lane_backends: Default::default(),
         flow_seed: Default::default(),
     };
-    st.outer_headers = st.build_outer_headers();
+    st.lane_backends = st.build_lane_backends();
     st
 }
 

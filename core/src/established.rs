@@ -18,11 +18,10 @@
 //! general path's own lookup would have done before finding the key
 //! absent, which it then does.
 
-use crate::backend::BackendState;
 use crate::conntrack::{policy, Shard, Tracked};
 use crate::encap;
 use crate::fast_path;
-use crate::ids::BackendId;
+use crate::ids::{BackendId, ServiceId};
 use crate::packet::PacketBuf;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
@@ -92,18 +91,16 @@ fn forward_found<P: PacketBuf>(
     flow_hash: impl FnOnce(&[u8], &ServiceState) -> u64,
 ) -> Option<(u16, BackendId)> {
     let (id, epoch) = shard.entry(slot).map(|e| (e.backend, e.pool_epoch))?;
-    let service = state.service(t.key.service())?;
-    let backend = state.backend(id)?;
-    let keep = backend.healthy
-        && epoch == service.pool_epoch
-        && backend.draining_until.is_none_or(|until| now < until);
-    if !keep {
+    let service_id = t.key.service();
+    // CT-7, CT-8, CT-10, CT-11, decided when the snapshot was built.
+    let record = state.lane_backends.get(id)?;
+    if !record.keeps(service_id, epoch, now) {
         return None;
     }
-    let port = match state.outer_headers.get(id) {
+    let port = match record.header() {
         Some(header) => {
             let hash = if header.takes_flow_hash() {
-                flow_hash(pkt.data(), service)
+                flow_hash(pkt.data(), state.service(service_id)?)
             } else {
                 0
             };
@@ -112,10 +109,10 @@ fn forward_found<P: PacketBuf>(
             }
             header.port
         }
-        None => encapsulate_unbuilt(pkt, layout, service, backend, state, flow_hash)?,
+        None => encapsulate_unbuilt(pkt, layout, id, service_id, state, flow_hash)?,
     };
     shard.counters.hits += 1;
-    shard.touch(slot, now, service.tracking.idle_timeout_ms);
+    shard.touch(slot, now, record.idle_timeout_ms());
     Some((port, id))
 }
 
@@ -128,11 +125,13 @@ fn forward_found<P: PacketBuf>(
 fn encapsulate_unbuilt<P: PacketBuf>(
     pkt: &mut P,
     layout: &L3Layout,
-    service: &ServiceState,
-    backend: &BackendState,
+    id: BackendId,
+    service: ServiceId,
     state: &ForwardingState,
     flow_hash: impl FnOnce(&[u8], &ServiceState) -> u64,
 ) -> Option<u16> {
+    let service = state.service(service)?;
+    let backend = state.backend(id)?;
     let port = state.ports.get(usize::from(backend.egress.port))?;
     let encap = service.encapsulation;
     // A UDP tunnel's source port and an IPv6 outer header's flow label

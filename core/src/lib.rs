@@ -26,6 +26,7 @@ pub mod hash;
 mod icmp;
 mod icmp_error;
 pub mod ids;
+pub mod lane_backend;
 pub mod maglev_table;
 // Public for core/tests/outer_header.rs.
 pub mod outer_header;

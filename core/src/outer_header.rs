@@ -25,7 +25,6 @@ use std::net::IpAddr;
 
 use crate::backend::BackendState;
 use crate::encap::{self, udp_src_port, Carrier, Encapsulation};
-use crate::ids::BackendId;
 use crate::packet::{PacketBuf, VecPacket};
 use crate::port::PortState;
 use crate::wire::checksum;
@@ -233,23 +232,4 @@ fn put<const N: usize>(data: &mut [u8], bytes: &[u8; MAX_LEN], len: usize) -> bo
         *o = *tail;
     }
     true
-}
-
-/// Every backend's [`OuterHeader`], indexed by [`BackendId::index`]; part of a
-/// snapshot, collected from one `Option<OuterHeader>` per backend index
-/// (the snapshot's `build_outer_headers`).
-#[derive(Clone, Debug, Default)]
-pub struct OuterHeaders(Vec<Option<OuterHeader>>);
-
-impl FromIterator<Option<OuterHeader>> for OuterHeaders {
-    fn from_iter<I: IntoIterator<Item = Option<OuterHeader>>>(headers: I) -> Self {
-        Self(headers.into_iter().collect())
-    }
-}
-
-impl OuterHeaders {
-    #[inline]
-    pub fn get(&self, id: BackendId) -> Option<&OuterHeader> {
-        self.0.get(id.index()).and_then(Option::as_ref)
-    }
 }

@@ -464,7 +464,7 @@ fn deliver_inner<const FOLLOW: bool, P: PacketBuf>(
     }
     // The common case: a prebuilt outer header for an inner IPv4 packet
     // within the MTU (everything else falls through, packet untouched).
-    if let Some(h) = state.outer_headers.get(id) {
+    if let Some(h) = state.lane_backends.header(id) {
         if h.apply(pkt, &b.layout, b.hash) {
             return Ok(Verdict::Forward {
                 port: h.port,

@@ -20,7 +20,8 @@ use arc_swap::ArcSwap;
 use crate::backend::BackendState;
 use crate::flow::FlowSeed;
 use crate::ids::{BackendId, ServiceId};
-use crate::outer_header::{OuterHeader, OuterHeaders};
+use crate::lane_backend::{LaneBackend, LaneBackends};
+use crate::outer_header::OuterHeader;
 use crate::port::PortState;
 use crate::rules::RuleTable;
 use crate::service::ServiceState;
@@ -41,10 +42,11 @@ pub struct ForwardingState {
     /// Indexed by DPDK port index, in config order.
     pub ports: Vec<PortState>,
     pub zones: ZoneMap,
-    /// Each backend's prebuilt outer header (built from the fields above
-    /// by [`ForwardingState::build_outer_headers`]; empty: every packet
-    /// takes the general encapsulation path).
-    pub outer_headers: OuterHeaders,
+    /// What the established lane reads of each backend, with its
+    /// prebuilt outer header (built from the fields above by
+    /// [`ForwardingState::build_lane_backends`]; empty: the lane takes no
+    /// packet, and every packet the general encapsulation path).
+    pub lane_backends: LaneBackends,
     /// The flow hash's seed (MG-2; a fleet key's when one is configured).
     pub flow_seed: FlowSeed,
 }
@@ -65,19 +67,22 @@ impl ForwardingState {
         self.services.get(usize::from(id.0))
     }
 
-    /// The prebuilt outer header of every backend as the snapshot stands:
-    /// its service's encapsulation out of its egress port. A snapshot that
-    /// is changed afterwards must build them again (the control plane
-    /// builds every snapshot whole).
-    pub fn build_outer_headers(&self) -> OuterHeaders {
-        let header = |b: &BackendState| {
+    /// Every backend's [`LaneBackend`] as the snapshot stands, with its
+    /// prebuilt outer header (its service's encapsulation out of its
+    /// egress port). A snapshot that is changed afterwards must build
+    /// them again (the control plane builds every snapshot whole).
+    pub fn build_lane_backends(&self) -> LaneBackends {
+        let record = |b: &BackendState| {
             let service = self.service(b.service)?;
-            let port = self.ports.get(usize::from(b.egress.port))?;
-            OuterHeader::build(service.encapsulation, b, port)
+            let header = self
+                .ports
+                .get(usize::from(b.egress.port))
+                .and_then(|port| OuterHeader::build(service.encapsulation, b, port));
+            Some(LaneBackend::new(b, service, header))
         };
         self.backends
             .iter()
-            .map(|b| b.as_ref().and_then(header))
+            .map(|b| b.as_ref().and_then(record))
             .collect()
     }
 }

@@ -102,9 +102,9 @@ fn base(headers: u8) -> ForwardingState {
             });
         }
     }
-    st.outer_headers = match headers {
-        1 => st.backends.iter().map(|_| None).collect(),
-        _ => st.build_outer_headers(),
+    st.lane_backends = match headers {
+        1 => st.build_lane_backends().without_headers(),
+        _ => st.build_lane_backends(),
     };
     st
 }
@@ -153,7 +153,7 @@ fn apply(c: &Change, prev: &ForwardingState, now: Millis) -> ForwardingState {
             false => TrackingMode::PerConnection,
         };
     }
-    st.outer_headers = st.build_outer_headers();
+    st.lane_backends = st.build_lane_backends();
     st
 }
 

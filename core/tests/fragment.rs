@@ -21,6 +21,7 @@ use etherparse::SlicedPacket;
 use proptest::prelude::*;
 use sluice_core::encap::{encapsulate, Encapsulation, Geneve, Gre, Gue, Ipip, Vxlan};
 use sluice_core::fragment::{self, FragmentIds, MAX_FRAGMENTS};
+use sluice_core::ids::ServiceId;
 use sluice_core::packet::{PacketBuf, VecPacket};
 use sluice_core::pipeline::{process, PipelineCtx, Verdict};
 use sluice_core::port::PortState;
@@ -44,16 +45,19 @@ fn state_mtu(mtu: u16) -> ForwardingState {
     for p in &mut st.ports {
         p.mtu = mtu;
     }
+    st.lane_backends = st.build_lane_backends();
     st
 }
 
 /// `st` with the UDP service (VIP4, any port) using `encap`, both its
-/// backends on port 0 and of the family of `outer_v6`.
+/// backends its own (their prebuilt headers are its encapsulation's), on
+/// port 0 and of the family of `outer_v6`.
 fn udp_service(mtu: u16, encap: Encapsulation, outer_v6: bool) -> ForwardingState {
     let mut st = state_mtu(mtu);
     st.services[usize::from(SVC_UDP_GRE)].encapsulation = encap;
     for (i, b) in st.backends.iter_mut().take(2).enumerate() {
         let b = b.as_mut().unwrap();
+        b.service = ServiceId(SVC_UDP_GRE);
         b.egress.port = 0;
         b.address = if outer_v6 {
             ip(&format!("fd00::{}", 5 + i))
@@ -61,6 +65,7 @@ fn udp_service(mtu: u16, encap: Encapsulation, outer_v6: bool) -> ForwardingStat
             ip(&format!("10.1.0.{}", 5 + i))
         };
     }
+    st.lane_backends = st.build_lane_backends();
     st
 }
 
@@ -538,6 +543,7 @@ fn ap_3_too_many_fragments_are_refused() {
 fn v6_service(mtu: u16, encap: Encapsulation, outer_v6: bool) -> ForwardingState {
     let mut st = udp_service(mtu, encap, outer_v6);
     st.services[usize::from(SVC_V6_GUE)].encapsulation = encap;
+    st.lane_backends = st.build_lane_backends();
     st
 }
 

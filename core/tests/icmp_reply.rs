@@ -221,7 +221,7 @@ fn ap_3_ct_7_a_tracked_connection_is_answered_with_its_backends_mtu() {
     let mut st = jumbo_and_standard_paths();
     let svc = usize::from(SVC_TCP80_L2);
     st.services[svc].tables = vec![all_to(0)];
-    st.outer_headers = st.build_outer_headers();
+    st.lane_backends = st.build_lane_backends();
     let mut ctx = PipelineCtx::default();
     let client = v4("198.51.100.7");
     let segment = |flags, len: usize| {
@@ -236,7 +236,7 @@ fn ap_3_ct_7_a_tracked_connection_is_answered_with_its_backends_mtu() {
     assert_eq!(forwarded_to(v), BackendId(0));
 
     st.services[svc].tables = vec![all_to(1)];
-    st.outer_headers = st.build_outer_headers();
+    st.lane_backends = st.build_lane_backends();
     let (v, _) = run(&st, &mut ctx, &segment(0x10, 8000));
     assert_eq!(forwarded_to(v), BackendId(0), "CT-7: the connection stays");
     let (v, out) = run(&st, &mut ctx, &segment(0x10, 9001));
@@ -261,7 +261,7 @@ fn ap_3_za_3_a_zonal_flow_is_answered_with_its_zones_backends_mtu() {
     for b in st.backends.iter_mut().flatten() {
         b.service = ServiceId(SVC_UDP_GRE);
     }
-    st.outer_headers = st.build_outer_headers();
+    st.lane_backends = st.build_lane_backends();
     let mut ctx = PipelineCtx::default();
     let datagram = |len: usize| {
         let d = udp(5000, 53, &vec![0xab; len - 28]);

@@ -304,14 +304,19 @@ fn malformed_frames_are_named() {
 #[test]
 fn inconsistent_snapshot_never_panics() {
     let frame = tcp_to("198.51.100.7", VIP4, 1, 80).0;
+    // Each built whole, as the control plane builds a snapshot: its
+    // backend records follow what is left.
     let mut st = state();
     st.services.clear();
+    st.lane_backends = st.build_lane_backends();
     assert_eq!(run_on(&st, &frame).0, Verdict::Drop(DropReason::NoBackend));
     let mut st = state();
     st.backends.clear();
+    st.lane_backends = st.build_lane_backends();
     assert_eq!(run_on(&st, &frame).0, Verdict::Drop(DropReason::NoBackend));
     let mut st = state();
     st.ports.truncate(0);
+    st.lane_backends = st.build_lane_backends();
     assert_eq!(
         run_on(&st, &frame).0,
         Verdict::Drop(DropReason::NextHopUnresolved)

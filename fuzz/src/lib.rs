@@ -100,11 +100,11 @@ pub fn state(mtu: u16) -> ForwardingState {
             vlan: None,
         }],
         zones: Default::default(),
-        outer_headers: Default::default(),
+        lane_backends: Default::default(),
         flow_seed: Default::default(),
     };
     // As the control plane does: the prebuilt outer headers are fuzzed too.
-    state.outer_headers = state.build_outer_headers();
+    state.lane_backends = state.build_lane_backends();
     state
 }
 

@@ -111,7 +111,7 @@ impl Derived {
             backends: state.backends.clone(),
             ports: state.ports.clone(),
             zones: state.zones.clone(),
-            outer_headers: state.outer_headers.clone(),
+            lane_backends: state.lane_backends.clone(),
             flow_seed: state.flow_seed,
         };
         Self {

@@ -123,7 +123,7 @@ pub fn rebuild_changed_services(
         reports[si] = report;
     }
     state.backends.resize(ids.high_water() as usize, None);
-    state.outer_headers = state.build_outer_headers();
+    state.lane_backends = state.build_lane_backends();
     Some((state, reports))
 }
 

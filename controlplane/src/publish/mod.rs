@@ -297,7 +297,7 @@ pub fn build_forwarding_state_with(
         backends: backend_table,
         ports,
         zones,
-        outer_headers: Default::default(),
+        lane_backends: Default::default(),
         flow_seed: cfg
             .dataplane
             .flow_hash_key
@@ -306,7 +306,7 @@ pub fn build_forwarding_state_with(
                 sluice_core::flow::FlowSeed::keyed(&k.0)
             }),
     };
-    state.outer_headers = state.build_outer_headers();
+    state.lane_backends = state.build_lane_backends();
     (state, reports)
 }
 

@@ -126,6 +126,9 @@ pub fn state() -> ForwardingState {
     let unresolved = MaglevTable {
         slots: vec![BackendId(2)].into(),
     };
+    // Without backend records: a test of the established lane or of the
+    // prebuilt headers builds them (`build_lane_backends`) once the state
+    // is as it wants it.
     ForwardingState {
         generation: 1,
         rules: rules.into(),
@@ -186,7 +189,7 @@ pub fn state() -> ForwardingState {
             },
         ],
         zones: Default::default(),
-        outer_headers: Default::default(),
+        lane_backends: Default::default(),
         flow_seed: Default::default(),
     }
 }

@@ -139,7 +139,7 @@ fn describe(st: &ForwardingState, reports: &[ServiceReport]) -> String {
         .iter()
         .flatten()
         .map(|b| {
-            let header = st.outer_headers.get(b.id).map(|h| format!("{h:?}"));
+            let header = st.lane_backends.header(b.id).map(|h| format!("{h:?}"));
             let mut b = b.clone();
             b.id = BackendId::new(0, 0);
             format!("{b:?} {header:?}")

@@ -1,0 +1,221 @@
+//! What the established lane reads of a backend, built once per snapshot:
+//! whether a live conntrack entry recorded on it is kept as it is, folded
+//! into one deadline and the pool epoch its service is at (CT-7, CT-8,
+//! CT-10, CT-11); the idle timeout a refreshed entry gets (CT-5); and its
+//! prebuilt outer header, which the general path uses too. A hit then
+//! compares a few words of one record, instead of reading the backend's
+//! and its service's state and deciding the same thing again for every
+//! packet.
+//!
+//! A snapshot changed after its records were built must build them again
+//! (the control plane builds every snapshot whole): the records are the
+//! backends' and services' state at that time.
+
+use crate::backend::BackendState;
+use crate::ids::{BackendId, ServiceId};
+use crate::outer_header::OuterHeader;
+use crate::service::ServiceState;
+use crate::time::Millis;
+
+/// One backend's record.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct LaneBackend {
+    /// The whole id: a record of an earlier generation of the index is
+    /// another backend's.
+    id: BackendId,
+    /// The backend's service: a key of another service is not kept here.
+    service: ServiceId,
+    /// The service's pool epoch (CT-11): an entry of another epoch is
+    /// decided again.
+    pool_epoch: u32,
+    /// The service's idle timeout (CT-5).
+    idle_timeout_ms: u32,
+    /// Entries on the backend are kept while the clock is below this:
+    /// never when it is unhealthy (CT-8 decides then), until its draining
+    /// deadline when it is draining (CT-10), else always.
+    keep_until: Millis,
+    header: Option<OuterHeader>,
+}
+
+impl LaneBackend {
+    /// The record of `backend` in `service`, with its prebuilt header.
+    pub fn new(
+        backend: &BackendState,
+        service: &ServiceState,
+        header: Option<OuterHeader>,
+    ) -> Self {
+        let keep_until = match (backend.healthy, backend.draining_until) {
+            (false, _) => Millis(0),
+            (true, Some(deadline)) => deadline,
+            (true, None) => Millis(u64::MAX),
+        };
+        Self {
+            id: backend.id,
+            service: backend.service,
+            pool_epoch: service.pool_epoch,
+            idle_timeout_ms: service.tracking.idle_timeout_ms,
+            keep_until,
+            header,
+        }
+    }
+
+    /// CT-7, CT-8, CT-10, CT-11: whether an entry of `service`'s key that
+    /// recorded this backend at `pool_epoch` is kept on it at `now` as
+    /// it is: the backend is healthy, not past its draining deadline, and
+    /// of the service's current pool epoch.
+    #[inline(always)]
+    pub(crate) fn keeps(&self, service: ServiceId, pool_epoch: u32, now: Millis) -> bool {
+        self.service == service && self.pool_epoch == pool_epoch && now < self.keep_until
+    }
+
+    /// The idle timeout of a refreshed entry (CT-5).
+    #[inline(always)]
+    pub(crate) fn idle_timeout_ms(&self) -> u32 {
+        self.idle_timeout_ms
+    }
+
+    /// The prebuilt outer header, if the backend has one.
+    #[inline(always)]
+    pub(crate) fn header(&self) -> Option<&OuterHeader> {
+        self.header.as_ref()
+    }
+}
+
+/// Every backend's [`LaneBackend`], indexed by [`BackendId::index`]; part
+/// of a snapshot (`ForwardingState::build_lane_backends`).
+#[derive(Clone, Debug, Default)]
+pub struct LaneBackends(Vec<Option<LaneBackend>>);
+
+impl FromIterator<Option<LaneBackend>> for LaneBackends {
+    fn from_iter<I: IntoIterator<Item = Option<LaneBackend>>>(records: I) -> Self {
+        Self(records.into_iter().collect())
+    }
+}
+
+impl LaneBackends {
+    /// The record of backend `id` (its whole id: not an earlier or later
+    /// generation of the index).
+    #[inline(always)]
+    pub fn get(&self, id: BackendId) -> Option<&LaneBackend> {
+        self.0
+            .get(id.index())
+            .and_then(Option::as_ref)
+            .filter(|r| r.id == id)
+    }
+
+    /// The prebuilt outer header of the backend at `id`'s index (for its
+    /// own service's encapsulation). By index alone: the general path
+    /// asks only for a backend that its packet's service's table or
+    /// conntrack entry named in this snapshot, which is the index's
+    /// current holder.
+    #[inline]
+    pub fn header(&self, id: BackendId) -> Option<&OuterHeader> {
+        self.0.get(id.index())?.as_ref()?.header()
+    }
+
+    /// The same records without their prebuilt headers: every packet
+    /// takes the general encapsulation (tests, and measuring what the
+    /// headers are worth).
+    pub fn without_headers(mut self) -> Self {
+        for r in self.0.iter_mut().flatten() {
+            r.header = None;
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::affinity::SessionAffinity;
+    use crate::backend::{Egress, Pool};
+    use crate::encap::Encapsulation;
+    use crate::service::ConnectionTracking;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    fn backend(healthy: bool, draining_until: Option<Millis>) -> BackendState {
+        BackendState {
+            id: BackendId::new(3, 2),
+            service: ServiceId(1),
+            address: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)),
+            healthy,
+            weight: 1,
+            pool: Pool::Primary,
+            draining_until,
+            egress: Egress::default(),
+        }
+    }
+
+    fn service(pool_epoch: u32) -> ServiceState {
+        ServiceState {
+            name: "s".into(),
+            encapsulation: Encapsulation::L2,
+            affinity: SessionAffinity::None,
+            tracking: ConnectionTracking {
+                idle_timeout_ms: 7_000,
+                ..ConnectionTracking::default()
+            },
+            draining_timeout_ms: 0,
+            drain_on_failover: true,
+            follow_fragments: false,
+            pool_epoch,
+            tables: vec![],
+            backends: vec![],
+            quic_lb: None,
+        }
+    }
+
+    /// CT-7: a healthy backend keeps the entries of its service's key at
+    /// the service's epoch, whatever the time.
+    #[test]
+    fn ct7_healthy_backend_keeps_its_service_entries() {
+        let r = LaneBackend::new(&backend(true, None), &service(4), None);
+        assert!(r.keeps(ServiceId(1), 4, Millis(0)));
+        assert!(r.keeps(ServiceId(1), 4, Millis(u64::MAX - 1)));
+        assert!(
+            !r.keeps(ServiceId(2), 4, Millis(5)),
+            "another service's key"
+        );
+        assert_eq!(r.idle_timeout_ms(), 7_000);
+    }
+
+    /// CT-8: an unhealthy backend's entries are never kept by the lane.
+    #[test]
+    fn ct8_unhealthy_backend_keeps_nothing() {
+        let r = LaneBackend::new(&backend(false, None), &service(4), None);
+        assert!(!r.keeps(ServiceId(1), 4, Millis(0)));
+        assert!(!r.keeps(ServiceId(1), 4, Millis(1_000)));
+    }
+
+    /// CT-10: a draining backend keeps entries until its deadline only.
+    #[test]
+    fn ct10_draining_backend_keeps_until_its_deadline() {
+        let r = LaneBackend::new(&backend(true, Some(Millis(500))), &service(4), None);
+        assert!(r.keeps(ServiceId(1), 4, Millis(499)));
+        assert!(!r.keeps(ServiceId(1), 4, Millis(500)));
+        let unhealthy = LaneBackend::new(&backend(false, Some(Millis(500))), &service(4), None);
+        assert!(!unhealthy.keeps(ServiceId(1), 4, Millis(10)));
+    }
+
+    /// CT-11: an entry of another pool epoch is decided again.
+    #[test]
+    fn ct11_other_pool_epoch_is_not_kept() {
+        let r = LaneBackend::new(&backend(true, None), &service(4), None);
+        assert!(!r.keeps(ServiceId(1), 3, Millis(5)));
+        assert!(!r.keeps(ServiceId(1), 5, Millis(5)));
+    }
+
+    /// A record is found by its whole id: another generation of the same
+    /// index is another backend.
+    #[test]
+    fn records_are_found_by_whole_id() {
+        let b = backend(true, None);
+        let mut records: Vec<Option<LaneBackend>> = vec![None; 4];
+        records[3] = Some(LaneBackend::new(&b, &service(0), None));
+        let table: LaneBackends = records.into_iter().collect();
+        assert!(table.get(BackendId::new(3, 2)).is_some());
+        assert!(table.get(BackendId::new(3, 1)).is_none());
+        assert!(table.get(BackendId::new(2, 2)).is_none());
+        assert!(table.get(BackendId::new(9, 2)).is_none());
+    }
+}
