@@ -18,7 +18,7 @@
 //! general path's own lookup would have done before finding the key
 //! absent, which it then does.
 
-use crate::conntrack::{policy, Shard, Tracked};
+use crate::conntrack::{policy, Entry, Shard, Tracked};
 use crate::encap;
 use crate::fast_path;
 use crate::ids::{BackendId, ServiceId};
@@ -45,7 +45,10 @@ pub(crate) fn forward<P: PacketBuf>(
         return None;
     }
     let slot = shard.lookup(&t.key, t.hash, now)?;
-    forward_found(pkt, &b.layout, t, slot, state, shard, now, |_, _| b.hash)
+    shard
+        .keep_found(slot, now, |e| {
+            forward_found(pkt, &b.layout, t, e, state, now, |_, _| b.hash)
+        })
         .map(|(port, backend)| Verdict::Forward { port, backend })
 }
 
@@ -63,38 +66,33 @@ pub(crate) fn forward_lane<P: PacketBuf>(
     now: Millis,
 ) -> Option<(u16, BackendId)> {
     let l3 = usize::from(lane.l3_offset);
-    let slot = shard.lookup_at(&t.key, t.hash, lane.home, now)?;
-    forward_found(
-        pkt,
-        &lane.layout(),
-        t,
-        slot,
-        state,
-        shard,
-        now,
-        |frame, service| fast_path::flow_hash(frame, l3, state, service),
-    )
+    let layout = lane.layout();
+    shard.keep_hit_at(&t.key, t.hash, lane.home, now, |e| {
+        forward_found(pkt, &layout, t, e, state, now, |frame, service| {
+            fast_path::flow_hash(frame, l3, state, service)
+        })
+    })
 }
 
-/// The lane once the lookup found the key's live entry in `slot`: the
-/// port and backend of the packet's `Verdict::Forward`.
-#[allow(clippy::too_many_arguments)]
+/// The lane once the lookup found the key's live entry `e`: the port and
+/// backend of the packet's `Verdict::Forward`, and the idle timeout the
+/// entry is refreshed with (CT-5); None, with the packet untouched, when
+/// the general path must decide.
 #[inline(always)]
 fn forward_found<P: PacketBuf>(
     pkt: &mut P,
     layout: &L3Layout,
     t: &Tracked,
-    slot: usize,
+    e: &Entry,
     state: &ForwardingState,
-    shard: &mut Shard,
     now: Millis,
     flow_hash: impl FnOnce(&[u8], &ServiceState) -> u64,
-) -> Option<(u16, BackendId)> {
-    let (id, epoch) = shard.entry(slot).map(|e| (e.backend, e.pool_epoch))?;
+) -> Option<((u16, BackendId), u32)> {
+    let id = e.backend;
     let service_id = t.key.service();
     // CT-7, CT-8, CT-10, CT-11, decided when the snapshot was built.
     let record = state.lane_backends.get(id)?;
-    if !record.keeps(service_id, epoch, now) {
+    if !record.keeps(service_id, e.pool_epoch, now) {
         return None;
     }
     let port = match record.header() {
@@ -109,11 +107,9 @@ fn forward_found<P: PacketBuf>(
             }
             header.port
         }
-        None => encapsulate_unbuilt(pkt, layout, id, service_id, state, flow_hash)?,
+        None => encapsulate_unbuilt(pkt, *layout, id, service_id, state, flow_hash)?,
     };
-    shard.counters.hits += 1;
-    shard.touch(slot, now, record.idle_timeout_ms());
-    Some((port, id))
+    Some(((port, id), record.idle_timeout_ms()))
 }
 
 /// A backend without a prebuilt outer header (VXLAN's headers are longer
@@ -124,7 +120,7 @@ fn forward_found<P: PacketBuf>(
 #[inline(never)]
 fn encapsulate_unbuilt<P: PacketBuf>(
     pkt: &mut P,
-    layout: &L3Layout,
+    layout: L3Layout,
     id: BackendId,
     service: ServiceId,
     state: &ForwardingState,
@@ -141,6 +137,6 @@ fn encapsulate_unbuilt<P: PacketBuf>(
     } else {
         0
     };
-    encap::encapsulate(pkt, *layout, encap, backend, port, hash).ok()?;
+    encap::encapsulate(pkt, layout, encap, backend, port, hash).ok()?;
     Some(backend.egress.port)
 }

@@ -81,14 +81,36 @@ impl LaneBackend {
     }
 }
 
-/// Every backend's [`LaneBackend`], indexed by [`BackendId::index`]; part
-/// of a snapshot (`ForwardingState::build_lane_backends`).
+impl LaneBackend {
+    /// The record of an index no backend holds: it keeps nothing and has
+    /// no header. Its id is the last one, which a backend holds only at
+    /// the last index's last generation; such a backend's packets take
+    /// the general path, which decides them the same.
+    const ABSENT: LaneBackend = LaneBackend {
+        id: BackendId(u32::MAX),
+        service: ServiceId(u16::MAX),
+        pool_epoch: 0,
+        idle_timeout_ms: 0,
+        keep_until: Millis(0),
+        header: None,
+    };
+}
+
+/// Every backend's [`LaneBackend`], indexed by [`BackendId::index`], an
+/// index no backend holds with [`LaneBackend::ABSENT`] (one test of the
+/// id finds both kinds of miss); part of a snapshot
+/// (`ForwardingState::build_lane_backends`).
 #[derive(Clone, Debug, Default)]
-pub struct LaneBackends(Vec<Option<LaneBackend>>);
+pub struct LaneBackends(Vec<LaneBackend>);
 
 impl FromIterator<Option<LaneBackend>> for LaneBackends {
     fn from_iter<I: IntoIterator<Item = Option<LaneBackend>>>(records: I) -> Self {
-        Self(records.into_iter().collect())
+        Self(
+            records
+                .into_iter()
+                .map(|r| r.unwrap_or(LaneBackend::ABSENT))
+                .collect(),
+        )
     }
 }
 
@@ -97,10 +119,7 @@ impl LaneBackends {
     /// generation of the index).
     #[inline(always)]
     pub fn get(&self, id: BackendId) -> Option<&LaneBackend> {
-        self.0
-            .get(id.index())
-            .and_then(Option::as_ref)
-            .filter(|r| r.id == id)
+        self.0.get(id.index()).filter(|r| r.id == id)
     }
 
     /// The prebuilt outer header of the backend at `id`'s index (for its
@@ -110,14 +129,14 @@ impl LaneBackends {
     /// current holder.
     #[inline]
     pub fn header(&self, id: BackendId) -> Option<&OuterHeader> {
-        self.0.get(id.index())?.as_ref()?.header()
+        self.0.get(id.index())?.header()
     }
 
     /// The same records without their prebuilt headers: every packet
     /// takes the general encapsulation (tests, and measuring what the
     /// headers are worth).
     pub fn without_headers(mut self) -> Self {
-        for r in self.0.iter_mut().flatten() {
+        for r in &mut self.0 {
             r.header = None;
         }
         self
@@ -217,5 +236,9 @@ mod tests {
         assert!(table.get(BackendId::new(3, 1)).is_none());
         assert!(table.get(BackendId::new(2, 2)).is_none());
         assert!(table.get(BackendId::new(9, 2)).is_none());
+        // An index no backend holds: neither its record nor a header.
+        assert!(table.get(BackendId::new(1, 0)).is_none());
+        assert!(table.header(BackendId::new(1, 0)).is_none());
+        assert!(!LaneBackend::ABSENT.keeps(ServiceId(u16::MAX), 0, Millis(0)));
     }
 }

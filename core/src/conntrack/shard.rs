@@ -423,24 +423,54 @@ impl Shard {
         !at_home
     }
 
-    /// [`Shard::lookup`] from the key's [`Home`] as well as its hash.
+    /// The established lane's hit, from the key's [`Home`] as well as its
+    /// hash: the key's live entry (as [`Shard::lookup`] finds it) is given
+    /// to `keep`, which returns what the caller makes of the packet and
+    /// the idle timeout the entry is refreshed with, or None to leave the
+    /// entry as it is ([`Shard::keep_found`]).
     #[inline(always)]
-    pub(crate) fn lookup_at(
+    pub(crate) fn keep_hit_at<R>(
         &mut self,
         key: &TrackKey,
         h: u64,
         home: Home,
         now: Millis,
-    ) -> Option<usize> {
+        keep: impl FnOnce(&Entry) -> Option<(R, u32)>,
+    ) -> Option<R> {
         let slot = home.slot as usize;
-        let hit = self
+        let at_home = self
             .entries
             .get(slot)
             .is_some_and(|e| e.sig & !HALF_OPEN == home.sig && e.key == *key && !e.expired(now));
-        if hit {
-            return Some(slot);
+        let slot = if at_home {
+            slot
+        } else {
+            self.lookup_away(key, h, now)?
+        };
+        self.keep_found(slot, now, keep)
+    }
+
+    /// The live entry a lookup found in `slot`, given to `keep`: when it
+    /// keeps it, a hit is counted and the entry refreshed (CT-5: its time
+    /// and timeout; a half-open entry is completed, as any non-SYN packet
+    /// completes it), through the one reference `keep` read.
+    #[inline(always)]
+    pub(crate) fn keep_found<R>(
+        &mut self,
+        slot: usize,
+        now: Millis,
+        keep: impl FnOnce(&Entry) -> Option<(R, u32)>,
+    ) -> Option<R> {
+        let e = self.entries.get_mut(slot)?;
+        let (kept, idle_timeout_ms) = keep(e)?;
+        self.counters.hits += 1;
+        e.last_seen = now;
+        if e.is_half_open() {
+            self.establish(slot, idle_timeout_ms);
+        } else {
+            e.idle_timeout_ms = idle_timeout_ms;
         }
-        self.lookup_away(key, h, now)
+        Some(kept)
     }
 
     /// [`Shard::check_home`] for a key that is not likely new (not a SYN):
@@ -580,14 +610,6 @@ impl Shard {
             e.pool_epoch = pool_epoch;
         }
         self.stamp(slot, now, idle_timeout_ms, !syn);
-    }
-
-    /// [`Shard::refresh`] for a non-SYN packet kept on the entry's own
-    /// backend and pool epoch (the established lane): only the time and
-    /// timeout change, and a half-open entry is completed.
-    #[inline(always)]
-    pub(crate) fn touch(&mut self, slot: usize, now: Millis, idle_timeout_ms: u32) {
-        self.stamp(slot, now, idle_timeout_ms, true);
     }
 
     /// CT-5 on a hit: the entry's last time and idle timeout; a half-open
