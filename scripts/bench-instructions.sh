@@ -333,9 +333,9 @@ if [ "${PEER:-0}" = 1 ]; then
   [ "$HARNESS" = ring ] && bench_dpdk_clean "bench-instr-peer-$$"
   # The worker thread: the file with the peer's `worker` in it.
   if [ "$HARNESS" = ring ]; then
-    worker=$(grep -lE '^c?fn=\([0-9]+\) worker$' "$work"/cg."$vg".*-* | head -1 | sed -E 's/\.[0-9]+(-[0-9]+)$/\1/')
+    worker=$(grep -lE '^c?fn=\([0-9]+\) worker$' "$work"/cg."$vg".*-* | sed -n 1p | sed -E 's/\.[0-9]+(-[0-9]+)$/\1/')
   else
-    worker=$(grep -lE '^c?fn=\([0-9]+\) worker$' "$work"/cg."$vg"-* | head -1)
+    worker=$(grep -lE '^c?fn=\([0-9]+\) worker$' "$work"/cg."$vg"-* | sed -n 1p)
   fi
   used=""
   if [ "$HARNESS" = ring ]; then
@@ -395,11 +395,13 @@ fi
 # The last dump's worker thread: the file with the burst path in it.
 # The ring harness: the dumps a fifth of a second apart hold the measured
 # interval, the one at exit may hold nothing of the burst path; the
-# thread's final file by the name of one of them.
+# thread's final file by the name of one of them. (`sed -n 1p`, not
+# `head -1`: head exits at once, and grep, still writing, then dies of
+# SIGPIPE, which pipefail makes the script's exit.)
 if [ "$HARNESS" = ring ]; then
-  worker=$(grep -l '::handle_burst' "$work"/cg."$vg".*-* | head -1 | sed -E 's/\.[0-9]+(-[0-9]+)$/\1/')
+  worker=$(grep -l '::handle_burst' "$work"/cg."$vg".*-* | sed -n 1p | sed -E 's/\.[0-9]+(-[0-9]+)$/\1/')
 else
-  worker=$(grep -l '::handle_burst' "$work"/cg."$vg"-* | head -1)
+  worker=$(grep -l '::handle_burst' "$work"/cg."$vg"-* | sed -n 1p)
 fi
 counted=$(awk -v m="$COUNTED" '$1 == m {print $2}' "$work/metrics.txt")
 used=""
