@@ -258,6 +258,8 @@ fn spawn(
                 svc.tables = vec![Arc::new(build_table(&eligible, size))];
             }
         }
+        // As every publication: the lane's records follow the health.
+        next.lane_backends = next.build_lane_backends();
         eprintln!(
             "sluice: TEST HOOK: {} marked unhealthy after {} packets",
             hook.address, hook.after_packets

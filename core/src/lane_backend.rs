@@ -63,8 +63,9 @@ impl LaneBackend {
     /// recorded this backend at `pool_epoch` is kept on it at `now` as
     /// it is: the backend is healthy, not past its draining deadline, and
     /// of the service's current pool epoch.
+    // Public for the control plane's publication tests.
     #[inline(always)]
-    pub(crate) fn keeps(&self, service: ServiceId, pool_epoch: u32, now: Millis) -> bool {
+    pub fn keeps(&self, service: ServiceId, pool_epoch: u32, now: Millis) -> bool {
         self.service == service && self.pool_epoch == pool_epoch && now < self.keep_until
     }
 
@@ -100,7 +101,7 @@ impl LaneBackend {
 /// index no backend holds with [`LaneBackend::ABSENT`] (one test of the
 /// id finds both kinds of miss); part of a snapshot
 /// (`ForwardingState::build_lane_backends`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LaneBackends(Vec<LaneBackend>);
 
 impl FromIterator<Option<LaneBackend>> for LaneBackends {
@@ -130,6 +131,19 @@ impl LaneBackends {
     #[inline]
     pub fn header(&self, id: BackendId) -> Option<&OuterHeader> {
         self.0.get(id.index())?.header()
+    }
+
+    /// `backend`'s record made again from its state and its service's,
+    /// its prebuilt header kept (a change of health, weight or pool
+    /// changes no header). Nothing when the table has no record of it.
+    pub fn refresh(&mut self, backend: &BackendState, service: &ServiceState) {
+        if let Some(r) = self
+            .0
+            .get_mut(backend.id.index())
+            .filter(|r| r.id == backend.id)
+        {
+            *r = LaneBackend::new(backend, service, r.header);
+        }
     }
 
     /// The same records without their prebuilt headers: every packet
@@ -240,5 +254,32 @@ mod tests {
         assert!(table.get(BackendId::new(1, 0)).is_none());
         assert!(table.header(BackendId::new(1, 0)).is_none());
         assert!(!LaneBackend::ABSENT.keeps(ServiceId(u16::MAX), 0, Millis(0)));
+    }
+
+    /// CT-8, CT-11: a record made again after a health flip or a pool
+    /// change says so, and keeps its header.
+    #[test]
+    fn ct8_ct11_refresh_follows_health_and_pool() {
+        let b = backend(true, None);
+        let header_record = LaneBackend {
+            header: None,
+            ..LaneBackend::new(&b, &service(0), None)
+        };
+        let mut records: Vec<Option<LaneBackend>> = vec![None; 4];
+        records[3] = Some(header_record);
+        let mut table: LaneBackends = records.into_iter().collect();
+        assert!(table.get(b.id).unwrap().keeps(ServiceId(1), 0, Millis(5)));
+        table.refresh(&backend(false, None), &service(0));
+        assert!(!table.get(b.id).unwrap().keeps(ServiceId(1), 0, Millis(5)));
+        table.refresh(&b, &service(1));
+        assert!(!table.get(b.id).unwrap().keeps(ServiceId(1), 0, Millis(5)));
+        assert!(table.get(b.id).unwrap().keeps(ServiceId(1), 1, Millis(5)));
+        // Another generation of the index: not its record, left alone.
+        let other = BackendState {
+            id: BackendId::new(3, 1),
+            ..backend(false, None)
+        };
+        table.refresh(&other, &service(1));
+        assert!(table.get(b.id).unwrap().keeps(ServiceId(1), 1, Millis(5)));
     }
 }

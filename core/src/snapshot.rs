@@ -67,6 +67,25 @@ impl ForwardingState {
         self.services.get(usize::from(id.0))
     }
 
+    /// The lane records of `services`' backends made again from the
+    /// snapshot as it stands, their headers kept: after a publication
+    /// that changed only those services' health, weights or pools, which
+    /// change no header. Costs what those backends cost, not the table.
+    pub fn refresh_lane_backends(&mut self, services: impl IntoIterator<Item = usize>) {
+        let (all, backends, records) = (&self.services, &self.backends, &mut self.lane_backends);
+        for service in services.into_iter().filter_map(|si| all.get(si)) {
+            for id in &service.backends {
+                let backend = backends
+                    .get(id.index())
+                    .and_then(Option::as_ref)
+                    .filter(|b| b.id == *id);
+                if let Some(backend) = backend {
+                    records.refresh(backend, service);
+                }
+            }
+        }
+    }
+
     /// Every backend's [`LaneBackend`] as the snapshot stands, with its
     /// prebuilt outer header (its service's encapsulation out of its
     /// egress port). A snapshot that is changed afterwards must build

@@ -321,11 +321,13 @@ pub struct HealthChange {
 }
 
 /// Applies `changes` to `prev`, the snapshot built last from the same
-/// `cfg`, rebuilding only the services they touch. Everything else —
-/// other services and their tables, rules, ports, egress, prebuilt
-/// headers (health changes none of them) — is `prev`'s. The cost is a
-/// copy of the backend table plus, per touched service, its eligibility
-/// and table: no probe lookups, no hashing per backend.
+/// `cfg`, rebuilding only the services they touch, and the lane records
+/// of their backends (health and pool decide what the established lane
+/// keeps). Everything else — other services and their tables, rules,
+/// ports, egress, prebuilt headers (health changes none of them) — is
+/// `prev`'s. The cost is a copy of the backend table plus, per touched
+/// service, its eligibility, table and records: no probe lookups, no
+/// hashing per backend.
 pub fn rebuild_services(
     prev: &ForwardingState,
     prev_reports: &[ServiceReport],
@@ -373,7 +375,7 @@ pub fn rebuild_services(
         }
         dirty.insert(c.service);
     }
-    for si in dirty {
+    for &si in &dirty {
         let svc = &cfg.backend_services[si];
         let old = &prev.services[si];
         let configured = svc.backends.len().min(old.backends.len());
@@ -395,6 +397,9 @@ pub fn rebuild_services(
             *r = report;
         }
     }
+    // CT-8, CT-11: the lane keeps no entry on a backend that went
+    // unhealthy or left the service's active pool.
+    state.refresh_lane_backends(dirty);
     (state, reports)
 }
 

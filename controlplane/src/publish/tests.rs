@@ -191,7 +191,9 @@ fn tables_built_counts_only_changed_services() {
 }
 
 /// The health path (`rebuild_services` on the touched service) gives
-/// the snapshot a full build gives, and shares every other table.
+/// the snapshot a full build gives, and shares every other table; its
+/// lane records too (CT-8: the established lane keeps no entry on the
+/// backends that went unhealthy).
 #[test]
 fn rebuilding_touched_services_equals_a_full_build() {
     let c = cfg(&big_config(40, 5, 251));
@@ -245,6 +247,20 @@ fn rebuilding_touched_services_equals_a_full_build() {
             .count(),
         3
     );
+    assert_eq!(fast.lane_backends, full.lane_backends);
+    assert_ne!(fast.lane_backends, first.lane_backends);
+    let svc = sluice_core::ids::ServiceId(9);
+    for id in &fast.services[9].backends[..3] {
+        let record = fast.lane_backends.get(*id).expect("a record");
+        let epoch = fast.services[9].pool_epoch;
+        assert!(!record.keeps(svc, epoch, sluice_core::time::Millis(1)));
+        let before = first.lane_backends.get(*id).expect("a record");
+        assert!(before.keeps(
+            svc,
+            first.services[9].pool_epoch,
+            sluice_core::time::Millis(1)
+        ));
+    }
 }
 
 #[test]
