@@ -7,9 +7,11 @@
 //! and its service's state and deciding the same thing again for every
 //! packet.
 //!
-//! A snapshot changed after its records were built must build them again
-//! (the control plane builds every snapshot whole): the records are the
-//! backends' and services' state at that time.
+//! The records are the backends' and services' state when they were
+//! made: a snapshot changed afterwards builds them again
+//! (`ForwardingState::build_lane_backends`), or, when only some services'
+//! health or pools changed, makes those services' records again
+//! (`ForwardingState::refresh_lane_backends`).
 
 use crate::backend::BackendState;
 use crate::ids::{BackendId, ServiceId};
@@ -38,6 +40,19 @@ pub struct LaneBackend {
 }
 
 impl LaneBackend {
+    /// The record of an index no backend holds: it keeps nothing and has
+    /// no header. Its id is the last one, which a backend holds only at
+    /// the last index's last generation; such a backend's packets take
+    /// the general path, which decides them the same.
+    const ABSENT: LaneBackend = LaneBackend {
+        id: BackendId(u32::MAX),
+        service: ServiceId(u16::MAX),
+        pool_epoch: 0,
+        idle_timeout_ms: 0,
+        keep_until: Millis(0),
+        header: None,
+    };
+
     /// The record of `backend` in `service`, with its prebuilt header.
     pub fn new(
         backend: &BackendState,
@@ -80,21 +95,6 @@ impl LaneBackend {
     pub(crate) fn header(&self) -> Option<&OuterHeader> {
         self.header.as_ref()
     }
-}
-
-impl LaneBackend {
-    /// The record of an index no backend holds: it keeps nothing and has
-    /// no header. Its id is the last one, which a backend holds only at
-    /// the last index's last generation; such a backend's packets take
-    /// the general path, which decides them the same.
-    const ABSENT: LaneBackend = LaneBackend {
-        id: BackendId(u32::MAX),
-        service: ServiceId(u16::MAX),
-        pool_epoch: 0,
-        idle_timeout_ms: 0,
-        keep_until: Millis(0),
-        header: None,
-    };
 }
 
 /// Every backend's [`LaneBackend`], indexed by [`BackendId::index`], an
@@ -163,6 +163,7 @@ mod tests {
     use crate::affinity::SessionAffinity;
     use crate::backend::{Egress, Pool};
     use crate::encap::Encapsulation;
+    use crate::port::PortState;
     use crate::service::ConnectionTracking;
     use std::net::{IpAddr, Ipv4Addr};
 
@@ -177,6 +178,13 @@ mod tests {
             draining_until,
             egress: Egress::default(),
         }
+    }
+
+    /// A table of four indexes holding only `record`, at index 3.
+    fn table_of(record: LaneBackend) -> LaneBackends {
+        let mut records: Vec<Option<LaneBackend>> = vec![None; 4];
+        records[3] = Some(record);
+        records.into_iter().collect()
     }
 
     fn service(pool_epoch: u32) -> ServiceState {
@@ -242,10 +250,7 @@ mod tests {
     /// index is another backend.
     #[test]
     fn records_are_found_by_whole_id() {
-        let b = backend(true, None);
-        let mut records: Vec<Option<LaneBackend>> = vec![None; 4];
-        records[3] = Some(LaneBackend::new(&b, &service(0), None));
-        let table: LaneBackends = records.into_iter().collect();
+        let table = table_of(LaneBackend::new(&backend(true, None), &service(0), None));
         assert!(table.get(BackendId::new(3, 2)).is_some());
         assert!(table.get(BackendId::new(3, 1)).is_none());
         assert!(table.get(BackendId::new(2, 2)).is_none());
@@ -260,14 +265,23 @@ mod tests {
     /// change says so, and keeps its header.
     #[test]
     fn ct8_ct11_refresh_follows_health_and_pool() {
-        let b = backend(true, None);
-        let header_record = LaneBackend {
-            header: None,
-            ..LaneBackend::new(&b, &service(0), None)
+        let b = BackendState {
+            egress: Egress {
+                port: 0,
+                next_hop_mac: Some([2, 0, 0, 0, 0, 9]),
+            },
+            ..backend(true, None)
         };
-        let mut records: Vec<Option<LaneBackend>> = vec![None; 4];
-        records[3] = Some(header_record);
-        let mut table: LaneBackends = records.into_iter().collect();
+        let port = PortState {
+            name: "p".into(),
+            mac: [2, 0, 0, 0, 0, 1],
+            ipv4: Some(Ipv4Addr::new(10, 0, 0, 1)),
+            ipv6: None,
+            mtu: 1500,
+            vlan: None,
+        };
+        let header = OuterHeader::build(Encapsulation::L2, &b, &port).expect("an L2 header");
+        let mut table = table_of(LaneBackend::new(&b, &service(0), Some(header)));
         assert!(table.get(b.id).unwrap().keeps(ServiceId(1), 0, Millis(5)));
         table.refresh(&backend(false, None), &service(0));
         assert!(!table.get(b.id).unwrap().keeps(ServiceId(1), 0, Millis(5)));
@@ -281,5 +295,6 @@ mod tests {
         };
         table.refresh(&other, &service(1));
         assert!(table.get(b.id).unwrap().keeps(ServiceId(1), 1, Millis(5)));
+        assert_eq!(table.get(b.id).unwrap().header(), Some(&header));
     }
 }

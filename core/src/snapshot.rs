@@ -72,24 +72,20 @@ impl ForwardingState {
     /// that changed only those services' health, weights or pools, which
     /// change no header. Costs what those backends cost, not the table.
     pub fn refresh_lane_backends(&mut self, services: impl IntoIterator<Item = usize>) {
-        let (all, backends, records) = (&self.services, &self.backends, &mut self.lane_backends);
-        for service in services.into_iter().filter_map(|si| all.get(si)) {
-            for id in &service.backends {
-                let backend = backends
-                    .get(id.index())
-                    .and_then(Option::as_ref)
-                    .filter(|b| b.id == *id);
-                if let Some(backend) = backend {
-                    records.refresh(backend, service);
-                }
+        let mut records = std::mem::take(&mut self.lane_backends);
+        for service in services.into_iter().filter_map(|si| self.services.get(si)) {
+            for backend in service.backends.iter().filter_map(|&id| self.backend(id)) {
+                records.refresh(backend, service);
             }
         }
+        self.lane_backends = records;
     }
 
     /// Every backend's [`LaneBackend`] as the snapshot stands, with its
     /// prebuilt outer header (its service's encapsulation out of its
-    /// egress port). A snapshot that is changed afterwards must build
-    /// them again (the control plane builds every snapshot whole).
+    /// egress port). A snapshot that is changed afterwards builds them
+    /// again, or refreshes those of the services whose health or pools
+    /// alone changed ([`ForwardingState::refresh_lane_backends`]).
     pub fn build_lane_backends(&self) -> LaneBackends {
         let record = |b: &BackendState| {
             let service = self.service(b.service)?;

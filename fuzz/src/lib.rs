@@ -103,7 +103,8 @@ pub fn state(mtu: u16) -> ForwardingState {
         lane_backends: Default::default(),
         flow_seed: Default::default(),
     };
-    // As the control plane does: the prebuilt outer headers are fuzzed too.
+    // As the control plane does: the lane records and their prebuilt
+    // outer headers are fuzzed too.
     state.lane_backends = state.build_lane_backends();
     state
 }

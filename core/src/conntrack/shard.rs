@@ -79,6 +79,20 @@ pub struct Entry {
 const _: () = assert!(std::mem::size_of::<Entry>() <= 64);
 
 impl Entry {
+    /// CT-5 on a hit, in the entry alone: its last time, and its idle
+    /// timeout unless it is half-open. True for a half-open entry, which
+    /// only [`Shard`]'s `establish` (its signature has a second copy)
+    /// can make established.
+    #[inline(always)]
+    fn stamp(&mut self, now: Millis, idle_timeout_ms: u32) -> bool {
+        self.last_seen = now;
+        if self.is_half_open() {
+            return true;
+        }
+        self.idle_timeout_ms = idle_timeout_ms;
+        false
+    }
+
     pub fn new(
         key: TrackKey,
         backend: BackendId,
@@ -464,11 +478,8 @@ impl Shard {
         let e = self.entries.get_mut(slot)?;
         let (kept, idle_timeout_ms) = keep(e)?;
         self.counters.hits += 1;
-        e.last_seen = now;
-        if e.is_half_open() {
+        if e.stamp(now, idle_timeout_ms) {
             self.establish(slot, idle_timeout_ms);
-        } else {
-            e.idle_timeout_ms = idle_timeout_ms;
         }
         Some(kept)
     }
@@ -616,14 +627,10 @@ impl Shard {
     /// entry keeps its short one unless `complete` makes it established.
     #[inline(always)]
     fn stamp(&mut self, slot: usize, now: Millis, idle_timeout_ms: u32, complete: bool) {
-        let Some(e) = self.entries.get_mut(slot) else {
-            return;
-        };
-        e.last_seen = now;
-        if !e.is_half_open() {
-            e.idle_timeout_ms = idle_timeout_ms;
-        } else if complete {
-            self.establish(slot, idle_timeout_ms);
+        if let Some(e) = self.entries.get_mut(slot) {
+            if e.stamp(now, idle_timeout_ms) && complete {
+                self.establish(slot, idle_timeout_ms);
+            }
         }
     }
 
