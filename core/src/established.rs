@@ -44,9 +44,9 @@ pub(crate) fn forward<P: PacketBuf>(
     if policy::is_syn(&b.meta) {
         return None;
     }
-    let slot = shard.lookup(&t.key, t.hash, now)?;
+    let home = shard.home_of(t.hash);
     shard
-        .keep_found(slot, now, |e| {
+        .keep_hit_at(&t.key, t.hash, home, now, |e| {
             forward_found(pkt, &b.layout, t, e, state, now, |_, _| b.hash)
         })
         .map(|(port, backend)| Verdict::Forward { port, backend })

@@ -158,16 +158,18 @@ pub fn classify_lane(
     let total = get_u16::<{ IP + ipv4::offset::TOTAL_LEN }, LEN>(h);
     let frag = get_u16::<{ IP + ipv4::offset::FLAGS_FRAG }, LEN>(h);
     let doff = usize::from(get_u8::<{ L4 + tcp::offset::DATA_OFFSET }, LEN>(h) >> 4) * 4;
-    let l4_len = usize::from(total).wrapping_sub(IPV4_LEN);
+    // The general path's length checks (`classify`: the TCP header's
+    // 20 bytes within the payload, its data offset at least 20 and
+    // within it) come down to these two: a data offset of at least 20
+    // that the IPv4 packet holds behind its header, which also makes
+    // the payload at least 20 bytes long.
     if get_u16::<{ ethernet::offset::ETHERTYPE }, LEN>(h) != ETHERTYPE_IPV4
         || get_u8::<{ IP + ipv4::offset::VERSION_IHL }, LEN>(h) != VERSION_IHL_NO_OPTIONS
         || get_u8::<{ IP + ipv4::offset::PROTOCOL }, LEN>(h) != TCP
         || frag & (FLAG_MF | FRAG_OFFSET_MASK) != 0
         || usize::from(total) > frame.len() - ETH_LEN
-        // Also false when `total` is under 20 (the subtraction wrapped).
-        || !(tcp::HEADER_LEN..=usize::from(total)).contains(&l4_len)
         || doff < tcp::HEADER_LEN
-        || doff > l4_len
+        || IPV4_LEN + doff > usize::from(total)
     {
         return false;
     }

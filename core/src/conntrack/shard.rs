@@ -211,6 +211,9 @@ pub struct Shard {
     /// buckets − 1 (buckets is a power of two).
     mask: usize,
     keys: [u64; 6],
+    /// [`Shard::hash`]'s keyed high halves of an IPv4 key (both 0),
+    /// computed once.
+    v4_high: u64,
     live: usize,
     cursor: usize,
     pub counters: Counters,
@@ -287,6 +290,7 @@ impl Shard {
             capacity,
             mask: buckets - 1,
             keys,
+            v4_high: fold_mul(keys[0], keys[1]) ^ keys[4],
             live: 0,
             cursor: 0,
             counters: Counters::default(),
@@ -333,14 +337,24 @@ impl Shard {
 
     /// The keyed hash: folded multiplies of key words XORed with secret
     /// words (the foldhash/ahash-fallback construction). Without the seed an
-    /// attacker cannot aim keys at one bucket.
+    /// attacker cannot aim keys at one bucket. Its spread of structured
+    /// keys, and of keys aimed at one bucket under another seed, is
+    /// tested in `hash_tests`.
     #[inline(always)]
     pub fn hash(&self, k: &TrackKey) -> u64 {
-        let a = fold_mul(k.src[0] ^ self.keys[0], k.src[1] ^ self.keys[1]);
-        let b = fold_mul(k.dst[0] ^ self.keys[2], k.dst[1] ^ self.keys[3]);
-        let h = fold_mul(a ^ k.meta ^ self.keys[4], b ^ self.keys[5]);
+        // The addresses' high halves pair up: 0 in an IPv4 key, whose
+        // product is then the shard's constant.
+        let high = if k.src[0] | k.dst[0] == 0 {
+            self.v4_high
+        } else {
+            fold_mul(k.src[0] ^ self.keys[0], k.dst[0] ^ self.keys[1]) ^ self.keys[4]
+        };
+        let low = fold_mul(k.src[1] ^ self.keys[2], k.dst[1] ^ self.keys[3]);
+        let h = fold_mul(high ^ k.meta, low ^ self.keys[5]);
         // Bucket (low bits) and signature (high bits) must be independent;
-        // one more multiply spreads every input bit over both.
+        // one more multiply spreads every input bit over both (without
+        // it, one client's source ports fill buckets unevenly:
+        // `hash_tests`).
         fold_mul(h, 0x9e37_79b9_7f4a_7c15)
     }
 
@@ -441,7 +455,10 @@ impl Shard {
     /// hash: the key's live entry (as [`Shard::lookup`] finds it) is given
     /// to `keep`, which returns what the caller makes of the packet and
     /// the idle timeout the entry is refreshed with, or None to leave the
-    /// entry as it is ([`Shard::keep_found`]).
+    /// entry as it is. When it keeps it, a hit is counted and the entry
+    /// refreshed (CT-5: its time and timeout; a half-open entry is
+    /// completed, as any non-SYN packet completes it), through the one
+    /// reference `keep` read.
     #[inline(always)]
     pub(crate) fn keep_hit_at<R>(
         &mut self,
@@ -451,31 +468,19 @@ impl Shard {
         now: Millis,
         keep: impl FnOnce(&Entry) -> Option<(R, u32)>,
     ) -> Option<R> {
-        let slot = home.slot as usize;
-        let at_home = self
-            .entries
-            .get(slot)
-            .is_some_and(|e| e.sig & !HALF_OPEN == home.sig && e.key == *key && !e.expired(now));
-        let slot = if at_home {
-            slot
-        } else {
-            self.lookup_away(key, h, now)?
+        let home_slot = home.slot as usize;
+        // A key at home is read and refreshed through the one reference
+        // its check took. (`keep` is called from one place only: twice,
+        // the compiler puts it out of line.)
+        let (slot, e) = match self.entries.get_mut(home_slot) {
+            Some(e) if e.sig & !HALF_OPEN == home.sig && e.key == *key && !e.expired(now) => {
+                (home_slot, e)
+            }
+            _ => {
+                let slot = self.lookup_away(key, h, now)?;
+                (slot, self.entries.get_mut(slot)?)
+            }
         };
-        self.keep_found(slot, now, keep)
-    }
-
-    /// The live entry a lookup found in `slot`, given to `keep`: when it
-    /// keeps it, a hit is counted and the entry refreshed (CT-5: its time
-    /// and timeout; a half-open entry is completed, as any non-SYN packet
-    /// completes it), through the one reference `keep` read.
-    #[inline(always)]
-    pub(crate) fn keep_found<R>(
-        &mut self,
-        slot: usize,
-        now: Millis,
-        keep: impl FnOnce(&Entry) -> Option<(R, u32)>,
-    ) -> Option<R> {
-        let e = self.entries.get_mut(slot)?;
         let (kept, idle_timeout_ms) = keep(e)?;
         self.counters.hits += 1;
         if e.stamp(now, idle_timeout_ms) {
@@ -783,6 +788,8 @@ mod reclaim;
 
 #[cfg(test)]
 mod half_open_tests;
+#[cfg(test)]
+mod hash_tests;
 
 #[cfg(test)]
 mod tests;
