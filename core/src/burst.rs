@@ -92,6 +92,55 @@ pub struct BurstStages {
     /// Packets in the prepared burst.
     len: usize,
     steered: bool,
+    /// The lookahead's packets away from home: found by its first step,
+    /// in order, each waiting for its second.
+    away: Away,
+}
+
+/// The packets of a burst whose lookup needs more than its home entry,
+/// as the lookahead's first step finds them (in order), for its second
+/// step a few packets later: a queue, so that the second step costs a
+/// packet at home one compare.
+#[derive(Debug)]
+struct Away {
+    packets: [u8; MAX_BURST],
+    len: usize,
+    /// The queue's next packet, for the second step.
+    next: usize,
+    /// That packet's index, or [`Away::NONE`] while the queue is empty.
+    head: usize,
+}
+
+impl Away {
+    const NONE: usize = usize::MAX;
+    const EMPTY: Away = Away {
+        packets: [0; MAX_BURST],
+        len: 0,
+        next: 0,
+        head: Away::NONE,
+    };
+
+    /// Packet `j` (checked after every earlier one) waits for step 2.
+    #[inline(always)]
+    fn push(&mut self, j: usize) {
+        if let Some(p) = self.packets.get_mut(self.len) {
+            *p = j as u8;
+            if self.len == self.next {
+                self.head = j;
+            }
+            self.len += 1;
+        }
+    }
+
+    /// Step 2 for the queue's head is done: the next one is due.
+    #[inline(always)]
+    fn pop(&mut self) {
+        self.next += 1;
+        self.head = match self.packets.get(self.next) {
+            Some(&p) if self.next < self.len => usize::from(p),
+            _ => Away::NONE,
+        };
+    }
 }
 
 /// What the passes of one burst know about one of its packets: one cache
@@ -105,9 +154,6 @@ struct Slot {
     lane: LanePacket,
     /// Which records stage 1 wrote.
     keyed: Keyed,
-    /// Whether its lookup needs more than its home entry (stage 2's
-    /// lookahead).
-    needs_fallback: bool,
     /// The worker it is steered to, or [`NO_STEER`].
     steer_to: u16,
 }
@@ -131,7 +177,6 @@ impl Slot {
             home: Home::ZERO,
         },
         keyed: Keyed::Staged,
-        needs_fallback: false,
         steer_to: NO_STEER,
     };
 }
@@ -143,6 +188,7 @@ impl Default for BurstStages {
             stages: [Stage::UNSTAGED; MAX_BURST],
             len: 0,
             steered: false,
+            away: Away::EMPTY,
         }
     }
 }
@@ -190,8 +236,6 @@ impl BurstStages {
                 break;
             };
             n += 1;
-            // Set by the lookahead only for a key away from home.
-            slot.needs_fallback = false;
             slot.keyed = if m.is_contiguous() {
                 stage_one(m.data(), &input, &mut last, slot, stage)
             } else {
@@ -211,7 +255,6 @@ impl BurstStages {
                 break;
             };
             n += 1;
-            slot.needs_fallback = false;
             slot.keyed = if !m.is_contiguous() {
                 *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
                 Keyed::Staged
@@ -241,6 +284,7 @@ impl BurstStages {
                 slot.steer_to = steer_target(m.data(), slot, stage, state, s);
             }
         }
+        self.away = Away::EMPTY;
         for j in 0..HOME_CHECK_AHEAD {
             self.check_home(state, ctx, j);
         }
@@ -478,7 +522,7 @@ impl BurstStages {
         if j >= self.len {
             return;
         }
-        let Some(slot) = self.slots.get_mut(j) else {
+        let Some(slot) = self.slots.get(j) else {
             return;
         };
         let away = match slot.keyed {
@@ -493,20 +537,21 @@ impl BurstStages {
             Keyed::Staged => false,
         };
         if away {
-            slot.needs_fallback = true;
+            self.away.push(j);
         }
     }
 
     /// Lookahead step 2 for packet `j`: the entries of its signature line,
     /// when step 1 found it away from home.
     #[inline(always)]
-    fn fetch_fallback(&self, ctx: &PipelineCtx, j: usize) {
-        if j >= self.len {
+    fn fetch_fallback(&mut self, ctx: &PipelineCtx, j: usize) {
+        if j != self.away.head {
             return;
         }
-        if let Some(slot) = self.slots.get(j).filter(|s| s.needs_fallback) {
+        if let Some(slot) = self.slots.get(j) {
             lookahead_fallback(&slot.tracked, ctx);
         }
+        self.away.pop();
     }
 }
 
