@@ -32,8 +32,11 @@ fn v6(src: [u64; 2], sport: u16) -> TrackKey {
     }
 }
 
+/// A family of keys: its name, and its key `i`.
+type Family = (&'static str, fn(u64) -> TrackKey);
+
 /// Key `i` of each family: the shapes real clients and floods take.
-fn families() -> Vec<(&'static str, fn(u64) -> TrackKey)> {
+fn families() -> Vec<Family> {
     vec![
         ("one client's source ports", |i| {
             v4(
