@@ -3,7 +3,7 @@
 
     KEEP=1 CALLGRIND_EXTRA=--dump-instr=yes TRAFFIC=tcp scripts/bench-instructions.sh
     scripts/profile-lines.py WORK/cg.PID-THREAD --binary target/release/sluice \\
-        --packets N [--function '::handle_burst$'] [--top 40]
+        --packets N [--function '::handle_burst$'] [--top 40] [--anchor RE]
 
 callgrind attributes an inlined helper's instructions to the helper's own
 line (`slice/index.rs`, `option.rs`), which says nothing about which of
@@ -112,15 +112,25 @@ def main():
     ap.add_argument("--packets", type=int, required=True)
     ap.add_argument("--function", default=r"::handle_burst$")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--anchor", default=r"::handle_burst$",
+                    help="a function entered after the counters were zeroed, for the load offset")
     args = ap.parse_args()
     costs, matched = parse(args.callgrind, args.function)
     if not costs:
         sys.exit(f"profile-lines.py: no cost of {args.function!r} in {args.callgrind} "
                  "(run with CALLGRIND_EXTRA=--dump-instr=yes)")
-    start = symbol_address(args.binary, matched)
+    # The load offset, from a function whose first instruction ran after
+    # the counters were zeroed (its lowest executed address is its
+    # symbol's): the burst function runs from its entry every burst; a
+    # function entered once, before the dump began (the poll loop), would
+    # give a wrong offset of its own.
+    anchor_costs, anchor = parse(args.callgrind, args.anchor)
+    if not anchor_costs:
+        anchor_costs, anchor = costs, matched
+    start = symbol_address(args.binary, anchor)
     if start is None:
-        sys.exit(f"profile-lines.py: no symbol {sorted(matched)} in {args.binary}")
-    offset = min(costs) - start
+        sys.exit(f"profile-lines.py: no symbol {sorted(anchor)} in {args.binary}")
+    offset = min(anchor_costs) - start
     chains = frames(args.binary, [a - offset for a in sorted(costs)])
     by_line, by_file = collections.Counter(), collections.Counter()
     for a, cost in costs.items():
