@@ -312,7 +312,7 @@ pub fn conntrack_entry(
     match shard.lookup(&key, h, now).and_then(|s| shard.entry(s)) {
         Some(e) => ConntrackAnswer::Present(ConntrackEntry {
             backend: e.backend,
-            idle_ms: now.0.saturating_sub(e.last_seen.0),
+            idle_ms: now.0.saturating_sub(e.last_seen().0),
             idle_timeout_ms: e.idle_timeout_ms,
             half_open: e.is_half_open(),
             pool_epoch: e.pool_epoch,

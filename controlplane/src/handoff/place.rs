@@ -61,7 +61,7 @@ pub fn collect(shards: &[ShardOut], state: &ForwardingState, stamp: Stamp) -> Ha
                 key: e.key,
                 service: u32::from(e.key.service().0),
                 backend,
-                idle_ms: u32::try_from(now.0.saturating_sub(e.last_seen.0)).unwrap_or(u32::MAX),
+                idle_ms: u32::try_from(now.0.saturating_sub(e.last_seen().0)).unwrap_or(u32::MAX),
                 idle_timeout_ms: e.idle_timeout_ms,
                 half_open: e.is_half_open(),
                 current_pool: e.pool_epoch == service.pool_epoch,

@@ -65,8 +65,10 @@ pub struct Entry {
     pub backend: BackendId,
     /// The service's `pool_epoch` when the entry was written (CT-11).
     pub pool_epoch: u32,
-    /// Last packet that matched (CT-5).
-    pub last_seen: Millis,
+    /// When the entry expires (CT-5): its last packet's time plus
+    /// `idle_timeout_ms`, kept as one deadline so that a lookup's expiry
+    /// test is one compare.
+    pub expires: Millis,
     /// The service's idle timeout when last matched (CT-5); kept here so
     /// the sweep needs no snapshot.
     pub idle_timeout_ms: u32,
@@ -85,11 +87,12 @@ impl Entry {
     /// can make established.
     #[inline(always)]
     fn stamp(&mut self, now: Millis, idle_timeout_ms: u32) -> bool {
-        self.last_seen = now;
         if self.is_half_open() {
+            self.expires = now.after(self.idle_timeout_ms);
             return true;
         }
         self.idle_timeout_ms = idle_timeout_ms;
+        self.expires = now.after(idle_timeout_ms);
         false
     }
 
@@ -104,7 +107,7 @@ impl Entry {
             key,
             backend,
             pool_epoch,
-            last_seen,
+            expires: last_seen.after(idle_timeout_ms),
             idle_timeout_ms,
             sig: 0,
         }
@@ -126,7 +129,17 @@ impl Entry {
 
     #[inline]
     pub fn expired(&self, now: Millis) -> bool {
-        now.0.saturating_sub(self.last_seen.0) >= u64::from(self.idle_timeout_ms)
+        now >= self.expires
+    }
+
+    /// The time of the last packet that matched (CT-5).
+    #[inline]
+    pub fn last_seen(&self) -> Millis {
+        Millis(
+            self.expires
+                .0
+                .saturating_sub(u64::from(self.idle_timeout_ms)),
+        )
     }
 }
 
@@ -645,6 +658,7 @@ impl Shard {
     fn establish(&mut self, slot: usize, idle_timeout_ms: u32) {
         if let Some(e) = self.entries.get_mut(slot) {
             e.sig &= !HALF_OPEN;
+            e.expires = e.last_seen().after(idle_timeout_ms);
             e.idle_timeout_ms = idle_timeout_ms;
         }
         if let Some(s) = self.stored_sig(slot) {

@@ -136,7 +136,7 @@ fn entries_come_back_under_the_next_process_ids() {
         assert_eq!(e.key.service(), web_new);
         assert_eq!(e.backend, b11_new);
         // Idle 10 s at the stop, 2 s of gap.
-        assert_eq!(e.last_seen, Millis(1_000_000 - 12_000));
+        assert_eq!(e.last_seen(), Millis(1_000_000 - 12_000));
         assert_eq!(e.pool_epoch, new.services[1].pool_epoch);
     }
     // Each in the shard its owner uses.
@@ -272,7 +272,7 @@ fn time_pool_and_copies() {
     assert!(e.is_half_open());
     // Idle 11 s, clock at 3 s: last seen at 0, 79 s left.
     assert_eq!(
-        (e.last_seen, e.idle_timeout_ms),
+        (e.last_seen(), e.idle_timeout_ms),
         (Millis(0), 90_000 - 8_000)
     );
     assert!(!e.expired(Millis(3_000 + 78_999)));

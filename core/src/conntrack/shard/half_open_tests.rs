@@ -311,7 +311,7 @@ proptest! {
             established.retain(|_, seen| now - *seen < u64::from(IDLE));
             for (&i, &seen) in &established {
                 let e = present(&s, i);
-                prop_assert!(e.is_some_and(|e| !e.is_half_open() && e.last_seen == Millis(seen)),
+                prop_assert!(e.is_some_and(|e| !e.is_half_open() && e.last_seen() == Millis(seen)),
                     "established flow {} lost or changed: {:?}", i, e);
             }
         }

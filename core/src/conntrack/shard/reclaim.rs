@@ -109,8 +109,8 @@ impl Shard {
             if e.expired(now) {
                 return Some((slot, true));
             }
-            if half_open && best.is_none_or(|(_, seen)| e.last_seen < seen) {
-                best = Some((slot, e.last_seen));
+            if half_open && best.is_none_or(|(_, seen)| e.last_seen() < seen) {
+                best = Some((slot, e.last_seen()));
             }
         }
         best.map(|(slot, _)| (slot, false))
