@@ -43,6 +43,11 @@ const MAX_PREBUILT_TUNNEL_LEN: usize = 16;
 const MAX_LEN: usize =
     ethernet::HEADER_LEN + ethernet::VLAN_TAG_LEN + ipv4::HEADER_LEN + MAX_PREBUILT_TUNNEL_LEN;
 
+/// The largest outer IPv4 total length a prebuilt header takes: with DF
+/// (0x4000) it stays a 16-bit number, so its checksum update folds once.
+/// Far beyond any Ethernet MTU; a longer packet takes the general path.
+const MAX_OUTER_TOTAL: usize = 0xffff - FLAG_DF as usize;
+
 /// Which fields [`OuterHeader::apply`] patches per packet.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Patch {
@@ -69,7 +74,8 @@ pub struct OuterHeader {
     /// Ones' complement sum of the outer IPv4 header with total length,
     /// flags and checksum zero, folded to 16 bits.
     partial_sum: u16,
-    /// Largest inner IP packet that leaves within the egress MTU.
+    /// Largest inner IP packet that leaves within the egress MTU (and
+    /// within [`MAX_OUTER_TOTAL`]).
     max_inner_len: u16,
     /// The egress port (config index).
     pub(crate) port: u16,
@@ -117,7 +123,8 @@ impl OuterHeader {
             l2_len: u8::try_from(l2).ok()?,
             patch: Patch::Ethernet,
             partial_sum: 0,
-            max_inner_len: u16::try_from(mtu.saturating_sub(len - l2)).unwrap_or(u16::MAX),
+            max_inner_len: u16::try_from(mtu.min(MAX_OUTER_TOTAL).saturating_sub(len - l2))
+                .unwrap_or(u16::MAX),
             port: backend.egress.port,
         };
         if !encap.is_tunnel() {
@@ -193,12 +200,15 @@ impl OuterHeader {
             return;
         };
         // The header's sum is the prebuilt part's plus the two words that
-        // vary; their bytes were zero when it was taken.
-        let sum = u32::from(self.partial_sum) + u32::from(total) + u32::from(flags_frag);
+        // vary (their bytes were zero when it was taken). Those two add up
+        // to at most 0xffff (`MAX_OUTER_TOTAL`), so one fold of the sum of
+        // two 16-bit numbers is exact.
+        let varying = total + flags_frag;
+        let sum = u32::from(self.partial_sum) + u32::from(varying);
         let mut outer = Ipv4Packet::new_unchecked(h);
         outer.set_total_len(total);
         outer.set_flags_frag(flags_frag);
-        outer.set_checksum(!checksum::fold(sum));
+        outer.set_checksum(!checksum::fold_once(sum));
         if self.patch == Patch::Ipv4Udp {
             if let Some(u) = rest.first_chunk_mut::<{ udp::HEADER_LEN }>() {
                 let mut udp = UdpDatagram::new_unchecked(u);

@@ -16,6 +16,13 @@ pub(crate) const fn fold(sum: u32) -> u16 {
     ((s & 0xffff) + (s >> 16)) as u16
 }
 
+/// [`fold`] of a sum of two 16-bit numbers (at most 0x1fffe), for which
+/// one end-around carry is enough.
+#[inline(always)]
+pub(crate) const fn fold_once(sum: u32) -> u16 {
+    ((sum & 0xffff) + (sum >> 16)) as u16
+}
+
 /// [`fold`] for a 64-bit accumulation: 2^32 ≡ 1 in ones'-complement
 /// arithmetic too, so the halves add.
 #[inline(always)]
@@ -122,6 +129,8 @@ mod tests {
         assert_eq!(fold(u32::MAX), 0xffff);
         assert_eq!(fold_wide(u64::MAX), 0xffff);
         assert_eq!(fold_wide(1 << 32), 1);
+        assert_eq!(fold_once(0xffff + 0xffff), fold(0xffff + 0xffff));
+        assert_eq!(fold_once(0xffff + 1), 1);
     }
 
     /// The pseudo-header sums against RFC 768's layout written out by hand.
