@@ -51,7 +51,13 @@ fn families() -> Vec<Family> {
             v4(0x0a00_0000 + i as u32, 0xcb00_710a, 40_000, 80, 1)
         }),
         ("clients and ports together", |i| {
-            v4(0x0a00_0000 + i as u32, 0xcb00_710a, 1024 + i as u16, 80, 1)
+            v4(
+                0x0a00_0000 + i as u32,
+                0xcb00_710a,
+                1024u16.wrapping_add(i as u16),
+                80,
+                1,
+            )
         }),
         ("one client to sequential VIPs and ports", |i| {
             v4(
