@@ -6,13 +6,18 @@
 //! (`sluice_benches::QUIC_BENCH_CONFIGS`). `--one-client`: established
 //! TCP from one client address, up to 60,000 flows told apart by port.
 //! `--queues=N` also writes OUT.pcap's flows split by the worker of N that
-//! owns each (`sluice_core::steering::owner_of_five_tuple`, what software
-//! steering uses for a TCP or UDP flow under NONE affinity) into
+//! owns each (the modelled RSS queue of its 5-tuple: see [`owner`]) into
 //! OUT-0.pcap … OUT-(N-1).pcap: one RX queue each, so no packet is
 //! steered.
 
 use std::io::BufWriter;
 use std::net::Ipv4Addr;
+
+use sluice_core::conntrack::{Addrs, PacketMeta, TrackKey};
+use sluice_core::flow::TupleKind;
+use sluice_core::rss::RssModel;
+use sluice_core::steering::Owners;
+use sluice_core::ServiceId;
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -65,30 +70,52 @@ fn main() -> std::io::Result<()> {
     sluice_benches::write_pcap(file, (0..flows).map(frame))?;
     eprintln!("pktgen: wrote {flows} flows to {out}");
     let stem = out.strip_suffix(".pcap").unwrap_or(out);
+    let owners = rss_owners(queues);
     for q in 0..queues {
         let path = format!("{stem}-{q}.pcap");
         let file = BufWriter::new(std::fs::File::create(&path)?);
         let mine = (0..flows)
             .map(frame)
-            .filter(|f| owner(f, queues) == Some(q));
+            .filter(|f| owners.as_ref().and_then(|o| owner(f, o)) == Some(q));
         sluice_benches::write_pcap(file, mine)?;
         eprintln!("pktgen: wrote the flows worker {q} of {queues} owns to {path}");
     }
     Ok(())
 }
 
-/// The worker of `workers` owning an untagged IPv4 frame's flow: its
-/// 5-tuple's owner (TCP, and UDP, which the benchmarks send unfragmented).
-fn owner(frame: &[u8], workers: usize) -> Option<usize> {
+/// The worker of `workers` owning an untagged IPv4 frame's flow, as
+/// sluice owns it on the benchmarks' devices: their backends port
+/// (net_null) hashes TCP and UDP on the 5-tuple, and where any port does,
+/// every port's tracked packets belong to that port's modelled RSS queue
+/// (`controlplane/src/run/ownership.rs`), software-steered ones too. The
+/// model's redirection table is round robin, so its size does not change
+/// the queue (any power of two the queues divide).
+fn owner(frame: &[u8], owners: &Owners) -> Option<usize> {
     let Ok(sluice_core::wire::Parsed::Ip(ip)) = sluice_core::wire::parse(frame) else {
         return None;
     };
     let ports = ip.ports?;
-    Some(sluice_core::steering::owner_of_five_tuple(
-        ip.src,
-        ip.dst,
-        ip.protocol,
-        ports,
-        workers,
-    ))
+    let meta = PacketMeta {
+        proto: ip.protocol,
+        tcp_flags: 0,
+        fragmented: false,
+        ports: Some(ports),
+    };
+    let key = TrackKey::new(
+        TupleKind::Five,
+        &Addrs::new(ip.src, ip.dst),
+        &meta,
+        ServiceId(0),
+    );
+    Some(owners.of_key(&key))
+}
+
+/// The owners [`owner`] splits by, for `workers` workers (None past what a
+/// redirection table can name).
+fn rss_owners(workers: usize) -> Option<Owners> {
+    let queues = u16::try_from(workers).ok()?;
+    let reta = RssModel::round_robin(128, queues);
+    Some(Owners::Rss(std::sync::Arc::new(
+        RssModel::new(&reta, queues).ok()?,
+    )))
 }
