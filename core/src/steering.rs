@@ -146,6 +146,20 @@ pub fn owner_of_five_tuple(
     ports: crate::wire::Ports,
     workers: usize,
 ) -> usize {
+    owner_of_key(&five_tuple_key(src, dst, protocol, ports), workers)
+}
+
+/// The 5-tuple key by which packets between `src` and `dst` with
+/// `protocol` and `ports` are owned (its service takes no part in the
+/// owner, so it is the default).
+// Public for owner_of_five_tuple's callers outside the packet path
+// (tests, the benches' packet generator) that also need the key itself.
+pub fn five_tuple_key(
+    src: std::net::IpAddr,
+    dst: std::net::IpAddr,
+    protocol: u8,
+    ports: crate::wire::Ports,
+) -> TrackKey {
     let meta = crate::conntrack::PacketMeta {
         proto: protocol,
         tcp_flags: 0,
@@ -153,8 +167,7 @@ pub fn owner_of_five_tuple(
         ports: Some(ports),
     };
     let addrs = crate::conntrack::Addrs::new(src, dst);
-    let key = TrackKey::new(TupleKind::Five, &addrs, &meta, crate::ids::ServiceId(0));
-    owner_of_key(&key, workers)
+    TrackKey::new(TupleKind::Five, &addrs, &meta, crate::ids::ServiceId(0))
 }
 
 /// The worker (0..workers) that owns every packet between these addresses

@@ -13,11 +13,8 @@
 use std::io::BufWriter;
 use std::net::Ipv4Addr;
 
-use sluice_core::conntrack::{Addrs, PacketMeta, TrackKey};
-use sluice_core::flow::TupleKind;
 use sluice_core::rss::RssModel;
-use sluice_core::steering::Owners;
-use sluice_core::ServiceId;
+use sluice_core::steering::{five_tuple_key, Owners};
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -95,19 +92,7 @@ fn owner(frame: &[u8], owners: &Owners) -> Option<usize> {
         return None;
     };
     let ports = ip.ports?;
-    let meta = PacketMeta {
-        proto: ip.protocol,
-        tcp_flags: 0,
-        fragmented: false,
-        ports: Some(ports),
-    };
-    let key = TrackKey::new(
-        TupleKind::Five,
-        &Addrs::new(ip.src, ip.dst),
-        &meta,
-        ServiceId(0),
-    );
-    Some(owners.of_key(&key))
+    Some(owners.of_key(&five_tuple_key(ip.src, ip.dst, ip.protocol, ports)))
 }
 
 /// The owners [`owner`] splits by, for `workers` workers (None past what a
