@@ -147,35 +147,28 @@ impl Entry {
 #[derive(Copy, Clone, Debug, Default)]
 struct Sigs([u32; SLOTS]);
 
+/// The bits of a bucket's slots (`SLOTS` of them).
+const ALL_SLOTS: u32 = (1 << SLOTS) - 1;
+
 impl Sigs {
-    /// Bit i set where signature i equals `sig`: written branch-free so
-    /// the compiler turns it into vector compares and a move-mask.
-    /// `sig` is a key's signature (without [`HALF_OPEN`]) or 0 (free
-    /// slots).
+    /// Bit i set where signature i equals `sig`, all sixteen compared at
+    /// once (`sluice_platform::lanes_equal`). `sig` is a key's signature
+    /// (without [`HALF_OPEN`]) or 0 (free slots).
     #[inline(always)]
     fn mask(&self, sig: u32) -> u32 {
-        self.0
-            .iter()
-            .enumerate()
-            .fold(0, |m, (i, &s)| m | (u32::from(s & !HALF_OPEN == sig) << i))
+        sluice_platform::lanes_equal(&self.0, !HALF_OPEN, sig)
     }
 
     /// Bit i set where slot i is occupied (its stored signature is not 0).
     #[inline(always)]
     fn occupied(&self) -> u32 {
-        self.0
-            .iter()
-            .enumerate()
-            .fold(0, |m, (i, &s)| m | (u32::from(s != 0) << i))
+        !sluice_platform::lanes_equal(&self.0, u32::MAX, 0) & ALL_SLOTS
     }
 
     /// Bit i set where slot i holds a half-open entry.
     #[inline]
     fn half_open(&self) -> u32 {
-        self.0
-            .iter()
-            .enumerate()
-            .fold(0, |m, (i, &s)| m | (u32::from(s & HALF_OPEN != 0) << i))
+        !sluice_platform::lanes_equal(&self.0, HALF_OPEN, 0) & ALL_SLOTS
     }
 }
 
@@ -521,8 +514,8 @@ impl Shard {
 
     /// Lookahead step 2 (the first signature line has arrived): the entry
     /// lines whose signature matches `h`'s, or else the second bucket's
-    /// signature line.
-    #[inline]
+    /// signature line. Out of line, as [`Shard::find`].
+    #[inline(never)]
     pub(crate) fn prefetch_matches(&self, h: u64) {
         let (sig, b1, b2) = self.candidates(h);
         let Some(sigs) = self.sigs.get(b1) else {
@@ -542,7 +535,11 @@ impl Shard {
         }
     }
 
-    #[inline]
+    /// The slot holding `key`, whose hash is `h`. Out of line: a key
+    /// away from its home slot is the rare case, and inlined into the
+    /// burst function it cost the packets at home more in that
+    /// function's register assignment than the call costs the others.
+    #[inline(never)]
     fn find(&self, key: &TrackKey, h: u64) -> Option<usize> {
         let (sig, b1) = self.sig_and_bucket(h);
         let home = Self::home(b1, sig);
