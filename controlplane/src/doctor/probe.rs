@@ -17,9 +17,11 @@ use super::diagnosis::{diagnose, mac_text, Facts};
 use super::plan::{Speech, Target};
 use super::refusals::{self, Listener};
 use super::{Check, Row, ANSWER_WAIT, FULL_SIZE_WAIT};
+use crate::health::checker::input_of;
 use crate::health::data_path::{timeout_reason, PathReport};
 use crate::health::data_socket::{self, DataPathContext};
-use crate::health::driver::Transport;
+use crate::health::driver::{tcp_failure, Transport};
+use crate::health::failure::FailureReason;
 
 /// How long a released probe's port stays noted as the probe's: answers
 /// still on their way are not mistaken for the next socket's.
@@ -417,17 +419,18 @@ fn seen_text(s: Seen) -> String {
     }
 }
 
-/// A socket's error as a failed check (the health checks' reasons).
+/// A socket's error as a failed check: the reason a TCP health check
+/// gives the same error (`health::checker::input_of`), or a timeout.
 fn error_check(e: &io::Error) -> Check {
-    match e.raw_os_error() {
-        Some(libc::ECONNREFUSED) => Check::fail("refused", "refused: nothing listens there"),
-        Some(libc::ETIMEDOUT) => Check::fail("timeout", "no answer"),
-        Some(libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => {
-            Check::fail("unreachable", e.to_string())
-        }
-        Some(libc::ECONNRESET | libc::EPIPE) => Check::fail("reset", e.to_string()),
-        _ if is_timeout(e) => Check::fail("timeout", "no answer"),
-        _ => Check::fail("local_error", e.to_string()),
+    if is_timeout(e) {
+        return Check::fail(FailureReason::Timeout.name(), "no answer");
+    }
+    match tcp_failure(input_of(e)).unwrap_or(FailureReason::LocalError) {
+        FailureReason::Refused => Check::fail(
+            FailureReason::Refused.name(),
+            "refused: nothing listens there",
+        ),
+        reason => Check::fail(reason.name(), e.to_string()),
     }
 }
 
@@ -445,4 +448,31 @@ fn release_later(ctx: &DataPathContext, tickets: Vec<Ticket>) {
                 probes.release(t);
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket error gives the reason a TCP health check gives it (HC-1),
+    /// so `doctor` and `sluice status` name a failure alike.
+    #[test]
+    fn a_socket_error_is_named_as_the_health_checks_name_it() {
+        let reason = |n| error_check(&io::Error::from_raw_os_error(n)).reason;
+        let named = |r: FailureReason| Some(r.name().to_string());
+        assert_eq!(reason(libc::ECONNREFUSED), named(FailureReason::Refused));
+        assert_eq!(reason(libc::ETIMEDOUT), named(FailureReason::Timeout));
+        for unreachable in [libc::EHOSTUNREACH, libc::ENETUNREACH, libc::EACCES] {
+            assert_eq!(reason(unreachable), named(FailureReason::Unreachable));
+        }
+        for reset in [libc::ECONNRESET, libc::ECONNABORTED, libc::EPIPE] {
+            assert_eq!(reason(reset), named(FailureReason::Reset));
+        }
+        assert_eq!(reason(libc::EMFILE), named(FailureReason::LocalError));
+        let would_block = io::Error::from(io::ErrorKind::WouldBlock);
+        assert_eq!(
+            error_check(&would_block).reason,
+            named(FailureReason::Timeout)
+        );
+    }
 }
