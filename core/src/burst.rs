@@ -120,6 +120,15 @@ impl Away {
         head: Away::NONE,
     };
 
+    /// Empty again, for the next burst: the packets past `len` are never
+    /// read, so they are left as they are.
+    #[inline(always)]
+    fn clear(&mut self) {
+        self.len = 0;
+        self.next = 0;
+        self.head = Away::NONE;
+    }
+
     /// Packet `j` (checked after every earlier one) waits for step 2.
     #[inline(always)]
     fn push(&mut self, j: usize) {
@@ -284,7 +293,7 @@ impl BurstStages {
                 slot.steer_to = steer_target(m.data(), slot, stage, state, s);
             }
         }
-        self.away = Away::EMPTY;
+        self.away.clear();
         for j in 0..HOME_CHECK_AHEAD {
             self.check_home(state, ctx, j);
         }
