@@ -37,6 +37,10 @@
 # millisecond holds a few hundred packets where a real core forwards
 # thousands, so this figure is some 20-50 times what it is natively;
 # subtract it for the poll loop's cost per packet.
+# own_per_packet, own_without_upkeep_per_packet (HARNESS=ring only, where
+# the drivers' figure is inclusive): the thread's total less the drivers,
+# with and without the upkeep — sluice's own code, the figure compared
+# with the peer's own (its burst_instructions_per_packet).
 #
 # PEER=1 (TRAFFIC=tcp or syn): the C peer benches/c-peer/lb_peer.c
 # (built as bench-throughput.sh builds it, into target/release/lb_peer)
@@ -433,6 +437,14 @@ else
 fi
 [ "$packets" -gt 0 ] || { echo "bench-instructions.sh: no packets after the warm-up; raise SECONDS_PER_RUN" >&2; exit 1; }
 read -r driver driver_extra < <(driver_figure "$packets" "$drivers" "$incl" "$rxincl")
-awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$driver" -v t="$total" -v u="$upkeep" -v x="${driver_extra:+ $driver_extra}$used" 'BEGIN {
+# On the ring harness the drivers' figure is inclusive, so the thread less
+# it is sluice's own code (burst path and poll loop), the figure compared
+# with the peer's; also given without the upkeep, which follows time.
+own=""
+if [ "$HARNESS" = ring ]; then
+  own=$(awk -v n="$packets" -v d="$driver" -v t="$total" -v u="$upkeep" 'BEGIN {
+    printf " own_per_packet=%.1f own_without_upkeep_per_packet=%.1f", t / n - d, t / n - d - u / n }')
+fi
+awk -v n="$packets" -v s="$self" -v c="$callees" -v d="$driver" -v t="$total" -v u="$upkeep" -v x="${driver_extra:+ $driver_extra}$used$own" 'BEGIN {
   printf "burst_instructions_per_packet=%.1f driver_instructions_per_packet=%s packets=%d burst_self_per_packet=%.1f thread_total_per_packet=%.1f per_ms_upkeep_per_packet=%.1f%s\n",
     (s + c) / n, d, n, s / n, t / n, u / n, x }'
