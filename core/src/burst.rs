@@ -434,9 +434,17 @@ fn stage_one(
     slot: &mut Slot,
     stage: &mut Stage,
 ) -> Keyed {
-    if input.vlan.is_some_and(|vid| !vlan::accepts(frame, vid)) {
-        *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
-        return Keyed::Staged;
+    match input.vlan {
+        Some(vid) if !vlan::accepts(frame, vid) => {
+            *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
+            return Keyed::Staged;
+        }
+        // Only an untagged frame teaches the stateless rule, and a trunk
+        // port drops those: here the port is no trunk.
+        None if fast_path::classify_stateless(frame, last, input.state, stage) => {
+            return Keyed::Staged;
+        }
+        _ => {}
     }
     pipeline::classify_keyed_into(
         frame,

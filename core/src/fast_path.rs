@@ -48,6 +48,33 @@ pub struct LastRule {
     found: Found,
     /// The last rule whose packets [`classify_lane`] can take.
     lane: LaneRule,
+    /// The last rule whose packets [`classify_stateless`] can take.
+    stateless: StatelessRule,
+}
+
+/// A rule [`classify_stateless`] takes packets of: one whose last packet
+/// here was an untagged UDP packet its service does not track and does
+/// not route by QUIC connection ID. Every later such packet with the same
+/// destination and port matches the same rule and service, so gets the
+/// same stage but for its own addresses, ports, length and DF.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct StatelessRule {
+    /// As [`LastRule`]'s key; `u64::MAX`: none.
+    key: u64,
+    service: ServiceId,
+    /// The rule's counter slot.
+    counter: u16,
+    /// Packets [`classify_stateless`] took under it, counted as the lane's.
+    pending: u64,
+}
+
+impl StatelessRule {
+    const NONE: StatelessRule = StatelessRule {
+        key: u64::MAX,
+        service: ServiceId(0),
+        counter: 0,
+        pending: 0,
+    };
 }
 
 /// A rule [`classify_lane`] takes packets of: one whose last packet here
@@ -96,6 +123,7 @@ impl LastRule {
         key: u64::MAX,
         found: Found::Miss(Verdict::Drop(crate::drop_reason::DropReason::NoRule)),
         lane: LaneRule::NONE,
+        stateless: StatelessRule::NONE,
     };
 
     /// Counts the packets [`classify_lane`] took under its rule in `rules`
@@ -109,6 +137,12 @@ impl LastRule {
                 rules.add_n(self.lane.counter, self.lane.pending);
             }
             self.lane.pending = 0;
+        }
+        if self.stateless.pending != 0 {
+            if let Some(rules) = rules {
+                rules.add_n(self.stateless.counter, self.stateless.pending);
+            }
+            self.stateless.pending = 0;
         }
     }
 
@@ -199,6 +233,79 @@ pub fn classify_lane(
         home,
     };
     last.lane.pending += 1;
+    true
+}
+
+/// Stage 1 of an untagged, option-less, unfragmented UDP packet of the
+/// stateless rule (see [`StatelessRule`]): the `Stage::Balance` that
+/// [`classify_ipv4_keyed`] writes for it, without the rule search or the
+/// service's policy, which the rule answered already. The packet is
+/// counted under its rule by `LastRule::flush`. False, with nothing
+/// written, for any other frame.
+// Public for core/tests/fast_path.rs.
+#[inline(always)]
+pub fn classify_stateless(
+    frame: &[u8],
+    last: &mut LastRule,
+    state: &ForwardingState,
+    out: &mut Stage,
+) -> bool {
+    const IP: usize = ETH_LEN;
+    const L4: usize = ETH_LEN + IPV4_LEN;
+    const LEN: usize = L4 + udp::HEADER_LEN;
+    // No stateless rule learnt (TCP traffic, SYNs): one compare.
+    if last.stateless.key == StatelessRule::NONE.key {
+        return false;
+    }
+    let Some(h) = frame.first_chunk::<LEN>() else {
+        return false;
+    };
+    let total = get_u16::<{ IP + ipv4::offset::TOTAL_LEN }, LEN>(h);
+    let frag = get_u16::<{ IP + ipv4::offset::FLAGS_FRAG }, LEN>(h);
+    if get_u16::<{ ethernet::offset::ETHERTYPE }, LEN>(h) != ETHERTYPE_IPV4
+        || get_u8::<{ IP + ipv4::offset::VERSION_IHL }, LEN>(h) != VERSION_IHL_NO_OPTIONS
+        || get_u8::<{ IP + ipv4::offset::PROTOCOL }, LEN>(h) != UDP
+        || frag & (FLAG_MF | FRAG_OFFSET_MASK) != 0
+        || usize::from(total) > frame.len() - ETH_LEN
+        || usize::from(total) < IPV4_LEN + udp::HEADER_LEN
+    {
+        return false;
+    }
+    let src = get_u32::<{ IP + ipv4::offset::SRC_ADDR }, LEN>(h);
+    let dst = get_u32::<{ IP + ipv4::offset::DST_ADDR }, LEN>(h);
+    let ports = Ports {
+        src: get_u16::<{ L4 + udp::offset::SRC_PORT }, LEN>(h),
+        dst: get_u16::<{ L4 + udp::offset::DST_PORT }, LEN>(h),
+    };
+    let key = (u64::from(dst) << 24) | (u64::from(UDP) << 16) | u64::from(ports.dst);
+    if key != last.stateless.key {
+        return false;
+    }
+    let Some(service) = state.service(last.stateless.service) else {
+        return false;
+    };
+    let hash = ipv4_ports_hash(state.flow_seed, src, dst, UDP, ports, service.affinity);
+    crate::stage::prefetch_table(service, hash);
+    *out = Stage::Balance(Balance {
+        layout: L3Layout {
+            ethertype: ETHERTYPE_IPV4,
+            l3_offset: ETH_LEN,
+            ip_len: usize::from(total),
+            dont_fragment: frag & FLAG_DF != 0,
+        },
+        service: last.stateless.service,
+        hash,
+        meta: PacketMeta {
+            proto: UDP,
+            tcp_flags: 0,
+            fragmented: false,
+            ports: Some(ports),
+        },
+        tracked: false,
+        icmp_error: false,
+        quic: QuicAt::NONE,
+    });
+    last.stateless.pending += 1;
     true
 }
 
@@ -417,6 +524,16 @@ fn classify(
     let hash = ipv4_ports_hash(state.flow_seed, src, dst, proto, ports, service.affinity);
     if !tracked {
         crate::stage::prefetch_table(service, hash);
+        // Later packets of this rule may take `classify_stateless`.
+        if proto == UDP && quic == QuicAt::NONE && l3 == ETH_LEN && last.stateless.key != key {
+            last.flush(rules);
+            last.stateless = StatelessRule {
+                key,
+                service: service_id,
+                counter,
+                pending: 0,
+            };
+        }
     }
     *out = Stage::Balance(Balance {
         layout: L3Layout {

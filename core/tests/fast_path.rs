@@ -21,7 +21,9 @@ use common::*;
 use proptest::prelude::*;
 use sluice_core::affinity::SessionAffinity;
 use sluice_core::conntrack::{Shard, Tracked};
-use sluice_core::fast_path::{classify_ipv4, classify_ipv4_keyed, classify_lane, LastRule};
+use sluice_core::fast_path::{
+    classify_ipv4, classify_ipv4_keyed, classify_lane, classify_stateless, LastRule,
+};
 use sluice_core::stage::{Keyed, KeyedOut, LanePacket};
 use sluice_core::ForwardingState;
 
@@ -308,4 +310,107 @@ fn lane_classification_takes_a_learnt_rule_only() {
             lane: &mut lane
         }
     ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+    /// CT-2, CT-4, HA-1, HA-3: once an untracked UDP packet of a rule took
+    /// the full fast path, `classify_stateless` takes later frames of that
+    /// rule without its search; whenever it takes one, the full fast path
+    /// (searching the rule) writes the same stage for it and tracks it as
+    /// little. Later frames are the first one with bytes overwritten and
+    /// cut, another source, ports, fragment bits, protocol or IPv4 total
+    /// length.
+    #[test]
+    fn stateless_classification_agrees_with_the_fast_path(
+        affinity in prop::sample::select(vec![0usize, 0, 0, 1, 2, 3]),
+        vip in prop::sample::select(vec![VIP4, VIP4, VIP_CLIENT_IP, NOT_VIP4]),
+        src in any::<[u8; 4]>(),
+        ports in (any::<u16>(), prop::sample::select(vec![53u16, 4000, 80])),
+        later in (any::<[u8; 4]>(), any::<u16>(), prop::sample::select(vec![53u16, 4000, 80])),
+        later_tcp in prop::bool::weighted(0.2),
+        flags_frag in prop::sample::select(vec![0u16, DF, MF, 1, DF | 1]),
+        payload in proptest::collection::vec(any::<u8>(), 0..40),
+        mutations in proptest::collection::vec((0usize..64, any::<u8>()), 0..4),
+        total_len in prop::option::of(0u16..100),
+        cut in prop::option::of(0usize..100),
+    ) {
+        let st = state_with(AFFINITIES[affinity]);
+        let shard = Shard::with_capacity_and_seed(1024, 7);
+        let first = frame(false, false, vip, src, ports, DF, 0, &payload);
+        let mut last = LastRule::NONE;
+        let (mut t, mut lane, mut stage) = (Tracked::default(), LanePacket::default(), Stage::default());
+        let out = KeyedOut { tracked: &mut t, lane: &mut lane };
+        classify_ipv4_keyed(&first, &st, &mut stage, None, &mut last, &shard, out);
+
+        let (lsrc, lsport, ldport) = later;
+        let mut f = frame(false, later_tcp, vip, lsrc, (lsport, ldport), flags_frag, ACK, &payload);
+        if let Some(total) = total_len {
+            f[16..18].copy_from_slice(&total.to_be_bytes());
+        }
+        for (at, byte) in mutations {
+            if let Some(b) = f.get_mut(at) {
+                *b = byte;
+            }
+        }
+        if let Some(n) = cut {
+            f.truncate(n);
+        }
+        let mut got = Stage::default();
+        if classify_stateless(&f, &mut last, &st, &mut got) {
+            let (mut t2, mut lane2, mut want) = (Tracked::default(), LanePacket::default(), Stage::default());
+            let out = KeyedOut { tracked: &mut t2, lane: &mut lane2 };
+            let mut fresh = LastRule::NONE;
+            let keyed = classify_ipv4_keyed(&f, &st, &mut want, None, &mut fresh, &shard, out);
+            prop_assert_eq!(keyed, Some(Keyed::Staged));
+            prop_assert_eq!(got, want);
+        }
+    }
+}
+
+/// The stateless path takes a learnt rule's later packets (so the property
+/// above is not vacuous), never before an untracked UDP packet of that
+/// rule took the full fast path, and never a tracked service's (CT-4:
+/// UDP is tracked under any affinity but NONE).
+#[test]
+fn stateless_classification_takes_a_learnt_untracked_rule_only() {
+    let dns = |sport| {
+        frame(
+            false,
+            false,
+            VIP4,
+            [198, 51, 100, 7],
+            (sport, 53),
+            DF,
+            0,
+            b"q",
+        )
+    };
+    let shard = Shard::with_capacity_and_seed(1024, 7);
+    for (affinity, learns) in [
+        (SessionAffinity::None, true),
+        (SessionAffinity::ClientIp, false),
+    ] {
+        let st = state_with(affinity);
+        let mut last = LastRule::NONE;
+        let mut stage = Stage::default();
+        assert!(!classify_stateless(&dns(1000), &mut last, &st, &mut stage));
+        let (mut t, mut lane) = (Tracked::default(), LanePacket::default());
+        let out = KeyedOut {
+            tracked: &mut t,
+            lane: &mut lane,
+        };
+        classify_ipv4_keyed(&dns(1000), &st, &mut stage, None, &mut last, &shard, out);
+        let mut later = Stage::default();
+        assert_eq!(
+            classify_stateless(&dns(1001), &mut last, &st, &mut later),
+            learns,
+            "{affinity:?}"
+        );
+        if learns {
+            assert_ne!(later, stage, "another source port: another flow hash");
+            assert_eq!(later, classify_ipv4(&dns(1001), &st).unwrap());
+        }
+    }
 }
