@@ -169,19 +169,42 @@ proptest! {
         cut in prop::option::of(0usize..100),
     ) {
         let st = state_with(AFFINITIES[affinity]);
-        let mut f = frame(vlan, is_tcp, vip, src, (sport, dport), flags_frag, tcp_flags, &payload);
-        for (at, byte) in mutations {
-            if let Some(b) = f.get_mut(at) {
-                *b = byte;
-            }
-        }
-        if let Some(n) = cut {
-            f.truncate(n);
-        }
+        let f = mutated(
+            frame(vlan, is_tcp, vip, src, (sport, dport), flags_frag, tcp_flags, &payload),
+            &mutations,
+            cut,
+        );
         if let Some(fast) = classify_ipv4(&f, &st) {
             prop_assert_eq!(fast, classify_general(&f, &st));
         }
     }
+}
+
+/// What stage 1 remembers after the full fast path classified `first`
+/// (its rule, and the lane or stateless rule it teaches).
+fn after_full_fast_path(first: &[u8], st: &ForwardingState, shard: &Shard) -> LastRule {
+    let mut last = LastRule::NONE;
+    let (mut t, mut lane, mut stage) =
+        (Tracked::default(), LanePacket::default(), Stage::default());
+    let out = KeyedOut {
+        tracked: &mut t,
+        lane: &mut lane,
+    };
+    classify_ipv4_keyed(first, st, &mut stage, None, &mut last, shard, out);
+    last
+}
+
+/// `f` with bytes overwritten (past its end: ignored), then cut.
+fn mutated(mut f: Vec<u8>, mutations: &[(usize, u8)], cut: Option<usize>) -> Vec<u8> {
+    for &(at, byte) in mutations {
+        if let Some(b) = f.get_mut(at) {
+            *b = byte;
+        }
+    }
+    if let Some(n) = cut {
+        f.truncate(n);
+    }
+    f
 }
 
 proptest! {
@@ -211,21 +234,14 @@ proptest! {
         let shard = Shard::with_capacity_and_seed(1024, 7);
         // The rule's first packet: an established-flow ACK.
         let first = frame(false, true, vip, src, (sport, dport), DF, ACK, &payload);
-        let mut last = LastRule::NONE;
-        let (mut t, mut lane, mut stage) = (Tracked::default(), LanePacket::default(), Stage::default());
-        let out = KeyedOut { tracked: &mut t, lane: &mut lane };
-        classify_ipv4_keyed(&first, &st, &mut stage, None, &mut last, &shard, out);
-
+        let mut last = after_full_fast_path(&first, &st, &shard);
         let (lsrc, lsport, ldport) = later;
-        let mut f = frame(false, true, vip, lsrc, (lsport, ldport), flags_frag, tcp_flags, &payload);
-        for (at, byte) in mutations {
-            if let Some(b) = f.get_mut(at) {
-                *b = byte;
-            }
-        }
-        if let Some(n) = cut {
-            f.truncate(n);
-        }
+        let f = mutated(
+            frame(false, true, vip, lsrc, (lsport, ldport), flags_frag, tcp_flags, &payload),
+            &mutations,
+            cut,
+        );
+        let mut stage = Stage::default();
         let (mut t1, mut lane1) = (Tracked::default(), LanePacket::default());
         let out = KeyedOut { tracked: &mut t1, lane: &mut lane1 };
         if classify_lane(&f, &mut last, &shard, out) {
@@ -339,24 +355,13 @@ proptest! {
         let st = state_with(AFFINITIES[affinity]);
         let shard = Shard::with_capacity_and_seed(1024, 7);
         let first = frame(false, false, vip, src, ports, DF, 0, &payload);
-        let mut last = LastRule::NONE;
-        let (mut t, mut lane, mut stage) = (Tracked::default(), LanePacket::default(), Stage::default());
-        let out = KeyedOut { tracked: &mut t, lane: &mut lane };
-        classify_ipv4_keyed(&first, &st, &mut stage, None, &mut last, &shard, out);
-
+        let mut last = after_full_fast_path(&first, &st, &shard);
         let (lsrc, lsport, ldport) = later;
         let mut f = frame(false, later_tcp, vip, lsrc, (lsport, ldport), flags_frag, ACK, &payload);
         if let Some(total) = total_len {
             f[16..18].copy_from_slice(&total.to_be_bytes());
         }
-        for (at, byte) in mutations {
-            if let Some(b) = f.get_mut(at) {
-                *b = byte;
-            }
-        }
-        if let Some(n) = cut {
-            f.truncate(n);
-        }
+        let f = mutated(f, &mutations, cut);
         let mut got = Stage::default();
         if classify_stateless(&f, &mut last, &st, &mut got) {
             let (mut t2, mut lane2, mut want) = (Tracked::default(), LanePacket::default(), Stage::default());
