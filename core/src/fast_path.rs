@@ -106,6 +106,18 @@ impl LaneRule {
     };
 }
 
+/// Counts `pending` packets under rule `counter` in `rules` (None: not
+/// counted) and starts it again from 0.
+#[inline(always)]
+fn count_pending(rules: Option<&RuleCounters>, counter: u16, pending: &mut u64) {
+    if *pending != 0 {
+        if let Some(rules) = rules {
+            rules.add_n(counter, *pending);
+        }
+        *pending = 0;
+    }
+}
+
 /// The tracking key's port bits (`TrackKey::meta`'s low 32).
 const META_PORTS: u64 = 0xffff_ffff;
 
@@ -132,18 +144,8 @@ impl LastRule {
     /// its burst is over.
     #[inline(always)]
     pub(crate) fn flush(&mut self, rules: Option<&RuleCounters>) {
-        if self.lane.pending != 0 {
-            if let Some(rules) = rules {
-                rules.add_n(self.lane.counter, self.lane.pending);
-            }
-            self.lane.pending = 0;
-        }
-        if self.stateless.pending != 0 {
-            if let Some(rules) = rules {
-                rules.add_n(self.stateless.counter, self.stateless.pending);
-            }
-            self.stateless.pending = 0;
-        }
+        count_pending(rules, self.lane.counter, &mut self.lane.pending);
+        count_pending(rules, self.stateless.counter, &mut self.stateless.pending);
     }
 
     /// Whether a packet took the established lane, so that
