@@ -15,7 +15,8 @@
 #   SLUICE_BIN names the sluice to measure: an A/B of prebuilt binaries
 #   does not rebuild the tree's own), writes FLOWS 64-byte
 #   flows to DST into WORK/flows.pcap, and sets RX_DEV (net_pcap replaying
-#   it for ever), TX_DEV (net_null sink), MBUFS and MEM (MB of EAL memory).
+#   it for ever), TX_DEV (the sink: net_null, or on the ring harness
+#   net_ring1), MBUFS and MEM (MB of EAL memory).
 #   WORKERS=2: the flows split by the worker owning each (flows-0.pcap,
 #   flows-1.pcap; pktgen --queues=2), one RX queue each on the same
 #   net_pcap port, so sluice steers nothing between its two workers.
@@ -29,9 +30,14 @@
 #     ETH_RXTX<q>_net_ring0 of 1024 entries, each the RX and the TX ring
 #     of queue q), filled by the feeder (benches/ring-feeder/ring_feeder.c,
 #     bench_feeder_start), a DPDK secondary process on another core that
-#     copies the same pcap frames into mbufs of the primary's pool: the
-#     worker's RX is a ring dequeue, its TX net_null's free, no copy on the
-#     worker's core. Secondary processes map the primary's memory: every
+#     copies the same pcap frames into mbufs: the worker's RX is a ring
+#     dequeue, no copy on its core. TX_DEV is net_ring1, whose TX queues
+#     the feeder takes over (its --sink; net_ring0's too, which nothing
+#     should transmit on): the worker's TX is a ring enqueue, and the
+#     feeder recycles what it transmitted into the RX rings, taking from
+#     the pool only what that lacks (a drop's mbufs, which the program
+#     frees itself). The worker's mbufs then go round without the pool,
+#     as with a NIC's fast-free TX completion. Secondary processes map the primary's memory: every
 #     run is on hugepages (bench_hugepages) with a --file-prefix the feeder
 #     is given (FILE_PREFIX for sluice's configuration).
 # bench_config FILE: writes the configuration: WORKERS workers (default
@@ -101,6 +107,7 @@ bench_flows() {
     *) echo "HARNESS must be pcap or ring" >&2; exit 2 ;;
   esac
   TX_DEV="net_null0,no-rx=1"
+  [ "${HARNESS:-pcap}" = ring ] && TX_DEV="net_ring1"
   # The same pool for both harnesses (net_pcap preloads the capture into
   # it; the ring harness cycles its mbufs through the feeder), so that a
   # program's pool is the same size on either.
@@ -228,8 +235,11 @@ bench_feeder() {
 # before: this waits up to FEEDER_WAIT seconds, default 60, for its
 # multi-process socket, then the feeder waits as long for the rings and
 # the port's start), feeding the RX rings of RX_DEV's queues from
-# FEED_PCAPS with mbufs of the pool named POOL; its output (one
-# "feeder-pps: N low: L nomem: M gap-us: G" line a second) goes to LOG.
+# FEED_PCAPS with the mbufs the primary transmitted on net_ring0 and
+# net_ring1 (whose TX queues it takes over), and mbufs of the pool named
+# POOL for what those lack; its output (the offsets of net_ring's burst
+# functions, then one "feeder-pps: N low: L nomem: M gap-us: G recycled:
+# R" line a second) goes to LOG.
 # Lcore 7,
 # which no primary here uses (the feeder takes mbufs through lcore 7's
 # mempool cache), on CPU FEEDER_CPU (default 0: the CPU of the primary's
@@ -251,6 +261,7 @@ bench_feeder_start() {
   "${slow[@]}" "$feeder" --proc-type=secondary --file-prefix="$prefix" --lcores="7@${FEEDER_CPU:-0}" \
     --no-pci --log-level=error -- --pool "$pool" --burst "${BURST:-32}" --wait "$wait" \
     --idle-sleep "$([ "${FEEDER_SLOW:-0}" = 1 ] && echo 100 || echo 0)" \
+    --sink net_ring0 --sink net_ring1 \
     $FEED_PCAPS > "$log" 2>&1 &
   FEEDER_PID=$!
 }

@@ -140,6 +140,25 @@ if [ "$HARNESS" = ring ]; then
   export FEEDER_WAIT=${FEEDER_WAIT:-300} FEEDER_SLOW=${FEEDER_SLOW:-1}
   FILE_PREFIX=bench-instr-$$
 fi
+# The ring harness: which of net_ring's functions is RX and which TX (its
+# shared object is stripped: callgrind names them by offset), from the
+# feeder's log once it has taken over the TX queues; and sluice polls two
+# ring ports' RX (clients and backends), so its RX calls are twice its
+# polls.
+RING_RX_FN="" RING_TX_FN="" RING_RX_PORTS=""
+ring_functions() {
+  local line="" i
+  for ((i = 0; i < FEEDER_WAIT * 10; i++)); do
+    line=$(grep -m1 '^ring-burst-functions:' "$1" 2>/dev/null || true)
+    [ -n "$line" ] && break
+    kill -0 "$FEEDER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$line" ] || { cat "$1" >&2; echo "bench-instructions.sh: the feeder did not take over the TX queues" >&2; exit 1; }
+  RING_RX_FN=$(echo "$line" | sed -E 's/.* rx=([0-9a-fx]+).*/\1/')
+  RING_TX_FN=$(echo "$line" | sed -E 's/.* tx=([0-9a-fx]+).*/\1/')
+  RING_RX_PORTS=2
+}
 NOHUGE=$NOHUGE ENCAP=${ENCAP:-gre} CT_CAPACITY=131072 METRICS_LISTEN="" FILE_PREFIX=${FILE_PREFIX:-} \
   bench_config "$work/bench.toml"
 
@@ -164,7 +183,7 @@ NAMED='
 # inclusive cost of the worker's per-millisecond upkeep (`poll::upkeep`)
 # of one file.
 summarise() {
-  awk -v drv="$DRIVERS" "$NAMED"'
+  awk -v drv="$DRIVERS" -v rxfn="$RING_RX_FN" -v ports="$RING_RX_PORTS" "$NAMED"'
     BEGIN { np = 1 }
     /^positions:/ { np = NF - 1; next }
     /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
@@ -174,8 +193,9 @@ summarise() {
     /^calls=/ {
       call = 1; callee = (cob == "") ? ob : cob
       split($1, c, "=")
+      ring_rx = callee ~ /librte_net_ring/ && ob !~ drv && (rxfn == "" || cfn == rxfn)
       if (cfn ~ /::handle_burst$/) bursts += c[2]
-      if (callee ~ /librte_net_ring/ && ob !~ drv) ringrx += c[2]
+      if (ring_rx) ringrx += c[2]
       next
     }
     /^[0-9+*-]/ {
@@ -186,7 +206,7 @@ summarise() {
         # A full TX lane sent from within the burst: the driver figure.
         if (in_burst && cfn !~ /rte_eth_tx_burst/) callees += cost
         if (callee ~ drv && ob !~ drv) incl += cost
-        if (callee ~ /librte_net_ring/ && ob !~ drv) rxincl += cost
+        if (ring_rx) rxincl += cost
         if (cfn ~ /worker::poll::upkeep$/) upkeep += cost
         cob = ""
       } else {
@@ -195,7 +215,7 @@ summarise() {
         total += cost
       }
     }
-    END { printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", bursts, self, callees, drivers, total, incl, ringrx, rxincl, upkeep }' "$1"
+    END { printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f\n", bursts, self, callees, drivers, total, incl, ringrx / (ports ? ports : 1), rxincl, upkeep }' "$1"
 }
 
 # The same for the peer: its worker's calls of the net_pcap (or
@@ -204,7 +224,7 @@ summarise() {
 # cost of its calls other than those, the drivers' self cost, the total,
 # the drivers' inclusive cost and net_ring RX's of one file.
 summarise_peer() {
-  awk -v drv="$DRIVERS" "$NAMED"'
+  awk -v drv="$DRIVERS" -v rxfn="$RING_RX_FN" -v txfn="$RING_TX_FN" "$NAMED"'
     BEGIN { np = 1 }
     /^positions:/ { np = NF - 1; next }
     /^fn=/ { fn = named("fn", substr($0, 4)); cob = ""; next }
@@ -213,8 +233,10 @@ summarise_peer() {
     /^cob=/ { cob = named("ob", substr($0, 5)); next }
     /^calls=/ {
       call = 1; split($1, c, "="); callee = (cob == "") ? ob : cob
-      if (fn == "worker" && callee ~ /librte_net_(pcap|ring)/) rx += c[2]
-      if (fn == "worker" && callee ~ /librte_net_null/) tx += c[2]
+      ring_rx = callee ~ /librte_net_ring/ && ob !~ drv && (rxfn == "" || cfn == rxfn)
+      ring_tx = callee ~ /librte_net_ring/ && txfn != "" && cfn == txfn
+      if (fn == "worker" && (callee ~ /librte_net_pcap/ || ring_rx)) rx += c[2]
+      if (fn == "worker" && (callee ~ /librte_net_null/ || ring_tx)) tx += c[2]
       next
     }
     /^[0-9+*-]/ {
@@ -223,7 +245,7 @@ summarise_peer() {
         call = 0
         if (fn == "worker" && callee !~ drv) callees += cost
         if (callee ~ drv && ob !~ drv) incl += cost
-        if (callee ~ /librte_net_ring/ && ob !~ drv) rxincl += cost
+        if (ring_rx) rxincl += cost
         cob = ""
       } else {
         if (fn == "worker") self += cost
@@ -320,7 +342,10 @@ if [ "${PEER:-0}" = 1 ]; then
     --log-level=error --vdev="$RX_DEV" --vdev="$TX_DEV" -- --flows "$FLOWS" --burst "$BURST" \
     >"$work/peer.log" 2>&1 &
   vg=$!
-  [ "$HARNESS" = ring ] && bench_feeder_start bench-instr-peer-$$ peer_pool "$work/feeder.log"
+  if [ "$HARNESS" = ring ]; then
+    bench_feeder_start bench-instr-peer-$$ peer_pool "$work/feeder.log"
+    ring_functions "$work/feeder.log"
+  fi
   if [ "$HARNESS" = ring ]; then warm_up "$vg" summarise_peer_sent; else warm_up "$vg" summarise_peer; fi
   [ "$warm" -ge $(( 2 * FLOWS )) ] || { cat "$work/peer.log"; echo "bench-instructions.sh: the peer stopped after $warm packets" >&2; exit 1; }
   if [ "$HARNESS" = ring ]; then
@@ -380,7 +405,10 @@ valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$work/cg.
   --no-metrics-server --no-control-socket --duration "$SECONDS_PER_RUN" \
   --metrics-dump "$work/metrics.txt" >"$work/sluice.log" 2>&1 &
 vg=$!
-[ "$HARNESS" = ring ] && bench_feeder_start "$FILE_PREFIX" sluice_mbufs "$work/feeder.log"
+if [ "$HARNESS" = ring ]; then
+  bench_feeder_start "$FILE_PREFIX" sluice_mbufs "$work/feeder.log"
+  ring_functions "$work/feeder.log"
+fi
 warm_up "$vg" summarise
 if [ "$HARNESS" = ring ]; then
   warm_dumps=$(last_dump "$vg")

@@ -7,7 +7,8 @@
  * named ETH_RXTX<q>_net_ring0, each both the RX and the TX ring of queue
  * q; the worker's RX burst is then a ring dequeue of mbufs the feeder
  * already filled. The feeder, per burst and queue: takes BURST mbufs from
- * the primary's packet pool (rte_mempool_get_bulk, through the feeder's
+ * what the primary transmitted (--sink, below) or else from the
+ * primary's packet pool (rte_mempool_get_bulk, through the feeder's
  * own lcore cache), resets each as a PMD's RX does (data_off at the
  * headroom, one segment, refcnt 1, port, no offload flags, no packet type,
  * the lengths), copies the next frame of the queue's templates into it
@@ -19,11 +20,29 @@
  * only); when every ring is full it spins, or sleeps --idle-sleep
  * microseconds. Mbufs that did not fit are freed.
  *
+ * --sink DEV (repeatable): the feeder takes over the TX queues of the
+ * primary's net_ring device DEV, so that what the primary transmits
+ * there comes back to the feeder, which recycles it into the RX rings.
+ * net_ring's queue q transmits into the same ring its RX reads (and the
+ * primary polls every port's RX), so the feeder points each configured TX
+ * queue of DEV at a ring of its own, SINK<q>_<DEV> (4096 entries, one
+ * producer: the lcore owning that TX queue). The queue's structure is
+ * net_ring's, in the memory the processes share, reached through the
+ * public rte_eth_fp_ops; that its first member is the ring pointer is
+ * checked (it must hold ETH_RXTX<q>_<DEV>) before it is rewritten, after
+ * the primary has started DEV and before the first packet is fed. The
+ * worker's TX is then a ring enqueue, and its mbufs go round between it
+ * and the feeder without the pool: what a NIC with fast-free TX
+ * completion costs. The feeder takes a burst from the sinks first and
+ * from the pool only for what they lack (a program's drops go back to the
+ * pool through its own frees, as on a NIC). A program must not transmit
+ * chained or indirect mbufs there: the feeder resets them as raw ones.
+ *
  * Usage (EAL arguments, then ours):
  *   ring_feeder --proc-type=secondary --file-prefix=PRIMARY --lcores=7@0 \
  *     --no-pci --log-level=error -- [--pool NAME] [--dev net_ring0] \
  *     [--burst 32] [--port ID] [--wait SECONDS] [--idle-sleep US] \
- *     PCAP [PCAP ...]
+ *     [--sink DEV ...] PCAP [PCAP ...]
  * PCAP number q feeds RX queue q (ETH_RXTX<q>_<dev>). The lcore id must
  * be one the primary does not use: the mempool cache the feeder takes
  * from is the one of its lcore id. --pool: the primary's pktmbuf pool
@@ -33,15 +52,23 @@
  * the start of its port (only then is its pool complete: the feeder
  * finds it by name while it is still being built).
  *
- * Prints "feeder-pps: N low: L nomem: M gap-us: G" once a second (N: packets
+ * With --sink it first prints "ring-burst-functions: rx=0x... tx=0x..."
+ * (stdout): the offsets of net_ring's RX and TX burst functions in their
+ * shared object, as callgrind names the functions of a stripped object,
+ * so that a profile of the primary can tell them apart.
+ *
+ * Prints "feeder-pps: N low: L nomem: M gap-us: G recycled: R" once a second (N: packets
  * enqueued in the last second, every queue; L: times so far a ring was
  * found with a burst or less in it, when its consumer may have found it
  * empty; M: times the pool had no burst to give; G: the longest time
  * between two of its passes over the rings in that second, in
- * microseconds, sleeps included) until SIGINT or
+ * microseconds, sleeps included; R: the share of the second's packets
+ * that came back through the sinks) until SIGINT or
  * SIGTERM, or until the primary exits; then "feeder-total: N" and it
  * detaches.
  */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -66,6 +93,20 @@
 
 #define MAX_QUEUES 16
 #define MAX_BURST 64
+#define MAX_SINKS (2 * MAX_QUEUES)
+#define SINK_SIZE 4096
+
+/* The start of net_ring's queue structure (struct ring_queue in DPDK
+ * 22.11's drivers/net/ring/rte_eth_ring.c): the ring it dequeues from or
+ * enqueues into. take_over_tx checks it before relying on it. */
+struct net_ring_queue {
+	struct rte_ring *rng;
+};
+
+/* The rings the primary's taken-over TX queues transmit into. */
+static struct rte_ring *sinks[MAX_SINKS];
+static unsigned int nsinks;
+static uint64_t recycled;
 
 /* One queue's templates: every frame of its pcap file, each in a slot of
  * `stride` bytes, and the ring it feeds. */
@@ -176,11 +217,83 @@ static void find_pktmbuf_pool(struct rte_mempool *mp, void *arg)
 	}
 }
 
+/* The offset of a function in the shared object that holds it. */
+static uintptr_t offset_in_object(void *fn)
+{
+	Dl_info info;
+	if (dladdr(fn, &info) == 0 || info.dli_fbase == NULL)
+		return 0;
+	return (uintptr_t)fn - (uintptr_t)info.dli_fbase;
+}
+
+/* Points every configured TX queue of the started net_ring device dev at
+ * a sink ring of the feeder's (see --sink). */
+static void take_over_tx(const char *dev)
+{
+	uint16_t port;
+	if (rte_eth_dev_get_port_by_name(dev, &port) != 0)
+		rte_exit(EXIT_FAILURE, "--sink %s: no such port in the primary\n", dev);
+	struct rte_eth_dev_info info;
+	if (rte_eth_dev_info_get(port, &info) != 0 || strcmp(info.driver_name, "net_ring") != 0)
+		rte_exit(EXIT_FAILURE, "--sink %s: not a net_ring device\n", dev);
+	void **txq = rte_eth_fp_ops[port].txq.data;
+	for (unsigned int q = 0; q < info.nb_tx_queues; q++) {
+		char name[RTE_RING_NAMESIZE];
+		snprintf(name, sizeof(name), "ETH_RXTX%u_%s", q, dev);
+		struct rte_ring *own = rte_ring_lookup(name);
+		struct net_ring_queue *rq = txq != NULL ? txq[q] : NULL;
+		if (own == NULL || rq == NULL || rq->rng != own)
+			rte_exit(EXIT_FAILURE,
+				 "--sink %s: TX queue %u does not transmit into %s as DPDK 22.11's "
+				 "net_ring does; cannot take it over\n",
+				 dev, q, name);
+		if (nsinks == MAX_SINKS)
+			rte_exit(EXIT_FAILURE, "--sink: more than %d TX queues\n", MAX_SINKS);
+		snprintf(name, sizeof(name), "SINK%u_%s", q, dev);
+		struct rte_ring *sink = rte_ring_create(name, SINK_SIZE, SOCKET_ID_ANY,
+							RING_F_SP_ENQ | RING_F_SC_DEQ);
+		if (sink == NULL)
+			rte_exit(EXIT_FAILURE, "--sink %s: ring %s: %s\n", dev, name,
+				 rte_strerror(rte_errno));
+		/* The primary's TX burst reads the pointer on every call. */
+		__atomic_store_n(&rq->rng, sink, __ATOMIC_RELEASE);
+		sinks[nsinks++] = sink;
+	}
+	fprintf(stderr, "ring_feeder: %s: %u TX queue(s) taken over\n", dev, info.nb_tx_queues);
+	if (nsinks > info.nb_tx_queues)
+		return; /* printed for an earlier device: the same driver */
+	printf("ring-burst-functions: rx=0x%016lx tx=0x%016lx\n",
+	       (unsigned long)offset_in_object((void *)rte_eth_fp_ops[port].rx_pkt_burst),
+	       (unsigned long)offset_in_object((void *)rte_eth_fp_ops[port].tx_pkt_burst));
+	fflush(stdout);
+}
+
+/* Waits until the primary has started the port of dev (its link is in
+ * the ethdev data the processes share; net_ring's start sets it up). */
+static uint16_t wait_started(const char *dev, double deadline);
+
 static double now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A burst of mbufs into m: what the sinks hold first, the rest from the
+ * pool. False, with nothing taken, when the pool cannot give the rest. */
+static inline bool take_mbufs(struct rte_mbuf **m, unsigned int burst, struct rte_mempool *pool)
+{
+	unsigned int got = 0;
+	for (unsigned int i = 0; i < nsinks && got < burst; i++)
+		got += rte_ring_sc_dequeue_burst(sinks[i], (void **)m + got, burst - got, NULL);
+	recycled += got;
+	if (got < burst && unlikely(rte_mempool_get_bulk(pool, (void **)m + got, burst - got) != 0)) {
+		if (got)
+			rte_pktmbuf_free_bulk(m, got);
+		recycled -= got;
+		return false;
+	}
+	return true;
 }
 
 /* One burst into q's ring, when it has room for the whole burst: the
@@ -194,7 +307,7 @@ static inline unsigned int feed(struct queue *q, struct rte_mempool *pool, unsig
 		return 0;
 	if (free + burst >= rte_ring_get_capacity(q->ring))
 		q->low++;
-	if (unlikely(rte_mempool_get_bulk(pool, (void **)m, burst) != 0)) {
+	if (unlikely(!take_mbufs(m, burst, pool))) {
 		q->nomem++;
 		return 0;
 	}
@@ -205,8 +318,9 @@ static inline unsigned int feed(struct queue *q, struct rte_mempool *pool, unsig
 		uint16_t len = q->lens[f];
 		/* What a PMD's RX writes: the rearm fields, flags, type and
 		 * lengths. An mbuf in a pool is a raw one (rte_pktmbuf_free
-		 * leaves next NULL): next is read, and only written when it is
-		 * not, so the second cache line stays clean on both cores. */
+		 * leaves next NULL, and a recycled one was transmitted as one
+		 * segment): next is read, and only written when it is not, so
+		 * the second cache line stays clean on both cores. */
 		b->data_off = RTE_PKTMBUF_HEADROOM;
 		rte_mbuf_refcnt_set(b, 1);
 		b->nb_segs = 1;
@@ -239,7 +353,8 @@ int main(int argc, char **argv)
 	if (rte_eal_process_type() != RTE_PROC_SECONDARY)
 		rte_exit(EXIT_FAILURE, "run it with --proc-type=secondary and the primary's --file-prefix\n");
 
-	const char *pool_name = NULL, *dev = "net_ring0";
+	const char *pool_name = NULL, *dev = "net_ring0", *sink_devs[MAX_SINKS];
+	unsigned int nsink_devs = 0;
 	unsigned int burst = 32, wait_s = 10, idle_sleep_us = 0;
 	uint16_t port = 0;
 	bool port_set = false;
@@ -259,6 +374,11 @@ int main(int argc, char **argv)
 		}
 		else if (strcmp(argv[i], "--idle-sleep") == 0 && i + 1 < argc)
 			idle_sleep_us = (unsigned int)strtoul(argv[++i], NULL, 10);
+		else if (strcmp(argv[i], "--sink") == 0 && i + 1 < argc) {
+			if (nsink_devs == MAX_SINKS)
+				rte_exit(EXIT_FAILURE, "too many --sink\n");
+			sink_devs[nsink_devs++] = argv[++i];
+		}
 		else if (strcmp(argv[i], "--wait") == 0 && i + 1 < argc)
 			wait_s = (unsigned int)strtoul(argv[++i], NULL, 10);
 		else if (argv[i][0] == '-')
@@ -288,22 +408,13 @@ int main(int argc, char **argv)
 	}
 	/* The pool is complete (created, populated, every mbuf initialised)
 	 * once the primary has started the port it receives on: it is
-	 * visible by name, half built, well before. The port's link state is
-	 * in the ethdev data the processes share; net_ring's start sets it
-	 * up. */
-	uint16_t port_id;
-	if (rte_eth_dev_get_port_by_name(dev, &port_id) != 0)
-		rte_exit(EXIT_FAILURE, "no port %s in the primary\n", dev);
+	 * visible by name, half built, well before. */
+	uint16_t port_id = wait_started(dev, deadline);
 	if (!port_set)
 		port = port_id;
-	for (;;) {
-		struct rte_eth_link link;
-		memset(&link, 0, sizeof(link));
-		if (rte_eth_link_get_nowait(port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP)
-			break;
-		if (stopping || now_s() > deadline)
-			rte_exit(EXIT_FAILURE, "the primary did not start %s\n", dev);
-		usleep(10000);
+	for (unsigned int i = 0; i < nsink_devs; i++) {
+		wait_started(sink_devs[i], deadline);
+		take_over_tx(sink_devs[i]);
 	}
 
 	struct rte_mempool *pool;
@@ -330,7 +441,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, " %s (%u frames)", queues[q].ring->name, queues[q].count);
 	fprintf(stderr, "\n");
 
-	uint64_t total = 0, last_total = 0;
+	uint64_t total = 0, last_total = 0, last_recycled = 0;
 	double last = now_s();
 	unsigned int spins = 0;
 	uint64_t hz = rte_get_tsc_hz(), prev = rte_rdtsc(), gap = 0;
@@ -363,10 +474,14 @@ int main(int argc, char **argv)
 				low += queues[q].low;
 				nomem += queues[q].nomem;
 			}
-			printf("feeder-pps: %.0f low: %lu nomem: %lu gap-us: %.0f\n",
+			printf("feeder-pps: %.0f low: %lu nomem: %lu gap-us: %.0f recycled: %.2f\n",
 			       (double)(total - last_total) / (t - last), (unsigned long)low,
-			       (unsigned long)nomem, (double)gap * 1e6 / (double)hz);
+			       (unsigned long)nomem, (double)gap * 1e6 / (double)hz,
+			       total > last_total ? (double)(recycled - last_recycled) /
+						    (double)(total - last_total)
+						  : 0.0);
 			gap = 0;
+			last_recycled = recycled;
 			fflush(stdout);
 			last_total = total;
 			last = t;
@@ -378,4 +493,20 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	rte_eal_cleanup();
 	return 0;
+}
+
+static uint16_t wait_started(const char *dev, double deadline)
+{
+	uint16_t port_id;
+	if (rte_eth_dev_get_port_by_name(dev, &port_id) != 0)
+		rte_exit(EXIT_FAILURE, "no port %s in the primary\n", dev);
+	for (;;) {
+		struct rte_eth_link link;
+		memset(&link, 0, sizeof(link));
+		if (rte_eth_link_get_nowait(port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP)
+			return port_id;
+		if (stopping || now_s() > deadline)
+			rte_exit(EXIT_FAILURE, "the primary did not start %s\n", dev);
+		usleep(10000);
+	}
 }
