@@ -257,13 +257,29 @@ bench_feeder_start() {
     [ -S "/var/run/dpdk/$prefix/mp_socket" ] && break
     sleep 0.1
   done
-  # shellcheck disable=SC2086
-  "${slow[@]}" "$feeder" --proc-type=secondary --file-prefix="$prefix" --lcores="7@${FEEDER_CPU:-0}" \
-    --no-pci --log-level=error -- --pool "$pool" --burst "${BURST:-32}" --wait "$wait" \
-    --idle-sleep "$([ "${FEEDER_SLOW:-0}" = 1 ] && echo 100 || echo 0)" \
-    --sink net_ring0 --sink net_ring1 \
-    $FEED_PCAPS > "$log" 2>&1 &
-  FEEDER_PID=$!
+  # A primary under valgrind may answer the secondary's request for its
+  # devices too late (EAL: "Fail to recv reply ... bus_vdev_mp"): the
+  # feeder then finds no port and exits, and is started again.
+  : > "$log"
+  local attempt
+  for attempt in 1 2 3; do
+    # shellcheck disable=SC2086
+    "${slow[@]}" "$feeder" --proc-type=secondary --file-prefix="$prefix" --lcores="7@${FEEDER_CPU:-0}" \
+      --no-pci --log-level=error -- --pool "$pool" --burst "${BURST:-32}" --wait "$wait" \
+      --idle-sleep "$([ "${FEEDER_SLOW:-0}" = 1 ] && echo 100 || echo 0)" \
+      --sink net_ring0 --sink net_ring1 \
+      $FEED_PCAPS >> "$log" 2>&1 &
+    FEEDER_PID=$!
+    for ((i = 0; i < wait * 10; i++)); do
+      grep -q '^ring_feeder: attached' "$log" && return 0
+      kill -0 "$FEEDER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$FEEDER_PID" 2>/dev/null && return 0
+    wait "$FEEDER_PID" 2>/dev/null || true
+    echo "bench_feeder_start: the feeder exited before it attached (attempt $attempt)" >> "$log"
+    sleep 1
+  done
 }
 
 # Stops the feeder bench_feeder_start started (SIGINT: it detaches and

@@ -52,7 +52,8 @@
  * the start of its port (only then is its pool complete: the feeder
  * finds it by name while it is still being built).
  *
- * With --sink it first prints "ring-burst-functions: rx=0x... tx=0x..."
+ * Prints "ring_feeder: attached" (stderr) once it has found the
+ * primary's device and rings. With --sink it then prints "ring-burst-functions: rx=0x... tx=0x..."
  * (stdout): the offsets of net_ring's RX and TX burst functions in their
  * shared object, as callgrind names the functions of a stripped object,
  * so that a profile of the primary can tell them apart.
@@ -406,6 +407,10 @@ int main(int argc, char **argv)
 			usleep(10000);
 		}
 	}
+	uint16_t probe;
+	if (rte_eth_dev_get_port_by_name(dev, &probe) != 0)
+		rte_exit(EXIT_FAILURE, "no port %s in the primary\n", dev);
+	fprintf(stderr, "ring_feeder: attached\n");
 	/* The pool is complete (created, populated, every mbuf initialised)
 	 * once the primary has started the port it receives on: it is
 	 * visible by name, half built, well before. */
