@@ -60,7 +60,9 @@
 # driver figure, for either program: only in thread_total_per_packet.
 #
 # HARNESS=ring (scripts/bench-config.sh): the clients port is net_ring0,
-# its RX ring filled by the feeder (benches/ring-feeder/ring_feeder.c), a
+# the backends port net_ring1, whose TX queues the feeder takes over and
+# recycles what was transmitted into the clients' RX ring (the
+# feeder: benches/ring-feeder/ring_feeder.c, a
 # DPDK secondary process started next to the valgrind'ed primary (sluice
 # or the peer) with the primary's --file-prefix, on hugepages (valgrind's
 # address placement did not get in the way: the secondary maps the
@@ -80,21 +82,20 @@
 # sluice's check becomes: over the whole run, the packets the metrics
 # counted are the handle_burst calls times BURST.
 # driver_instructions_per_packet is then INCLUSIVE: on the worker thread,
-# the cost of every call into librte_net_ring (its RX burst function: the
-# ring dequeue, inlined into it) or librte_net_null (its TX burst
-# function, and for sluice its empty RX on the backends port) from
-# outside those two objects, with everything they call: in DPDK 22.11
-# net_null's TX calls its own out-of-line rte_pktmbuf_free once per
-# packet, each a mempool put through the lcore's cache (flushed now and
-# then to the pool's ring in librte_mempool_ring) and a call of ld.so's
-# __tls_get_addr for the lcore id that picks the cache. Not in it: the
+# the cost of every call into librte_net_ring (its RX burst function, a
+# ring dequeue, on both ports for sluice, the backends' empty; its TX
+# burst function, a ring enqueue) from outside that object, with
+# everything it calls. net_ring's object is stripped: callgrind names its
+# functions by offset, and the feeder prints which offset is RX and
+# which TX (ring_functions). Not in it: the
 # ethdev dispatch in the caller (rte_eth_rx_burst and rte_eth_tx_burst,
 # inlined there or in the binary's shim: a few loads and an indirect
 # call). The ring harness's budget for it is 40 per packet (the script
 # says on stderr when it is over). Extra fields on the last line:
 # harness=ring driver_rx_per_packet=R driver_tx_per_packet=X
 # driver_self_per_packet=S dumps=K/N: R the part of net_ring's RX, X the
-# rest, S the drivers' self cost alone (the pcap harness's measure).
+# rest (its TX), S the drivers' self cost alone (the pcap harness's
+# measure).
 # TRAFFIC=tcp (default) | syn | udp | drop, as in bench-throughput.sh; the
 # traffic, devices and configuration are scripts/bench-config.sh's.
 # SLUICE_BIN: the binary (default target/release/sluice, built here).
@@ -128,7 +129,8 @@ if [ -n "${KEEP:-}" ]; then echo "work=$work" >&2; trap bench_feeder_stop EXIT
 else trap 'bench_feeder_stop; rm -rf "$work"' EXIT; fi
 
 bench_flows "$work"
-# The drivers' objects: net_pcap's RX and net_null's TX, or net_ring's.
+# The drivers' objects: net_pcap's RX and net_null's TX, or net_ring's
+# RX and TX.
 DRIVERS="librte_net_(pcap|null)"
 NOHUGE=--no-huge
 if [ "$HARNESS" = ring ]; then
@@ -219,7 +221,7 @@ summarise() {
 }
 
 # The same for the peer: its worker's calls of the net_pcap (or
-# net_ring) RX and the net_null TX burst functions (a call's object is
+# net_ring) RX and the net_null (or net_ring) TX burst functions (a call's object is
 # `cob=`'s, else the caller's), the worker's self cost and the inclusive
 # cost of its calls other than those, the drivers' self cost, the total,
 # the drivers' inclusive cost and net_ring RX's of one file.
