@@ -9,7 +9,11 @@
 //! lookup first reads the home entry alone — one cache line, which the
 //! worker requests a burst ahead, where nearly every key of a table that
 //! is not full lives — and only when that is not the key reads at most two
-//! signature lines and, per signature match, one entry line.
+//! signature lines and, per signature match, one entry line. In a shard
+//! over a quarter full, where an eighth of the keys or more live away
+//! from home, the burst requests a known key's first signature line with
+//! its home entry, so that for those keys the entry they match is
+//! requested a few packets ahead instead of the signature line.
 //! Both arrays are allocated and written once at start (so no page fault
 //! and no allocation ever happens on the packet path); nothing grows or
 //! rehashes afterwards.
@@ -222,6 +226,13 @@ pub struct Shard {
     v4_high: u64,
     live: usize,
     cursor: usize,
+    /// Whether the burst requests a known key's first signature line with
+    /// its home entry ([`Shard::prefetch_home_at`]): once the shard is a
+    /// quarter full, an eighth of its keys or more live away from home,
+    /// and for them the line then arrives a stage earlier. Below that
+    /// the second request costs the keys at home more than it saves the
+    /// others. Set by the sweep, once a millisecond.
+    prefetch_signatures: bool,
     pub counters: Counters,
     /// Lines a full bucket pair's insert read beyond its two signature
     /// lines (tests: the bound).
@@ -299,6 +310,7 @@ impl Shard {
             v4_high: fold_mul(keys[0], keys[1]) ^ keys[4],
             live: 0,
             cursor: 0,
+            prefetch_signatures: false,
             counters: Counters::default(),
             #[cfg(test)]
             probed: std::cell::Cell::new(0),
@@ -439,22 +451,35 @@ impl Shard {
         if let Some(e) = self.entries.get(home.slot as usize) {
             sluice_platform::prefetch_read(e);
         }
+        if self.prefetch_signatures {
+            if let Some(s) = self.sigs.get(home.slot as usize / SLOTS) {
+                sluice_platform::prefetch_read(s);
+            }
+        }
     }
 
     /// [`Shard::check_home_of_known`] from the key's [`Home`] (`h`: its
-    /// hash, for the signature line when it is away).
+    /// hash, for the signature line when it is away). When
+    /// [`Shard::prefetch_home_at`] requested that line already, step 2's
+    /// work is done here (the entries it matches are requested) and no
+    /// step 2 is needed.
     #[inline(always)]
     pub(crate) fn check_home_at(&self, home: Home, h: u64) -> bool {
         let at_home = self
             .entries
             .get(home.slot as usize)
             .is_some_and(|e| e.sig & !HALF_OPEN == home.sig);
-        if !at_home {
-            if let Some(s) = self.sigs.get((h as usize) & self.mask) {
-                sluice_platform::prefetch_read(s);
-            }
+        if at_home {
+            return false;
         }
-        !at_home
+        if self.prefetch_signatures {
+            self.prefetch_matches(h);
+            return false;
+        }
+        if let Some(s) = self.sigs.get((h as usize) & self.mask) {
+            sluice_platform::prefetch_read(s);
+        }
+        true
     }
 
     /// The established lane's hit, from the key's [`Home`] as well as its
@@ -790,6 +815,7 @@ impl Shard {
         }
         self.live -= freed;
         self.counters.expirations += freed as u64;
+        self.prefetch_signatures = self.live * 4 > self.entries.len();
         freed
     }
 }

@@ -59,3 +59,36 @@ fn most_keys_live_in_their_home_slot() {
         }
     }
 }
+
+/// The signature line requested with the home entry (CT-3's lookahead):
+/// off while a quarter of the slots or fewer hold entries, on above, as
+/// the once-a-millisecond sweep finds it; off again when expiry empties
+/// the shard.
+#[test]
+fn signature_lines_are_requested_early_only_in_a_shard_over_a_quarter_full() {
+    let mut s = Shard::with_capacity_and_seed(1 << 12, 3);
+    let quarter = (s.slots() / 4) as u64;
+    let insert = |s: &mut Shard, range: std::ops::Range<u64>| {
+        for i in range {
+            let k = key(i);
+            let h = s.hash(&k);
+            assert!(s
+                .insert_absent(
+                    Entry::new(k, BackendId(1), 0, Millis(1), 1_000),
+                    h,
+                    Millis(1)
+                )
+                .is_ok());
+        }
+    };
+    insert(&mut s, 0..quarter);
+    s.sweep(Millis(2), 0);
+    assert!(!s.prefetch_signatures, "{} of {} slots", s.len(), s.slots());
+    insert(&mut s, quarter..quarter + 1);
+    s.sweep(Millis(2), 0);
+    assert!(s.prefetch_signatures, "{} of {} slots", s.len(), s.slots());
+    // Every entry lapses (CT-5) and a whole sweep frees it.
+    s.sweep(Millis(5_000), s.slots());
+    assert!(s.is_empty());
+    assert!(!s.prefetch_signatures);
+}
