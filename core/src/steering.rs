@@ -132,7 +132,9 @@ pub fn owner_of_key(key: &TrackKey, workers: usize) -> usize {
         ];
         scale(stable_hash_words(SEED, &words), workers)
     } else {
-        owner_of(key.src_ip(), key.dst_ip(), workers)
+        let mut bytes = [0u8; 32];
+        let n = key.address_bytes(&mut bytes);
+        pick(&bytes[..n], workers)
     }
 }
 
@@ -378,6 +380,31 @@ mod tests {
             }
             let f = frame([10, 0, 0, 1], [10, 99, 1, 10], 0, 185);
             assert_eq!(owner(&f, &layout(&f), workers), pair);
+        }
+    }
+
+    /// AP-1: an IPv6 key that is not a 5-tuple is owned as its address
+    /// pair is (the key's address bytes are the header's), for many pairs.
+    #[test]
+    fn ap_1_ipv6_keys_follow_their_address_pair() {
+        for i in 0..200u16 {
+            let src: std::net::IpAddr = format!("2001:db8::{i:x}").parse().unwrap();
+            let dst: std::net::IpAddr = format!("2001:db8:1::{:x}", i * 7 + 1).parse().unwrap();
+            let meta = crate::conntrack::PacketMeta {
+                proto: crate::wire::proto::UDP,
+                tcp_flags: 0,
+                fragmented: true,
+                ports: None,
+            };
+            let addrs = crate::conntrack::Addrs::new(src, dst);
+            let k = TrackKey::new(TupleKind::Three, &addrs, &meta, crate::ids::ServiceId(0));
+            for workers in [2usize, 3, 8] {
+                assert_eq!(
+                    owner_of_key(&k, workers),
+                    owner_of(src, dst, workers),
+                    "{src} {dst}"
+                );
+            }
         }
     }
 
