@@ -2,10 +2,6 @@
 //! and metrics. The `sluice` binary (main.rs) drives these.
 //! No unsafe code: DPDK is reached through the `dataplane` crate's safe layer.
 #![forbid(unsafe_code)]
-// The workspace's `unreachable_pub` is allowed here: about 70 `pub` items
-// of this crate's private modules are reachable only within it. Without
-// this line, `cargo clippy --fix -p controlplane --lib` narrows them.
-#![allow(unreachable_pub)]
 
 pub mod admin;
 pub mod announce;

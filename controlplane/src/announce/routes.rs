@@ -29,7 +29,7 @@ const REASSERT: Duration = Duration::from_secs(5);
 
 /// What the control thread wants announced.
 #[derive(Clone, Debug)]
-pub struct Wanted {
+pub(super) struct Wanted {
     pub table: u32,
     pub stall_timeout: Duration,
     pub drain_time: Duration,
@@ -40,13 +40,13 @@ pub struct Wanted {
     pub vips: Vec<(IpAddr, Verdict, Option<String>)>,
 }
 
-pub enum Command {
+pub(super) enum Command {
     Want(Wanted),
     /// Withdraw everything and end the thread.
     Stop,
 }
 
-pub struct RouteKeeper {
+pub(super) struct RouteKeeper {
     admin: Arc<AdminState>,
     fleet: Arc<Fleet>,
     socket: Option<RouteSocket>,
@@ -80,7 +80,7 @@ enum Withheld {
 }
 
 impl RouteKeeper {
-    pub fn new(admin: Arc<AdminState>, fleet: Arc<Fleet>) -> Self {
+    pub(super) fn new(admin: Arc<AdminState>, fleet: Arc<Fleet>) -> Self {
         Self {
             admin,
             fleet,
@@ -94,7 +94,7 @@ impl RouteKeeper {
         }
     }
 
-    pub fn run(mut self, commands: Receiver<Command>) {
+    pub(super) fn run(mut self, commands: Receiver<Command>) {
         loop {
             match commands.recv_timeout(TICK) {
                 Ok(Command::Want(w)) => self.wanted = Some(w),

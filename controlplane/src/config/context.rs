@@ -49,7 +49,7 @@ impl Ctx<'_> {
     /// Records an error at `span`. `path` is any text (often
     /// `format_args!`): formatted only if the error is kept, so a valid
     /// file of 100,000 backends formats no field path.
-    pub fn err(&mut self, span: Range<usize>, path: impl Display, problem: Problem) {
+    pub(super) fn err(&mut self, span: Range<usize>, path: impl Display, problem: Problem) {
         self.report(span, || (path.to_string(), problem));
     }
 
@@ -57,7 +57,11 @@ impl Ctx<'_> {
     /// problem, and is only called when the error is among those whose
     /// text is kept ([`Diagnostics::offer`]). For checks that may fail once
     /// per item of a large file.
-    pub fn report(&mut self, span: Range<usize>, describe: impl FnOnce() -> (String, Problem)) {
+    pub(super) fn report(
+        &mut self,
+        span: Range<usize>,
+        describe: impl FnOnce() -> (String, Problem),
+    ) {
         let (line, column) = self.map.line_col(span.start);
         self.diags.offer(Some(line), Some(column), || {
             let (path, (message, hint)) = describe();
@@ -73,7 +77,11 @@ impl Ctx<'_> {
 
     /// Records a warning at `span`: not an error, the file is accepted
     /// (`describe` as for [`Ctx::report`]).
-    pub fn warn(&mut self, span: Range<usize>, describe: impl FnOnce() -> (String, Problem)) {
+    pub(super) fn warn(
+        &mut self,
+        span: Range<usize>,
+        describe: impl FnOnce() -> (String, Problem),
+    ) {
         let (line, column) = self.map.line_col(span.start);
         self.warnings.offer(Some(line), Some(column), || {
             let (path, (message, hint)) = describe();
@@ -88,12 +96,12 @@ impl Ctx<'_> {
     }
 
     /// The line `offset` is on, for messages that point at another item.
-    pub fn line_of(&self, offset: usize) -> usize {
+    pub(super) fn line_of(&self, offset: usize) -> usize {
         self.map.line_col(offset).0
     }
 
     /// Parses a spanned string; on failure records the error and gives None.
-    pub fn parse<T>(
+    pub(super) fn parse<T>(
         &mut self,
         v: &Spanned<String>,
         path: impl Display,
@@ -108,7 +116,7 @@ impl Ctx<'_> {
         }
     }
 
-    pub fn int<T: TryFrom<i64>>(
+    pub(super) fn int<T: TryFrom<i64>>(
         &mut self,
         v: &Option<Spanned<i64>>,
         default: T,
@@ -128,7 +136,7 @@ impl Ctx<'_> {
         }
     }
 
-    pub fn duration(
+    pub(super) fn duration(
         &mut self,
         v: &Option<Spanned<String>>,
         default: Duration,
@@ -139,7 +147,7 @@ impl Ctx<'_> {
             .unwrap_or(default)
     }
 
-    pub fn ratio(&mut self, v: &Option<Spanned<Number>>, path: impl Display) -> f64 {
+    pub(super) fn ratio(&mut self, v: &Option<Spanned<Number>>, path: impl Display) -> f64 {
         let Some(v) = v else { return 0.0 };
         let r = v.get_ref().as_f64();
         if !(0.0..=1.0).contains(&r) {
@@ -158,7 +166,7 @@ impl Ctx<'_> {
 
     /// GCP resource names: RFC 1035 labels. They become metric labels and
     /// appear in logs, so keep them unambiguous.
-    pub fn name(&mut self, v: &Spanned<String>, kind: &str) {
+    pub(super) fn name(&mut self, v: &Spanned<String>, kind: &str) {
         let s = v.get_ref();
         let ok = s.len() <= 63
             && s.starts_with(|c: char| c.is_ascii_lowercase())
@@ -180,7 +188,11 @@ impl Ctx<'_> {
     }
 
     /// Records duplicate names within one kind of section.
-    pub fn unique<'n>(&mut self, names: impl Iterator<Item = &'n Spanned<String>>, kind: &str) {
+    pub(super) fn unique<'n>(
+        &mut self,
+        names: impl Iterator<Item = &'n Spanned<String>>,
+        kind: &str,
+    ) {
         let mut seen: AHashMap<&str, usize> = AHashMap::with_capacity(names.size_hint().0);
         for n in names {
             let name = n.get_ref();

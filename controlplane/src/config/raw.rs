@@ -127,7 +127,7 @@ pub(crate) struct RawService {
 impl RawHealthCheck {
     /// The fields that belong to one `type` or another (each type's
     /// `CheckType::FIELDS`), with the span of each one set.
-    pub fn type_fields(&self) -> [(&'static str, Option<Range<usize>>); 7] {
+    pub(super) fn type_fields(&self) -> [(&'static str, Option<Range<usize>>); 7] {
         [
             ("request_path", self.request_path.as_ref().map(S::span)),
             ("host", self.host.as_ref().map(S::span)),
@@ -143,7 +143,7 @@ impl RawHealthCheck {
 impl RawService {
     /// The tunnel keys (`sluice_core::encap::Tunnel::KEYS`) by name, each
     /// checked against the service's `encapsulation`.
-    pub fn tunnel_keys(&self) -> [(&'static str, TunnelKey<'_>); 6] {
+    pub(super) fn tunnel_keys(&self) -> [(&'static str, TunnelKey<'_>); 6] {
         use TunnelKey::{Int, Text};
         [
             ("gue_port", Int(&self.gue_port)),
@@ -165,7 +165,7 @@ pub(crate) enum TunnelKey<'a> {
 
 impl TunnelKey<'_> {
     /// Where the key is set, if it is.
-    pub fn span(self) -> Option<Range<usize>> {
+    pub(super) fn span(self) -> Option<Range<usize>> {
         match self {
             TunnelKey::Int(v) => v.as_ref().map(S::span),
             TunnelKey::Text(v) => v.as_ref().map(S::span),
@@ -263,7 +263,7 @@ pub(crate) enum Number {
 }
 
 impl Number {
-    pub fn as_f64(self) -> f64 {
+    pub(super) fn as_f64(self) -> f64 {
         match self {
             Number::Int(i) => i as f64,
             Number::Float(f) => f,

@@ -42,7 +42,7 @@ pub(crate) struct Layout {
 
 impl Layout {
     /// The rest as one document.
-    pub fn rest_text(&self, text: &str) -> String {
+    pub(super) fn rest_text(&self, text: &str) -> String {
         let mut out = String::with_capacity(self.rest.iter().map(|r| r.len() + 1).sum());
         for r in &self.rest {
             out.push_str(&text[r.clone()]);

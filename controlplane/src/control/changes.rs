@@ -14,7 +14,7 @@ use crate::config::{BackendConfig, BackendServiceConfig, Config};
 /// formatted; backends are compared only within services that differ, so
 /// a reload that changes one of 10,000 services looks at that service's
 /// backends alone.
-pub fn describe(old: &Config, new: &Config) -> String {
+pub(super) fn describe(old: &Config, new: &Config) -> String {
     let services = Diff::of(
         old.backend_services.iter().map(|s| (s.name.as_str(), s)),
         new.backend_services.iter().map(|s| (s.name.as_str(), s)),

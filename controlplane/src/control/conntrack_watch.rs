@@ -5,14 +5,14 @@
 use super::Controller;
 
 /// Fill (entries / capacity) at which a shard is reported near full.
-pub const NEAR_FULL: f64 = 0.9;
+pub(super) const NEAR_FULL: f64 = 0.9;
 /// Fill below which a near-full shard is reported to have room again
 /// (lower than [`NEAR_FULL`]: a shard hovering at the mark logs once).
-pub const ROOM_AGAIN: f64 = 0.8;
+pub(super) const ROOM_AGAIN: f64 = 0.8;
 
 /// The new near-full state of a shard of `capacity` holding `entries`,
 /// `near_full` before: Some when it changed.
-pub fn crossed(entries: u64, capacity: u64, near_full: bool) -> Option<bool> {
+pub(super) fn crossed(entries: u64, capacity: u64, near_full: bool) -> Option<bool> {
     if capacity == 0 {
         return None;
     }

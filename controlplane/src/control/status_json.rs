@@ -19,7 +19,7 @@ use super::View;
 /// The status document: serialized straight from the snapshot (no
 /// intermediate JSON tree), fields in name order.
 #[derive(Serialize)]
-pub struct Document<'a> {
+pub(super) struct Document<'a> {
     config_path: Option<String>,
     dpdk: &'static str,
     generation: u64,
@@ -128,7 +128,7 @@ impl Serialize for Backends<'_> {
 }
 
 /// The status document of `snap` and `view`.
-pub fn render<'a>(
+pub(super) fn render<'a>(
     snap: &'a ForwardingState,
     view: &'a View,
     stats: &'a [Arc<CachePadded<WorkerStats>>],

@@ -88,7 +88,7 @@ pub fn check_path(path: &Path) -> Result<bool, BindError> {
 /// Binds the control socket at `path`: mode 0600, or 0660 and group
 /// `group`. Creates the missing directories (see [`create_private_dirs`]),
 /// replaces a stale socket, refuses a live one or anything not a socket.
-pub fn bind(path: &Path, group: Option<&Group>) -> Result<UnixListener, BindError> {
+pub(super) fn bind(path: &Path, group: Option<&Group>) -> Result<UnixListener, BindError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -47,7 +47,7 @@ pub(super) struct Listener {
 
 impl Listener {
     /// Listens on both families until [`Listener::stop`].
-    pub fn start() -> Arc<Listener> {
+    pub(super) fn start() -> Arc<Listener> {
         let l = Arc::new(Listener::default());
         for (domain, proto) in [
             (Domain::IPV4, Protocol::ICMPV4),
@@ -70,12 +70,12 @@ impl Listener {
         l
     }
 
-    pub fn stop(&self) {
+    pub(super) fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 
     /// What `backend` refused so far.
-    pub fn refused(&self, backend: IpAddr) -> Vec<Refused> {
+    pub(super) fn refused(&self, backend: IpAddr) -> Vec<Refused> {
         self.heard
             .lock()
             .map(|h| h.get(&backend).cloned().unwrap_or_default())
@@ -83,7 +83,7 @@ impl Listener {
     }
 
     /// The smallest MTU a router reported on the way to `backend`.
-    pub fn too_big(&self, backend: IpAddr) -> Option<u32> {
+    pub(super) fn too_big(&self, backend: IpAddr) -> Option<u32> {
         self.too_big.lock().ok()?.get(&backend).copied()
     }
 

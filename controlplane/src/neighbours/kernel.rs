@@ -27,7 +27,7 @@ const EVENT_BUFFER: usize = 4 << 20;
 
 /// What the event socket delivered.
 #[derive(Debug)]
-pub enum Incoming {
+pub(super) enum Incoming {
     /// An event, or an entry of a dump.
     Message(RouteNetlinkMessage),
     /// The end of the dump requested with sequence number `seq`.
@@ -35,14 +35,14 @@ pub enum Incoming {
 }
 
 /// The subscribed socket: neighbour and route events, neighbour dumps.
-pub struct EventSocket {
+pub(super) struct EventSocket {
     fd: OwnedFd,
     seq: u32,
     buf: Vec<u8>,
 }
 
 impl EventSocket {
-    pub fn open() -> io::Result<Self> {
+    pub(super) fn open() -> io::Result<Self> {
         let fd = rtnetlink::socket(SocketFlags::NONBLOCK)?;
         rustix::net::bind(&fd, &SocketAddrNetlink::new(0, GROUPS))?;
         rustix::net::sockopt::set_socket_recv_buffer_size(&fd, EVENT_BUFFER)?;
@@ -56,7 +56,7 @@ impl EventSocket {
     /// Asks for the whole IPv4 and IPv6 neighbour table; the entries arrive
     /// as [`Incoming::Message`]s, then [`Incoming::DumpDone`] with the
     /// returned sequence number.
-    pub fn request_neighbour_dump(&mut self) -> io::Result<u32> {
+    pub(super) fn request_neighbour_dump(&mut self) -> io::Result<u32> {
         self.seq = self.seq.wrapping_add(1);
         let msg = rtnetlink::request(
             RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
@@ -71,7 +71,7 @@ impl EventSocket {
     /// polled edge-triggered, so it is read until empty). Ok(true) when
     /// the kernel dropped events meanwhile (`ENOBUFS`): the caller
     /// resynchronises.
-    pub fn drain(&mut self, out: &mut Vec<Incoming>) -> io::Result<bool> {
+    pub(super) fn drain(&mut self, out: &mut Vec<Incoming>) -> io::Result<bool> {
         let mut lost = false;
         loop {
             match rustix::net::recv(&self.fd, &mut self.buf, RecvFlags::empty()) {
@@ -93,7 +93,7 @@ impl AsRawFd for EventSocket {
 
 /// Appends the messages of one netlink datagram to `out`. Messages of
 /// kinds the resolver does not know, and undecodable ones, are skipped.
-pub fn parse(datagram: &[u8], out: &mut Vec<Incoming>) {
+pub(super) fn parse(datagram: &[u8], out: &mut Vec<Incoming>) {
     for_each_message(datagram, |header, payload| match payload {
         NetlinkPayload::InnerMessage(m) => out.push(Incoming::Message(m)),
         NetlinkPayload::Done(_) => out.push(Incoming::DumpDone {
@@ -104,14 +104,14 @@ pub fn parse(datagram: &[u8], out: &mut Vec<Incoming>) {
 }
 
 /// Route lookups (`RTM_GETROUTE` for one address, as `ip route get` asks).
-pub struct RouteLookup {
+pub(super) struct RouteLookup {
     requests: RequestSocket,
     /// For interface index → name (an ioctl on any socket).
     probe: OwnedFd,
 }
 
 impl RouteLookup {
-    pub fn open() -> io::Result<Self> {
+    pub(super) fn open() -> io::Result<Self> {
         let probe =
             rustix::net::socket_with(Af::INET, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
         Ok(Self {
@@ -121,7 +121,7 @@ impl RouteLookup {
     }
 
     /// The kernel's route to `addr`, with its interface's name.
-    pub fn get(&mut self, addr: IpAddr) -> Result<Route, LookupError> {
+    pub(super) fn get(&mut self, addr: IpAddr) -> Result<Route, LookupError> {
         let answer = self
             .requests
             .ask(route_get(addr), 0)
@@ -138,7 +138,7 @@ impl RouteLookup {
 }
 
 /// The `RTM_GETROUTE` request for `addr`.
-pub fn route_get(addr: IpAddr) -> RouteNetlinkMessage {
+pub(super) fn route_get(addr: IpAddr) -> RouteNetlinkMessage {
     let mut m = RouteMessage::default();
     let (family, len, dst) = match addr {
         IpAddr::V4(a) => (AddressFamily::Inet, 32, RouteAddress::Inet(a)),

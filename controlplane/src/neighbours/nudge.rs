@@ -10,19 +10,19 @@ use std::time::{Duration, Instant};
 /// The discard port (RFC 863): the nudge's destination.
 const DISCARD_PORT: u16 = 9;
 /// At most one nudge per backend this often.
-pub const NUDGE_INTERVAL: Duration = Duration::from_secs(1);
+pub(super) const NUDGE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Sends the resolution nudges, at most one per target per
 /// [`NUDGE_INTERVAL`].
 #[derive(Default)]
-pub struct Nudger {
+pub(super) struct Nudger {
     v4: Option<UdpSocket>,
     v6: Option<UdpSocket>,
     last: HashMap<IpAddr, Instant>,
 }
 
 impl Nudger {
-    pub fn nudge(&mut self, addr: IpAddr) {
+    pub(super) fn nudge(&mut self, addr: IpAddr) {
         if self
             .last
             .get(&addr)
@@ -50,7 +50,7 @@ impl Nudger {
     }
 
     /// Forgets backends no longer resolved.
-    pub fn retain(&mut self, keep: impl Fn(&IpAddr) -> bool) {
+    pub(super) fn retain(&mut self, keep: impl Fn(&IpAddr) -> bool) {
         self.last.retain(|a, _| keep(a));
     }
 }

@@ -8,14 +8,18 @@ use std::net::IpAddr;
 
 /// A backend's next hop as last logged.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Outcome {
+pub(super) enum Outcome {
     Resolved(Option<[u8; 6]>),
     Unresolved(String),
 }
 
 /// The line due when backend `addr`'s next hop goes from `before` to
 /// `now`: (a warning, the text); None when nothing changed.
-pub fn line(addr: IpAddr, before: Option<&Outcome>, now: &Outcome) -> Option<(bool, String)> {
+pub(super) fn line(
+    addr: IpAddr,
+    before: Option<&Outcome>,
+    now: &Outcome,
+) -> Option<(bool, String)> {
     if before == Some(now) {
         return None;
     }
@@ -40,11 +44,11 @@ pub fn line(addr: IpAddr, before: Option<&Outcome>, now: &Outcome) -> Option<(bo
 
 /// The last logged outcome of every backend.
 #[derive(Default)]
-pub struct NextHopLog(HashMap<IpAddr, Outcome>);
+pub(super) struct NextHopLog(HashMap<IpAddr, Outcome>);
 
 impl NextHopLog {
     /// Logs `addr`'s outcome if it differs from the last logged one.
-    pub fn record(&mut self, addr: IpAddr, now: Outcome) {
+    pub(super) fn record(&mut self, addr: IpAddr, now: Outcome) {
         if let Some((warning, text)) = line(addr, self.0.get(&addr), &now) {
             if warning {
                 crate::warn!("{text}");
@@ -56,7 +60,7 @@ impl NextHopLog {
     }
 
     /// Forgets backends no longer resolved.
-    pub fn retain(&mut self, keep: impl Fn(&IpAddr) -> bool) {
+    pub(super) fn retain(&mut self, keep: impl Fn(&IpAddr) -> bool) {
         self.0.retain(|a, _| keep(a));
     }
 }

@@ -10,7 +10,7 @@ use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 
 /// The kernel's route to a backend: its interface and gateway.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Route {
+pub(super) struct Route {
     /// The outgoing interface's index.
     pub oif: Option<u32>,
     /// Its name (filled by the caller, which can ask the kernel).
@@ -23,7 +23,7 @@ impl Route {
     /// The route in a `RTM_NEWROUTE` answer to a route get. Of a multipath
     /// route (the kernel picks one path for a get, so rarely seen) the
     /// first path is taken.
-    pub fn from_message(m: &RouteMessage) -> Self {
+    pub(super) fn from_message(m: &RouteMessage) -> Self {
         let mut route = Route::default();
         for a in &m.attributes {
             match a {
@@ -55,7 +55,7 @@ fn route_address(a: &RouteAddress) -> Option<IpAddr> {
 
 /// Why the kernel gave no route for a backend.
 #[derive(Debug, thiserror::Error)]
-pub enum LookupError {
+pub(super) enum LookupError {
     /// The kernel refused the lookup (`ENETUNREACH`, …) or did not answer.
     #[error("route get {addr}: {source}")]
     Kernel { addr: IpAddr, source: io::Error },

@@ -15,7 +15,7 @@ use super::route::{LookupError, Route};
 
 /// One neighbour entry: its MAC (if any) and NUD state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Neighbour {
+pub(super) struct Neighbour {
     pub lladdr: Option<[u8; 6]>,
     pub state: NeighbourState,
 }
@@ -23,7 +23,7 @@ pub struct Neighbour {
 impl Neighbour {
     /// The MAC, when the entry may be used to send (RFC 4861 §7.3.2: STALE
     /// may send; the kernel re-confirms it).
-    pub fn usable_mac(&self) -> Option<[u8; 6]> {
+    pub(super) fn usable_mac(&self) -> Option<[u8; 6]> {
         use NeighbourState::*;
         let usable = matches!(
             self.state,
@@ -33,14 +33,14 @@ impl Neighbour {
     }
 
     /// Whether the entry is confirmed: no nudge needed.
-    pub fn is_fresh(&self) -> bool {
+    pub(super) fn is_fresh(&self) -> bool {
         use NeighbourState::*;
         matches!(self.state, Reachable | Permanent | Noarp)
     }
 }
 
 /// The NUD state as `ip neigh` names it (operators know these words).
-pub fn state_name(s: NeighbourState) -> String {
+pub(super) fn state_name(s: NeighbourState) -> String {
     use NeighbourState::*;
     match s {
         Incomplete => "INCOMPLETE".into(),
@@ -59,7 +59,7 @@ pub fn state_name(s: NeighbourState) -> String {
 
 /// What a message changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
+pub(super) enum Change {
     Nothing,
     /// A neighbour entry was added, changed or removed.
     Neighbour,
@@ -69,15 +69,15 @@ pub enum Change {
 
 /// The IPv4 and IPv6 neighbour entries, by (interface index, address).
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Neighbours(HashMap<(u32, IpAddr), Neighbour>);
+pub(super) struct Neighbours(HashMap<(u32, IpAddr), Neighbour>);
 
 impl Neighbours {
-    pub fn get(&self, ifindex: u32, addr: IpAddr) -> Option<&Neighbour> {
+    pub(super) fn get(&self, ifindex: u32, addr: IpAddr) -> Option<&Neighbour> {
         self.0.get(&(ifindex, addr))
     }
 
     /// Applies one rtnetlink message (an event or a dump entry).
-    pub fn apply(&mut self, m: &RouteNetlinkMessage) -> Change {
+    pub(super) fn apply(&mut self, m: &RouteNetlinkMessage) -> Change {
         match m {
             RouteNetlinkMessage::NewNeighbour(n) => match neighbour_entry(n) {
                 Some((key, entry)) => {
@@ -128,7 +128,7 @@ fn neighbour_entry(n: &NeighbourMessage) -> Option<((u32, IpAddr), Neighbour)> {
 
 /// Why a backend's next hop has no MAC to send to.
 #[derive(Debug, thiserror::Error)]
-pub enum Unresolved<'a> {
+pub(super) enum Unresolved<'a> {
     #[error("no route: {0}")]
     NoRoute(&'a LookupError),
     #[error(
@@ -149,7 +149,7 @@ pub enum Unresolved<'a> {
 /// The egress of `addr`: Ok((egress, entry is fresh)) when the next hop's
 /// MAC is known, Err((egress without MAC, why)) otherwise. `taps[i]` is
 /// port i's TAP name.
-pub fn resolve<'a>(
+pub(super) fn resolve<'a>(
     addr: IpAddr,
     route: Result<&'a Route, &'a LookupError>,
     taps: &[Option<String>],

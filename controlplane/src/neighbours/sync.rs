@@ -24,7 +24,7 @@ struct Dump {
 
 /// The neighbour table and the dumps that rebuild it.
 #[derive(Debug)]
-pub struct TableSync {
+pub(super) struct TableSync {
     pub neighbours: Neighbours,
     dump: Option<Dump>,
     /// A dump has completed: `neighbours` is the kernel's table.
@@ -35,7 +35,7 @@ pub struct TableSync {
 }
 
 impl TableSync {
-    pub fn new(now: Instant) -> Self {
+    pub(super) fn new(now: Instant) -> Self {
         Self {
             neighbours: Neighbours::default(),
             dump: None,
@@ -47,7 +47,7 @@ impl TableSync {
 
     /// Applies an event or a dump's entry or end. A dump's end replaces
     /// the table with what the dump (and the events during it) built.
-    pub fn apply(&mut self, m: &Incoming) -> Change {
+    pub(super) fn apply(&mut self, m: &Incoming) -> Change {
         match m {
             Incoming::Message(m) => {
                 if let Some(d) = &mut self.dump {
@@ -67,13 +67,13 @@ impl TableSync {
     }
 
     /// The kernel dropped events (`ENOBUFS`): a dump is due.
-    pub fn events_lost(&mut self) {
+    pub(super) fn events_lost(&mut self) {
         self.wanted = true;
     }
 
     /// Whether to ask for a dump now: one is due, and none is in flight
     /// (one in flight too long is given up).
-    pub fn dump_due(&mut self, now: Instant) -> bool {
+    pub(super) fn dump_due(&mut self, now: Instant) -> bool {
         if self
             .dump
             .as_ref()
@@ -87,7 +87,7 @@ impl TableSync {
     }
 
     /// A dump was asked with sequence number `seq`.
-    pub fn dump_asked(&mut self, seq: u32, now: Instant) {
+    pub(super) fn dump_asked(&mut self, seq: u32, now: Instant) {
         self.dump = Some(Dump {
             seq,
             asked: now,
@@ -98,7 +98,7 @@ impl TableSync {
     }
 
     /// Time left until the periodic dump.
-    pub fn until_resync(&self, now: Instant) -> Duration {
+    pub(super) fn until_resync(&self, now: Instant) -> Duration {
         RESYNC.saturating_sub(now.duration_since(self.last_dump))
     }
 }

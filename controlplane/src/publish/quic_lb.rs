@@ -34,7 +34,7 @@ use crate::policy::BackendView;
 /// The routing of each QUIC-LB service of the last build, and the server
 /// IDs of removed backends while they drain.
 #[derive(Debug, Default)]
-pub struct QuicMemory {
+pub(super) struct QuicMemory {
     entries: AHashMap<String, Entry>,
     /// A removed backend's server IDs, as its last configured build had
     /// them (kept while it drains).
@@ -193,7 +193,7 @@ impl QuicMemory {
     }
 
     /// Routings built so far.
-    pub fn built(&self) -> u64 {
+    pub(super) fn built(&self) -> u64 {
         self.built
     }
 

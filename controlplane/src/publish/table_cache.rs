@@ -18,7 +18,7 @@ use crate::maglev::Permutations;
 
 /// What a service's tables are built from: per variant, the eligible
 /// backends' (id, weight) in eligibility order.
-pub type TableInputs = Vec<Vec<(BackendId, u32)>>;
+pub(super) type TableInputs = Vec<Vec<(BackendId, u32)>>;
 
 #[derive(Debug)]
 struct Entry {
@@ -31,7 +31,7 @@ struct Entry {
 }
 
 #[derive(Debug, Default)]
-pub struct TableCache {
+pub(super) struct TableCache {
     entries: HashMap<String, Entry>,
     built: u64,
 }
@@ -41,7 +41,7 @@ impl TableCache {
     /// when nothing changed, else built (variants with equal inputs share
     /// one table). `members` are all the service's backends; `key(id)` is a
     /// member's permutation key (its address).
-    pub fn tables(
+    pub(super) fn tables(
         &mut self,
         service: &str,
         size: u32,
@@ -85,12 +85,12 @@ impl TableCache {
     }
 
     /// Drops the entries of services `keep` says are gone.
-    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+    pub(super) fn retain(&mut self, keep: impl Fn(&str) -> bool) {
         self.entries.retain(|name, _| keep(name));
     }
 
     /// Tables built so far (cache misses), for tests and benches.
-    pub fn built(&self) -> u64 {
+    pub(super) fn built(&self) -> u64 {
         self.built
     }
 }

@@ -15,7 +15,7 @@ use crate::health::ProbeStatus;
 use crate::metrics::family::Family;
 
 /// What a scrape reads.
-pub struct Context<'a> {
+pub(super) struct Context<'a> {
     pub workers: &'a [Arc<CachePadded<WorkerStats>>],
     pub snap: &'a ForwardingState,
     pub view: Option<&'a View>,
@@ -26,7 +26,7 @@ pub struct Context<'a> {
 /// Where a section is: an outer index (service, rule, VIP), an inner one
 /// (a service's backend) and whether the family's header is written.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Cursor {
+pub(super) struct Cursor {
     pub(super) i: usize,
     pub(super) j: usize,
     pub(super) started: bool,
@@ -34,7 +34,7 @@ pub struct Cursor {
 
 /// Writes rows from the cursor until `out` holds `budget` bytes; true when
 /// the section is complete.
-pub type Section = fn(&Context<'_>, &mut Cursor, &mut Vec<u8>, usize) -> bool;
+pub(super) type Section = fn(&Context<'_>, &mut Cursor, &mut Vec<u8>, usize) -> bool;
 
 /// A family's rows being written: the header goes out with the first.
 pub(super) struct Rows<'a> {
