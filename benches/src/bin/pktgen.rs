@@ -1,4 +1,5 @@
-//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG|--one-client] [--queues=N]`:
+//! `pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG|--one-client] [--queues=N]
+//! [--owners=software]`:
 //! writes one 64-byte TCP (or UDP) packet per distinct flow, for the
 //! throughput harness and the demo. `--quic=plain|four-pass|single-pass`:
 //! UDP to port 443 carrying a QUIC 1-RTT packet whose QUIC-LB connection ID
@@ -8,7 +9,9 @@
 //! `--queues=N` also writes OUT.pcap's flows split by the worker of N that
 //! owns each (the modelled RSS queue of its 5-tuple: see [`owner`]) into
 //! OUT-0.pcap … OUT-(N-1).pcap: one RX queue each, so no packet is
-//! steered.
+//! steered. `--owners=software`: split by software steering's own hash
+//! instead, which sluice owns by when no port hashes on 5-tuples (the
+//! ring harness, whose ports are net_ring).
 
 use std::io::BufWriter;
 use std::net::Ipv4Addr;
@@ -20,7 +23,7 @@ fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let usage =
         "usage: pktgen FLOWS OUT.pcap [VIP] [DST_MAC] [--syn|--udp|--quic=CONFIG|--one-client] \
-         [--queues=N]";
+         [--queues=N] [--owners=software]";
     let positional: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let syn = args.iter().any(|a| a == "--syn");
     let udp = args.iter().any(|a| a == "--udp");
@@ -67,7 +70,11 @@ fn main() -> std::io::Result<()> {
     sluice_benches::write_pcap(file, (0..flows).map(frame))?;
     eprintln!("pktgen: wrote {flows} flows to {out}");
     let stem = out.strip_suffix(".pcap").unwrap_or(out);
-    let owners = rss_owners(queues);
+    let owners = if args.iter().any(|a| a == "--owners=software") {
+        Some(Owners::Hash { workers: queues })
+    } else {
+        rss_owners(queues)
+    };
     for q in 0..queues {
         let path = format!("{stem}-{q}.pcap");
         let file = BufWriter::new(std::fs::File::create(&path)?);
@@ -81,8 +88,8 @@ fn main() -> std::io::Result<()> {
 }
 
 /// The worker of `workers` owning an untagged IPv4 frame's flow, as
-/// sluice owns it on the benchmarks' devices: their backends port
-/// (net_null) hashes TCP and UDP on the 5-tuple, and where any port does,
+/// sluice owns it on the benchmarks' devices: on net_pcap their backends
+/// port (net_null) hashes TCP and UDP on the 5-tuple, and where any port does,
 /// every port's tracked packets belong to that port's modelled RSS queue
 /// (`controlplane/src/run/ownership.rs`), software-steered ones too. The
 /// model's redirection table is round robin, so its size does not change
