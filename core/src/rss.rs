@@ -110,10 +110,19 @@ impl RssModel {
     /// The queue the NIC sends tracking key `key`'s packets to: its
     /// 5-tuple's for a 5-tuple key, its address pair's for any other.
     pub fn queue_of_key(&self, key: &TrackKey) -> usize {
-        let mut addresses = [0u8; 32];
-        let mut n = key.address_bytes(&mut addresses);
         let mut input = [0u8; MAX_INPUT];
-        input[..n].copy_from_slice(&addresses[..n]);
+        let v6 = key.meta & (1 << 42) != 0;
+        let mut n = 0;
+        for words in [key.src, key.dst] {
+            if v6 {
+                input[n..n + 8].copy_from_slice(&words[0].to_be_bytes());
+                input[n + 8..n + 16].copy_from_slice(&words[1].to_be_bytes());
+                n += 16;
+            } else {
+                input[n..n + 4].copy_from_slice(&(words[1] as u32).to_be_bytes());
+                n += 4;
+            }
+        }
         if key.kind() == TupleKind::Five {
             // meta: destination port in bits 0–15, source port in 16–31;
             // the NIC hashes the source port first.

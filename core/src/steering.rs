@@ -132,9 +132,7 @@ pub fn owner_of_key(key: &TrackKey, workers: usize) -> usize {
         ];
         scale(stable_hash_words(SEED, &words), workers)
     } else {
-        let mut bytes = [0u8; 32];
-        let n = key.address_bytes(&mut bytes);
-        pick(&bytes[..n], workers)
+        owner_of(key.src_ip(), key.dst_ip(), workers)
     }
 }
 

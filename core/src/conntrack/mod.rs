@@ -166,25 +166,6 @@ impl TrackKey {
         .src_ip()
     }
 
-    /// Its addresses as an IP header holds them, source then destination
-    /// (4 or 16 bytes each), at the front of `out`; how many bytes. What
-    /// hashes of the address pair read (steering's owner, the NIC's RSS).
-    pub fn address_bytes(&self, out: &mut [u8; 32]) -> usize {
-        let v6 = self.meta & (1 << 42) != 0;
-        let mut n = 0;
-        for words in [self.src, self.dst] {
-            if v6 {
-                out[n..n + 8].copy_from_slice(&words[0].to_be_bytes());
-                out[n + 8..n + 16].copy_from_slice(&words[1].to_be_bytes());
-                n += 16;
-            } else {
-                out[n..n + 4].copy_from_slice(&(words[1] as u32).to_be_bytes());
-                n += 4;
-            }
-        }
-        n
-    }
-
     /// Its tuple kind (CT-3).
     pub fn kind(&self) -> TupleKind {
         match (self.meta >> 40) & 3 {
