@@ -227,13 +227,10 @@ static uintptr_t offset_in_object(void *fn)
 	return (uintptr_t)fn - (uintptr_t)info.dli_fbase;
 }
 
-/* Points every configured TX queue of the started net_ring device dev at
- * a sink ring of the feeder's (see --sink). */
-static void take_over_tx(const char *dev)
+/* Points every configured TX queue of the started net_ring device dev
+ * (port) at a sink ring of the feeder's (see --sink). */
+static void take_over_tx(const char *dev, uint16_t port)
 {
-	uint16_t port;
-	if (rte_eth_dev_get_port_by_name(dev, &port) != 0)
-		rte_exit(EXIT_FAILURE, "--sink %s: no such port in the primary\n", dev);
 	struct rte_eth_dev_info info;
 	if (rte_eth_dev_info_get(port, &info) != 0 || strcmp(info.driver_name, "net_ring") != 0)
 		rte_exit(EXIT_FAILURE, "--sink %s: not a net_ring device\n", dev);
@@ -261,23 +258,37 @@ static void take_over_tx(const char *dev)
 		sinks[nsinks++] = sink;
 	}
 	fprintf(stderr, "ring_feeder: %s: %u TX queue(s) taken over\n", dev, info.nb_tx_queues);
-	if (nsinks > info.nb_tx_queues)
-		return; /* printed for an earlier device: the same driver */
-	printf("ring-burst-functions: rx=0x%016lx tx=0x%016lx\n",
-	       (unsigned long)offset_in_object((void *)rte_eth_fp_ops[port].rx_pkt_burst),
-	       (unsigned long)offset_in_object((void *)rte_eth_fp_ops[port].tx_pkt_burst));
-	fflush(stdout);
 }
-
-/* Waits until the primary has started the port of dev (its link is in
- * the ethdev data the processes share; net_ring's start sets it up). */
-static uint16_t wait_started(const char *dev, double deadline);
 
 static double now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The primary's port named dev. */
+static uint16_t port_of(const char *dev)
+{
+	uint16_t port;
+	if (rte_eth_dev_get_port_by_name(dev, &port) != 0)
+		rte_exit(EXIT_FAILURE, "no port %s in the primary\n", dev);
+	return port;
+}
+
+/* Waits until the primary has started port (dev): its link is in the
+ * ethdev data the processes share, and net_ring's start sets it up. */
+static void wait_started(uint16_t port, const char *dev, double deadline)
+{
+	for (;;) {
+		struct rte_eth_link link;
+		memset(&link, 0, sizeof(link));
+		if (rte_eth_link_get_nowait(port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP)
+			return;
+		if (stopping || now_s() > deadline)
+			rte_exit(EXIT_FAILURE, "the primary did not start %s\n", dev);
+		usleep(10000);
+	}
 }
 
 /* A burst of mbufs into m: what the sinks hold first, the rest from the
@@ -407,19 +418,25 @@ int main(int argc, char **argv)
 			usleep(10000);
 		}
 	}
-	uint16_t probe;
-	if (rte_eth_dev_get_port_by_name(dev, &probe) != 0)
-		rte_exit(EXIT_FAILURE, "no port %s in the primary\n", dev);
+	uint16_t port_id = port_of(dev);
 	fprintf(stderr, "ring_feeder: attached\n");
 	/* The pool is complete (created, populated, every mbuf initialised)
 	 * once the primary has started the port it receives on: it is
 	 * visible by name, half built, well before. */
-	uint16_t port_id = wait_started(dev, deadline);
+	wait_started(port_id, dev, deadline);
 	if (!port_set)
 		port = port_id;
 	for (unsigned int i = 0; i < nsink_devs; i++) {
-		wait_started(sink_devs[i], deadline);
-		take_over_tx(sink_devs[i]);
+		uint16_t sink_port = port_of(sink_devs[i]);
+		wait_started(sink_port, sink_devs[i], deadline);
+		take_over_tx(sink_devs[i], sink_port);
+	}
+	if (nsink_devs) {
+		/* dev is a net_ring device too: the same burst functions. */
+		printf("ring-burst-functions: rx=0x%016lx tx=0x%016lx\n",
+		       (unsigned long)offset_in_object((void *)rte_eth_fp_ops[port_id].rx_pkt_burst),
+		       (unsigned long)offset_in_object((void *)rte_eth_fp_ops[port_id].tx_pkt_burst));
+		fflush(stdout);
 	}
 
 	struct rte_mempool *pool;
@@ -498,20 +515,4 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	rte_eal_cleanup();
 	return 0;
-}
-
-static uint16_t wait_started(const char *dev, double deadline)
-{
-	uint16_t port_id;
-	if (rte_eth_dev_get_port_by_name(dev, &port_id) != 0)
-		rte_exit(EXIT_FAILURE, "no port %s in the primary\n", dev);
-	for (;;) {
-		struct rte_eth_link link;
-		memset(&link, 0, sizeof(link));
-		if (rte_eth_link_get_nowait(port_id, &link) == 0 && link.link_status == RTE_ETH_LINK_UP)
-			return port_id;
-		if (stopping || now_s() > deadline)
-			rte_exit(EXIT_FAILURE, "the primary did not start %s\n", dev);
-		usleep(10000);
-	}
 }
