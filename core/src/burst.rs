@@ -15,7 +15,10 @@ use crate::ids::BackendId;
 use crate::packet::{PacketBuf, VecPacket};
 use crate::pipeline::{self, PipelineCtx};
 use crate::snapshot::ForwardingState;
-use crate::stage::{prefetch_table, Balance, Keyed, KeyedOut, LanePacket, Stage, Verdict};
+use crate::stage::{
+    prefetch_table, Balance, Keyed, KeyedOut, LanePacket, Stage, StatelessPacket, Verdict,
+};
+use crate::stateless;
 use crate::stats::RuleCounters;
 use crate::steering::Owners;
 use crate::vlan;
@@ -46,8 +49,8 @@ pub struct SteerFor<'o> {
     pub five_tuples_kept: bool,
 }
 
-/// A packet of an established flow forwarded by the established lane
-/// ([`BurstStages::forward_established`]): the port it leaves by and its
+/// A packet forwarded by the established lane or the stateless one
+/// ([`BurstStages::forward_on_lane`]): the port it leaves by and its
 /// backend, as [`Verdict::Forward`] would say. It opened no conntrack
 /// entry.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -83,12 +86,14 @@ const NO_STEER: u16 = u16::MAX;
 
 /// One burst's state between the stages, reused burst after burst (no
 /// allocation on the packet path): per packet a slot, which is all that
-/// a packet of the established lane has, and a `Stage` that only the
-/// others' slots point to (stage 1 writes it only for them).
+/// a packet of the established lane has, a `StatelessPacket` that only a
+/// packet of the stateless lane's slot points to, and a `Stage` that only
+/// the others' slots point to (stage 1 writes each only for them).
 #[derive(Debug)]
 pub struct BurstStages {
     slots: [Slot; MAX_BURST],
     stages: [Stage; MAX_BURST],
+    stateless: [StatelessPacket; MAX_BURST],
     /// Packets in the prepared burst.
     len: usize,
     steered: bool,
@@ -195,6 +200,7 @@ impl Default for BurstStages {
         Self {
             slots: [Slot::EMPTY; MAX_BURST],
             stages: [Stage::UNSTAGED; MAX_BURST],
+            stateless: [StatelessPacket::default(); MAX_BURST],
             len: 0,
             steered: false,
             away: Away::EMPTY,
@@ -233,15 +239,19 @@ impl BurstStages {
             vlan,
             rules,
         };
-        // Both loops run by one index over the three arrays (bounds known
-        // from `len`), so the second starts where the first broke off.
+        // The loops run by one index over the arrays (bounds known from
+        // `len`), so a later one starts where the first broke off.
         let len = packets.len().min(MAX_BURST);
         let mut n = 0;
-        // Until a packet has taken the established lane (all along for
-        // SYNs, untracked traffic and misses), every packet takes the
-        // whole of stage 1, inlined here.
+        // Until a packet has taught stage 1 the established lane's rule or
+        // the stateless one (all along for SYNs and misses), every packet
+        // takes the whole of stage 1, inlined here.
         while n < len {
-            let Some((m, slot, stage)) = self.records(packets, n) else {
+            let (Some(m), Some(slot), Some(stage)) = (
+                packets.get(n),
+                self.slots.get_mut(n),
+                self.stages.get_mut(n),
+            ) else {
                 break;
             };
             n += 1;
@@ -251,35 +261,58 @@ impl BurstStages {
                 *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
                 Keyed::Staged
             };
-            if last.lane_learnt() {
+            if last.lane_learnt() || last.stateless_learnt() {
                 break;
             }
         }
-        // From then on the lane's rule is tried first; the other packets
-        // take stage 1 out of line, keeping this loop's values in
-        // registers. (Only an untagged frame teaches the lane a rule, and
-        // a trunk port drops those first: here the port is no trunk.)
-        while n < len {
-            let Some((m, slot, stage)) = self.records(packets, n) else {
-                break;
-            };
-            n += 1;
-            slot.keyed = if !m.is_contiguous() {
-                *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
-                Keyed::Staged
-            } else if fast_path::classify_lane(
-                m.data(),
-                &mut last,
-                &ctx.conntrack,
-                KeyedOut {
-                    tracked: &mut slot.tracked,
-                    lane: &mut slot.lane,
-                },
-            ) {
-                Keyed::Lane
-            } else {
-                stage_one_out_of_line(m.data(), &input, &mut last, slot, stage)
-            };
+        // From then on the learnt rule's packets are tried first; the
+        // other packets take stage 1 out of line, keeping this loop's
+        // values in registers. Only the record a learnt rule's packet
+        // needs is at hand here; the others are found out of line. (Only
+        // an untagged frame teaches either rule, and a trunk port drops
+        // those first: here the port is no trunk.)
+        if last.lane_learnt() {
+            while n < len {
+                let (Some(m), Some(slot)) = (packets.get(n), self.slots.get_mut(n)) else {
+                    break;
+                };
+                let lane = m.is_contiguous()
+                    && fast_path::classify_lane(
+                        m.data(),
+                        &mut last,
+                        &ctx.conntrack,
+                        KeyedOut {
+                            tracked: &mut slot.tracked,
+                            lane: &mut slot.lane,
+                        },
+                    );
+                slot.keyed = if lane {
+                    Keyed::Lane
+                } else {
+                    let others = (&mut self.stages, &mut self.stateless);
+                    stage_one_out_of_line(m, &input, &mut last, n, slot, others)
+                };
+                n += 1;
+            }
+        } else {
+            while n < len {
+                let (Some(m), Some(slot), Some(stateless)) = (
+                    packets.get(n),
+                    self.slots.get_mut(n),
+                    self.stateless.get_mut(n),
+                ) else {
+                    break;
+                };
+                let taken = m.is_contiguous()
+                    && fast_path::classify_stateless(m.data(), &mut last, state, stateless);
+                slot.keyed = if taken {
+                    Keyed::Stateless
+                } else {
+                    let others = (&mut self.stages, &mut self.stateless);
+                    stage_one_out_of_line(m, &input, &mut last, n, slot, others)
+                };
+                n += 1;
+            }
         }
         last.flush(rules);
         self.len = n;
@@ -302,21 +335,6 @@ impl BurstStages {
         }
     }
 
-    /// Packet `n` of `packets` with its slot and stage record, for
-    /// stage 1's loops.
-    #[inline(always)]
-    fn records<'p, P>(
-        &mut self,
-        packets: &'p [P],
-        n: usize,
-    ) -> Option<(&'p P, &mut Slot, &mut Stage)> {
-        Some((
-            packets.get(n)?,
-            self.slots.get_mut(n)?,
-            self.stages.get_mut(n)?,
-        ))
-    }
-
     /// Stage 2 for packet `i` of the prepared burst (called for i = 0, 1,
     /// … in order): looks ahead into the shard for later packets, then
     /// decides this one. A packet forwarded with a new conntrack entry
@@ -329,7 +347,7 @@ impl BurstStages {
         state: &ForwardingState,
         ctx: &mut PipelineCtx,
     ) -> Outcome {
-        match self.forward_established(i, pkt, state, ctx) {
+        match self.forward_on_lane(i, pkt, state, ctx) {
             Some(Forwarded { port, backend }) => {
                 Outcome::Verdict(Verdict::Forward { port, backend })
             }
@@ -339,12 +357,13 @@ impl BurstStages {
 
     /// The first half of [`BurstStages::deliver`], for a caller that
     /// handles the common outcome apart from the others: looks ahead into
-    /// the shard for later packets, then forwards packet `i` if it is one
-    /// of an established flow that the established lane takes (never one
-    /// that opens a conntrack entry). None, with the packet untouched:
-    /// [`BurstStages::deliver_other`] decides it.
+    /// the shard for later packets, then forwards packet `i` if one of the
+    /// lanes takes it — the established lane an established flow's packet
+    /// (never one that opens a conntrack entry), the stateless lane an
+    /// untracked UDP packet of the stateless rule. None, with the packet
+    /// untouched: [`BurstStages::deliver_other`] decides it.
     #[inline(always)]
-    pub fn forward_established<P: PacketBuf>(
+    pub fn forward_on_lane<P: PacketBuf>(
         &mut self,
         i: usize,
         pkt: &mut P,
@@ -354,22 +373,28 @@ impl BurstStages {
         self.check_home(state, ctx, i + HOME_CHECK_AHEAD);
         self.fetch_fallback(ctx, i + FALLBACK_AHEAD);
         let slot = self.slots.get(i)?;
-        if slot.steer_to != NO_STEER || slot.keyed != Keyed::Lane {
-            return None;
-        }
-        established::forward_lane(
-            pkt,
-            &slot.lane,
-            &slot.tracked,
-            state,
-            &mut ctx.conntrack,
-            ctx.now,
-        )
-        .map(|(port, backend)| Forwarded { port, backend })
+        // A packet of the stateless lane is never steered (it is
+        // untracked: `steer_target`), so only the established lane's test
+        // reads `steer_to`.
+        let forwarded = if slot.keyed == Keyed::Lane && slot.steer_to == NO_STEER {
+            established::forward_lane(
+                pkt,
+                &slot.lane,
+                &slot.tracked,
+                state,
+                &mut ctx.conntrack,
+                ctx.now,
+            )
+        } else if slot.keyed == Keyed::Stateless {
+            stateless::forward(pkt, self.stateless.get(i)?, state)
+        } else {
+            None
+        };
+        forwarded.map(|(port, backend)| Forwarded { port, backend })
     }
 
     /// The rest of [`BurstStages::deliver`] for packet `i`, after
-    /// [`BurstStages::forward_established`] returned None for it.
+    /// [`BurstStages::forward_on_lane`] returned None for it.
     #[inline]
     pub fn deliver_other<P: PacketBuf>(
         &mut self,
@@ -384,13 +409,22 @@ impl BurstStages {
         if slot.steer_to != NO_STEER {
             return Outcome::Steer(usize::from(slot.steer_to));
         }
-        if slot.keyed == Keyed::Lane {
-            return Outcome::Verdict(pipeline::deliver_lane_declined(
-                pkt,
-                &slot.tracked,
-                state,
-                ctx,
-            ));
+        match slot.keyed {
+            Keyed::Lane => {
+                return Outcome::Verdict(pipeline::deliver_lane_declined(
+                    pkt,
+                    &slot.tracked,
+                    state,
+                    ctx,
+                ))
+            }
+            Keyed::Stateless => {
+                return Outcome::Verdict(match self.stateless.get(i) {
+                    Some(s) => pipeline::deliver_stateless_declined(pkt, s, state, ctx),
+                    None => Verdict::Drop(DropReason::Internal),
+                })
+            }
+            Keyed::Staged | Keyed::StagedTracked => {}
         }
         Outcome::Verdict(match self.stages.get(i) {
             Some(Stage::Balance(b)) if slot.keyed == Keyed::StagedTracked => {
@@ -434,17 +468,11 @@ fn stage_one(
     slot: &mut Slot,
     stage: &mut Stage,
 ) -> Keyed {
-    match input.vlan {
-        Some(vid) if !vlan::accepts(frame, vid) => {
+    if let Some(vid) = input.vlan {
+        if !vlan::accepts(frame, vid) {
             *stage = Stage::Done(Verdict::Drop(DropReason::WrongVlan));
             return Keyed::Staged;
         }
-        // Only an untagged frame teaches the stateless rule, and a trunk
-        // port drops those: here the port is no trunk.
-        None if fast_path::classify_stateless(frame, last, input.state, stage) => {
-            return Keyed::Staged;
-        }
-        _ => {}
     }
     pipeline::classify_keyed_into(
         frame,
@@ -460,17 +488,37 @@ fn stage_one(
     )
 }
 
-/// [`stage_one`] for a packet [`fast_path::classify_lane`] did not take
-/// (SYNs, another rule's packets, odd ones).
+/// Stage 1 for packet `n`, whose `slot` is given, when the learnt rule's
+/// stage 1 ([`fast_path::classify_lane`], [`fast_path::classify_stateless`])
+/// did not take it (SYNs, another rule's packets, odd ones): its other
+/// records are found here; an untracked UDP packet of a learnt stateless
+/// rule takes `classify_stateless`, any other [`stage_one`].
 #[inline(never)]
-fn stage_one_out_of_line(
-    frame: &[u8],
+fn stage_one_out_of_line<P: BurstPacket>(
+    m: &P,
     input: &StageOneInput<'_>,
     last: &mut LastRule,
+    n: usize,
     slot: &mut Slot,
-    stage: &mut Stage,
+    (stages, stateless): (&mut [Stage; MAX_BURST], &mut [StatelessPacket; MAX_BURST]),
 ) -> Keyed {
-    stage_one(frame, input, last, slot, stage)
+    let Some(stage) = stages.get_mut(n) else {
+        // Not reached (n < MAX_BURST); with no `Stage`, stage 2 drops it
+        // as `internal`.
+        return Keyed::Staged;
+    };
+    if !m.is_contiguous() {
+        *stage = Stage::Done(Verdict::Drop(DropReason::MultiSegment));
+        return Keyed::Staged;
+    }
+    // Only an untagged frame teaches the stateless rule, and a trunk port
+    // drops those: on a trunk port none is learnt.
+    if let Some(stateless) = stateless.get_mut(n) {
+        if fast_path::classify_stateless(m.data(), last, input.state, stateless) {
+            return Keyed::Stateless;
+        }
+    }
+    stage_one(m.data(), input, last, slot, stage)
 }
 
 /// The worker a packet goes to, or [`NO_STEER`] when it stays here: a
@@ -493,6 +541,8 @@ fn steer_target(
             None
         }
         (Keyed::Lane | Keyed::StagedTracked, _) => Some(s.owners.of_key(&slot.tracked.key)),
+        // Untracked, and no `Stage` was written for it.
+        (Keyed::Stateless, _) => None,
         // A QUIC-LB packet: its key, if it falls back to one, is built in
         // stage 2 (`Balance::keyed_in_stage_one`).
         (_, Stage::Balance(b)) if b.tracked => unkeyed_owner(frame, b, state, s),
@@ -551,7 +601,7 @@ impl BurstStages {
                 Some(Stage::Balance(b)) => lookahead_home(b, &slot.tracked, state, ctx),
                 _ => false,
             },
-            Keyed::Staged => false,
+            Keyed::Staged | Keyed::Stateless => false,
         };
         if away {
             self.away.push(j);

@@ -114,11 +114,12 @@ fn forward_found<P: PacketBuf>(
 
 /// A backend without a prebuilt outer header (VXLAN's headers are longer
 /// than the ones kept; a tunnel over IPv6): the encapsulation the general
-/// path runs, here, instead of that path deciding the packet again. None,
+/// path runs, here, instead of that path deciding the packet again (for
+/// this lane and the stateless one, `stateless`). None,
 /// with the packet untouched, for what the general path handles itself
 /// (beyond the MTU, next hop unresolved). Its egress port.
 #[inline(never)]
-fn encapsulate_unbuilt<P: PacketBuf>(
+pub(crate) fn encapsulate_unbuilt<P: PacketBuf>(
     pkt: &mut P,
     layout: L3Layout,
     id: BackendId,

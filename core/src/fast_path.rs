@@ -17,7 +17,7 @@ use crate::flow::{ipv4_ports_hash, TupleKind};
 use crate::ids::ServiceId;
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
-use crate::stage::{Balance, Keyed, KeyedOut, LanePacket, QuicAt, Stage, Verdict};
+use crate::stage::{Balance, Keyed, KeyedOut, LanePacket, QuicAt, Stage, StatelessPacket, Verdict};
 use crate::stats::RuleCounters;
 use crate::wire::ethernet::{self, ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::wire::ipv4::{self, Ipv4Packet, VERSION_IHL_NO_OPTIONS};
@@ -155,6 +155,13 @@ impl LastRule {
         self.lane.key != LaneRule::NONE.key
     }
 
+    /// Whether a packet taught [`classify_stateless`] a rule, so that it
+    /// may take the next ones.
+    #[inline(always)]
+    pub(crate) fn stateless_learnt(&self) -> bool {
+        self.stateless.key != StatelessRule::NONE.key
+    }
+
     /// `key`'s rule becomes the lane's (a packet of it just took the lane).
     #[inline(always)]
     fn learn_lane(&mut self, key: u64, meta: u64, counter: u16, rules: Option<&RuleCounters>) {
@@ -239,18 +246,20 @@ pub fn classify_lane(
 }
 
 /// Stage 1 of an untagged, option-less, unfragmented UDP packet of the
-/// stateless rule (see [`StatelessRule`]): the `Stage::Balance` that
-/// [`classify_ipv4_keyed`] writes for it, without the rule search or the
-/// service's policy, which the rule answered already. The packet is
-/// counted under its rule by `LastRule::flush`. False, with nothing
-/// written, for any other frame.
+/// stateless rule (see [`StatelessRule`]): its [`StatelessPacket`] into
+/// `out` and its Maglev slot requested — all the stateless lane needs of
+/// the `Stage::Balance` that [`classify_ipv4_keyed`] writes for it
+/// ([`stateless_stage`] makes that stage from it), without the rule
+/// search or the service's policy, which the rule answered already. The
+/// packet is counted under its rule by `LastRule::flush`. False, with
+/// nothing written, for any other frame.
 // Public for core/tests/fast_path.rs.
 #[inline(always)]
 pub fn classify_stateless(
     frame: &[u8],
     last: &mut LastRule,
     state: &ForwardingState,
-    out: &mut Stage,
+    out: &mut StatelessPacket,
 ) -> bool {
     const IP: usize = ETH_LEN;
     const L4: usize = ETH_LEN + IPV4_LEN;
@@ -288,27 +297,45 @@ pub fn classify_stateless(
     };
     let hash = ipv4_ports_hash(state.flow_seed, src, dst, UDP, ports, service.affinity);
     crate::stage::prefetch_table(service, hash);
-    *out = Stage::Balance(Balance {
-        layout: L3Layout {
-            ethertype: ETHERTYPE_IPV4,
-            l3_offset: ETH_LEN,
-            ip_len: usize::from(total),
-            dont_fragment: frag & FLAG_DF != 0,
-        },
-        service: last.stateless.service,
+    *out = StatelessPacket {
         hash,
+        service: last.stateless.service,
+        ip_len: total,
+        dont_fragment: frag & FLAG_DF != 0,
+    };
+    last.stateless.pending += 1;
+    true
+}
+
+/// The `Stage::Balance` [`classify_ipv4_keyed`] writes for a packet that
+/// [`classify_stateless`] took as `packet`, from its unchanged frame (the
+/// ports are read back from it): what the general stage 2 needs when the
+/// stateless lane declines the packet. `internal` drop for a frame
+/// classify_stateless cannot have taken.
+// Public for core/tests/fast_path.rs.
+pub fn stateless_stage(frame: &[u8], packet: &StatelessPacket) -> Stage {
+    const L4: usize = ETH_LEN + IPV4_LEN;
+    const LEN: usize = L4 + udp::HEADER_LEN;
+    let Some(h) = frame.first_chunk::<LEN>() else {
+        return Stage::UNSTAGED;
+    };
+    Stage::Balance(Balance {
+        layout: packet.layout(),
+        service: packet.service,
+        hash: packet.hash,
         meta: PacketMeta {
             proto: UDP,
             tcp_flags: 0,
             fragmented: false,
-            ports: Some(ports),
+            ports: Some(Ports {
+                src: get_u16::<{ L4 + udp::offset::SRC_PORT }, LEN>(h),
+                dst: get_u16::<{ L4 + udp::offset::DST_PORT }, LEN>(h),
+            }),
         },
         tracked: false,
         icmp_error: false,
         quic: QuicAt::NONE,
-    });
-    last.stateless.pending += 1;
-    true
+    })
 }
 
 /// The stage of a frame this path understands, or None (general path).

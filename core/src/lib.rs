@@ -40,6 +40,7 @@ pub mod rules;
 pub mod service;
 pub mod snapshot;
 pub mod stage;
+mod stateless;
 pub mod stats;
 pub mod steering;
 pub mod time;

@@ -36,7 +36,9 @@ use crate::packet::PacketBuf;
 use crate::quic_lb::{Decision, Fallback, QuicLbCounts};
 use crate::service::ServiceState;
 use crate::snapshot::ForwardingState;
-use crate::stage::{is_own_address, prefetch_table, rule_miss, Balance, Keyed, KeyedOut, QuicAt};
+use crate::stage::{
+    is_own_address, prefetch_table, rule_miss, Balance, Keyed, KeyedOut, QuicAt, StatelessPacket,
+};
 pub use crate::stage::{Stage, Verdict};
 use crate::stats::RuleCounters;
 use crate::time::Millis;
@@ -382,6 +384,23 @@ pub(crate) fn deliver_lane_declined<P: PacketBuf>(
     }
     match stage {
         Stage::Balance(b) => deliver(pkt, &b, Some(t), state, ctx),
+        Stage::Done(v) => v,
+    }
+}
+
+/// The general stage 2 for a packet the stateless lane declined
+/// (`stateless`: zonal tables, no backend, a packet the prebuilt header
+/// does not fit): its frame is unchanged, so its `Balance` is made again
+/// from the lane's record and the frame's ports.
+#[inline(never)]
+pub(crate) fn deliver_stateless_declined<P: PacketBuf>(
+    pkt: &mut P,
+    s: &StatelessPacket,
+    state: &ForwardingState,
+    ctx: &mut PipelineCtx,
+) -> Verdict {
+    match crate::fast_path::stateless_stage(pkt.data(), s) {
+        Stage::Balance(b) => deliver(pkt, &b, None, state, ctx),
         Stage::Done(v) => v,
     }
 }

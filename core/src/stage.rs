@@ -159,6 +159,39 @@ impl LanePacket {
     }
 }
 
+/// An untracked UDP packet of the rule `fast_path::classify_stateless`
+/// took (an untagged, option-less, unfragmented IPv4 packet, CT-2, CT-4),
+/// as it leaves it for the stateless lane (`stateless`): what stage 2
+/// reads to pick its backend and prepend its outer header, and nothing
+/// else — not the 48-byte [`Balance`], whose other fields are the same
+/// for every such packet or read back from the frame
+/// (`fast_path::stateless_stage`) when the lane declines it.
+// Public for core/tests/fast_path.rs.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatelessPacket {
+    /// The flow hash (the Maglev table's, and a UDP tunnel's source port).
+    pub(crate) hash: u64,
+    pub(crate) service: ServiceId,
+    /// IPv4 total length.
+    pub(crate) ip_len: u16,
+    pub(crate) dont_fragment: bool,
+}
+
+const _: () = assert!(std::mem::size_of::<StatelessPacket>() <= 16);
+
+impl StatelessPacket {
+    /// The packet's layout as the encapsulation reads it: untagged IPv4.
+    #[inline(always)]
+    pub(crate) fn layout(&self) -> L3Layout {
+        L3Layout {
+            ethertype: crate::wire::ethernet::ETHERTYPE_IPV4,
+            l3_offset: crate::wire::ethernet::HEADER_LEN,
+            ip_len: usize::from(self.ip_len),
+            dont_fragment: self.dont_fragment,
+        }
+    }
+}
+
 /// Where stage 1 writes a tracked packet's records: its key and shard
 /// hash, and for the established lane where its IP packet is.
 // Public for core/tests/fast_path.rs.
@@ -180,6 +213,8 @@ pub enum Keyed {
     StagedTracked,
     /// A [`LanePacket`] and its tracking key; no `Stage` was written.
     Lane,
+    /// A [`StatelessPacket`] only; no `Stage` was written.
+    Stateless,
 }
 
 /// Starts loading the Maglev slot stage 2 will read for `hash`: at once

@@ -1,5 +1,7 @@
-//! The established-flow lane (`sluice_core::established`) against the
-//! general stage 2: flows are opened, the snapshot then changes under them
+//! The lanes of stage 2 against the general stage 2.
+//!
+//! The established-flow lane (`sluice_core::established`): flows are
+//! opened, the snapshot then changes under them
 //! (backends turn unhealthy, drain past or within their deadline, leave
 //! the snapshot; the service's pool flips with or without
 //! `drain_on_failover`; persistence and tracking settings change; time
@@ -8,10 +10,15 @@
 //! `process()`, which never uses it, on a twin context. Verdict, bytes out,
 //! the shard's counters and the new-connection flag must agree packet by
 //! packet (CT-1, CT-3, CT-5, CT-7, CT-8, CT-10, CT-11).
+//!
+//! The stateless lane (`sluice_core::stateless`): untracked UDP of a
+//! learnt rule, mixed with other traffic, on snapshots with and without
+//! prebuilt headers, with zonal or empty tables, a backend gone, and a
+//! small MTU (CT-2, CT-4, ZA-3, AP-3).
 
 mod common;
 
-use common::state::{state, SVC_CLIENT_IP, SVC_TCP80_L2, VIP4, VIP_CLIENT_IP};
+use common::state::{state, SVC_CLIENT_IP, SVC_TCP80_L2, SVC_UDP_GRE, VIP4, VIP_CLIENT_IP};
 use common::*;
 use proptest::prelude::*;
 use sluice_core::burst::{BurstStages, Outcome};
@@ -28,6 +35,7 @@ use sluice_core::snapshot::ForwardingState;
 use sluice_core::stage::Stage;
 use sluice_core::stats::RuleCounters;
 use sluice_core::time::Millis;
+use sluice_core::zones::{Zone, ZoneMap};
 
 const SYN: u8 = 0x02;
 const SYN_ACK_FLAGS: [u8; 4] = [ACK, ACK | 0x08, SYN, ACK | 0x01];
@@ -315,5 +323,135 @@ proptest! {
                 burst.iter().map(|&(w, c, f)| mixed_frame(w, c, f)).collect();
             run_burst(&frames, &st, &mut stages, &mut staged, &mut reference)?;
         }
+    }
+}
+
+/// UDP datagrams of the stateless GRE service (`SVC_UDP_GRE`: affinity
+/// NONE, so untracked), some of other traffic between them: `kind` 0–5 a
+/// datagram to VIP4 (port 53, or 54 when 5), 6 a TCP segment to VIP4:80,
+/// 7 a tracked datagram of the client-IP service. `size`: payload bytes
+/// (0 to beyond a 1,500-byte MTU with GRE's 24), `df`: don't fragment.
+fn stateless_frame(kind: u8, client: u8, sport: u16, size: usize, df: bool) -> Vec<u8> {
+    let src = v4(&format!("198.51.100.{client}"));
+    let payload = vec![0x5a; size];
+    let flags_frag = if df { DF } else { 0 };
+    let (dst, l4, proto) = match kind {
+        6 => (VIP4, tcp(sport, 80, ACK, &payload), TCP),
+        7 => (VIP_CLIENT_IP, udp(sport, 53, &payload), UDP),
+        5 => (VIP4, udp(sport, 54, &payload), UDP),
+        _ => (VIP4, udp(sport, 53, &payload), UDP),
+    };
+    eth(&[], 0x0800, &ipv4(src, v4(dst), proto, flags_frag, &l4))
+}
+
+/// The stateless service's snapshot variant: 0 as built; 1 zonal tables
+/// (ZA-3: clients .1–.2 in zone a, whose table holds backend 1 only); 2
+/// an empty table; 3 no table at all; 4 backend 1 gone from the
+/// snapshot; 5 port 0's MTU 600 (AP-3: fragments and ICMP answers).
+fn stateless_variant(headers: u8, variant: u8) -> ForwardingState {
+    let mut st = base(headers);
+    let svc = &mut st.services[usize::from(SVC_UDP_GRE)];
+    match variant {
+        1 => {
+            let zone_a = MaglevTable {
+                slots: vec![BackendId(1)].into(),
+            };
+            svc.tables.push(std::sync::Arc::new(zone_a));
+            st.zones = ZoneMap {
+                zones: vec![Zone {
+                    name: "a".into(),
+                    subnets: vec![(v4("198.51.100.0").into(), 30)],
+                }],
+            };
+        }
+        2 => svc.tables = vec![MaglevTable::default().into()],
+        3 => svc.tables.clear(),
+        4 => st.backends[1] = None,
+        5 => st.ports[0].mtu = 600,
+        _ => {}
+    }
+    st.lane_backends = match headers {
+        1 => st.build_lane_backends().without_headers(),
+        _ => st.build_lane_backends(),
+    };
+    st
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1_000))]
+
+    /// CT-2, CT-4, ZA-3, AP-3: every packet of bursts of untracked UDP
+    /// (which the stateless lane takes once a packet of its rule taught
+    /// stage 1 the rule) mixed with other traffic gets `process()`'s
+    /// verdict and bytes — on every snapshot variant, with prebuilt GRE
+    /// headers, without them, and as VXLAN (never prebuilt).
+    #[test]
+    fn stateless_lane_agrees_with_general_stage_2(
+        bursts in prop::collection::vec(
+            prop::collection::vec(
+                (
+                    prop::sample::select(vec![0u8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7]),
+                    1..6u8,
+                    any::<u16>(),
+                    prop::sample::select(vec![1usize, 40, 560, 1_000, 1_460, 1_480]),
+                    any::<bool>(),
+                ),
+                1..40,
+            ),
+            1..3,
+        ),
+        headers in 0..3u8,
+        variant in 0..6u8,
+    ) {
+        let st = stateless_variant(headers, variant);
+        let (mut staged, mut reference) = (ctx(), ctx());
+        let mut stages = BurstStages::default();
+        for burst in &bursts {
+            let frames: Vec<Vec<u8>> = burst
+                .iter()
+                .map(|&(kind, client, sport, size, df)| stateless_frame(kind, client, sport, size, df))
+                .collect();
+            run_burst(&frames, &st, &mut stages, &mut staged, &mut reference)?;
+        }
+    }
+}
+
+/// CT-2, CT-4: the stateless lane takes the untracked datagrams of a rule
+/// once the burst's first one (the full fast path) taught stage 1 the
+/// rule, so the property above is not vacuous; ZA-3: with zonal tables it
+/// takes none, and the general path forwards them by the client's zone.
+#[test]
+fn stateless_lane_takes_a_learnt_rule_s_datagrams_only_with_one_table() {
+    for (variant, takes) in [(0, true), (1, false)] {
+        let st = stateless_variant(0, variant);
+        let mut ctx = ctx();
+        let mut stages = BurstStages::default();
+        let frames: Vec<Vec<u8>> = (0..8)
+            .map(|i| stateless_frame(0, 1, 1000 + i, 40, true))
+            .collect();
+        let mut pkts: Vec<VecPacket> = frames
+            .iter()
+            .map(|f| VecPacket::with_headroom(f, DEFAULT_HEADROOM))
+            .collect();
+        stages.prepare(&pkts, &st, &ctx, None, None, None);
+        for (i, pkt) in pkts.iter_mut().enumerate() {
+            let on_lane = stages.forward_on_lane(i, pkt, &st, &mut ctx);
+            assert_eq!(
+                on_lane.is_some(),
+                takes && i > 0,
+                "variant {variant}, packet {i}"
+            );
+            if on_lane.is_none() {
+                let outcome = stages.deliver_other(i, pkt, &st, &mut ctx);
+                assert!(
+                    matches!(
+                        outcome,
+                        Outcome::Verdict(sluice_core::pipeline::Verdict::Forward { .. })
+                    ),
+                    "variant {variant}, packet {i}: {outcome:?}"
+                );
+            }
+        }
+        stages.finish();
     }
 }

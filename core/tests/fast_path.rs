@@ -22,9 +22,10 @@ use proptest::prelude::*;
 use sluice_core::affinity::SessionAffinity;
 use sluice_core::conntrack::{Shard, Tracked};
 use sluice_core::fast_path::{
-    classify_ipv4, classify_ipv4_keyed, classify_lane, classify_stateless, LastRule,
+    classify_ipv4, classify_ipv4_keyed, classify_lane, classify_stateless, stateless_stage,
+    LastRule,
 };
-use sluice_core::stage::{Keyed, KeyedOut, LanePacket};
+use sluice_core::stage::{Keyed, KeyedOut, LanePacket, StatelessPacket};
 use sluice_core::ForwardingState;
 
 const AFFINITIES: [SessionAffinity; 4] = [
@@ -362,8 +363,9 @@ proptest! {
             f[16..18].copy_from_slice(&total.to_be_bytes());
         }
         let f = mutated(f, &mutations, cut);
-        let mut got = Stage::default();
-        if classify_stateless(&f, &mut last, &st, &mut got) {
+        let mut packet = StatelessPacket::default();
+        if classify_stateless(&f, &mut last, &st, &mut packet) {
+            let got = stateless_stage(&f, &packet);
             let (mut t2, mut lane2, mut want) = (Tracked::default(), LanePacket::default(), Stage::default());
             let out = KeyedOut { tracked: &mut t2, lane: &mut lane2 };
             let mut fresh = LastRule::NONE;
@@ -400,20 +402,21 @@ fn stateless_classification_takes_a_learnt_untracked_rule_only() {
         let st = state_with(affinity);
         let mut last = LastRule::NONE;
         let mut stage = Stage::default();
-        assert!(!classify_stateless(&dns(1000), &mut last, &st, &mut stage));
+        let mut packet = StatelessPacket::default();
+        assert!(!classify_stateless(&dns(1000), &mut last, &st, &mut packet));
         let (mut t, mut lane) = (Tracked::default(), LanePacket::default());
         let out = KeyedOut {
             tracked: &mut t,
             lane: &mut lane,
         };
         classify_ipv4_keyed(&dns(1000), &st, &mut stage, None, &mut last, &shard, out);
-        let mut later = Stage::default();
         assert_eq!(
-            classify_stateless(&dns(1001), &mut last, &st, &mut later),
+            classify_stateless(&dns(1001), &mut last, &st, &mut packet),
             learns,
             "{affinity:?}"
         );
         if learns {
+            let later = stateless_stage(&dns(1001), &packet);
             assert_ne!(later, stage, "another source port: another flow hash");
             assert_eq!(later, classify_ipv4(&dns(1001), &st).unwrap());
         }

@@ -4,9 +4,10 @@
 //! 1. [`BurstPath::prepare`]: stage 1 (parse, rule, flow hash; a tracked
 //!    packet's key, and its home entry requested) for every packet, then
 //!    the steering decision — `sluice_core::burst`, sans-IO;
-//! 2. per packet, stage 2 (`BurstStages::forward_established`: conntrack
+//! 2. per packet, stage 2 (`BurstStages::forward_on_lane`: conntrack
 //!    lookahead, then an established flow's packet forwarded by the
-//!    established lane and queued at once; `BurstStages::deliver_other`
+//!    established lane, or an untracked UDP packet by the stateless lane,
+//!    and queued at once; `BurstStages::deliver_other`
 //!    for the others: decision, backend, encapsulation, then
 //!    [`BurstPath::route`] puts it on the lane its outcome names);
 //! 3. the burst's drops are freed together.
@@ -116,11 +117,9 @@ impl BurstPath {
         self.prepare(state, burst, rx_port, placement);
         for (i, mut m) in burst.drain().enumerate() {
             // Most packets: an established flow's, forwarded by the
-            // established lane (no new entry), queued here in one line.
-            if let Some(f) = self
-                .stages
-                .forward_established(i, &mut m, state, &mut self.ctx)
-            {
+            // established lane (no new entry), or an untracked UDP
+            // packet, by the stateless lane; queued here in one line.
+            if let Some(f) = self.stages.forward_on_lane(i, &mut m, state, &mut self.ctx) {
                 let stats = self.lanes.stats();
                 stats.backend(f.backend, 1, u64::from(m.pkt_len()));
                 self.lanes.transmit(usize::from(f.port), m);
