@@ -23,9 +23,11 @@ use crate::stage::StatelessPacket;
 
 /// The packet forwarded to its Maglev backend: its egress port and
 /// backend, or None (untouched: the general stage 2 decides). Out of
-/// line: inlined beside the established lane, the burst function's
-/// register assignment cost tracked TCP +11 instructions per packet,
-/// more than the call costs this lane.
+/// line: inlined beside the established lane, it shifted the burst
+/// function's register assignment, and tracked TCP cost 7 more
+/// instructions per packet. The call costs this lane about 20; tracked TCP
+/// is the figure that matters more (`docs/performance-log.md`, "The
+/// stateless lane").
 #[inline(never)]
 pub(crate) fn forward<P: PacketBuf>(
     pkt: &mut P,
