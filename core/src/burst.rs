@@ -265,55 +265,14 @@ impl BurstStages {
                 break;
             }
         }
-        // From then on the learnt rule's packets are tried first; the
-        // other packets take stage 1 out of line, keeping this loop's
-        // values in registers. Only the record a learnt rule's packet
-        // needs is at hand here; the others are found out of line. (Only
+        // From then on the learnt rule's packets are tried first. (Only
         // an untagged frame teaches either rule, and a trunk port drops
         // those first: here the port is no trunk.)
-        if last.lane_learnt() {
-            while n < len {
-                let (Some(m), Some(slot)) = (packets.get(n), self.slots.get_mut(n)) else {
-                    break;
-                };
-                let lane = m.is_contiguous()
-                    && fast_path::classify_lane(
-                        m.data(),
-                        &mut last,
-                        &ctx.conntrack,
-                        KeyedOut {
-                            tracked: &mut slot.tracked,
-                            lane: &mut slot.lane,
-                        },
-                    );
-                slot.keyed = if lane {
-                    Keyed::Lane
-                } else {
-                    let others = (&mut self.stages, &mut self.stateless);
-                    stage_one_out_of_line(m, &input, &mut last, n, slot, others)
-                };
-                n += 1;
-            }
+        n = if last.lane_learnt() {
+            self.stage_one_lane_rule(packets, n, len, &input, &mut last)
         } else {
-            while n < len {
-                let (Some(m), Some(slot), Some(stateless)) = (
-                    packets.get(n),
-                    self.slots.get_mut(n),
-                    self.stateless.get_mut(n),
-                ) else {
-                    break;
-                };
-                let taken = m.is_contiguous()
-                    && fast_path::classify_stateless(m.data(), &mut last, state, stateless);
-                slot.keyed = if taken {
-                    Keyed::Stateless
-                } else {
-                    let others = (&mut self.stages, &mut self.stateless);
-                    stage_one_out_of_line(m, &input, &mut last, n, slot, others)
-                };
-                n += 1;
-            }
-        }
+            self.stage_one_stateless_rule(packets, n, len, &input, &mut last)
+        };
         last.flush(rules);
         self.len = n;
         self.steered = steer.is_some();
@@ -333,6 +292,79 @@ impl BurstStages {
         for j in 0..FALLBACK_AHEAD {
             self.fetch_fallback(ctx, j);
         }
+    }
+
+    /// Stage 1 from packet `n` to `len` once a packet took the
+    /// established lane: its rule's packets take
+    /// [`fast_path::classify_lane`], the others stage 1 out of line,
+    /// keeping this loop's values in registers. Only the slot is at hand
+    /// here; the other records are found out of line, by the packets that
+    /// need them. Returns the packets done.
+    #[inline(always)]
+    fn stage_one_lane_rule<P: BurstPacket>(
+        &mut self,
+        packets: &[P],
+        mut n: usize,
+        len: usize,
+        input: &StageOneInput<'_>,
+        last: &mut LastRule,
+    ) -> usize {
+        while n < len {
+            let (Some(m), Some(slot)) = (packets.get(n), self.slots.get_mut(n)) else {
+                break;
+            };
+            let lane = m.is_contiguous()
+                && fast_path::classify_lane(
+                    m.data(),
+                    last,
+                    &input.ctx.conntrack,
+                    KeyedOut {
+                        tracked: &mut slot.tracked,
+                        lane: &mut slot.lane,
+                    },
+                );
+            slot.keyed = if lane {
+                Keyed::Lane
+            } else {
+                let others = (&mut self.stages, &mut self.stateless);
+                stage_one_out_of_line(m, input, last, n, slot, others)
+            };
+            n += 1;
+        }
+        n
+    }
+
+    /// [`BurstStages::stage_one_lane_rule`] once a stateless rule was
+    /// learnt: its packets take [`fast_path::classify_stateless`] and the
+    /// stateless lane.
+    #[inline(always)]
+    fn stage_one_stateless_rule<P: BurstPacket>(
+        &mut self,
+        packets: &[P],
+        mut n: usize,
+        len: usize,
+        input: &StageOneInput<'_>,
+        last: &mut LastRule,
+    ) -> usize {
+        while n < len {
+            let (Some(m), Some(slot), Some(stateless)) = (
+                packets.get(n),
+                self.slots.get_mut(n),
+                self.stateless.get_mut(n),
+            ) else {
+                break;
+            };
+            let taken = m.is_contiguous()
+                && fast_path::classify_stateless(m.data(), last, input.state, stateless);
+            slot.keyed = if taken {
+                Keyed::Stateless
+            } else {
+                let others = (&mut self.stages, &mut self.stateless);
+                stage_one_out_of_line(m, input, last, n, slot, others)
+            };
+            n += 1;
+        }
+        n
     }
 
     /// Stage 2 for packet `i` of the prepared burst (called for i = 0, 1,
