@@ -544,10 +544,13 @@ fn stage_one_out_of_line<P: BurstPacket>(
         return Keyed::Staged;
     }
     // Only an untagged frame teaches the stateless rule, and a trunk port
-    // drops those: on a trunk port none is learnt.
-    if let Some(stateless) = stateless.get_mut(n) {
-        if fast_path::classify_stateless(m.data(), last, input.state, stateless) {
-            return Keyed::Stateless;
+    // drops those, so on a trunk port none is learnt; the port is
+    // checked anyway, out here where it costs the lanes nothing.
+    if input.vlan.is_none() {
+        if let Some(stateless) = stateless.get_mut(n) {
+            if fast_path::classify_stateless(m.data(), last, input.state, stateless) {
+                return Keyed::Stateless;
+            }
         }
     }
     stage_one(m.data(), input, last, slot, stage)
