@@ -565,12 +565,7 @@ fn classify(
         }
     }
     *out = Stage::Balance(Balance {
-        layout: L3Layout {
-            ethertype: ETHERTYPE_IPV4,
-            l3_offset: l3,
-            ip_len: total,
-            dont_fragment,
-        },
+        layout: L3Layout::ipv4(l3, total, dont_fragment),
         service: service_id,
         hash,
         meta,

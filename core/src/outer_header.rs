@@ -102,12 +102,7 @@ impl OuterHeader {
         if let Some(h) = frame.last_chunk_mut::<{ ipv4::HEADER_LEN }>() {
             Ipv4Packet::new_unchecked(h).set_header_len(ipv4::HEADER_LEN);
         }
-        let probe_ip = L3Layout {
-            ethertype: ETHERTYPE_IPV4,
-            l3_offset: ethernet::HEADER_LEN,
-            ip_len: ipv4::HEADER_LEN,
-            dont_fragment: false,
-        };
+        let probe_ip = L3Layout::ipv4(ethernet::HEADER_LEN, ipv4::HEADER_LEN, false);
         let mut probe = VecPacket::with_headroom(&frame, MAX_LEN);
         encap::encapsulate(&mut probe, probe_ip, encap, backend, port, 0).ok()?;
         let len = probe.data().len().checked_sub(ipv4::HEADER_LEN)?;

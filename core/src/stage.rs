@@ -150,12 +150,11 @@ impl LanePacket {
     /// The packet's layout as the encapsulation reads it.
     #[inline(always)]
     pub(crate) fn layout(&self) -> L3Layout {
-        L3Layout {
-            ethertype: crate::wire::ethernet::ETHERTYPE_IPV4,
-            l3_offset: usize::from(self.l3_offset),
-            ip_len: usize::from(self.ip_len),
-            dont_fragment: self.dont_fragment,
-        }
+        L3Layout::ipv4(
+            usize::from(self.l3_offset),
+            usize::from(self.ip_len),
+            self.dont_fragment,
+        )
     }
 }
 
@@ -183,12 +182,11 @@ impl StatelessPacket {
     /// The packet's layout as the encapsulation reads it: untagged IPv4.
     #[inline(always)]
     pub(crate) fn layout(&self) -> L3Layout {
-        L3Layout {
-            ethertype: crate::wire::ethernet::ETHERTYPE_IPV4,
-            l3_offset: crate::wire::ethernet::HEADER_LEN,
-            ip_len: usize::from(self.ip_len),
-            dont_fragment: self.dont_fragment,
-        }
+        L3Layout::ipv4(
+            crate::wire::ethernet::HEADER_LEN,
+            usize::from(self.ip_len),
+            self.dont_fragment,
+        )
     }
 }
 

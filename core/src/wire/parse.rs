@@ -115,6 +115,19 @@ pub struct L3Layout {
     pub(crate) dont_fragment: bool,
 }
 
+impl L3Layout {
+    /// An IPv4 packet at `l3_offset` in the frame, `ip_len` bytes long.
+    #[inline(always)]
+    pub(crate) const fn ipv4(l3_offset: usize, ip_len: usize, dont_fragment: bool) -> Self {
+        L3Layout {
+            ethertype: ETHERTYPE_IPV4,
+            l3_offset,
+            ip_len,
+            dont_fragment,
+        }
+    }
+}
+
 impl From<&IpInfo> for L3Layout {
     fn from(ip: &IpInfo) -> Self {
         Self {
