@@ -111,7 +111,7 @@ impl RssModel {
     /// 5-tuple's for a 5-tuple key, its address pair's for any other.
     pub fn queue_of_key(&self, key: &TrackKey) -> usize {
         let mut input = [0u8; MAX_INPUT];
-        let v6 = key.meta & (1 << 42) != 0;
+        let v6 = key.is_v6();
         let mut n = 0;
         for words in [key.src, key.dst] {
             if v6 {

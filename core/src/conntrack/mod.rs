@@ -161,9 +161,15 @@ impl TrackKey {
         Addrs {
             src: self.src,
             dst: self.dst,
-            v6: self.meta & (1 << 42) != 0,
+            v6: self.is_v6(),
         }
         .src_ip()
+    }
+
+    /// Whether its addresses are IPv6 (`meta` bit 42).
+    #[inline(always)]
+    pub fn is_v6(&self) -> bool {
+        self.meta & (1 << 42) != 0
     }
 
     /// Its tuple kind (CT-3).
@@ -185,7 +191,7 @@ impl TrackKey {
         Addrs {
             src: self.dst,
             dst: self.src,
-            v6: self.meta & (1 << 42) != 0,
+            v6: self.is_v6(),
         }
         .src_ip()
     }
