@@ -16,7 +16,7 @@ use crate::ids::BackendId;
 pub const MAX_PORTS: usize = 8;
 
 /// A single-writer monotonically increasing counter.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, bytemuck::Zeroable)]
 pub struct Counter(AtomicU64);
 
 impl Counter {
@@ -35,90 +35,58 @@ impl Counter {
     }
 }
 
-/// Per-backend counters of one worker, sized by the indexes in use: chunks
-/// of `BackendCounters::CHUNK` counters, each allocated by the control
-/// plane ([`BackendCounters::cover`]) before it publishes a snapshot with
-/// an index in it, so the worker never allocates and every index a
-/// snapshot can name has its counter. A packet for an index without one
-/// (a snapshot built without `cover`, tests) is counted in `uncounted`,
-/// never lost silently.
+/// Per-backend counters of one worker: one for every index a
+/// [`BackendId`] can have (2²⁰, 32 MiB of address space), in a single
+/// zeroed allocation. The kernel maps the pages of a zeroed allocation
+/// that size only when they are first written, so a worker's memory grows
+/// by a 4 KiB page per 128 indexes in use, and the worker never allocates.
+/// A packet's counter is its index's place in the array: no lookup and no
+/// bounds check (an index is below [`BackendId::INDEXES`] by its type).
 #[derive(Debug)]
 pub struct BackendCounters {
-    /// Fixed-size arrays: an index split into chunk and offset is in
-    /// bounds by its type, so a packet's count is not checked twice.
-    chunks: Box<[std::sync::OnceLock<Box<CounterChunk>>; BackendCounters::CHUNKS]>,
-    pub uncounted: Counter,
-    /// New connections to an index without a counter (see `uncounted`).
-    pub(crate) uncounted_connections: Counter,
+    counters: Box<[BackendCounter; BackendId::INDEXES]>,
 }
 
-/// One chunk of [`BackendCounters`].
-type CounterChunk = [BackendCounter; BackendCounters::CHUNK];
-
-/// One backend's packets, bytes and new connections, side by side: the
-/// worker's adds touch one cache line (32-byte aligned, two to a line).
-#[derive(Debug, Default)]
-#[repr(C, align(32))]
+/// One backend's packets, bytes and new connections, 32 bytes: packets
+/// and bytes, the two every packet adds to, share a 16-byte-aligned half,
+/// so they are always in one cache line. Aligned to 16, not 32: the
+/// allocator zeroes an allocation aligned beyond 16 by writing it, which
+/// would make the whole array resident (`core/tests/backend_counters.rs`).
+#[derive(Debug, Default, bytemuck::Zeroable)]
+#[repr(C, align(16))]
 pub(crate) struct BackendCounter {
     packets: Counter,
     bytes: Counter,
     connections: Counter,
 }
 
+const _: () = assert!(
+    std::mem::size_of::<BackendCounter>() == 32 && std::mem::align_of::<BackendCounter>() == 16
+);
+
 impl Default for BackendCounters {
     fn default() -> Self {
         Self {
-            chunks: Box::new(std::array::from_fn(|_| std::sync::OnceLock::new())),
-            uncounted: Counter::default(),
-            uncounted_connections: Counter::default(),
+            counters: bytemuck::allocation::zeroed_box(),
         }
     }
 }
 
 impl BackendCounters {
-    /// Counters per chunk (128 KiB).
-    pub(crate) const CHUNK: usize = 4096;
-    /// Chunks for every index a [`BackendId`] can have.
-    const CHUNKS: usize = BackendId::INDEXES / Self::CHUNK;
-
-    /// Makes sure indexes `0..len` have counters (control plane).
-    pub fn cover(&self, len: usize) {
-        for chunk in self.chunks.iter().take(len.div_ceil(Self::CHUNK)) {
-            chunk.get_or_init(|| Box::new(std::array::from_fn(|_| BackendCounter::default())));
-        }
-    }
-
-    /// Number of indexes with counters.
-    #[cfg(test)]
-    pub(crate) fn covered(&self) -> usize {
-        self.chunks.iter().take_while(|c| c.get().is_some()).count() * Self::CHUNK
-    }
-
     #[inline(always)]
     fn counter(&self, index: usize) -> Option<&BackendCounter> {
-        self.chunks
-            .get(index / Self::CHUNK)?
-            .get()?
-            .get(index % Self::CHUNK)
+        self.counters.get(index)
     }
 
-    /// Adds `packets` and `bytes` to `index`, and one new connection when
-    /// `opened` (owning worker only).
+    /// Adds `packets` and `bytes` to `id`'s index, and one new connection
+    /// when `opened` (owning worker only).
     #[inline(always)]
-    pub(crate) fn add(&self, index: usize, packets: u64, bytes: u64, opened: bool) {
-        match self.counter(index) {
-            Some(c) => {
-                c.packets.add(packets);
-                c.bytes.add(bytes);
-                if opened {
-                    c.connections.add(1);
-                }
-            }
-            None => {
-                self.uncounted.add(packets);
-                if opened {
-                    self.uncounted_connections.add(1);
-                }
+    pub(crate) fn add(&self, id: BackendId, packets: u64, bytes: u64, opened: bool) {
+        if let Some(c) = self.counter(id.index()) {
+            c.packets.add(packets);
+            c.bytes.add(bytes);
+            if opened {
+                c.connections.add(1);
             }
         }
     }
@@ -495,14 +463,14 @@ impl WorkerStats {
     /// `packets` packets of `bytes` bytes sent to backend `id`.
     #[inline(always)]
     pub fn backend(&self, id: BackendId, packets: u64, bytes: u64) {
-        self.backend_packets.add(id.index(), packets, bytes, false);
+        self.backend_packets.add(id, packets, bytes, false);
     }
 
     /// [`WorkerStats::backend`], and a new connection to `id` when
     /// `opened` (the packet's conntrack entry was created for it).
     #[inline(always)]
     pub fn backend_opened(&self, id: BackendId, packets: u64, bytes: u64, opened: bool) {
-        self.backend_packets.add(id.index(), packets, bytes, opened);
+        self.backend_packets.add(id, packets, bytes, opened);
     }
 
     pub fn total_drops(&self) -> u64 {
@@ -519,12 +487,11 @@ mod tests {
         let s = WorkerStats::new();
         s.count_drop(DropReason::NoRule, 2);
         s.count_drop(DropReason::NotForUs, 3);
-        s.backend_packets.cover(4);
         s.backend(BackendId(3), 5, 0);
-        s.backend(BackendId(9000), 5, 0); // no counter yet: uncounted
+        s.backend(BackendId(9000), 4, 0);
         assert_eq!(s.total_drops(), 5);
         assert_eq!(s.backend_packets.get(3), 5);
-        assert_eq!(s.backend_packets.uncounted.get(), 5);
+        assert_eq!(s.backend_packets.get(9000), 4);
     }
 
     /// Rule slots count apart; a rule without a slot is counted, not lost.
@@ -599,28 +566,24 @@ mod tests {
         );
     }
 
-    /// Counters follow the indexes in use, past 65,536, and a reused index
-    /// starts from zero.
+    /// Every index has its counter, the last one too, a generation counts
+    /// on its index, and a reused index starts from zero.
     #[test]
-    fn backend_counters_cover_every_index_in_use() {
+    fn backend_counters_cover_every_index() {
         let s = WorkerStats::new();
-        assert_eq!(s.backend_packets.covered(), 0);
-        s.backend_packets.cover(70_001);
-        assert!(s.backend_packets.covered() >= 70_001);
-        s.backend(BackendId::new(70_000, 1), 7, 0);
+        s.backend(BackendId::new(70_000, 1), 7, 100);
         assert_eq!(s.backend_packets.get(70_000), 7);
-        assert_eq!(s.backend_packets.uncounted.get(), 0);
+        assert_eq!(s.backend_packets.bytes(70_000), 100);
         s.backend_opened(BackendId::new(70_000, 1), 1, 0, true);
         assert_eq!(s.backend_packets.connections(70_000), 1);
         s.backend_packets.reset(70_000);
         s.backend(BackendId::new(70_000, 2), 1, 0);
         assert_eq!(s.backend_packets.get(70_000), 1);
         assert_eq!(s.backend_packets.connections(70_000), 0);
-        s.backend_opened(BackendId(9_000_000), 1, 0, true);
-        assert_eq!(s.backend_packets.uncounted_connections.get(), 1);
         let last = BackendId::INDEXES - 1;
-        s.backend_packets.cover(last + 1);
-        s.backend(BackendId::new(last as u32, 4095), 1, 0);
+        s.backend_opened(BackendId::new(last as u32, 4095), 1, 0, true);
         assert_eq!(s.backend_packets.get(last), 1);
+        assert_eq!(s.backend_packets.connections(last), 1);
+        assert_eq!(s.backend_packets.get(0), 0);
     }
 }

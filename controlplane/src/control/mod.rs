@@ -174,10 +174,6 @@ impl Controller {
 
     /// Counts per backend in `stats` (the workers' blocks) from now on.
     pub fn count_backends_in(&mut self, stats: Vec<Arc<CachePadded<WorkerStats>>>) {
-        let len = self.cell.load().backends.len();
-        for s in &stats {
-            s.backend_packets.cover(len);
-        }
         self.stats = stats;
     }
 

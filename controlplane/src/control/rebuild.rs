@@ -102,9 +102,6 @@ impl Controller {
                 self.generation,
             )
         });
-        for s in &self.stats {
-            s.backend_packets.cover(state.backends.len());
-        }
         self.retired.push(self.cell.publish(state));
         let published = Instant::now();
         self.retire();

@@ -35,9 +35,6 @@ families! {
     PUNTED_PACKETS: Counter "sluice_punted_packets_total" []
         "Packets handed to the host's kernel through a port's TAP (ARP, ping, BGP, ...), all \
          ports.";
-    BACKEND_PACKETS_UNCOUNTED: Counter "sluice_backend_packets_uncounted_total" []
-        "Packets forwarded to a backend whose per-backend counter did not exist (should stay 0: \
-         the control plane sizes the counters before it publishes).";
     SNAPSHOT_GENERATION: Gauge "sluice_snapshot_generation" []
         "Generation of the currently published forwarding snapshot.";
     QUIC_LB_FALLBACK_PACKETS: Counter "sluice_quic_lb_fallback_packets_total" ["reason"]

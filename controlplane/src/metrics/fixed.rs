@@ -61,9 +61,6 @@ pub fn families(src: &MetricsSources, snap: &ForwardingState) -> Vec<MetricFamil
     // punted + drops - (fragments created - packets fragmented)), polls.
     out.extend(block_families(src, WorkerStats::METRICS, None, |w, _| w));
 
-    out.extend(
-        catalog::BACKEND_PACKETS_UNCOUNTED.int(sum(src, |w| w.backend_packets.uncounted.get())),
-    );
     out.extend(catalog::SNAPSHOT_GENERATION.int(snap.generation));
 
     // SPEC §3: occupancy and size per worker, event counts summed.

@@ -87,7 +87,6 @@ fn big_sources(n: usize) -> Arc<MetricsSources> {
         ..Default::default()
     };
     let w = Arc::new(sluice_core::stats::WorkerStats::new());
-    w.backend_packets.cover(n);
     Arc::new(MetricsSources {
         workers: vec![w],
         snapshot: Arc::new(SnapshotCell::new(state)),
