@@ -96,7 +96,6 @@ pub struct BurstStages {
     stateless: [StatelessPacket; MAX_BURST],
     /// Packets in the prepared burst.
     len: usize,
-    steered: bool,
     /// The lookahead's packets away from home: found by its first step,
     /// in order, each waiting for its second.
     away: Away,
@@ -168,7 +167,7 @@ struct Slot {
     lane: LanePacket,
     /// Which records stage 1 wrote.
     keyed: Keyed,
-    /// The worker it is steered to, or [`NO_STEER`].
+    /// The worker it is steered to, when `keyed` is [`Keyed::Steered`].
     steer_to: u16,
 }
 
@@ -202,7 +201,6 @@ impl Default for BurstStages {
             stages: [Stage::UNSTAGED; MAX_BURST],
             stateless: [StatelessPacket::default(); MAX_BURST],
             len: 0,
-            steered: false,
             away: Away::EMPTY,
         }
     }
@@ -275,7 +273,6 @@ impl BurstStages {
         };
         last.flush(rules);
         self.len = n;
-        self.steered = steer.is_some();
         if let Some(s) = steer {
             for ((m, slot), stage) in packets
                 .iter()
@@ -283,6 +280,9 @@ impl BurstStages {
                 .zip(self.stages.iter())
             {
                 slot.steer_to = steer_target(m.data(), slot, stage, state, s);
+                if slot.steer_to != NO_STEER {
+                    slot.keyed = Keyed::Steered;
+                }
             }
         }
         self.away.clear();
@@ -405,22 +405,18 @@ impl BurstStages {
         self.check_home(state, ctx, i + HOME_CHECK_AHEAD);
         self.fetch_fallback(ctx, i + FALLBACK_AHEAD);
         let slot = self.slots.get(i)?;
-        // A packet of the stateless lane is never steered (it is
-        // untracked: `steer_target`), so only the established lane's test
-        // reads `steer_to`.
-        let forwarded = if slot.keyed == Keyed::Lane && slot.steer_to == NO_STEER {
-            established::forward_lane(
+        // A steered packet's slot says `Steered`, whatever stage 1 wrote.
+        let forwarded = match slot.keyed {
+            Keyed::Lane => established::forward_lane(
                 pkt,
                 &slot.lane,
                 &slot.tracked,
                 state,
                 &mut ctx.conntrack,
                 ctx.now,
-            )
-        } else if slot.keyed == Keyed::Stateless {
-            stateless::forward(pkt, self.stateless.get(i)?, state)
-        } else {
-            None
+            ),
+            Keyed::Stateless => stateless::forward(pkt, self.stateless.get(i)?, state),
+            _ => None,
         };
         forwarded.map(|(port, backend)| Forwarded { port, backend })
     }
@@ -438,10 +434,8 @@ impl BurstStages {
         let Some(slot) = self.slots.get(i) else {
             return Outcome::Verdict(Verdict::Drop(DropReason::Internal));
         };
-        if slot.steer_to != NO_STEER {
-            return Outcome::Steer(usize::from(slot.steer_to));
-        }
         match slot.keyed {
+            Keyed::Steered => return Outcome::Steer(usize::from(slot.steer_to)),
             Keyed::Lane => {
                 return Outcome::Verdict(pipeline::deliver_lane_declined(
                     pkt,
@@ -468,15 +462,9 @@ impl BurstStages {
         })
     }
 
-    /// End of the burst: the steering marks are reset for the next one.
+    /// End of the burst.
     #[inline]
     pub fn finish(&mut self) {
-        if self.steered {
-            for slot in &mut self.slots {
-                slot.steer_to = NO_STEER;
-            }
-            self.steered = false;
-        }
         self.len = 0;
     }
 }
@@ -636,7 +624,7 @@ impl BurstStages {
                 Some(Stage::Balance(b)) => lookahead_home(b, &slot.tracked, state, ctx),
                 _ => false,
             },
-            Keyed::Staged | Keyed::Stateless => false,
+            Keyed::Staged | Keyed::Stateless | Keyed::Steered => false,
         };
         if away {
             self.away.push(j);

@@ -213,6 +213,10 @@ pub enum Keyed {
     Lane,
     /// A [`StatelessPacket`] only; no `Stage` was written.
     Stateless,
+    /// Handed to another worker (its slot's `steer_to`), whatever stage 1
+    /// wrote: set by the steering pass after stage 1, so that stage 2's
+    /// one test of `Keyed` also tells a steered packet from the lanes'.
+    Steered,
 }
 
 /// Starts loading the Maglev slot stage 2 will read for `hash`: at once
