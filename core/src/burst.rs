@@ -96,6 +96,9 @@ pub struct BurstStages {
     stateless: [StatelessPacket; MAX_BURST],
     /// Packets in the prepared burst.
     len: usize,
+    /// Stage 1 learnt the stateless rule, and not the established lane's,
+    /// first: see [`BurstStages::stateless_burst`].
+    stateless_burst: bool,
     /// The lookahead's packets away from home: found by its first step,
     /// in order, each waiting for its second.
     away: Away,
@@ -201,6 +204,7 @@ impl Default for BurstStages {
             stages: [Stage::UNSTAGED; MAX_BURST],
             stateless: [StatelessPacket::default(); MAX_BURST],
             len: 0,
+            stateless_burst: false,
             away: Away::EMPTY,
         }
     }
@@ -271,6 +275,7 @@ impl BurstStages {
         } else {
             self.stage_one_stateless_rule(packets, n, len, &input, &mut last)
         };
+        self.stateless_burst = !last.lane_learnt() && last.stateless_learnt();
         last.flush(rules);
         self.len = n;
         if let Some(s) = steer {
@@ -415,15 +420,53 @@ impl BurstStages {
                 &mut ctx.conntrack,
                 ctx.now,
             ),
-            Keyed::Stateless => stateless::forward(pkt, self.stateless.get(i)?, state),
+            Keyed::Stateless => stateless::forward_out_of_line(pkt, self.stateless.get(i)?, state),
             _ => None,
         };
         forwarded.map(|(port, backend)| Forwarded { port, backend })
     }
 
+    /// Whether stage 1 learnt the stateless rule first in the prepared
+    /// burst: its packets are then mostly the stateless lane's, and the
+    /// worker delivers them with [`BurstStages::forward_stateless`] in a
+    /// loop of their own, with [`BurstStages::deliver_other`] for the
+    /// others.
+    #[inline(always)]
+    pub fn stateless_burst(&self) -> bool {
+        self.stateless_burst
+    }
+
+    /// The stateless lane alone for packet `i` of a
+    /// [`BurstStages::stateless_burst`]: its untracked UDP packet of the
+    /// stateless rule forwarded, or None, with the packet untouched, for
+    /// any other packet or one the lane declines
+    /// ([`BurstStages::deliver_other`] decides it: the general stage 2,
+    /// also for an established flow's packet, which the established lane
+    /// would have forwarded alike). No lookahead: stage 1 keyed nothing
+    /// for these packets, and a tracked packet among them only goes
+    /// without a prefetch.
+    #[inline(always)]
+    pub fn forward_stateless<P: PacketBuf>(
+        &self,
+        i: usize,
+        pkt: &mut P,
+        state: &ForwardingState,
+    ) -> Option<Forwarded> {
+        let (Some(slot), Some(s)) = (self.slots.get(i), self.stateless.get(i)) else {
+            return None;
+        };
+        if slot.keyed != Keyed::Stateless {
+            return None;
+        }
+        let (port, backend) = stateless::forward(pkt, s, state)?;
+        Some(Forwarded { port, backend })
+    }
+
     /// The rest of [`BurstStages::deliver`] for packet `i`, after
-    /// [`BurstStages::forward_on_lane`] returned None for it.
-    #[inline]
+    /// [`BurstStages::forward_on_lane`] returned None for it. Always
+    /// inlined: the worker calls it from two places, and as a call it
+    /// cost a SYN 28 more instructions.
+    #[inline(always)]
     pub fn deliver_other<P: PacketBuf>(
         &mut self,
         i: usize,

@@ -21,14 +21,25 @@ use crate::packet::PacketBuf;
 use crate::snapshot::ForwardingState;
 use crate::stage::StatelessPacket;
 
-/// The packet forwarded to its Maglev backend: its egress port and
-/// backend, or None (untouched: the general stage 2 decides). Out of
-/// line: inlined beside the established lane, it shifted the burst
-/// function's register assignment, and tracked TCP cost 7 more
-/// instructions per packet. The call costs this lane about 20; tracked TCP
-/// is the figure that matters more (`docs/performance-log.md`, "The
-/// stateless lane").
+/// [`forward`] as a call, for a stateless packet in a burst whose stage 1
+/// learnt the established lane's rule first: inlined beside that lane,
+/// it shifted the burst function's register assignment, and tracked TCP
+/// cost 7 to 12 more instructions per packet (`docs/performance-log.md`,
+/// "The stateless lane").
 #[inline(never)]
+pub(crate) fn forward_out_of_line<P: PacketBuf>(
+    pkt: &mut P,
+    s: &StatelessPacket,
+    state: &ForwardingState,
+) -> Option<(u16, BackendId)> {
+    forward(pkt, s, state)
+}
+
+/// The packet forwarded to its Maglev backend: its egress port and
+/// backend, or None (untouched: the general stage 2 decides). Inlined
+/// into the loop of a burst whose stage 1 learnt the stateless rule
+/// (`BurstStages::forward_stateless`).
+#[inline(always)]
 pub(crate) fn forward<P: PacketBuf>(
     pkt: &mut P,
     s: &StatelessPacket,

@@ -29,7 +29,7 @@ use sluice_core::fragment::FragmentIds;
 use sluice_core::ids::BackendId;
 use sluice_core::maglev_table::MaglevTable;
 use sluice_core::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
-use sluice_core::pipeline::{process, PipelineCtx};
+use sluice_core::pipeline::{process, PipelineCtx, Verdict};
 use sluice_core::service::{PersistenceOnUnhealthy, TrackingMode};
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stage::Stage;
@@ -221,8 +221,22 @@ fn run_burst(
         prop_assert_eq!(rules.get(slot), want_rules.get(slot), "rule slot {}", slot);
     }
     prop_assert_eq!(rules.uncounted(), want_rules.uncounted());
+    // Stage 2 as the worker runs it: a burst whose stage 1 learnt the
+    // stateless rule first through the stateless lane alone, the general
+    // stage 2 for what it leaves.
+    let stateless_burst = stages.stateless_burst();
     for (i, (pkt, f)) in pkts.iter_mut().zip(frames).enumerate() {
-        let got = stages.deliver(i, pkt, st, staged);
+        let got = if stateless_burst {
+            match stages.forward_stateless(i, pkt, st) {
+                Some(f) => Outcome::Verdict(Verdict::Forward {
+                    port: f.port,
+                    backend: f.backend,
+                }),
+                None => stages.deliver_other(i, pkt, st, staged),
+            }
+        } else {
+            stages.deliver(i, pkt, st, staged)
+        };
         let opened = std::mem::take(&mut staged.opened);
         let mut twin = VecPacket::with_headroom(f, DEFAULT_HEADROOM);
         let want = process(&mut twin, 0, st, reference);
@@ -418,11 +432,15 @@ proptest! {
 
 /// CT-2, CT-4: the stateless lane takes the untracked datagrams of a rule
 /// once the burst's first one (the full fast path) taught stage 1 the
-/// rule, so the property above is not vacuous; ZA-3: with zonal tables it
-/// takes none, and the general path forwards them by the client's zone.
+/// rule, in the worker's loop for such a burst as in the general one's,
+/// so the property above is not vacuous; ZA-3: with zonal tables it takes
+/// none, and the general path forwards them by the client's zone.
 #[test]
 fn stateless_lane_takes_a_learnt_rule_s_datagrams_only_with_one_table() {
-    for (variant, takes) in [(0, true), (1, false)] {
+    let cases = [(0, true), (1, false)];
+    for ((variant, takes), stateless_loop) in
+        cases.into_iter().flat_map(|c| [(c, false), (c, true)])
+    {
         let st = stateless_variant(0, variant);
         let mut ctx = ctx();
         let mut stages = BurstStages::default();
@@ -434,8 +452,15 @@ fn stateless_lane_takes_a_learnt_rule_s_datagrams_only_with_one_table() {
             .map(|f| VecPacket::with_headroom(f, DEFAULT_HEADROOM))
             .collect();
         stages.prepare(&pkts, &st, &ctx, None, None, None);
+        // The worker's loop for a burst whose stage 1 learnt the
+        // stateless rule first, or the general one's lanes.
+        assert!(stages.stateless_burst(), "variant {variant}");
         for (i, pkt) in pkts.iter_mut().enumerate() {
-            let on_lane = stages.forward_on_lane(i, pkt, &st, &mut ctx);
+            let on_lane = if stateless_loop {
+                stages.forward_stateless(i, pkt, &st)
+            } else {
+                stages.forward_on_lane(i, pkt, &st, &mut ctx)
+            };
             assert_eq!(
                 on_lane.is_some(),
                 takes && i > 0,
