@@ -436,6 +436,29 @@ impl BurstStages {
         self.stateless_burst
     }
 
+    /// Stage 2 for packet `i` in the order the worker runs it: in a
+    /// [`BurstStages::stateless_burst`] the stateless lane alone, then
+    /// [`BurstStages::deliver_other`]; otherwise
+    /// [`BurstStages::deliver`]. For the tests and the `burst` fuzz
+    /// target: the worker runs the two ways in loops of their own.
+    pub fn deliver_as_worker<P: PacketBuf>(
+        &mut self,
+        i: usize,
+        pkt: &mut P,
+        state: &ForwardingState,
+        ctx: &mut PipelineCtx,
+    ) -> Outcome {
+        if !self.stateless_burst {
+            return self.deliver(i, pkt, state, ctx);
+        }
+        match self.forward_stateless(i, pkt, state) {
+            Some(Forwarded { port, backend }) => {
+                Outcome::Verdict(Verdict::Forward { port, backend })
+            }
+            None => self.deliver_other(i, pkt, state, ctx),
+        }
+    }
+
     /// The stateless lane alone for packet `i` of a
     /// [`BurstStages::stateless_burst`]: its untracked UDP packet of the
     /// stateless rule forwarded, or None, with the packet untouched, for

@@ -29,7 +29,7 @@ use sluice_core::fragment::FragmentIds;
 use sluice_core::ids::BackendId;
 use sluice_core::maglev_table::MaglevTable;
 use sluice_core::packet::{PacketBuf, VecPacket, DEFAULT_HEADROOM};
-use sluice_core::pipeline::{process, PipelineCtx, Verdict};
+use sluice_core::pipeline::{process, PipelineCtx};
 use sluice_core::service::{PersistenceOnUnhealthy, TrackingMode};
 use sluice_core::snapshot::ForwardingState;
 use sluice_core::stage::Stage;
@@ -224,19 +224,8 @@ fn run_burst(
     // Stage 2 as the worker runs it: a burst whose stage 1 learnt the
     // stateless rule first through the stateless lane alone, the general
     // stage 2 for what it leaves.
-    let stateless_burst = stages.stateless_burst();
     for (i, (pkt, f)) in pkts.iter_mut().zip(frames).enumerate() {
-        let got = if stateless_burst {
-            match stages.forward_stateless(i, pkt, st) {
-                Some(f) => Outcome::Verdict(Verdict::Forward {
-                    port: f.port,
-                    backend: f.backend,
-                }),
-                None => stages.deliver_other(i, pkt, st, staged),
-            }
-        } else {
-            stages.deliver(i, pkt, st, staged)
-        };
+        let got = stages.deliver_as_worker(i, pkt, st, staged);
         let opened = std::mem::take(&mut staged.opened);
         let mut twin = VecPacket::with_headroom(f, DEFAULT_HEADROOM);
         let want = process(&mut twin, 0, st, reference);

@@ -184,7 +184,7 @@ fuzz_target!(|data: &[u8]| {
                 Some(&stats().rule_packets),
             );
             for (i, (mut pkt, frame)) in pkts.into_iter().zip(mine).enumerate() {
-                match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
+                match w.stages.deliver_as_worker(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => {
                         assert!(
                             workers > 1 && to < workers && to != queue,
@@ -212,7 +212,7 @@ fuzz_target!(|data: &[u8]| {
             let (pkts, frames): (Vec<VecPacket>, Vec<&[u8]>) = inbound.into_iter().unzip();
             w.stages.prepare(&pkts, st, &w.staged, None, None, None);
             for (i, (mut pkt, frame)) in pkts.into_iter().zip(frames).enumerate() {
-                match w.stages.deliver(i, &mut pkt, st, &mut w.staged) {
+                match w.stages.deliver_as_worker(i, &mut pkt, st, &mut w.staged) {
                     Outcome::Steer(to) => panic!("a steered packet was steered again, to {to}"),
                     Outcome::Verdict(v) => w.check(st, v, pkt, frame, headroom),
                 }
