@@ -59,6 +59,12 @@ pub struct Forwarded {
     pub backend: BackendId,
 }
 
+impl From<Forwarded> for Outcome {
+    fn from(Forwarded { port, backend }: Forwarded) -> Self {
+        Outcome::Verdict(Verdict::Forward { port, backend })
+    }
+}
+
 /// Where stage 2 sends one packet of the burst.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -385,9 +391,7 @@ impl BurstStages {
         ctx: &mut PipelineCtx,
     ) -> Outcome {
         match self.forward_on_lane(i, pkt, state, ctx) {
-            Some(Forwarded { port, backend }) => {
-                Outcome::Verdict(Verdict::Forward { port, backend })
-            }
+            Some(forwarded) => forwarded.into(),
             None => self.deliver_other(i, pkt, state, ctx),
         }
     }
@@ -452,9 +456,7 @@ impl BurstStages {
             return self.deliver(i, pkt, state, ctx);
         }
         match self.forward_stateless(i, pkt, state) {
-            Some(Forwarded { port, backend }) => {
-                Outcome::Verdict(Verdict::Forward { port, backend })
-            }
+            Some(forwarded) => forwarded.into(),
             None => self.deliver_other(i, pkt, state, ctx),
         }
     }

@@ -146,8 +146,7 @@ impl BurstPath {
     /// out of line; a tracked packet too, since the established lane has
     /// one call site, in `handle_burst`, where it is inlined whole (a
     /// second one here cost tracked TCP 62 instructions per packet when
-    /// the compiler stopped inlining it). (`#[cold]`, for the branch to
-    /// it: tracked TCP the same, 356.0.)
+    /// the compiler stopped inlining it).
     #[inline(never)]
     fn forward_stateless_burst(
         &mut self,
