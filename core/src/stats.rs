@@ -52,7 +52,7 @@ pub struct BackendCounters {
 /// so they are always in one cache line. Aligned to 16, not 32: the
 /// allocator zeroes an allocation aligned beyond 16 by writing it, which
 /// would make the whole array resident (`core/tests/backend_counters.rs`).
-#[derive(Debug, Default, bytemuck::Zeroable)]
+#[derive(Debug, bytemuck::Zeroable)]
 #[repr(C, align(16))]
 pub(crate) struct BackendCounter {
     packets: Counter,
